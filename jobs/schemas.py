@@ -1,0 +1,182 @@
+"""Schemas of every lake table, in one place.
+
+Writers cast to these schemas, readers scan with them (so files from PostgreSQL 13 and 18 scan together,
+a column a version lacks is null), DuckDB views fall back to them when a table has no file yet, and the
+Dagster asset checks read their column lists from here. Partition columns (``instance``, ``date``) live in
+folder names, not in the files.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import polars as pl
+
+SCHEMA_VERSION = 1
+
+UTC_TS = pl.Datetime("us", "UTC")
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    dtype: pl.DataType
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class TableSchema:
+    """A lake table: its columns, its hive partition keys, and the columns that identify a row."""
+
+    name: str
+    columns: tuple[Column, ...]
+    partition_by: tuple[str, ...] = ("instance", "date")
+    primary_key: tuple[str, ...] = ()
+    description: str = ""
+    partition_dtypes: dict[str, pl.DataType] = field(default_factory=dict)
+
+    @property
+    def polars_schema(self) -> pl.Schema:
+        return pl.Schema({c.name: c.dtype for c in self.columns})
+
+    @property
+    def column_names(self) -> list[str]:
+        return [c.name for c in self.columns]
+
+    def scan_schema(self) -> pl.Schema:
+        """File columns plus the hive partition columns, as a scan returns them."""
+        extra = {key: self.partition_dtypes.get(key, pl.String()) for key in self.partition_by}
+        return pl.Schema({**extra, **dict(self.polars_schema)})
+
+    def conform(self, frame: pl.DataFrame) -> pl.DataFrame:
+        """Cast to the schema: missing columns become null (never zero), unknown columns are an error."""
+        unknown = [c for c in frame.columns if c not in self.polars_schema and c not in self.partition_by]
+        if unknown:
+            raise ValueError(f"table {self.name}: unknown columns {unknown}")
+        return frame.select(
+            [
+                (pl.col(c.name) if c.name in frame.columns else pl.lit(None)).cast(c.dtype).alias(c.name)
+                for c in self.columns
+            ]
+        )
+
+    def empty(self) -> pl.DataFrame:
+        return pl.DataFrame(schema=self.polars_schema)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Collector output (issue 2)
+
+# Cumulative counters of pg_stat_statements in canonical names (PG17+/extension 1.11+ spelling).
+STATEMENT_COUNTERS: tuple[str, ...] = (
+    "calls",
+    "plans",
+    "total_exec_time",
+    "total_plan_time",
+    "rows",
+    "shared_blks_hit",
+    "shared_blks_read",
+    "shared_blks_dirtied",
+    "shared_blks_written",
+    "local_blks_hit",
+    "local_blks_read",
+    "local_blks_dirtied",
+    "local_blks_written",
+    "temp_blks_read",
+    "temp_blks_written",
+    "shared_blk_read_time",
+    "shared_blk_write_time",
+    "local_blk_read_time",
+    "local_blk_write_time",
+    "temp_blk_read_time",
+    "temp_blk_write_time",
+    "wal_records",
+    "wal_fpi",
+    "wal_bytes",
+    "wal_buffers_full",
+    "jit_functions",
+    "jit_generation_time",
+    "jit_inlining_count",
+    "jit_inlining_time",
+    "jit_optimization_count",
+    "jit_optimization_time",
+    "jit_emission_count",
+    "jit_emission_time",
+    "jit_deform_count",
+    "jit_deform_time",
+    "parallel_workers_to_launch",
+    "parallel_workers_launched",
+)
+
+_FLOAT_COUNTERS = {c for c in STATEMENT_COUNTERS if c.endswith("_time")}
+
+STATEMENT_SNAPSHOTS = TableSchema(
+    name="statement_snapshots",
+    description="One row per pg_stat_statements entry per snapshot: cumulative counters, never differenced.",
+    primary_key=("instance", "captured_at", "userid", "dbid", "queryid", "toplevel"),
+    columns=(
+        Column("captured_at", UTC_TS, "server clock (now()) when the snapshot transaction started"),
+        Column("system_identifier", pl.Int64(), "pg_control_system().system_identifier"),
+        Column("postmaster_start", UTC_TS, "pg_postmaster_start_time(): a restart starts a new incarnation"),
+        Column("stats_reset", UTC_TS, "pg_stat_statements_info.stats_reset [14+]"),
+        Column("userid", pl.Int64()),
+        Column("dbid", pl.Int64()),
+        Column("toplevel", pl.Boolean(), "false for nested statements under track = all [14+]"),
+        Column("queryid", pl.Int64(), "signed int64; null for rows hidden by missing privilege"),
+        *(Column(c, pl.Float64() if c in _FLOAT_COUNTERS else pl.Int64()) for c in STATEMENT_COUNTERS),
+        Column("min_exec_time", pl.Float64(), "over the entry's life (or since minmax_stats_since)"),
+        Column("max_exec_time", pl.Float64()),
+        Column("mean_exec_time", pl.Float64(), "over the entry's life, not the interval"),
+        Column("stddev_exec_time", pl.Float64()),
+        Column(
+            "stats_since", UTC_TS, "entry creation [17+]: a change means the entry was evicted and re-made"
+        ),
+        Column("minmax_stats_since", UTC_TS, "[17+]"),
+    ),
+)
+
+SNAPSHOT_RUNS = TableSchema(
+    name="snapshot_runs",
+    description="One row per instance per snapshot attempt, including failures: identity, info and counts.",
+    primary_key=("instance", "captured_at"),
+    columns=(
+        Column("captured_at", UTC_TS, "server clock, or the collector's clock when the instance failed"),
+        Column("status", pl.String(), "ok | failed"),
+        Column("error", pl.String(), "why the snapshot failed (no secrets)"),
+        Column("system_identifier", pl.Int64()),
+        Column("postmaster_start", UTC_TS),
+        Column("server_version_num", pl.Int64()),
+        Column("extension_version", pl.String(), "pg_stat_statements extversion"),
+        Column("compute_query_id", pl.String()),
+        Column("track", pl.String(), "pg_stat_statements.track"),
+        Column("track_planning", pl.String()),
+        Column("track_io_timing", pl.String()),
+        Column("pgss_max", pl.Int64(), "pg_stat_statements.max"),
+        Column("dealloc", pl.Int64(), "pg_stat_statements_info.dealloc [14+]"),
+        Column("stats_reset", UTC_TS, "pg_stat_statements_info.stats_reset [14+]"),
+        Column("statement_rows", pl.Int64(), "rows written to statement_snapshots"),
+        Column("explain_rows_dropped", pl.Int64(), "rows whose text starts with EXPLAIN"),
+        Column("insufficient_privilege_rows", pl.Int64(), "rows hidden from this role (NULL queryid)"),
+        Column("new_texts", pl.Int64(), "texts fetched this time (only for unseen queryids)"),
+        Column("server_ms", pl.Float64(), "time spent in the server's snapshot queries"),
+    ),
+)
+
+QUERY_TEXTS = TableSchema(
+    name="query_texts",
+    description="Normalized query text, written once per (instance, queryid) when first seen.",
+    primary_key=("instance", "queryid"),
+    columns=(
+        Column("captured_at", UTC_TS),
+        Column("queryid", pl.Int64()),
+        Column("dbid", pl.Int64()),
+        Column("userid", pl.Int64()),
+        Column("query", pl.String()),
+        Column("is_explain", pl.Boolean(), "text starts with EXPLAIN: its statement rows are dropped"),
+    ),
+)
+
+# ---------------------------------------------------------------------------------------------------------
+# Catalogue: every table above, by name. Add new tables above this line and to this tuple.
+
+TABLES: dict[str, TableSchema] = {t.name: t for t in (STATEMENT_SNAPSHOTS, SNAPSHOT_RUNS, QUERY_TEXTS)}

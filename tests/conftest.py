@@ -1,0 +1,50 @@
+"""Shared fixtures: real embedded PostgreSQL servers (never mocks) and a throw-away lake root."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+
+import pytest
+
+from jobs.fleet import EmbeddedFleet
+
+# Clusters live outside pytest's tmp_path: its 0700 parents are not traversable by the service user.
+CLUSTER_BASE = Path(tempfile.gettempdir()) / "prr-tests"
+
+FleetFactory = Callable[..., EmbeddedFleet]
+
+
+@pytest.fixture(scope="session")
+def fleet_factory() -> Iterator[FleetFactory]:
+    """Create fleets on demand; every fleet made in the session is destroyed at its end."""
+    made: list[EmbeddedFleet] = []
+    CLUSTER_BASE.mkdir(parents=True, exist_ok=True)
+    CLUSTER_BASE.chmod(0o755)
+
+    def make(names: list[str], extra_settings: Mapping[str, str] | None = None) -> EmbeddedFleet:
+        root = CLUSTER_BASE / uuid.uuid4().hex[:10]
+        fleet = EmbeddedFleet.create(root, names, extra_settings=extra_settings)
+        made.append(fleet)
+        return fleet
+
+    yield make
+    for fleet in made:
+        fleet.destroy()
+    shutil.rmtree(CLUSTER_BASE, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def pg_fleet(fleet_factory: FleetFactory) -> EmbeddedFleet:
+    """Two servers shared by one test module (tests reset pg_stat_statements as they need)."""
+    return fleet_factory(["alpha", "beta"], {"pg_stat_statements.track": "'all'"})
+
+
+@pytest.fixture
+def lake_root(tmp_path: Path) -> Path:
+    root = tmp_path / "lake"
+    root.mkdir()
+    return root
