@@ -177,6 +177,115 @@ QUERY_TEXTS = TableSchema(
 )
 
 # ---------------------------------------------------------------------------------------------------------
+# Interval samples, deploy events, regressions (issue 3: jobs/samples.py, deploys.py, regressions.py)
+
+SAMPLE_DELTAS: tuple[str, ...] = (
+    "calls",
+    "plans",
+    "total_exec_time",
+    "total_plan_time",
+    "rows",
+    "shared_blks_hit",
+    "shared_blks_read",
+    "shared_blks_dirtied",
+    "shared_blks_written",
+    "local_blks_hit",
+    "local_blks_read",
+    "local_blks_dirtied",
+    "local_blks_written",
+    "temp_blks_read",
+    "temp_blks_written",
+    "shared_blk_read_time",
+    "shared_blk_write_time",
+    "local_blk_read_time",
+    "local_blk_write_time",
+    "temp_blk_read_time",
+    "temp_blk_write_time",
+    "wal_records",
+    "wal_fpi",
+    "wal_bytes",
+)
+
+QUERY_SAMPLES = TableSchema(
+    name="query_samples",
+    description="One row per statement entry per valid interval between two snapshots: counter deltas.",
+    primary_key=("instance", "interval_end", "userid", "dbid", "queryid", "toplevel"),
+    columns=(
+        Column("interval_start", UTC_TS, "captured_at of the earlier snapshot"),
+        Column("interval_end", UTC_TS, "captured_at of the later snapshot (its date is the partition)"),
+        Column("interval_seconds", pl.Float64()),
+        Column("userid", pl.Int64()),
+        Column("dbid", pl.Int64()),
+        Column("toplevel", pl.Boolean()),
+        Column("queryid", pl.Int64()),
+        *(Column(c, pl.Float64() if c in _FLOAT_COUNTERS else pl.Int64(), "delta") for c in SAMPLE_DELTAS),
+        Column("mean_exec_time", pl.Float64(), "interval mean latency (ms) = Δtotal_exec_time / Δcalls"),
+        Column("mean_plan_time", pl.Float64(), "Δtotal_plan_time / Δplans; null when planning not tracked"),
+        Column("evictions", pl.Int64(), "growth of pg_stat_statements_info.dealloc during the interval"),
+    ),
+)
+
+DEPLOY_EVENTS = TableSchema(
+    name="deploy_events",
+    description="Deploy markers: one row per deploy, for one instance or the whole fleet (instance null).",
+    partition_by=("date",),
+    primary_key=("deploy_id",),
+    columns=(
+        Column("deploy_id", pl.String(), "stable hash of (scope, instance, version, deployed_at)"),
+        Column("version", pl.String()),
+        Column("scope", pl.String(), "instance | fleet"),
+        Column("instance", pl.String(), "null when scope = fleet"),
+        Column("deployed_at", UTC_TS),
+        Column("source", pl.String(), "cli, or the inbox file name it came from"),
+    ),
+)
+
+PERFORMANCE_REGRESSIONS = TableSchema(
+    name="performance_regressions",
+    description="One row per analysed (instance, query fingerprint) per analysis: detected or why not.",
+    partition_by=("date",),
+    primary_key=("analysis", "deploy_id", "instance", "fingerprint"),
+    columns=(
+        Column("analysis", pl.String(), "deploy | unannounced"),
+        Column("instance", pl.String()),
+        Column("queryid", pl.Int64(), "the queryid of the query that most recently received a sample"),
+        Column("queryids", pl.String(), "every queryid merged into this series, comma separated, sorted"),
+        Column("fingerprint", pl.String()),
+        Column("query", pl.String()),
+        Column("deploy_id", pl.String()),
+        Column("deploy_version", pl.String()),
+        Column("deployed_at", UTC_TS),
+        Column("status", pl.String(), "detected | no_regression | insufficient_data"),
+        Column("reason", pl.String()),
+        Column("window_start", UTC_TS),
+        Column("window_end", UTC_TS),
+        Column("latency_change", pl.Float64(), "stage 0: (post mean - pre mean) / pre mean"),
+        Column("changepoint_index", pl.Int64(), "first sample of the new regime in the merged series"),
+        Column("detected_change_at", UTC_TS, "start of the first interval of the new regime"),
+        Column("changepoint_p_value", pl.Float64()),
+        Column("before_mean_ms", pl.Float64()),
+        Column("after_mean_ms", pl.Float64()),
+        Column("before_count", pl.Int64()),
+        Column("after_count", pl.Int64()),
+        Column("t_statistic", pl.Float64(), "Welch (unequal variances, ddof = 1)"),
+        Column("p_value", pl.Float64()),
+        Column("p_adjusted", pl.Float64(), "Benjamini-Hochberg adjusted p (unannounced analysis)"),
+        Column("confidence", pl.Float64(), "1 - p (1 - adjusted p for the unannounced analysis)"),
+        Column("fdr_method", pl.String(), "false discovery control applied, if any"),
+    ),
+)
+
+# ---------------------------------------------------------------------------------------------------------
 # Catalogue: every table above, by name. Add new tables above this line and to this tuple.
 
-TABLES: dict[str, TableSchema] = {t.name: t for t in (STATEMENT_SNAPSHOTS, SNAPSHOT_RUNS, QUERY_TEXTS)}
+TABLES: dict[str, TableSchema] = {
+    t.name: t
+    for t in (
+        STATEMENT_SNAPSHOTS,
+        SNAPSHOT_RUNS,
+        QUERY_TEXTS,
+        QUERY_SAMPLES,
+        DEPLOY_EVENTS,
+        PERFORMANCE_REGRESSIONS,
+    )
+}
