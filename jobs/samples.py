@@ -1,0 +1,292 @@
+"""Interval samples: per-interval deltas of pg_stat_statements counters between consecutive snapshots.
+
+A cumulative counter is only comparable within one server incarnation and one life of an entry, so every
+delta is checked before it becomes a sample. An invalid delta is dropped and counted by reason, never turned
+into a negative or huge sample. The work is vectorized polars: rows are sorted by entry and time, the
+predecessor of each row is the previous row of the same entry (a shift, not a per-query loop), and the
+instances are processed one at a time so memory stays bounded by the largest instance.
+"""
+
+from __future__ import annotations
+
+import resource
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import polars as pl
+
+from jobs.lake import scan_table, stem_for, write_table
+from jobs.schemas import QUERY_SAMPLES, SAMPLE_DELTAS, SNAPSHOT_RUNS, STATEMENT_SNAPSHOTS
+
+ENTRY_KEY: tuple[str, ...] = ("instance", "dbid", "userid", "queryid", "toplevel")
+
+# Why a delta was dropped, in the order the checks are applied (a delta gets the first reason that holds).
+DROP_REASONS: tuple[str, ...] = (
+    "server_replaced",  # system_identifier changed: another server answers under this instance name
+    "server_restarted",  # postmaster start time changed: counters restarted from zero
+    "stats_reset",  # pg_stat_statements_info.stats_reset changed
+    "entry_recreated",  # stats_since changed: the entry was evicted (or reset) and made again
+    "time_not_increasing",  # the later snapshot is not later
+    "counter_decreased",  # any cumulative counter went down
+    "evicted_in_interval",  # dealloc grew (only when SampleConfig.drop_when_dealloc_grew)
+    "below_min_executions",  # valid, but fewer calls than SampleConfig.min_executions
+)
+
+_SNAPSHOT_COLUMNS: tuple[str, ...] = (
+    *ENTRY_KEY,
+    "captured_at",
+    "system_identifier",
+    "postmaster_start",
+    "stats_reset",
+    "stats_since",
+    *SAMPLE_DELTAS,
+)
+
+
+@dataclass(frozen=True)
+class SampleConfig:
+    """Thresholds of the samples job."""
+
+    min_executions: int = 1
+    """An interval with fewer calls than this is not a sample (its mean latency is too noisy or undefined)."""
+    drop_when_dealloc_grew: bool = False
+    """Flagged by default (``evictions`` > 0): on a busy server eviction is constant and would drop all."""
+
+
+@dataclass(frozen=True)
+class SamplesResult:
+    """Samples in the ``query_samples`` schema plus ``instance``, and drop counts per (instance, reason)."""
+
+    samples: pl.DataFrame
+    dropped_counts: pl.DataFrame = field(
+        default_factory=lambda: pl.DataFrame(
+            schema={"instance": pl.String, "reason": pl.String, "count": pl.UInt32}
+        )
+    )
+
+
+class SamplesError(ValueError):
+    """Snapshot input cannot be differenced; the message names the instance and column."""
+
+
+def _check_columns(frame_columns: Iterable[str], needed: Iterable[str], what: str) -> None:
+    missing = sorted(set(needed) - set(frame_columns))
+    if missing:
+        raise SamplesError(f"{what}: missing columns {missing}")
+
+
+def _dealloc_per_snapshot(runs: pl.LazyFrame | pl.DataFrame) -> pl.LazyFrame:
+    """One dealloc value per (instance, captured_at) of the successful snapshot runs."""
+    lazy = runs.lazy()
+    _check_columns(lazy.collect_schema().names(), ("instance", "captured_at", "dealloc"), "snapshot_runs")
+    names = lazy.collect_schema().names()
+    if "status" in names:
+        lazy = lazy.filter(pl.col("status").fill_null("ok") == "ok")
+    return lazy.select("instance", "captured_at", "dealloc").unique(["instance", "captured_at"], keep="first")
+
+
+def _changed(column: str) -> pl.Expr:
+    """Null-safe inequality of a column and its predecessor (null to a value counts as a change)."""
+    return pl.col(column).ne_missing(pl.col(column).shift(1))
+
+
+def samples_from_snapshots(
+    snapshots: pl.LazyFrame | pl.DataFrame,
+    runs: pl.LazyFrame | pl.DataFrame | None,
+    config: SampleConfig = SampleConfig(),
+) -> SamplesResult:
+    """Difference consecutive snapshots of each entry into interval samples; pure, any number of instances.
+
+    ``snapshots`` carries the statement_snapshots columns plus ``instance``; ``runs`` the snapshot_runs
+    columns plus ``instance`` (only ``dealloc`` is used from it; None means eviction is unknown).
+    """
+    lazy = snapshots.lazy()
+    names = lazy.collect_schema().names()
+    _check_columns(
+        names, ("instance", "captured_at", "dbid", "userid", "queryid", "calls"), "statement_snapshots"
+    )
+    selected = [
+        (pl.col(c) if c in names else pl.lit(None, dtype=_dtype_of(c))).alias(c) for c in _SNAPSHOT_COLUMNS
+    ]
+    lazy = lazy.filter(pl.col("queryid").is_not_null()).select(selected)
+    if "toplevel" not in names:
+        lazy = lazy.with_columns(pl.col("toplevel").fill_null(True))
+    if runs is not None:
+        lazy = lazy.join(_dealloc_per_snapshot(runs), on=["instance", "captured_at"], how="left")
+    else:
+        lazy = lazy.with_columns(pl.lit(None, dtype=pl.Int64).alias("dealloc"))
+
+    lazy = lazy.sort([*ENTRY_KEY, "captured_at"], nulls_last=True)
+    same_entry = pl.all_horizontal([pl.col(k).eq_missing(pl.col(k).shift(1)) for k in ENTRY_KEY])
+    deltas = [(pl.col(c) - pl.col(c).shift(1)).alias(c) for c in SAMPLE_DELTAS]
+    decreased = pl.any_horizontal([(pl.col(c) < pl.col(c).shift(1)).fill_null(False) for c in SAMPLE_DELTAS])
+    evictions = (pl.col("dealloc") - pl.col("dealloc").shift(1)).alias("evictions")
+    reason = (
+        pl.when(_changed("system_identifier"))
+        .then(pl.lit("server_replaced"))
+        .when(_changed("postmaster_start"))
+        .then(pl.lit("server_restarted"))
+        .when(_changed("stats_reset"))
+        .then(pl.lit("stats_reset"))
+        .when(_changed("stats_since"))
+        .then(pl.lit("entry_recreated"))
+        .when(pl.col("captured_at") <= pl.col("captured_at").shift(1))
+        .then(pl.lit("time_not_increasing"))
+        .when(decreased)
+        .then(pl.lit("counter_decreased"))
+        .otherwise(pl.lit(None, dtype=pl.String))
+    )
+    diffed = lazy.select(
+        pl.col("instance"),
+        pl.col("captured_at").shift(1).alias("interval_start"),
+        pl.col("captured_at").alias("interval_end"),
+        pl.col("userid"),
+        pl.col("dbid"),
+        pl.col("toplevel"),
+        pl.col("queryid"),
+        *deltas,
+        evictions,
+        reason.alias("drop_reason"),
+        same_entry.fill_null(False).alias("has_predecessor"),
+    ).filter(pl.col("has_predecessor"))
+
+    if config.drop_when_dealloc_grew:
+        diffed = diffed.with_columns(
+            pl.when(pl.col("drop_reason").is_null() & (pl.col("evictions") > 0))
+            .then(pl.lit("evicted_in_interval"))
+            .otherwise(pl.col("drop_reason"))
+            .alias("drop_reason")
+        )
+    diffed = diffed.with_columns(
+        pl.when(pl.col("drop_reason").is_null() & (pl.col("calls") < config.min_executions))
+        .then(pl.lit("below_min_executions"))
+        .otherwise(pl.col("drop_reason"))
+        .alias("drop_reason")
+    )
+    frame = diffed.collect()
+    dropped = (
+        frame.filter(pl.col("drop_reason").is_not_null())
+        .group_by("instance", "drop_reason")
+        .agg(pl.len().alias("count"))
+        .rename({"drop_reason": "reason"})
+        .sort("instance", "reason")
+    )
+    samples = _finish_samples(frame.filter(pl.col("drop_reason").is_null()))
+    return SamplesResult(samples=samples, dropped_counts=dropped)
+
+
+def _dtype_of(column: str) -> pl.DataType:
+    schema = STATEMENT_SNAPSHOTS.scan_schema()
+    return schema[column] if column in schema else pl.String()
+
+
+def _finish_samples(valid: pl.DataFrame) -> pl.DataFrame:
+    """Add the derived columns and order rows and columns as the query_samples table has them."""
+    calls = pl.col("calls").cast(pl.Float64)
+    plans = pl.col("plans").cast(pl.Float64)
+    out = valid.with_columns(
+        ((pl.col("interval_end") - pl.col("interval_start")).dt.total_microseconds() / 1e6).alias(
+            "interval_seconds"
+        ),
+        pl.when(calls > 0).then(pl.col("total_exec_time") / calls).alias("mean_exec_time"),
+        pl.when(plans > 0).then(pl.col("total_plan_time") / plans).alias("mean_plan_time"),
+    )
+    columns = ["instance", *QUERY_SAMPLES.column_names]
+    return out.select(columns).sort("instance", "interval_end", "dbid", "userid", "queryid", "toplevel")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The job: lake in, lake out, one instance at a time (I/O at the edge).
+
+
+@dataclass(frozen=True)
+class SamplesJobReport:
+    """What one run of the samples job read, wrote and dropped; peak RSS of this process in MiB."""
+
+    instances: int
+    snapshot_rows: int
+    sample_rows: int
+    dropped_counts: pl.DataFrame
+    files_written: int
+    seconds: float
+    peak_rss_mib: float
+
+    @property
+    def rows_per_second(self) -> float:
+        return self.snapshot_rows / self.seconds if self.seconds > 0 else float("nan")
+
+
+def peak_rss_mib() -> float:
+    """Peak resident set size of this process so far (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def lake_instances(lake_root: Path) -> list[str]:
+    """Instances that have statement snapshots in the lake, from the partition folder names."""
+    base = Path(lake_root) / STATEMENT_SNAPSHOTS.name
+    if not base.exists():
+        return []
+    return sorted(p.name.removeprefix("instance=") for p in base.glob("instance=*") if p.is_dir())
+
+
+def run_samples_job(
+    lake_root: Path,
+    config: SampleConfig = SampleConfig(),
+    *,
+    instances: list[str] | None = None,
+    out_root: Path | None = None,
+) -> SamplesJobReport:
+    """Rebuild query_samples for the given instances (all by default) from the whole snapshot history.
+
+    One instance is read, differenced and written per step, partitioned by the date of each interval's end,
+    one file per (instance, date) named after the latest interval end; rerunning replaces the files.
+    """
+    started = time.perf_counter()
+    out_root = Path(out_root or lake_root)
+    names = instances if instances is not None else lake_instances(lake_root)
+    snapshots = scan_table(lake_root, STATEMENT_SNAPSHOTS)
+    runs = scan_table(lake_root, SNAPSHOT_RUNS)
+    total_rows = 0
+    sample_rows = 0
+    files = 0
+    drops: list[pl.DataFrame] = []
+    for name in names:
+        one = snapshots.filter(pl.col("instance") == name)
+        rows = one.select(pl.len()).collect().item()
+        total_rows += rows
+        result = samples_from_snapshots(one, runs.filter(pl.col("instance") == name), config)
+        drops.append(result.dropped_counts)
+        sample_rows += result.samples.height
+        dated = result.samples.with_columns(pl.col("interval_end").dt.strftime("%Y-%m-%d").alias("date"))
+        for (day,), part in dated.partition_by("date", as_dict=True, maintain_order=True).items():
+            stem = stem_for(part["interval_end"].max())  # type: ignore[arg-type]
+            written = write_table(
+                out_root,
+                QUERY_SAMPLES,
+                part.drop("instance", "date"),
+                {"instance": name, "date": str(day)},
+                stem,
+            )
+            _remove_other_files(written)
+            files += 1
+    dropped = (pl.concat(drops) if drops else SamplesResult(samples=pl.DataFrame()).dropped_counts).sort(
+        "instance", "reason"
+    )
+    return SamplesJobReport(
+        instances=len(names),
+        snapshot_rows=total_rows,
+        sample_rows=sample_rows,
+        dropped_counts=dropped,
+        files_written=files,
+        seconds=time.perf_counter() - started,
+        peak_rss_mib=peak_rss_mib(),
+    )
+
+
+def _remove_other_files(kept: Path) -> None:
+    """A rebuild replaces the (instance, date) partition: older files beside the new one would duplicate."""
+    for old in kept.parent.glob("*.parquet"):
+        if old != kept:
+            old.unlink(missing_ok=True)

@@ -1,0 +1,217 @@
+"""Interval samples from synthetic snapshot frames: deltas, every invalid-delta rule, the lake job."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from jobs.lake import scan_table, write_table
+from jobs.samples import SampleConfig, SamplesError, run_samples_job, samples_from_snapshots
+from jobs.schemas import QUERY_SAMPLES, SNAPSHOT_RUNS, STATEMENT_SNAPSHOTS
+
+T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+BOOT = datetime(2026, 11, 29, 8, 0, tzinfo=UTC)
+
+
+def snap(step: int, calls: int, exec_ms: float, **over: Any) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "instance": "alpha",
+        "captured_at": T0 + timedelta(seconds=10 * step),
+        "system_identifier": 7,
+        "postmaster_start": BOOT,
+        "stats_reset": BOOT,
+        "stats_since": BOOT,
+        "userid": 10,
+        "dbid": 5,
+        "toplevel": True,
+        "queryid": -42,
+        "calls": calls,
+        "total_exec_time": exec_ms,
+        "rows": calls,
+        "shared_blks_hit": calls * 3,
+    }
+    row.update(over)
+    return row
+
+
+def frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
+    schema = STATEMENT_SNAPSHOTS.scan_schema()
+    return pl.DataFrame(rows, schema_overrides={k: schema[k] for k in rows[0] if k in schema})
+
+
+def runs_frame(deallocs: list[int], instance: str = "alpha") -> pl.DataFrame:
+    return pl.DataFrame(
+        {
+            "instance": [instance] * len(deallocs),
+            "captured_at": [T0 + timedelta(seconds=10 * i) for i in range(len(deallocs))],
+            "status": ["ok"] * len(deallocs),
+            "dealloc": deallocs,
+        },
+        schema_overrides={"captured_at": pl.Datetime("us", "UTC")},
+    )
+
+
+def dropped(result: Any) -> dict[str, int]:
+    return dict(zip(result.dropped_counts["reason"], result.dropped_counts["count"], strict=True))
+
+
+def test_deltas_and_interval_mean_latency() -> None:
+    rows = [snap(0, 100, 50.0), snap(1, 300, 250.0), snap(2, 310, 1250.0)]
+    result = samples_from_snapshots(frame(rows), None)
+    s = result.samples
+    assert s.columns == ["instance", *QUERY_SAMPLES.column_names]
+    assert s["calls"].to_list() == [200, 10]
+    assert s["total_exec_time"].to_list() == [200.0, 1000.0]
+    assert s["mean_exec_time"].to_list() == pytest.approx([1.0, 100.0])
+    assert s["shared_blks_hit"].to_list() == [600, 30]
+    assert s["interval_seconds"].to_list() == [10.0, 10.0]
+    assert s["interval_start"][0] == T0 and s["interval_end"][1] == T0 + timedelta(seconds=20)
+    assert result.dropped_counts.height == 0
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"calls": 50, "total_exec_time": 10.0}, "counter_decreased"),
+        ({"shared_blks_hit": 0}, "counter_decreased"),
+        ({"stats_since": BOOT + timedelta(hours=1)}, "entry_recreated"),
+        ({"stats_reset": BOOT + timedelta(hours=1)}, "stats_reset"),
+        ({"postmaster_start": BOOT + timedelta(hours=1)}, "server_restarted"),
+        ({"system_identifier": 8}, "server_replaced"),
+    ],
+)
+def test_invalid_delta_is_dropped_and_counted(change: dict[str, Any], reason: str) -> None:
+    # The third snapshot breaks the entry's history; deltas into and after it must not become samples
+    # unless the later one is consistent with the new incarnation.
+    base = [snap(0, 100, 50.0), snap(1, 200, 150.0)]
+    broken = {**snap(2, 300, 250.0), **change}
+    identity = {k: v for k, v in change.items() if k not in {"calls", "total_exec_time", "shared_blks_hit"}}
+    after = {**snap(3, 310, 260.0), **identity}
+    result = samples_from_snapshots(frame([*base, broken, after]), None)
+    assert dropped(result) == {reason: 1}
+    assert result.samples["interval_end"].to_list() == [
+        T0 + timedelta(seconds=10),
+        T0 + timedelta(seconds=30),
+    ]
+    assert (result.samples["calls"] > 0).all()
+    assert (result.samples["total_exec_time"] >= 0).all()
+
+
+def test_dealloc_growth_is_flagged_or_dropped() -> None:
+    rows = [snap(0, 100, 50.0), snap(1, 200, 150.0), snap(2, 300, 250.0)]
+    runs = runs_frame([3, 3, 5])
+    flagged = samples_from_snapshots(frame(rows), runs)
+    assert flagged.samples["evictions"].to_list() == [0, 2]
+    strict = samples_from_snapshots(frame(rows), runs, SampleConfig(drop_when_dealloc_grew=True))
+    assert strict.samples.height == 1
+    assert dropped(strict) == {"evicted_in_interval": 1}
+
+
+def test_intervals_below_min_executions_are_not_samples() -> None:
+    rows = [snap(0, 100, 50.0), snap(1, 100, 50.0), snap(2, 103, 60.0), snap(3, 110, 70.0)]
+    result = samples_from_snapshots(frame(rows), None, SampleConfig(min_executions=5))
+    assert result.samples["calls"].to_list() == [7]
+    assert dropped(result) == {"below_min_executions": 2}
+
+
+def test_entries_and_instances_are_never_differenced_against_each_other() -> None:
+    rows = [
+        snap(0, 100, 10.0),
+        snap(1, 110, 20.0),
+        snap(0, 5000, 9000.0, instance="beta"),
+        snap(1, 5001, 9001.0, instance="beta"),
+        snap(0, 1, 1.0, toplevel=False),
+        snap(1, 2, 3.0, toplevel=False),
+        snap(0, 1, 1.0, dbid=6),
+        snap(1, 4, 4.0, dbid=6),
+    ]
+    result = samples_from_snapshots(frame(rows), None)
+    by_key = {
+        (r["instance"], r["dbid"], r["toplevel"]): r["calls"] for r in result.samples.iter_rows(named=True)
+    }
+    assert by_key == {
+        ("alpha", 5, True): 10,
+        ("beta", 5, True): 1,
+        ("alpha", 5, False): 1,
+        ("alpha", 6, True): 3,
+    }
+
+
+def test_rows_hidden_by_privilege_are_ignored() -> None:
+    rows = [snap(0, 1, 1.0, queryid=None), snap(1, 9, 9.0, queryid=None), snap(0, 1, 1.0), snap(1, 2, 2.0)]
+    assert samples_from_snapshots(frame(rows), None).samples["calls"].to_list() == [1]
+
+
+def test_missing_column_is_a_clear_error() -> None:
+    with pytest.raises(SamplesError, match=r"statement_snapshots: missing columns \['calls'\]"):
+        samples_from_snapshots(frame([snap(0, 1, 1.0)]).drop("calls"), None)
+
+
+@st.composite
+def histories(draw: st.DrawFn) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for queryid in range(draw(st.integers(1, 3))):
+        calls, exec_ms, since = 0, 0.0, BOOT
+        for step in range(draw(st.integers(1, 12))):
+            if draw(st.booleans()) and draw(st.booleans()):
+                calls, exec_ms = draw(st.integers(0, 5)), draw(st.floats(0, 5))  # eviction or reset
+                if draw(st.booleans()):
+                    since = since + timedelta(minutes=1)
+            calls += draw(st.integers(0, 50))
+            exec_ms += draw(st.floats(0, 500))
+            rows.append(snap(step, calls, exec_ms, queryid=queryid, stats_since=since))
+    return rows
+
+
+@settings(max_examples=60, deadline=None)
+@given(histories(), st.randoms(use_true_random=False))
+def test_no_negative_samples_and_every_delta_accounted_for(rows: list[dict[str, Any]], rnd: Any) -> None:
+    shuffled = rows[:]
+    rnd.shuffle(shuffled)
+    result = samples_from_snapshots(frame(shuffled), None, SampleConfig(min_executions=2))
+    ordered = samples_from_snapshots(frame(rows), None, SampleConfig(min_executions=2))
+    assert result.samples.equals(ordered.samples)  # input order never matters
+    s = result.samples
+    assert (s["calls"] >= 2).all()
+    assert (s["total_exec_time"] >= 0).all()
+    entries = len({r["queryid"] for r in rows})
+    assert s.height + int(result.dropped_counts["count"].sum()) == len(rows) - entries
+
+
+def test_job_writes_partitioned_samples_and_a_rerun_replaces_them(lake_root: Path) -> None:
+    late = T0.replace(hour=23, minute=59, second=50)
+    rows = [snap(0, 1, 1.0), snap(1, 5, 9.0), snap(0, 10, 10.0, captured_at=late), snap(0, 20, 30.0)]
+    rows[2]["queryid"] = 1
+    rows[3].update(queryid=1, captured_at=late + timedelta(seconds=20))
+    snaps = frame(rows)
+    for (instance, captured_at), part in snaps.group_by("instance", "captured_at"):
+        date = captured_at.strftime("%Y-%m-%d")  # type: ignore[union-attr]
+        write_table(
+            lake_root,
+            STATEMENT_SNAPSHOTS,
+            part.drop("instance"),
+            {"instance": instance, "date": date},
+            captured_at.strftime("%H%M%S"),
+        )  # type: ignore[union-attr]
+    write_table(
+        lake_root,
+        SNAPSHOT_RUNS,
+        runs_frame([0, 0]).drop("instance"),
+        {"instance": "alpha", "date": "2026-11-29"},
+        "r",
+    )
+    report = run_samples_job(lake_root)
+    again = run_samples_job(lake_root)
+    assert (report.instances, report.snapshot_rows, report.sample_rows) == (1, 4, 2)
+    assert again.sample_rows == 2
+    samples = scan_table(lake_root, QUERY_SAMPLES).collect().sort("interval_end")
+    assert samples.height == 2
+    assert samples["date"].to_list() == ["2026-11-29", "2026-11-30"]
+    assert samples["calls"].to_list() == [4, 10]
+    assert report.peak_rss_mib > 0 and report.rows_per_second > 0
