@@ -1,0 +1,18 @@
+-- pg_stat_statements 1.10 (PostgreSQL 15-16): adds temp block times and JIT counters.
+SELECT
+    userid::bigint AS userid,
+    dbid::bigint AS dbid,
+    toplevel,
+    queryid,
+    calls, plans, total_exec_time, total_plan_time, rows,
+    shared_blks_hit, shared_blks_read, shared_blks_dirtied, shared_blks_written,
+    local_blks_hit, local_blks_read, local_blks_dirtied, local_blks_written,
+    temp_blks_read, temp_blks_written,
+    blk_read_time AS shared_blk_read_time,
+    blk_write_time AS shared_blk_write_time,
+    temp_blk_read_time, temp_blk_write_time,
+    wal_records, wal_fpi, wal_bytes::bigint AS wal_bytes,
+    jit_functions, jit_generation_time, jit_inlining_count, jit_inlining_time,
+    jit_optimization_count, jit_optimization_time, jit_emission_count, jit_emission_time,
+    min_exec_time, max_exec_time, mean_exec_time, stddev_exec_time
+FROM pg_stat_statements(showtext := false)
