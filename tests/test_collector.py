@@ -41,7 +41,8 @@ def orders_fleet(pg_fleet: EmbeddedFleet) -> EmbeddedFleet:
             conn.execute("drop table if exists radar_orders")
             conn.execute("create table radar_orders (id serial primary key, customer_id int, amount numeric)")
             conn.execute(
-                "insert into radar_orders (customer_id, amount) select g % 100, g from generate_series(1, 2000) g"
+                "insert into radar_orders (customer_id, amount) "
+                "select g % 100, g from generate_series(1, 2000) g"
             )
     return pg_fleet
 
