@@ -276,6 +276,79 @@ PERFORMANCE_REGRESSIONS = TableSchema(
 )
 
 # ---------------------------------------------------------------------------------------------------------
+# Plan capture, plan snapshots and plan diffs (issue 4: jobs/plans/, jobs/plandiff.py)
+
+PLAN_SNAPSHOTS = TableSchema(
+    name="plan_snapshots",
+    description=(
+        "One row each time a query's plan shape (per source) differs from the last stored one; at most the "
+        "last 5 distinct shapes per (instance, queryid, source) are kept (jobs.plans.capture)."
+    ),
+    primary_key=("instance", "queryid", "source", "captured_at", "shape_hash"),
+    columns=(
+        Column("captured_at", UTC_TS, "capture cycle time, or the log timestamp for auto_explain"),
+        Column("queryid", pl.Int64(), "pg_stat_statements queryid (auto_explain: Query Identifier)"),
+        Column("dbid", pl.Int64(), "null for auto_explain (the log names the database)"),
+        Column("dbname", pl.String()),
+        Column("userid", pl.Int64()),
+        Column("source", pl.String(), "pg_store_plans | generic_explain | auto_explain"),
+        Column("is_generic", pl.Boolean(), "true for EXPLAIN GENERIC_PLAN: an estimate, not what ran"),
+        Column("shape_hash", pl.String(), "node types, relations, indexes, join order; no costs/constants"),
+        Column("root_node", pl.String()),
+        Column("total_cost", pl.Float64(), "root Total Cost (planner estimate)"),
+        Column("plan_rows", pl.Float64(), "root Plan Rows (estimate)"),
+        Column("actual_rows", pl.Float64(), "root Actual Rows (auto_explain with log_analyze)"),
+        Column("actual_total_time_ms", pl.Float64(), "root Actual Total Time (needs log_timing)"),
+        Column("duration_ms", pl.Float64(), "auto_explain duration of the statement"),
+        Column("node_types", pl.List(pl.String()), "distinct node types, sorted"),
+        Column("relations", pl.List(pl.String()), "distinct relation names, sorted"),
+        Column("indexes", pl.List(pl.String()), "distinct index names, sorted"),
+        Column("planid", pl.Int64(), "pg_store_plans planid"),
+        Column("query_parameters", pl.String(), "auto_explain Query Parameters, when logged"),
+        Column("log_file", pl.String(), "auto_explain: the jsonlog file the record came from"),
+        Column("plan_json", pl.String(), "the plan node tree as JSON (root node object)"),
+    ),
+)
+
+PLAN_CAPTURE_LOG = TableSchema(
+    name="plan_capture_log",
+    description="One row per candidate query per plan source tried per capture cycle: what it said and why.",
+    primary_key=("instance", "captured_at", "dbid", "queryid", "source"),
+    columns=(
+        Column("captured_at", UTC_TS),
+        Column("queryid", pl.Int64()),
+        Column("dbid", pl.Int64()),
+        Column("source", pl.String(), "pg_store_plans | generic_explain"),
+        Column("status", pl.String(), "captured | failed | refused | unsupported | untrusted | no_plan"),
+        Column("reason", pl.String(), "why not captured (the check that failed, or the server's error)"),
+        Column("shape_hash", pl.String()),
+        Column("elapsed_ms", pl.Float64()),
+    ),
+)
+
+PLAN_DIFFS = TableSchema(
+    name="plan_diffs",
+    description="One row per detected regression: the plan before vs after detected_change_at.",
+    partition_by=("date",),
+    primary_key=("instance", "fingerprint", "detected_change_at"),
+    columns=(
+        Column("instance", pl.String()),
+        Column("queryid", pl.Int64()),
+        Column("fingerprint", pl.String()),
+        Column("detected_change_at", UTC_TS),
+        Column("diff_status", pl.String(), "changed | unchanged | no_before | no_after | no_plans"),
+        Column("before_captured_at", UTC_TS),
+        Column("after_captured_at", UTC_TS),
+        Column("before_source", pl.String()),
+        Column("after_source", pl.String()),
+        Column("before_shape_hash", pl.String()),
+        Column("after_shape_hash", pl.String()),
+        Column("plan_diff_summary", pl.String(), "short human summary"),
+        Column("plan_diff", pl.String(), "structured diff as JSON"),
+    ),
+)
+
+# ---------------------------------------------------------------------------------------------------------
 # Catalogue: every table above, by name. Add new tables above this line and to this tuple.
 
 TABLES: dict[str, TableSchema] = {
@@ -287,5 +360,8 @@ TABLES: dict[str, TableSchema] = {
         QUERY_SAMPLES,
         DEPLOY_EVENTS,
         PERFORMANCE_REGRESSIONS,
+        PLAN_SNAPSHOTS,
+        PLAN_CAPTURE_LOG,
+        PLAN_DIFFS,
     )
 }
