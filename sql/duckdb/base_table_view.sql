@@ -1,0 +1,5 @@
+-- Template for one lake table's view (filled in by jobs/duckdb_views.py from jobs/schemas.py):
+-- hive partitions pruned by folder, files of different versions merged by column name.
+CREATE OR REPLACE VIEW {table} AS
+SELECT {columns}
+FROM read_parquet('{glob}', hive_partitioning = true, union_by_name = true, hive_types = {hive_types})

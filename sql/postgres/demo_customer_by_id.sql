@@ -1,0 +1,1 @@
+SELECT id, name, region FROM demo_customers WHERE id = %s

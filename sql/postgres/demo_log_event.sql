@@ -1,0 +1,1 @@
+INSERT INTO demo_events (kind, payload) VALUES (%s, %s)

@@ -1,0 +1,1 @@
+SELECT count(*), sum(amount) FROM demo_orders WHERE customer_id = %s

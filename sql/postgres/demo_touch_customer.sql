@@ -1,0 +1,1 @@
+UPDATE demo_customers SET last_seen = now() WHERE id = %s
