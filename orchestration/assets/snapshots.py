@@ -1,0 +1,44 @@
+"""statement_snapshots: one snapshot of the whole fleet per run, into today's partition."""
+
+from datetime import UTC, datetime
+
+import dagster as dg
+import polars as pl
+
+from jobs.collector import snapshot_fleet
+from orchestration.partitions import daily
+from orchestration.resources import FleetResource, LakeResource
+from orchestration.tables import markdown_table
+
+
+@dg.asset(
+    partitions_def=daily,
+    group_name="collect",
+    kinds={"postgres", "parquet"},
+    description="Cumulative pg_stat_statements counters of every fleet instance, one snapshot per run. "
+    "pg_stat_statements cannot be backfilled: only today's partition can be materialized.",
+)
+def statement_snapshots(
+    context: dg.AssetExecutionContext, fleet: FleetResource, lake: LakeResource
+) -> dg.MaterializeResult:
+    today = datetime.now(UTC).date().isoformat()
+    if context.partition_key != today:
+        raise dg.Failure(
+            f"statement_snapshots reads live counters: partition {context.partition_key} cannot be "
+            f"backfilled (today is {today})"
+        )
+    result = snapshot_fleet(fleet.load(), lake.path)
+    for failed in result.failed:
+        context.log.warning(f"snapshot failed: {failed.error}")
+    if not result.ok:
+        raise dg.Failure(f"every instance failed: {'; '.join(r.error or r.instance for r in result.failed)}")
+    return dg.MaterializeResult(
+        metadata={
+            "instances_ok": len(result.ok),
+            "instances_failed": len(result.failed),
+            "failed_instances": ", ".join(r.instance for r in result.failed) or "none",
+            "statement_rows": sum(r.statement_rows for r in result.results),
+            "bytes_written": sum(r.bytes_written for r in result.results),
+            "per_instance": dg.MetadataValue.md(markdown_table(pl.DataFrame(result.summary_rows()))),
+        }
+    )

@@ -1,0 +1,19 @@
+"""The Dagster code location: `make dev` (dagster dev -m orchestration.definitions) loads `defs`."""
+
+import dagster as dg
+
+from orchestration.assets.deploys import deploy_events
+from orchestration.assets.samples import query_samples
+from orchestration.assets.snapshots import statement_snapshots
+from orchestration.jobs import deploy_job, snapshot_job
+from orchestration.resources import DeployInboxResource, FleetResource, LakeResource
+from orchestration.schedules import snapshot_schedule
+from orchestration.sensors import deploy_inbox_sensor
+
+defs = dg.Definitions(
+    assets=[statement_snapshots, query_samples, deploy_events],
+    jobs=[snapshot_job, deploy_job],
+    schedules=[snapshot_schedule],
+    sensors=[deploy_inbox_sensor],
+    resources={"fleet": FleetResource(), "lake": LakeResource(), "inbox": DeployInboxResource()},
+)

@@ -1,0 +1,48 @@
+"""Typed Dagster resources: where the lake is and which fleet to watch."""
+
+import os
+from pathlib import Path
+
+import dagster as dg
+
+from jobs.config import ConfigError, FleetConfig
+from jobs.fleet import EmbeddedFleet
+
+DEFAULT_LAKE_ROOT = os.environ.get("RADAR_LAKE_ROOT", "data/lake")
+DEFAULT_FLEET_FILE = os.environ.get("RADAR_FLEET_FILE", "data/fleet.toml")
+DEFAULT_EMBEDDED_ROOT = os.environ.get("RADAR_EMBEDDED_FLEET", "")
+
+
+class LakeResource(dg.ConfigurableResource):
+    """The root folder of the Parquet lake."""
+
+    root: str = DEFAULT_LAKE_ROOT
+
+    @property
+    def path(self) -> Path:
+        return Path(self.root)
+
+
+class FleetResource(dg.ConfigurableResource):
+    """The fleet to snapshot: a fleet TOML file, or a running embedded fleet (demo, tests)."""
+
+    fleet_file: str = DEFAULT_FLEET_FILE
+    embedded_root: str = DEFAULT_EMBEDDED_ROOT
+
+    def load(self) -> FleetConfig:
+        if self.embedded_root:
+            fleet = EmbeddedFleet.load(Path(self.embedded_root))
+            if fleet is None:
+                raise ConfigError(f"no embedded fleet at {self.embedded_root} (radar fleet up)")
+            return FleetConfig.from_embedded(fleet)
+        return FleetConfig.load(Path(self.fleet_file))
+
+
+class DeployInboxResource(dg.ConfigurableResource):
+    """The folder where deploy tools drop CSV/JSON deploy files."""
+
+    inbox: str = os.environ.get("RADAR_DEPLOY_INBOX", "data/deploys")
+
+    @property
+    def path(self) -> Path:
+        return Path(self.inbox)
