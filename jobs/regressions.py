@@ -1,0 +1,491 @@
+"""The regression detector: did a query get slower, when did it begin, and was it the deploy?
+
+A series is the per-interval mean latency (Σ exec time / Σ calls of the interval) of one query on one
+instance: samples of every queryid sharing a fingerprint (table recreated, int4/int8 parameters,
+search_path) and of every database, user and nesting level are merged per interval end, so one query is
+analysed once, and reported under the queryid that most recently received a sample.
+
+Deploy-aware analysis, per (deploy, instance, query) in the window around the deploy, batched over the fleet:
+  stage 0  naive pre/post means; a relative change below ``latency_change_threshold`` is rejected at once;
+  stage 1  E-divisive means (jobs.changepoint) locates the single most significant change point and tests
+           it; none, or one farther than the tolerance from the deploy, is a no_regression with that reason;
+  stage 2  Welch's t-test on the two segments the change point defines (not the deploy split);
+           p < ``p_value_threshold`` and a higher mean after → detected at the change point's time.
+Unannounced analysis: hierarchical E-divisive over a longer history finds several change points per series
+(plan flips, data growth), every increase is Welch-tested against its neighbouring segment, and the
+p-values of all candidates of the fleet are Benjamini-Hochberg adjusted (reported in the output).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+import numpy as np
+import polars as pl
+from scipy import stats
+
+from jobs.changepoint import ChangePointConfig, most_significant_change_points, segment_change_points
+from jobs.deploys import deploys_for_instances
+from jobs.fingerprint import attach_fingerprints, fingerprint_texts
+from jobs.schemas import PERFORMANCE_REGRESSIONS
+
+DETECTED = "detected"
+NO_REGRESSION = "no_regression"
+INSUFFICIENT_DATA = "insufficient_data"
+
+SERIES_KEY = ("instance", "fingerprint")
+
+
+@dataclass(frozen=True)
+class RegressionConfig:
+    """Every threshold of the detector; defaults are the issue's."""
+
+    window_before: timedelta = timedelta(minutes=30)
+    """How much history before a deploy is compared."""
+    window_after: timedelta = timedelta(minutes=30)
+    """How much history after a deploy is compared."""
+    latency_change_threshold: float = 0.20
+    """Stage 0: a relative change of the naive pre/post means below this is rejected without more work."""
+    changepoint_tolerance: float = 0.20
+    """Stage 1: how far the change point may lie from the deploy, as a fraction of the analysis window..."""
+    changepoint_tolerance_floor: timedelta = timedelta(minutes=2)
+    """...but never less than this."""
+    p_value_threshold: float = 0.05
+    """Stage 2: Welch's p below this is a detection."""
+    min_samples_per_side: int = 5
+    """Fewer samples than this on either side of the deploy is insufficient data (>= min_segment)."""
+    changepoint: ChangePointConfig = field(default_factory=ChangePointConfig)
+    """Change point location and significance (jobs.changepoint)."""
+    history: timedelta = timedelta(days=7)
+    """Unannounced analysis: history analysed, counted back from the latest sample of the input."""
+    max_change_points: int = 5
+    """Unannounced analysis: change points per series at most."""
+    fdr_q: float = 0.05
+    """Unannounced analysis: Benjamini-Hochberg false discovery rate across all candidates of the fleet."""
+
+    def tolerance(self) -> timedelta:
+        window = self.window_before + self.window_after
+        return max(window * self.changepoint_tolerance, self.changepoint_tolerance_floor)
+
+    def __post_init__(self) -> None:
+        if self.window_before <= timedelta(0) or self.window_after <= timedelta(0):
+            raise ValueError("window_before and window_after must be positive")
+        if self.min_samples_per_side < self.changepoint.min_segment:
+            raise ValueError("min_samples_per_side must be >= changepoint.min_segment")
+        for name in ("changepoint_tolerance", "p_value_threshold", "fdr_q"):
+            if not 0.0 < getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} must be in (0, 1]")
+
+
+class RegressionInputError(ValueError):
+    """Input frames lack columns or hold values the detector cannot use; the message names which."""
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Series: merge queryids of one fingerprint per interval
+
+
+def _require(frame: pl.DataFrame, columns: tuple[str, ...], what: str) -> None:
+    missing = sorted(set(columns) - set(frame.columns))
+    if missing:
+        raise RegressionInputError(f"{what}: missing columns {missing}")
+
+
+def fingerprinted_samples(samples: pl.DataFrame, texts: pl.DataFrame) -> pl.DataFrame:
+    """Samples with ``fingerprint`` and ``query``; texts: raw query_texts or fingerprint_texts output."""
+    _require(
+        samples,
+        ("instance", "queryid", "interval_start", "interval_end", "calls", "total_exec_time"),
+        "samples",
+    )
+    prints = texts if "fingerprint" in texts.columns else fingerprint_texts(texts)
+    out = attach_fingerprints(samples.drop("fingerprint", "query", strict=False), prints)
+    bad = out.filter(~pl.col("total_exec_time").is_finite() | (pl.col("calls") <= 0))
+    if bad.height:
+        row = bad.row(0, named=True)
+        raise RegressionInputError(
+            f"samples: instance {row['instance']} queryid {row['queryid']} at {row['interval_end']}: "
+            "calls must be positive and exec time finite (build samples with jobs.samples)"
+        )
+    return out
+
+
+def merge_intervals(frame: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+    """One point per (keys, interval_end): calls-weighted mean latency over the merged queryids."""
+    return (
+        frame.group_by([*keys, "interval_end"])
+        .agg(
+            pl.col("interval_start").min(),
+            pl.col("calls").sum(),
+            pl.col("total_exec_time").sum(),
+        )
+        .with_columns((pl.col("total_exec_time") / pl.col("calls")).alias("value"))
+        .sort([*keys, "interval_end"])
+    )
+
+
+def series_identity(frame: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+    """Per series: the queryid with the latest sample (ties: lowest queryid), all queryids, the query text."""
+    latest = (
+        frame.sort([*keys, "interval_end", "queryid"], descending=[*([False] * len(keys)), True, False])
+        .unique(keys, keep="first", maintain_order=True)
+        .select(*keys, "queryid", "query")
+    )
+    merged = frame.group_by(keys).agg(
+        pl.col("queryid").unique().sort().cast(pl.String).str.join(",").alias("queryids")
+    )
+    return latest.join(merged, on=keys, how="left")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Statistics on many series at once
+
+
+@dataclass(frozen=True)
+class WelchResult:
+    """Per test: segment means, counts, Welch's t and two-sided p (ddof = 1, unequal variances)."""
+
+    before_mean: np.ndarray
+    after_mean: np.ndarray
+    before_count: np.ndarray
+    after_count: np.ndarray
+    t: np.ndarray
+    p: np.ndarray
+
+
+def piece_statistics(values: np.ndarray, piece: np.ndarray, pieces: int) -> tuple[np.ndarray, ...]:
+    """Count, mean and sum of squared deviations per piece id, two-pass (precise for tiny variances)."""
+    count = np.bincount(piece, minlength=pieces).astype(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.bincount(piece, weights=values, minlength=pieces) / count
+    deviation = values - mean[piece]
+    squares = np.bincount(piece, weights=deviation * deviation, minlength=pieces)
+    return count, mean, squares
+
+
+def welch_tests(
+    count_a: np.ndarray,
+    mean_a: np.ndarray,
+    squares_a: np.ndarray,
+    count_b: np.ndarray,
+    mean_b: np.ndarray,
+    squares_b: np.ndarray,
+) -> WelchResult:
+    """Welch's t-test of b against a for every pair of pieces; a zero-variance pair gets p = 0 or 1."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        std_a = np.sqrt(squares_a / (count_a - 1))
+        std_b = np.sqrt(squares_b / (count_b - 1))
+        t, p = stats.ttest_ind_from_stats(mean_b, std_b, count_b, mean_a, std_a, count_a, equal_var=False)
+    t = np.asarray(t, dtype=np.float64)
+    p = np.asarray(p, dtype=np.float64)
+    degenerate = (squares_a + squares_b) == 0
+    p = np.where(degenerate, np.where(mean_a == mean_b, 1.0, 0.0), p)
+    t = np.where(degenerate, np.where(mean_a == mean_b, 0.0, np.sign(mean_b - mean_a) * np.inf), t)
+    return WelchResult(mean_a, mean_b, count_a.astype(np.int64), count_b.astype(np.int64), t, p)
+
+
+def group_offsets(group_sizes: np.ndarray) -> np.ndarray:
+    offsets = np.zeros(group_sizes.shape[0] + 1, dtype=np.int64)
+    np.cumsum(group_sizes, out=offsets[1:])
+    return offsets
+
+
+def split_values(values: np.ndarray, offsets: np.ndarray) -> list[np.ndarray]:
+    return [values[offsets[i] : offsets[i + 1]] for i in range(offsets.shape[0] - 1)]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Deploy-aware analysis
+
+
+def _empty_result() -> pl.DataFrame:
+    return PERFORMANCE_REGRESSIONS.empty()
+
+
+def detect_regressions(
+    samples: pl.DataFrame,
+    texts: pl.DataFrame,
+    deploys: pl.DataFrame,
+    config: RegressionConfig = RegressionConfig(),
+) -> pl.DataFrame:
+    """One row per (deploy, instance, query) with samples in the deploy's window: detected or why not.
+
+    ``samples``: query_samples rows plus ``instance``; ``texts``: query_texts rows plus ``instance`` (or
+    fingerprint_texts output); ``deploys``: deploy_events rows (fleet deploys apply to every instance).
+    Pure and deterministic: the same inputs give the same rows in the same order.
+    """
+    _require(deploys, ("deploy_id", "version", "scope", "instance", "deployed_at"), "deploy_events")
+    if samples.height == 0 or deploys.height == 0:
+        return _empty_result()
+    points = fingerprinted_samples(samples, texts)
+    targets = deploys_for_instances(deploys, points["instance"].unique().to_list()).select(
+        "deploy_id",
+        pl.col("version").alias("deploy_version"),
+        "instance",
+        "deployed_at",
+        (pl.col("deployed_at") - config.window_before).alias("window_start"),
+        (pl.col("deployed_at") + config.window_after).alias("window_end"),
+    )
+    windowed = points.join(targets, on="instance", how="inner").filter(
+        (pl.col("interval_end") > pl.col("window_start")) & (pl.col("interval_end") <= pl.col("window_end"))
+    )
+    if windowed.height == 0:
+        return _empty_result()
+    keys = ["deploy_id", "instance", "fingerprint"]
+    identity = series_identity(windowed, keys)
+    series = merge_intervals(windowed, keys).join(
+        targets.drop("instance").unique("deploy_id"), on="deploy_id"
+    )
+    series = series.with_columns((pl.col("interval_end") > pl.col("deployed_at")).alias("after_deploy"))
+
+    # Stage 0: naive pre/post means per series.
+    summary = (
+        series.group_by(keys, maintain_order=True)
+        .agg(
+            pl.len().alias("points"),
+            pl.col("value").filter(~pl.col("after_deploy")).mean().alias("pre_mean"),
+            pl.col("value").filter(pl.col("after_deploy")).mean().alias("post_mean"),
+            pl.col("after_deploy").not_().sum().alias("pre_count"),
+            pl.col("after_deploy").sum().alias("post_count"),
+        )
+        .with_columns(
+            ((pl.col("post_mean") - pl.col("pre_mean")) / pl.col("pre_mean")).alias("latency_change")
+        )
+    )
+    enough = (pl.col("pre_count") >= config.min_samples_per_side) & (
+        pl.col("post_count") >= config.min_samples_per_side
+    )
+    summary = summary.with_columns(
+        pl.when(~enough)
+        .then(pl.lit("too_few_samples"))
+        .when(
+            pl.col("latency_change").fill_nan(None).is_null()
+            | (pl.col("latency_change") < config.latency_change_threshold)
+        )
+        .then(pl.lit("below_latency_change_threshold"))
+        .otherwise(pl.lit(None, dtype=pl.String))
+        .alias("reason")
+    )
+
+    # Stages 1 and 2 on the survivors, all at once.
+    survivors = summary.filter(pl.col("reason").is_null()).select(keys)
+    tested = series.join(survivors, on=keys, how="semi", maintain_order="left")
+    staged = _changepoint_and_welch(tested, keys, config)
+    result = summary.join(staged, on=keys, how="left", maintain_order="left")
+    result = result.join(targets.drop("instance").unique("deploy_id"), on="deploy_id", how="left")
+    result = result.join(identity, on=keys, how="left")
+    tolerance = config.tolerance()
+    reason = (
+        pl.when(pl.col("reason").is_not_null())
+        .then(pl.col("reason"))
+        .when(~pl.col("changepoint_significant").fill_null(False))
+        .then(pl.lit("no_significant_change_point"))
+        .when((pl.col("detected_change_at") - pl.col("deployed_at")).abs() > tolerance)
+        .then(pl.lit("change_point_outside_tolerance"))
+        .when(pl.col("after_mean_ms") <= pl.col("before_mean_ms"))
+        .then(pl.lit("latency_not_increased"))
+        .when(~(pl.col("p_value") < config.p_value_threshold))
+        .then(pl.lit("welch_not_significant"))
+        .otherwise(pl.lit(DETECTED))
+    )
+    result = result.with_columns(reason.alias("reason")).with_columns(
+        pl.when(pl.col("reason") == DETECTED)
+        .then(pl.lit(DETECTED))
+        .when(pl.col("reason") == "too_few_samples")
+        .then(pl.lit(INSUFFICIENT_DATA))
+        .otherwise(pl.lit(NO_REGRESSION))
+        .alias("status"),
+        pl.lit("deploy").alias("analysis"),
+        (1.0 - pl.col("p_value")).alias("confidence"),
+        pl.lit(None, dtype=pl.Float64).alias("p_adjusted"),
+        pl.lit(None, dtype=pl.String).alias("fdr_method"),
+    )
+    return PERFORMANCE_REGRESSIONS.conform(result.select(PERFORMANCE_REGRESSIONS.column_names)).sort(
+        "deployed_at", "deploy_id", "instance", "fingerprint"
+    )
+
+
+def _changepoint_and_welch(series: pl.DataFrame, keys: list[str], config: RegressionConfig) -> pl.DataFrame:
+    """Most significant change point of each series, then Welch on the segments it defines."""
+    columns = {
+        "changepoint_index": pl.Int64,
+        "detected_change_at": pl.Datetime("us", "UTC"),
+        "changepoint_p_value": pl.Float64,
+        "changepoint_significant": pl.Boolean,
+        "before_mean_ms": pl.Float64,
+        "after_mean_ms": pl.Float64,
+        "before_count": pl.Int64,
+        "after_count": pl.Int64,
+        "t_statistic": pl.Float64,
+        "p_value": pl.Float64,
+    }
+    groups = series.group_by(keys, maintain_order=True).agg(pl.len().alias("size"))
+    if groups.height == 0:
+        return pl.DataFrame(schema={**{k: pl.String for k in keys}, **columns})
+    values = series["value"].to_numpy().astype(np.float64)
+    sizes = groups["size"].to_numpy().astype(np.int64)
+    offsets = group_offsets(sizes)
+    points = most_significant_change_points(split_values(values, offsets), config.changepoint)
+    index = np.array([-1 if p.index is None else p.index for p in points], dtype=np.int64)
+    located = index >= 0
+    # Piece 2g = before the change point, 2g + 1 = from it on; series without a change point: all before.
+    group_of = np.repeat(np.arange(sizes.shape[0]), sizes)
+    position = np.arange(values.shape[0]) - offsets[group_of]
+    piece = 2 * group_of + ((position >= index[group_of]) & located[group_of])
+    count, mean, squares = piece_statistics(values, piece, 2 * sizes.shape[0])
+    welch = welch_tests(count[0::2], mean[0::2], squares[0::2], count[1::2], mean[1::2], squares[1::2])
+    starts = series["interval_start"]
+    change_at = [starts[int(offsets[g] + index[g])] if located[g] else None for g in range(sizes.shape[0])]
+    return (
+        groups.drop("size")
+        .with_columns(
+            pl.Series("changepoint_index", [int(i) if i >= 0 else None for i in index], dtype=pl.Int64),
+            pl.Series("detected_change_at", change_at, dtype=pl.Datetime("us", "UTC")),
+            pl.Series("changepoint_p_value", [p.p_value for p in points], dtype=pl.Float64),
+            pl.Series("changepoint_significant", [p.significant for p in points], dtype=pl.Boolean),
+            pl.Series("before_mean_ms", welch.before_mean),
+            pl.Series("after_mean_ms", np.where(located, welch.after_mean, np.nan)),
+            pl.Series("before_count", welch.before_count),
+            pl.Series("after_count", welch.after_count),
+            pl.Series("t_statistic", np.where(located, welch.t, np.nan)),
+            pl.Series("p_value", np.where(located, welch.p, np.nan)),
+        )
+        .with_columns(pl.col("after_mean_ms", "t_statistic", "p_value").fill_nan(None))
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Unannounced analysis
+
+
+def detect_unannounced_regressions(
+    samples: pl.DataFrame, texts: pl.DataFrame, config: RegressionConfig = RegressionConfig()
+) -> pl.DataFrame:
+    """One row per (instance, query) over the last ``config.history``: its strongest step up, if any.
+
+    Change points come from hierarchical E-divisive with Benjamini-Hochberg across every series of the
+    call at each round; each increase of at least ``latency_change_threshold`` is Welch-tested against
+    the segment before it, and those p-values are Benjamini-Hochberg adjusted across all candidates of
+    the fleet. Detected when the adjusted p is below ``fdr_q``; the output says so in ``fdr_method``.
+    """
+    if samples.height == 0:
+        return _empty_result()
+    points = fingerprinted_samples(samples, texts)
+    latest = points["interval_end"].max()
+    window_start = latest - config.history  # type: ignore[operator]
+    points = points.filter(pl.col("interval_end") > window_start)
+    keys = list(SERIES_KEY)
+    identity = series_identity(points, keys)
+    series = merge_intervals(points, keys)
+    groups = series.group_by(keys, maintain_order=True).agg(
+        pl.len().alias("size"), pl.col("interval_end").min().alias("first_end")
+    )
+    values = series["value"].to_numpy().astype(np.float64)
+    sizes = groups["size"].to_numpy().astype(np.int64)
+    offsets = group_offsets(sizes)
+    found = segment_change_points(
+        split_values(values, offsets),
+        config.changepoint,
+        max_change_points=config.max_change_points,
+        fdr_q=config.fdr_q,
+    )
+    # Pieces: the segments between consecutive change points of each series, numbered over the fleet.
+    cuts = [sorted({p.index for p in cps if p.index is not None}) for cps in found]
+    piece_base = group_offsets(np.array([len(c) + 1 for c in cuts], dtype=np.int64))
+    group_of = np.repeat(np.arange(sizes.shape[0]), sizes)
+    position = np.arange(values.shape[0]) - offsets[group_of]
+    local_piece = np.zeros(values.shape[0], dtype=np.int64)
+    for g, c in enumerate(cuts):  # one searchsorted per series with change points, never per sample
+        if c:
+            segment = slice(offsets[g], offsets[g + 1])
+            local_piece[segment] = np.searchsorted(np.array(c), position[segment], side="right")
+    piece = piece_base[group_of] + local_piece
+    count, mean, squares = piece_statistics(values, piece, int(piece_base[-1]))
+    # One candidate per change point: piece j-1 (before) against piece j (after).
+    candidate_group = np.array([g for g, c in enumerate(cuts) for _ in c], dtype=np.int64)
+    candidate_cut = np.array([i for c in cuts for i in c], dtype=np.int64)
+    candidate_cp_p = np.array(
+        [p.p_value for cps in found for p in cps if p.index is not None], dtype=np.float64
+    )
+    after_piece = np.array(
+        [piece_base[g] + j + 1 for g, c in enumerate(cuts) for j in range(len(c))], dtype=np.int64
+    )
+    before_piece = after_piece - 1
+    welch = welch_tests(
+        count[before_piece],
+        mean[before_piece],
+        squares[before_piece],
+        count[after_piece],
+        mean[after_piece],
+        squares[after_piece],
+    )
+    with np.errstate(divide="ignore", invalid="ignore"):
+        change = (welch.after_mean - welch.before_mean) / welch.before_mean
+    candidate = (change >= config.latency_change_threshold) & np.isfinite(welch.p)
+    adjusted = np.full(candidate.shape[0], np.nan)
+    if candidate.any():
+        adjusted[candidate] = stats.false_discovery_control(welch.p[candidate], method="bh")
+    detected = candidate & (adjusted < config.fdr_q)
+    tests = int(candidate.sum())
+    starts = series["interval_start"]
+    candidates = pl.DataFrame(
+        {
+            "group": candidate_group,
+            "changepoint_index": candidate_cut,
+            "detected_change_at": pl.Series(
+                [starts[int(offsets[g] + i)] for g, i in zip(candidate_group, candidate_cut, strict=True)],
+                dtype=pl.Datetime("us", "UTC"),
+            ),
+            "latency_change": change,
+            "changepoint_p_value": candidate_cp_p,
+            "before_mean_ms": welch.before_mean,
+            "after_mean_ms": welch.after_mean,
+            "before_count": welch.before_count,
+            "after_count": welch.after_count,
+            "t_statistic": welch.t,
+            "p_value": welch.p,
+            "p_adjusted": adjusted,
+            "candidate": candidate,
+            "detected": detected,
+        },
+        schema_overrides={"group": pl.Int64, "changepoint_index": pl.Int64},
+    )
+    # Per series: the detected step with the smallest adjusted p (ties: earliest), else the best candidate.
+    best = candidates.sort(
+        ["group", "detected", "candidate", "p_adjusted", "changepoint_index"],
+        descending=[False, True, True, False, False],
+        nulls_last=True,
+    ).unique("group", keep="first", maintain_order=True)
+    base = groups.with_row_index("group").with_columns(pl.col("group").cast(pl.Int64))
+    result = base.join(best, on="group", how="left").join(identity, on=keys, how="left")
+    fdr_text = f"benjamini-hochberg q={config.fdr_q} over {tests} candidate steps"
+    result = result.with_columns(
+        pl.when(pl.col("detected").fill_null(False))
+        .then(pl.lit(DETECTED))
+        .when(pl.col("size") < 2 * config.changepoint.min_segment)
+        .then(pl.lit(INSUFFICIENT_DATA))
+        .otherwise(pl.lit(NO_REGRESSION))
+        .alias("status"),
+        pl.when(pl.col("detected").fill_null(False))
+        .then(pl.lit(DETECTED))
+        .when(pl.col("size") < 2 * config.changepoint.min_segment)
+        .then(pl.lit("too_few_samples"))
+        .when(pl.col("changepoint_index").is_null())
+        .then(pl.lit("no_significant_change_point"))
+        .when(~pl.col("candidate"))
+        .then(pl.lit("below_latency_change_threshold"))
+        .otherwise(pl.lit("not_significant_after_fdr"))
+        .alias("reason"),
+        pl.lit("unannounced").alias("analysis"),
+        pl.lit(None, dtype=pl.String).alias("deploy_id"),
+        pl.lit(None, dtype=pl.String).alias("deploy_version"),
+        pl.lit(None, dtype=pl.Datetime("us", "UTC")).alias("deployed_at"),
+        pl.lit(window_start).alias("window_start"),
+        pl.lit(latest).alias("window_end"),
+        (1.0 - pl.col("p_adjusted")).alias("confidence"),
+        pl.lit(fdr_text).alias("fdr_method"),
+    )
+    return PERFORMANCE_REGRESSIONS.conform(result.select(PERFORMANCE_REGRESSIONS.column_names)).sort(
+        "instance", "fingerprint"
+    )

@@ -1,0 +1,208 @@
+"""The regression detector on tiny inline series: each stage's decision, identity merging, FDR control."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import polars as pl
+import pytest
+from scipy import stats
+
+from jobs.changepoint import ChangePointConfig
+from jobs.deploys import DeployEvent, events_frame
+from jobs.regressions import (
+    RegressionConfig,
+    RegressionInputError,
+    detect_regressions,
+    detect_unannounced_regressions,
+    piece_statistics,
+    welch_tests,
+)
+
+DEPLOY_AT = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+STEP = timedelta(seconds=10)
+CONFIG = RegressionConfig(window_before=timedelta(minutes=5), window_after=timedelta(minutes=10))
+QUERY = "select sum(amount) from orders where customer_id = $1"
+
+
+def samples_for(
+    values: np.ndarray | list[float], *, instance: str = "alpha", queryid: int = 11, first: int = -30
+) -> pl.DataFrame:
+    """One sample per 10 s interval; sample i ends at DEPLOY_AT + (first + i + 1) * 10 s; 10 calls each."""
+    ends = [DEPLOY_AT + (first + i + 1) * STEP for i in range(len(values))]
+    return pl.DataFrame(
+        {
+            "instance": instance,
+            "queryid": queryid,
+            "interval_start": [e - STEP for e in ends],
+            "interval_end": ends,
+            "calls": 10,
+            "total_exec_time": np.asarray(values, dtype=np.float64) * 10,
+        },
+        schema_overrides={
+            "interval_start": pl.Datetime("us", "UTC"),
+            "interval_end": pl.Datetime("us", "UTC"),
+        },
+    )
+
+
+def texts_for(pairs: list[tuple[str, int, str]]) -> pl.DataFrame:
+    return pl.DataFrame(
+        pairs, schema={"instance": pl.String, "queryid": pl.Int64, "query": pl.String}, orient="row"
+    )
+
+
+def deploy(instance: str | None = "alpha", at: datetime = DEPLOY_AT) -> pl.DataFrame:
+    return events_frame([DeployEvent(version="v42", deployed_at=at, instance=instance)]).drop("date")
+
+
+def noise(n: int, level: float, seed: int) -> np.ndarray:
+    return level * np.random.default_rng(seed).lognormal(0.0, 0.1, n)
+
+
+def one(samples: pl.DataFrame, config: RegressionConfig = CONFIG, instance: str | None = "alpha") -> dict:
+    texts = texts_for([("alpha", 11, QUERY), ("alpha", 12, QUERY), ("beta", 11, QUERY)])
+    out = detect_regressions(samples, texts, deploy(instance), config)
+    assert out.height == 1
+    return out.row(0, named=True)
+
+
+def test_step_at_the_deploy_is_detected_at_the_change_point() -> None:
+    values = np.concatenate([noise(30, 1.0, 1), noise(60, 5.0, 2)])
+    row = one(samples_for(values))
+    assert (row["status"], row["reason"]) == ("detected", "detected")
+    assert row["changepoint_index"] == 30
+    assert row["detected_change_at"] == DEPLOY_AT
+    assert row["before_count"] == 30 and row["after_count"] == 60
+    assert row["before_mean_ms"] == pytest.approx(values[:30].mean())
+    assert row["after_mean_ms"] == pytest.approx(values[30:].mean())
+    assert row["p_value"] < 1e-10 and row["confidence"] > 0.999
+    assert row["latency_change"] > 3
+    assert row["deploy_version"] == "v42" and row["query"] == QUERY and row["queryid"] == 11
+
+
+def test_no_step_is_rejected_at_stage_zero() -> None:
+    row = one(samples_for(noise(90, 1.0, 3)))
+    assert (row["status"], row["reason"]) == ("no_regression", "below_latency_change_threshold")
+    assert abs(row["latency_change"]) < 0.2
+    assert row["changepoint_index"] is None  # no further work was done
+
+
+def test_outliers_after_the_deploy_are_not_a_regression() -> None:
+    values = noise(90, 1.0, 4)
+    values[[40, 55, 70]] = [80.0, 120.0, 60.0]  # spikes lift the naive post mean far above 20%
+    row = one(samples_for(values))
+    assert row["latency_change"] > 0.2
+    assert row["status"] == "no_regression"
+    assert row["reason"] in {"no_significant_change_point", "welch_not_significant"}
+
+
+def test_shift_far_from_the_deploy_is_not_attributed_to_it() -> None:
+    values = np.concatenate([noise(66, 1.0, 5), noise(24, 5.0, 6)])  # shift 6 min after; tolerance 3 min
+    row = one(samples_for(values))
+    assert CONFIG.tolerance() == timedelta(minutes=3)
+    assert (row["status"], row["reason"]) == ("no_regression", "change_point_outside_tolerance")
+    assert row["detected_change_at"] == DEPLOY_AT + timedelta(minutes=6)
+
+
+def test_shift_shortly_before_the_deploy_is_within_tolerance() -> None:
+    values = np.concatenate([noise(24, 1.0, 7), noise(66, 5.0, 8)])  # one minute before the deploy
+    row = one(samples_for(values))
+    assert row["status"] == "detected"
+    assert row["detected_change_at"] == DEPLOY_AT - timedelta(minutes=1)
+
+
+def test_improvement_and_thin_data_are_not_regressions() -> None:
+    faster = one(samples_for(np.concatenate([noise(30, 5.0, 9), noise(60, 1.0, 10)])))
+    assert (faster["status"], faster["reason"]) == ("no_regression", "below_latency_change_threshold")
+    thin = one(samples_for(np.concatenate([noise(3, 1.0, 11), noise(60, 5.0, 12)]), first=-3))
+    assert (thin["status"], thin["reason"]) == ("insufficient_data", "too_few_samples")
+
+
+def test_queryid_rotation_at_the_deploy_is_one_regression_under_the_new_queryid() -> None:
+    before = samples_for(noise(30, 1.0, 13), queryid=11)
+    after = samples_for(noise(60, 5.0, 14), queryid=12, first=0)
+    row = one(pl.concat([before, after]))
+    assert row["status"] == "detected"
+    assert row["queryid"] == 12 and row["queryids"] == "11,12"
+
+
+def test_queryids_sharing_an_interval_merge_calls_weighted() -> None:
+    a = samples_for(np.concatenate([noise(30, 1.0, 15), noise(60, 1.0, 16)]), queryid=11)
+    b = samples_for(np.concatenate([noise(30, 1.0, 17), noise(60, 9.0, 18)]), queryid=12)
+    row = one(pl.concat([a, b]))
+    assert row["status"] == "detected"
+    assert row["after_mean_ms"] == pytest.approx(
+        ((a["total_exec_time"] + b["total_exec_time"]) / 20)[30:].mean()
+    )
+
+
+def test_fleet_deploy_analyses_every_instance_and_output_is_deterministic() -> None:
+    alpha = samples_for(np.concatenate([noise(30, 1.0, 19), noise(60, 5.0, 20)]))
+    beta = samples_for(noise(90, 1.0, 21), instance="beta")
+    samples = pl.concat([alpha, beta])
+    texts = texts_for([("alpha", 11, QUERY), ("beta", 11, QUERY)])
+    out = detect_regressions(samples, texts, deploy(None), CONFIG)
+    assert out["instance"].to_list() == ["alpha", "beta"]
+    assert out["status"].to_list() == ["detected", "no_regression"]
+    shuffled = samples.sample(fraction=1.0, shuffle=True, seed=3)
+    assert out.equals(detect_regressions(shuffled, texts.reverse(), deploy(None), CONFIG))
+
+
+def test_thresholds_are_config_fields_with_the_issue_defaults() -> None:
+    default = RegressionConfig()
+    assert (default.latency_change_threshold, default.changepoint_tolerance, default.p_value_threshold) == (
+        0.20,
+        0.20,
+        0.05,
+    )
+    assert default.changepoint_tolerance_floor == timedelta(minutes=2)
+    assert default.tolerance() == timedelta(minutes=12)
+    short = RegressionConfig(window_before=timedelta(minutes=2), window_after=timedelta(minutes=2))
+    assert short.tolerance() == timedelta(minutes=2)
+    strict = RegressionConfig(latency_change_threshold=10.0, window_before=CONFIG.window_before)
+    values = np.concatenate([noise(30, 1.0, 22), noise(60, 5.0, 23)])
+    assert one(samples_for(values), strict)["reason"] == "below_latency_change_threshold"
+
+
+def test_bad_samples_are_named() -> None:
+    bad = samples_for([1.0] * 10).with_columns(pl.lit(0).alias("calls"))
+    with pytest.raises(RegressionInputError, match="instance alpha queryid 11"):
+        one(bad)
+
+
+def test_vectorized_welch_matches_scipy() -> None:
+    rng = np.random.default_rng(0)
+    pieces = [rng.normal(m, s, n) for m, s, n in [(1, 0.1, 7), (1.2, 0.5, 30), (5, 2, 5), (5, 0.01, 40)]]
+    values = np.concatenate(pieces)
+    ids = np.repeat(np.arange(4), [p.size for p in pieces])
+    count, mean, squares = piece_statistics(values, ids, 4)
+    welch = welch_tests(
+        count[[0, 2]], mean[[0, 2]], squares[[0, 2]], count[[1, 3]], mean[[1, 3]], squares[[1, 3]]
+    )
+    for k, (a, b) in enumerate([(0, 1), (2, 3)]):
+        expected = stats.ttest_ind(pieces[b], pieces[a], equal_var=False)
+        assert welch.t[k] == pytest.approx(expected.statistic, rel=1e-10)
+        assert welch.p[k] == pytest.approx(expected.pvalue, rel=1e-8)
+
+
+def test_unannounced_finds_steps_and_controls_false_discoveries() -> None:
+    frames, prints = [], []
+    for s in range(60):  # 60 pure-noise queries and 3 that step up at different times
+        frames.append(samples_for(noise(150, 1.0 + s, 100 + s), queryid=s, first=-150))
+        prints.append(("alpha", s, f"select {s} from t_{chr(97 + s % 26)}{chr(97 + s // 26)}"))
+    for k, at in enumerate([40, 90, 120]):
+        values = np.concatenate([noise(at, 2.0, 300 + k), noise(150 - at, 3.0, 400 + k)])
+        frames.append(samples_for(values, queryid=1000 + k, first=-150))
+        prints.append(("alpha", 1000 + k, f"select * from stepped_{'xyz'[k]}"))
+    config = RegressionConfig(changepoint=ChangePointConfig(min_segment=10), min_samples_per_side=10)
+    out = detect_unannounced_regressions(pl.concat(frames), texts_for(prints), config)
+    assert out.height == 63
+    found = out.filter(pl.col("status") == "detected")
+    assert sorted(found["queryid"].to_list()) == [1000, 1001, 1002]
+    at_index = dict(zip(found["queryid"], found["changepoint_index"], strict=True))
+    assert at_index == {1000: 40, 1001: 90, 1002: 120}
+    assert (found["p_adjusted"] >= found["p_value"]).all()
+    assert out["fdr_method"][0].startswith("benjamini-hochberg q=0.05")
+    assert set(out["analysis"]) == {"unannounced"}
