@@ -1,0 +1,333 @@
+"""Plan diffs: what changed in a query's plan around a detected regression, for humans and for machines.
+
+``diff_plans`` compares two plan JSON trees: root node, node types / relations / indexes added or removed,
+estimated cost moved beyond a ratio, row-estimate errors where actual rows exist (auto_explain), and a
+caution whenever a side is a generic plan (an estimate, not what ran). ``plan_diffs_for_regressions``
+picks, for each detected regression, the snapshot closest before ``detected_change_at`` (captured_at <=
+it: the snapshot at the start of the first regressed interval shows the old plan) and the latest one after.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from jobs.lake import stem_for, write_table
+from jobs.plans.shape import node_label, plan_facts, plan_root, walk_nodes
+from jobs.schemas import PLAN_DIFFS
+
+GENERIC_CAUTION = "Caution: {side} a generic plan (EXPLAIN GENERIC_PLAN): an estimate, not what ran."
+
+
+@dataclass(frozen=True)
+class PlanDiffConfig:
+    """Thresholds of the plan diff; defaults are the issue's."""
+
+    cost_change_ratio: float = 2.0
+    row_error_factor: float = 10.0
+    max_row_errors: int = 5
+    source_preference: tuple[str, ...] = ("pg_store_plans", "auto_explain", "generic_explain")
+
+
+@dataclass(frozen=True)
+class PlanDiff:
+    """Structured diff of two plans plus its one-paragraph human summary."""
+
+    shape_changed: bool
+    before_shape_hash: str
+    after_shape_hash: str
+    root_before: str
+    root_after: str
+    root_changed: bool
+    node_types_added: list[str]
+    node_types_removed: list[str]
+    relations_added: list[str]
+    relations_removed: list[str]
+    indexes_added: list[str]
+    indexes_removed: list[str]
+    cost_before: float | None
+    cost_after: float | None
+    cost_ratio: float | None
+    cost_moved: bool
+    row_estimate_errors: list[dict[str, Any]] = field(default_factory=list)
+    cautions: list[str] = field(default_factory=list)
+    summary: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+
+def _scan_labels(root: dict[str, Any]) -> list[str]:
+    """Labels of the nodes that touch a relation (the part of a plan a reader recognises)."""
+    labels = [node_label(n) for n in walk_nodes(root) if "Relation Name" in n]
+    return labels or [node_label(root)]
+
+
+def row_estimate_errors(root: dict[str, Any], side: str, factor: float) -> list[dict[str, Any]]:
+    """Nodes whose actual rows differ from the estimate by at least ``factor`` (both per loop)."""
+    found = []
+    for node in walk_nodes(root):
+        estimated, actual = node.get("Plan Rows"), node.get("Actual Rows")
+        if not isinstance(estimated, int | float) or not isinstance(actual, int | float):
+            continue
+        ratio = max(estimated, actual, 1.0) / max(min(estimated, actual), 1.0)
+        if ratio >= factor:
+            found.append(
+                {
+                    "side": side,
+                    "node": node_label(node),
+                    "estimated_rows": float(estimated),
+                    "actual_rows": float(actual),
+                    "factor": round(ratio, 1),
+                }
+            )
+    return found
+
+
+def _fmt_cost(value: float | None) -> str:
+    return "?" if value is None else f"{value:,.1f}"
+
+
+def diff_plans(
+    before_json: Any,
+    after_json: Any,
+    *,
+    before_generic: bool = False,
+    after_generic: bool = False,
+    config: PlanDiffConfig | None = None,
+) -> PlanDiff:
+    """Compare two plans (JSON text or parsed EXPLAIN JSON in any wrapper)."""
+    config = config or PlanDiffConfig()
+    before, after = plan_root(before_json), plan_root(after_json)
+    fb, fa = plan_facts(before), plan_facts(after)
+    ratio = None
+    if fb.total_cost is not None and fa.total_cost is not None and fb.total_cost > 0:
+        ratio = fa.total_cost / fb.total_cost
+    moved = ratio is not None and (
+        ratio >= config.cost_change_ratio or ratio <= 1.0 / config.cost_change_ratio
+    )
+    errors = row_estimate_errors(before, "before", config.row_error_factor) + row_estimate_errors(
+        after, "after", config.row_error_factor
+    )
+    errors = sorted(errors, key=lambda e: -e["factor"])[: config.max_row_errors]
+    cautions = []
+    if before_generic and after_generic:
+        cautions.append(GENERIC_CAUTION.format(side="both plans are"))
+    elif before_generic:
+        cautions.append(GENERIC_CAUTION.format(side="the before plan is"))
+    elif after_generic:
+        cautions.append(GENERIC_CAUTION.format(side="the after plan is"))
+
+    def added(a: list[str], b: list[str]) -> list[str]:
+        return sorted(set(b) - set(a))
+
+    diff = PlanDiff(
+        shape_changed=fb.shape_hash != fa.shape_hash,
+        before_shape_hash=fb.shape_hash,
+        after_shape_hash=fa.shape_hash,
+        root_before=fb.root_node,
+        root_after=fa.root_node,
+        root_changed=fb.root_node != fa.root_node,
+        node_types_added=added(fb.node_types, fa.node_types),
+        node_types_removed=added(fa.node_types, fb.node_types),
+        relations_added=added(fb.relations, fa.relations),
+        relations_removed=added(fa.relations, fb.relations),
+        indexes_added=added(fb.indexes, fa.indexes),
+        indexes_removed=added(fa.indexes, fb.indexes),
+        cost_before=fb.total_cost,
+        cost_after=fa.total_cost,
+        cost_ratio=None if ratio is None else round(ratio, 3),
+        cost_moved=moved,
+        row_estimate_errors=errors,
+        cautions=cautions,
+    )
+    return _with_summary(diff, before, after)
+
+
+def _with_summary(diff: PlanDiff, before: dict[str, Any], after: dict[str, Any]) -> PlanDiff:
+    parts: list[str] = []
+    if diff.shape_changed:
+        parts.append(f"Plan changed: {'; '.join(_scan_labels(before))} → {'; '.join(_scan_labels(after))}.")
+    else:
+        parts.append(f"Plan shape unchanged ({'; '.join(_scan_labels(after))}).")
+    if diff.root_changed:
+        parts.append(f"Root node {diff.root_before} → {diff.root_after}.")
+    changes = []
+    for label, plus, minus in (
+        ("node types", diff.node_types_added, diff.node_types_removed),
+        ("indexes", diff.indexes_added, diff.indexes_removed),
+        ("relations", diff.relations_added, diff.relations_removed),
+    ):
+        items = [f"+{x}" for x in plus] + [f"-{x}" for x in minus]
+        if items:
+            changes.append(f"{label} {', '.join(items)}")
+    if changes:
+        parts.append("; ".join(changes).capitalize() + ".")
+    if diff.cost_moved:
+        parts.append(
+            f"Estimated cost {_fmt_cost(diff.cost_before)} → {_fmt_cost(diff.cost_after)} "
+            f"(×{diff.cost_ratio:g})."
+        )
+    for error in diff.row_estimate_errors[:2]:
+        parts.append(
+            f"Row estimate off ×{error['factor']:g} ({error['side']}: {error['node']}, "
+            f"estimated {error['estimated_rows']:g}, actual {error['actual_rows']:g})."
+        )
+    parts.extend(diff.cautions)
+    return PlanDiff(**{**asdict(diff), "summary": " ".join(parts)})
+
+
+def _queryid_set(row: dict[str, Any]) -> set[int]:
+    ids: set[int] = set()
+    if row.get("queryid") is not None:
+        ids.add(int(row["queryid"]))
+    extra = row.get("queryids")
+    if isinstance(extra, str):
+        ids.update(int(x) for x in extra.replace(" ", "").split(",") if x)
+    elif isinstance(extra, list | tuple | pl.Series):
+        ids.update(int(x) for x in extra if x is not None)
+    return ids
+
+
+def _pick(snaps: list[dict[str, Any]], preference: tuple[str, ...]) -> dict[str, Any] | None:
+    """The latest snapshot; on equal times the preferred source."""
+    if not snaps:
+        return None
+    rank = {s: i for i, s in enumerate(preference)}
+    return max(snaps, key=lambda s: (s["captured_at"], -rank.get(s["source"], len(rank))))
+
+
+def choose_before_after(
+    snaps: list[dict[str, Any]], change_at: datetime, preference: tuple[str, ...]
+) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """Prefer one source holding both sides (in preference order); otherwise the best of each side."""
+    for source in preference:
+        mine = [s for s in snaps if s["source"] == source]
+        before = _pick([s for s in mine if s["captured_at"] <= change_at], preference)
+        after = _pick([s for s in mine if s["captured_at"] > change_at], preference)
+        if before is not None and after is not None:
+            return before, after
+    before = _pick([s for s in snaps if s["captured_at"] <= change_at], preference)
+    after = _pick([s for s in snaps if s["captured_at"] > change_at], preference)
+    return before, after
+
+
+def _diff_row(reg: dict[str, Any], snaps: list[dict[str, Any]], config: PlanDiffConfig) -> dict[str, Any]:
+    change_at = reg.get("detected_change_at")
+    row: dict[str, Any] = {
+        "instance": reg.get("instance"),
+        "queryid": reg.get("queryid"),
+        "fingerprint": reg.get("fingerprint"),
+        "detected_change_at": change_at,
+    }
+    if change_at is None:
+        return {**row, "diff_status": "no_change_time", "plan_diff_summary": "No change time: no plan diff."}
+    if not snaps:
+        return {**row, "diff_status": "no_plans", "plan_diff_summary": "No plan captured for this query."}
+    before, after = choose_before_after(snaps, change_at, config.source_preference)
+    for side, snap in (("before", before), ("after", after)):
+        if snap is not None:
+            row[f"{side}_captured_at"] = snap["captured_at"]
+            row[f"{side}_source"] = snap["source"]
+            row[f"{side}_shape_hash"] = snap["shape_hash"]
+    if before is None:
+        assert after is not None
+        label = "; ".join(_scan_labels(plan_root(after["plan_json"])))
+        summary = f"No plan captured before the change; after it: {label} ({after['source']})."
+        return {**row, "diff_status": "no_before", "plan_diff_summary": summary}
+    if after is None:
+        label = "; ".join(_scan_labels(plan_root(before["plan_json"])))
+        summary = (
+            "No new plan shape recorded after the change (a snapshot is stored only when the shape "
+            f"changes): "
+            f"the latest is {label} ({before['source']}, {before['captured_at']:%Y-%m-%d %H:%M:%S})."
+        )
+        return {**row, "diff_status": "no_new_shape", "plan_diff_summary": summary}
+    diff = diff_plans(
+        before["plan_json"],
+        after["plan_json"],
+        before_generic=bool(before.get("is_generic")),
+        after_generic=bool(after.get("is_generic")),
+        config=config,
+    )
+    summary = diff.summary
+    structured = diff.to_dict()
+    if before["source"] != after["source"]:
+        note = (
+            f"Caution: before ({before['source']}) and after ({after['source']}) come from different "
+            "sources; "
+            "shapes can differ for that reason alone."
+        )
+        summary += " " + note
+        structured["cautions"] = [*structured["cautions"], note]
+    structured.update(
+        before_source=before["source"],
+        after_source=after["source"],
+        before_captured_at=before["captured_at"].isoformat(),
+        after_captured_at=after["captured_at"].isoformat(),
+    )
+    return {
+        **row,
+        "diff_status": "changed" if diff.shape_changed else "unchanged",
+        "plan_diff_summary": summary,
+        "plan_diff": json.dumps(structured, sort_keys=True),
+    }
+
+
+def plan_diffs_for_regressions(
+    regressions: pl.DataFrame, plan_snapshots: pl.DataFrame, config: PlanDiffConfig | None = None
+) -> pl.DataFrame:
+    """One plan_diffs row per detected regression, matching plans by instance + any of its queryids."""
+    config = config or PlanDiffConfig()
+    detected = regressions
+    if "status" in detected.columns:
+        detected = detected.filter(pl.col("status") == "detected")
+    snaps = (
+        plan_snapshots.filter(pl.col("plan_json").is_not_null()) if plan_snapshots.height else plan_snapshots
+    )
+    by_key: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    if not snaps.is_empty():
+        cols = ["instance", "queryid", "captured_at", "source", "shape_hash", "is_generic", "plan_json"]
+        for snap in snaps.select(cols).to_dicts():
+            by_key.setdefault((snap["instance"], snap["queryid"]), []).append(snap)
+    out = []
+    for reg in detected.to_dicts():
+        mine = [s for qid in _queryid_set(reg) for s in by_key.get((reg.get("instance"), qid), [])]
+        try:
+            out.append(_diff_row(reg, mine, config))
+        except Exception as exc:  # one bad plan must not lose the other regressions' diffs
+            out.append(
+                {
+                    "instance": reg.get("instance"),
+                    "queryid": reg.get("queryid"),
+                    "fingerprint": reg.get("fingerprint"),
+                    "detected_change_at": reg.get("detected_change_at"),
+                    "diff_status": "error",
+                    "plan_diff_summary": f"Plan diff failed for queryid {reg.get('queryid')}: {exc}",
+                }
+            )
+    return pl.DataFrame(out, schema=PLAN_DIFFS.polars_schema)
+
+
+def attach_plan_diffs(regressions: pl.DataFrame, diffs: pl.DataFrame) -> pl.DataFrame:
+    """The regressions frame with ``plan_diff_summary`` and ``plan_diff`` (null for non-detected rows)."""
+    keys = ["instance", "fingerprint", "detected_change_at"]
+    right = diffs.select([*keys, "plan_diff_summary", "plan_diff"]).unique(keys, keep="last")
+    return regressions.join(right, on=keys, how="left", nulls_equal=True)
+
+
+def write_plan_diffs(lake_root: Path, diffs: pl.DataFrame, computed_at: datetime) -> Path | None:
+    """One plan_diffs file per computation, partitioned by the computation's date."""
+    if diffs.is_empty():
+        return None
+    return write_table(
+        lake_root, PLAN_DIFFS, diffs, {"date": computed_at.strftime("%Y-%m-%d")}, stem_for(computed_at)
+    )

@@ -1,0 +1,147 @@
+"""Plan snapshot history in the lake: write only new shapes, keep the last N distinct shapes per query.
+
+A plan row is written when a (queryid, source)'s shape differs from the last stored one, so an unchanged
+plan costs nothing per cycle; ``captured_at`` of a row is the first time that shape was seen in its run
+(A → B → A is three rows). ``bound_plan_history`` keeps, per (instance, queryid, source), the rows of the
+last ``max_shapes`` distinct shapes (ranked by their latest row); the writer applies it after each write
+and rewrites only the files that lost rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import polars as pl
+
+from jobs.lake import scan_table, stem_for, table_files, write_table
+from jobs.schemas import PLAN_SNAPSHOTS
+
+HISTORY_KEY: tuple[str, ...] = ("instance", "queryid", "source")
+
+
+def new_shape_rows(candidates: pl.DataFrame, stored: pl.DataFrame) -> pl.DataFrame:
+    """Rows of ``candidates`` whose shape differs from the previous one for its (instance, queryid, source).
+
+    ``stored`` holds at least instance, queryid, source, captured_at, shape_hash of rows already in the
+    lake; the previous shape of a candidate is the stored latest one or the candidate just before it.
+    """
+    if candidates.is_empty():
+        return candidates
+    key = list(HISTORY_KEY)
+    latest = (
+        stored.select([*key, "captured_at", "shape_hash"])
+        .sort("captured_at")
+        .group_by(key, maintain_order=True)
+        .agg(pl.col("shape_hash").last().alias("_stored_shape"))
+    )
+    ordered = (
+        candidates.with_row_index("_order")
+        .sort([*key, "captured_at", "_order"])
+        .join(latest, on=key, how="left", nulls_equal=True)
+        .with_columns(
+            pl.col("shape_hash")
+            .shift(1)
+            .over(key)
+            .fill_null(pl.col("_stored_shape"))
+            .alias("_previous_shape")
+        )
+    )
+    kept = ordered.filter(
+        pl.col("_previous_shape").is_null() | (pl.col("_previous_shape") != pl.col("shape_hash"))
+    )
+    return kept.sort("_order").drop("_order", "_stored_shape", "_previous_shape")
+
+
+def bound_plan_history(snapshots: pl.DataFrame, max_shapes: int = 5) -> pl.DataFrame:
+    """Keep rows of the last ``max_shapes`` distinct shapes per (instance, queryid, source)."""
+    if max_shapes < 1:
+        raise ValueError(f"max_shapes must be >= 1, got {max_shapes}")
+    if snapshots.is_empty():
+        return snapshots
+    key = list(HISTORY_KEY)
+    ranks = (
+        snapshots.group_by([*key, "shape_hash"])
+        .agg(pl.col("captured_at").max().alias("_last_seen"))
+        .with_columns(pl.col("_last_seen").rank("ordinal", descending=True).over(key).alias("_shape_rank"))
+    )
+    return (
+        snapshots.join(ranks, on=[*key, "shape_hash"], how="left", nulls_equal=True)
+        .filter(pl.col("_shape_rank") <= max_shapes)
+        .drop("_last_seen", "_shape_rank")
+    )
+
+
+@dataclass(frozen=True)
+class SnapshotWrite:
+    """What one write did: rows offered, new-shape rows written, rows pruned by the bound, files."""
+
+    offered_rows: int
+    written_rows: int
+    pruned_rows: int
+    files: list[Path]
+
+
+_KEY_COLUMNS = ["instance", "queryid", "source", "captured_at", "shape_hash"]
+
+
+def stored_snapshot_keys(lake_root: Path, instance: str) -> pl.DataFrame:
+    return (
+        scan_table(lake_root, PLAN_SNAPSHOTS)
+        .filter(pl.col("instance") == instance)
+        .select(_KEY_COLUMNS)
+        .collect()
+    )
+
+
+def store_snapshot_rows(
+    lake_root: Path, instance: str, rows: pl.DataFrame, stem: str, max_shapes: int = 5
+) -> SnapshotWrite:
+    """Write the new-shape rows of one instance (one file per date), then apply the bounded history."""
+    rows = rows.with_columns(pl.lit(instance).alias("instance"))
+    stored = stored_snapshot_keys(lake_root, instance)
+    fresh = new_shape_rows(rows, stored)
+    files: list[Path] = []
+    if not fresh.is_empty():
+        dated = fresh.with_columns(pl.col("captured_at").dt.strftime("%Y-%m-%d").alias("date"))
+        for (date,), part in dated.group_by("date", maintain_order=True):
+            files.append(
+                write_table(
+                    lake_root,
+                    PLAN_SNAPSHOTS,
+                    part.drop("date"),
+                    {"instance": instance, "date": str(date)},
+                    stem,
+                )
+            )
+    pruned = _prune_history(lake_root, instance, max_shapes) if not fresh.is_empty() else 0
+    return SnapshotWrite(rows.height, fresh.height, pruned, files)
+
+
+def _prune_history(lake_root: Path, instance: str, max_shapes: int) -> int:
+    keys = stored_snapshot_keys(lake_root, instance)
+    kept = bound_plan_history(keys, max_shapes)
+    if kept.height == keys.height:
+        return 0
+    dropped = keys.join(kept, on=_KEY_COLUMNS, how="anti", nulls_equal=True).drop("instance")
+    removed = 0
+    folder_mark = f"instance={instance}"
+    for path in table_files(lake_root, PLAN_SNAPSHOTS):
+        if path.parent.parent.name != folder_mark:
+            continue
+        frame = pl.read_parquet(path, hive_partitioning=False)
+        left = frame.join(dropped, on=_KEY_COLUMNS[1:], how="anti", nulls_equal=True)
+        if left.height == frame.height:
+            continue
+        removed += frame.height - left.height
+        if left.is_empty():
+            path.unlink()
+        else:
+            date = path.parent.name.removeprefix("date=")
+            write_table(lake_root, PLAN_SNAPSHOTS, left, {"instance": instance, "date": date}, path.stem)
+    return removed
+
+
+def snapshot_stem(ts: datetime, tag: str) -> str:
+    return f"{stem_for(ts)}-{tag}"

@@ -1,0 +1,140 @@
+"""Plan diffs: the structured fields, the summary, and matching snapshots to detected regressions."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+import polars as pl
+
+from jobs.plandiff import PlanDiffConfig, attach_plan_diffs, diff_plans, plan_diffs_for_regressions
+from jobs.plans.shape import plan_facts
+from jobs.schemas import PLAN_SNAPSHOTS
+
+INDEX = {
+    "Node Type": "Aggregate",
+    "Total Cost": 47.7,
+    "Plans": [
+        {
+            "Node Type": "Bitmap Heap Scan",
+            "Relation Name": "orders",
+            "Total Cost": 47.0,
+            "Plan Rows": 12,
+            "Plans": [
+                {"Node Type": "Bitmap Index Scan", "Index Name": "orders_customer_idx", "Plan Rows": 12}
+            ],
+        }
+    ],
+}
+SEQ = {
+    "Node Type": "Finalize Aggregate",
+    "Total Cost": 18554.0,
+    "Plans": [
+        {
+            "Node Type": "Gather",
+            "Plans": [
+                {
+                    "Node Type": "Seq Scan",
+                    "Relation Name": "orders",
+                    "Parallel Aware": True,
+                    "Plan Rows": 5,
+                    "Actual Rows": 9000.0,
+                }
+            ],
+        }
+    ],
+}
+
+
+def test_diff_plans_reports_nodes_indexes_cost_row_errors_and_caution() -> None:
+    diff = diff_plans(json.dumps([{"Plan": INDEX}]), SEQ, before_generic=True)
+    assert diff.shape_changed and diff.root_changed
+    assert diff.root_before == "Aggregate" and diff.root_after == "Finalize Aggregate"
+    assert {"Seq Scan", "Gather"} <= set(diff.node_types_added)
+    assert "Bitmap Index Scan" in diff.node_types_removed
+    assert diff.indexes_removed == ["orders_customer_idx"] and diff.relations_added == []
+    assert diff.cost_moved and diff.cost_ratio is not None and diff.cost_ratio > 300
+    assert diff.row_estimate_errors and diff.row_estimate_errors[0]["side"] == "after"
+    assert diff.row_estimate_errors[0]["factor"] >= 1000
+    assert any("generic plan" in c and "before" in c for c in diff.cautions)
+    for needle in ("Bitmap Heap Scan on orders", "Seq Scan on orders", "-orders_customer_idx", "Caution"):
+        assert needle in diff.summary
+    assert json.loads(diff.to_json())["indexes_removed"] == ["orders_customer_idx"]
+
+
+def test_diff_plans_same_shape_small_cost_move_is_quiet() -> None:
+    cheaper = json.loads(json.dumps(INDEX))
+    cheaper["Total Cost"] = 40.0
+    diff = diff_plans(INDEX, cheaper, config=PlanDiffConfig(cost_change_ratio=2.0))
+    assert not diff.shape_changed and not diff.cost_moved and not diff.cautions
+    assert "unchanged" in diff.summary
+    assert diff_plans(INDEX, cheaper, config=PlanDiffConfig(cost_change_ratio=1.1)).cost_moved
+
+
+def _snapshots(rows: list[tuple[int, datetime, str, dict]]) -> pl.DataFrame:
+    out = []
+    for queryid, at, source, plan in rows:
+        facts = plan_facts(plan)
+        out.append(
+            {
+                "instance": "alpha",
+                "queryid": queryid,
+                "captured_at": at,
+                "source": source,
+                "is_generic": source == "generic_explain",
+                "shape_hash": facts.shape_hash,
+                "plan_json": json.dumps(plan),
+            }
+        )
+    return pl.DataFrame(out, schema={"instance": pl.String(), **dict(PLAN_SNAPSHOTS.polars_schema)}).select(
+        "instance", "queryid", "captured_at", "source", "is_generic", "shape_hash", "plan_json"
+    )
+
+
+def test_plan_diffs_for_regressions_matches_instance_and_any_queryid() -> None:
+    t = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+    snaps = _snapshots(
+        [
+            (11, t - timedelta(minutes=30), "generic_explain", SEQ),  # older, superseded
+            (11, t, "generic_explain", INDEX),  # the snapshot at the change point shows the old plan
+            (22, t + timedelta(minutes=5), "generic_explain", SEQ),  # the table was recreated: new queryid
+        ]
+    )
+    regressions = pl.DataFrame(
+        {
+            "instance": ["alpha", "alpha", "beta"],
+            "queryid": [22, 33, 22],
+            "queryids": ["11,22", "33", "22"],
+            "fingerprint": ["fp1", "fp2", "fp1"],
+            "status": ["detected", "detected", "detected"],
+            "detected_change_at": [t, t, t],
+        }
+    )
+    diffs = plan_diffs_for_regressions(regressions, snaps)
+    assert diffs.height == 3
+    first = diffs.row(0, named=True)
+    assert first["diff_status"] == "changed" and first["before_captured_at"] == t
+    assert "Seq Scan on orders" in first["plan_diff_summary"] and "Caution" in first["plan_diff_summary"]
+    assert json.loads(first["plan_diff"])["indexes_removed"] == ["orders_customer_idx"]
+    assert diffs["diff_status"].to_list()[1:] == ["no_plans", "no_plans"], "other query / other instance"
+    attached = attach_plan_diffs(regressions, diffs)
+    assert attached.height == 3 and attached["plan_diff_summary"].null_count() == 0
+
+
+def test_plan_diffs_skips_non_detected_and_reports_missing_sides() -> None:
+    t = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+    snaps = _snapshots(
+        [(1, t - timedelta(minutes=1), "auto_explain", INDEX), (2, t + timedelta(1), "auto_explain", SEQ)]
+    )
+    regressions = pl.DataFrame(
+        {
+            "instance": ["alpha"] * 3,
+            "queryid": [1, 2, 1],
+            "fingerprint": ["a", "b", "c"],
+            "status": ["detected", "detected", "no_regression"],
+            "detected_change_at": [t, t, t],
+        }
+    )
+    diffs = plan_diffs_for_regressions(regressions, snaps)
+    assert diffs["diff_status"].to_list() == ["no_new_shape", "no_before"]
+    assert "generic" not in diffs["plan_diff_summary"][0]
