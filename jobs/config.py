@@ -9,6 +9,7 @@ A fleet file is TOML::
     name = "orders-primary"   # folder-safe: letters, digits, '_', '-', '.'
     dsn_env = "ORDERS_DSN"    # or: dsn = "postgresql://radar@db1:5432/orders"
     tags = { env = "prod", team = "orders" }
+    log_dir = "/mnt/logs/orders"  # optional: the server's jsonlog folder, for auto_explain plans
 
 Passwords belong in the environment (``dsn_env``) or ``~/.pgpass``; whatever the source, ``redact_dsn``
 is the only form of a DSN that reaches logs, the lake or Dagster metadata.
@@ -49,6 +50,8 @@ class InstanceConfig:
     dsn: str | None = None
     dsn_env: str | None = None
     tags: dict[str, str] = field(default_factory=dict)
+    log_dir: str | None = None
+    """The server's jsonlog folder (a mounted or shipped copy for a remote server), for auto_explain plans."""
 
     def resolve_dsn(self) -> str:
         """The DSN to connect with; raises ConfigError naming the instance when it cannot be had."""
@@ -102,11 +105,12 @@ class FleetConfig:
             dsn, dsn_env = entry.get("dsn"), entry.get("dsn_env")
             if bool(dsn) == bool(dsn_env):
                 raise ConfigError(f"{label}: give exactly one of 'dsn' or 'dsn_env'")
-            unknown = set(entry) - {"name", "dsn", "dsn_env", "tags"}
+            unknown = set(entry) - {"name", "dsn", "dsn_env", "tags", "log_dir"}
             if unknown:
                 raise ConfigError(f"{label}: unknown keys {sorted(unknown)}")
             tags = {str(k): str(v) for k, v in dict(entry.get("tags", {})).items()}
-            instances.append(InstanceConfig(name=name, dsn=dsn, dsn_env=dsn_env, tags=tags))
+            log_dir = entry.get("log_dir")
+            instances.append(InstanceConfig(name=name, dsn=dsn, dsn_env=dsn_env, tags=tags, log_dir=log_dir))
         collector_raw = dict(raw.get("collector", {}))
         allowed = {f.name for f in fields(CollectorConfig)}
         if set(collector_raw) - allowed:
@@ -120,7 +124,8 @@ class FleetConfig:
         """The config of a jobs.fleet.EmbeddedFleet (tests, demo, benchmarks)."""
         return cls(
             instances=tuple(
-                InstanceConfig(name=s.name, dsn=s.dsn, tags={"env": "embedded"}) for s in fleet.servers
+                InstanceConfig(name=s.name, dsn=s.dsn, tags={"env": "embedded"}, log_dir=str(s.log_dir))
+                for s in fleet.servers
             ),
             collector=collector or CollectorConfig(),
             source=f"embedded fleet at {fleet.root}",

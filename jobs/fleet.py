@@ -342,6 +342,7 @@ class EmbeddedFleet:
                 f'name = "{server.name}"',
                 f'dsn = "{server.dsn}"',
                 'tags = { env = "embedded" }',
+                f'log_dir = "{server.log_dir}"',
                 "",
             ]
         return "\n".join(lines)

@@ -1,0 +1,159 @@
+"""The detection pipeline: samples → deploy-aware and unannounced regressions → plan diffs.
+
+``detect_from_frames`` is pure (frames in, frames out); ``run_detection`` reads the lake, calls it and
+writes ``performance_regressions`` and ``plan_diffs``. The CLI (`radar detect`), the demo and the Dagster
+assets all go through here, so they cannot disagree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import polars as pl
+from rich.console import Console
+from rich.table import Table
+
+from jobs import lake
+from jobs.deploys import load_deploy_events
+from jobs.plandiff import PlanDiffConfig, attach_plan_diffs, plan_diffs_for_regressions, write_plan_diffs
+from jobs.regressions import DETECTED, RegressionConfig, detect_regressions, detect_unannounced_regressions
+from jobs.samples import SampleConfig, SamplesJobReport, run_samples_job
+from jobs.schemas import PERFORMANCE_REGRESSIONS, PLAN_SNAPSHOTS, QUERY_SAMPLES, QUERY_TEXTS
+
+
+@dataclass(frozen=True)
+class DetectionConfig:
+    samples: SampleConfig = field(default_factory=SampleConfig)
+    regression: RegressionConfig = field(default_factory=RegressionConfig)
+    plan_diff: PlanDiffConfig = field(default_factory=PlanDiffConfig)
+    rebuild_samples: bool = True
+    """Rebuild query_samples from the snapshots first (idempotent)."""
+    unannounced: bool = True
+    """Also look for regressions no deploy explains (multiple change points, Benjamini-Hochberg)."""
+
+
+@dataclass
+class DetectionOutcome:
+    regressions: pl.DataFrame
+    """Deploy-aware results (every analysed series), plan_diff_summary attached to detected rows."""
+    unannounced: pl.DataFrame
+    plan_diffs: pl.DataFrame
+    samples_report: SamplesJobReport | None = None
+    files: list[Path] = field(default_factory=list)
+
+    @property
+    def detected(self) -> pl.DataFrame:
+        return self.regressions.filter(pl.col("status") == DETECTED)
+
+
+def detect_from_frames(
+    samples: pl.DataFrame,
+    texts: pl.DataFrame,
+    deploys: pl.DataFrame,
+    plan_snapshots: pl.DataFrame,
+    config: DetectionConfig = DetectionConfig(),
+) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """(deploy-aware regressions with plan diffs, unannounced regressions with plan diffs, plan diffs)."""
+    regressions = detect_regressions(samples, texts, deploys, config.regression)
+    unannounced = (
+        detect_unannounced_regressions(samples, texts, config.regression)
+        if config.unannounced
+        else PERFORMANCE_REGRESSIONS.empty()
+    )
+    detected = pl.concat([regressions, unannounced], how="diagonal_relaxed").filter(
+        pl.col("status") == DETECTED
+    )
+    diffs = plan_diffs_for_regressions(detected, plan_snapshots, config.plan_diff)
+    return attach_plan_diffs(regressions, diffs), attach_plan_diffs(unannounced, diffs), diffs
+
+
+def read_inputs(lake_root: Path) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    samples = lake.scan_table(lake_root, QUERY_SAMPLES).collect()
+    texts = lake.scan_table(lake_root, QUERY_TEXTS).collect()
+    deploys = load_deploy_events(lake_root)
+    plans = lake.scan_table(lake_root, PLAN_SNAPSHOTS).collect()
+    return samples, texts, deploys, plans
+
+
+def write_regressions(lake_root: Path, frame: pl.DataFrame, computed_at: datetime) -> Path | None:
+    """One performance_regressions file per analysis run, partitioned by the run's date."""
+    if frame.is_empty():
+        return None
+    columns = [c for c in frame.columns if c in PERFORMANCE_REGRESSIONS.column_names]
+    return lake.write_table(
+        lake_root,
+        PERFORMANCE_REGRESSIONS,
+        frame.select(columns),
+        {"date": computed_at.strftime("%Y-%m-%d")},
+        lake.stem_for(computed_at),
+    )
+
+
+def run_detection(
+    lake_root: Path, config: DetectionConfig = DetectionConfig(), now: datetime | None = None
+) -> DetectionOutcome:
+    computed_at = (now or datetime.now(UTC)).astimezone(UTC)
+    report = run_samples_job(lake_root, config.samples) if config.rebuild_samples else None
+    samples, texts, deploys, plans = read_inputs(lake_root)
+    regressions, unannounced, diffs = detect_from_frames(samples, texts, deploys, plans, config)
+    files = [
+        path
+        for path in (
+            write_regressions(
+                lake_root, pl.concat([regressions, unannounced], how="diagonal_relaxed"), computed_at
+            ),
+            write_plan_diffs(lake_root, diffs, computed_at),
+        )
+        if path is not None
+    ]
+    return DetectionOutcome(regressions, unannounced, diffs, report, files)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Rendering
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else (f"{value:.3f} ms" if value < 10 else f"{value:.1f} ms")
+
+
+def detected_table(frame: pl.DataFrame, title: str) -> Table:
+    table = Table(title=title, show_lines=True)
+    for name in ("instance", "query", "before → after", "began at", "p", "deploy", "plan change"):
+        table.add_column(name, overflow="fold")
+    for row in frame.to_dicts():
+        began = row.get("detected_change_at")
+        table.add_row(
+            str(row["instance"]),
+            str(row.get("query") or row.get("queryid"))[:90],
+            f"{_ms(row.get('before_mean_ms'))} → {_ms(row.get('after_mean_ms'))}",
+            began.strftime("%H:%M:%S") if began else "-",
+            f"{row['p_value']:.2g}" if row.get("p_value") is not None else "-",
+            str(row.get("deploy_version") or "unannounced"),
+            str(row.get("plan_diff_summary") or "no plans captured"),
+        )
+    return table
+
+
+def print_detection(outcome: DetectionOutcome, console: Console, show_all: bool = False) -> None:
+    detected = outcome.detected
+    if detected.height:
+        console.print(detected_table(detected, "Regressions at deploys"))
+    else:
+        console.print("No regression at any deploy.")
+    unannounced = outcome.unannounced.filter(pl.col("status") == DETECTED)
+    if unannounced.height:
+        console.print(detected_table(unannounced, "Unannounced regressions (Benjamini-Hochberg, q = 0.05)"))
+    rejected = outcome.regressions.filter(pl.col("status") != DETECTED)
+    if rejected.height:
+        counts = rejected.group_by("status", "reason").len().sort("len", descending=True)
+        console.print(f"{rejected.height} analysed series not reported:")
+        for row in counts.head(8).iter_rows(named=True):
+            console.print(f"  {row['len']:>4} × {row['status']}: {row['reason']}")
+    if show_all and rejected.height:
+        for row in rejected.select("instance", "query", "status", "reason").iter_rows(named=True):
+            console.print(
+                f"  {row['instance']}: {str(row['query'])[:60]} → {row['status']} ({row['reason']})"
+            )

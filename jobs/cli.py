@@ -1,0 +1,229 @@
+"""`radar`: the command line. Thin: each command parses, calls jobs/, and renders with rich."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+import polars as pl
+from rich.console import Console
+from rich.table import Table
+
+from jobs.config import ConfigError, FleetConfig
+
+# Wide enough for the regression tables when output is not a terminal (make demo in CI, logs).
+console = Console(width=None if sys.stdout.isatty() else 180)
+DEFAULT_LAKE = Path("data/lake")
+DEFAULT_FLEET_FILE = Path("data/fleet.toml")
+DEFAULT_EMBEDDED_ROOT = Path(tempfile.gettempdir()) / "pg-regression-radar" / "fleet"
+
+
+def render(frame: pl.DataFrame, title: str | None = None, max_rows: int = 40) -> None:
+    table = Table(title=title, show_lines=False)
+    for name in frame.columns:
+        table.add_column(name, overflow="fold")
+    for row in frame.head(max_rows).iter_rows():
+        table.add_row(*("" if v is None else str(v) for v in row))
+    console.print(table)
+    if frame.height > max_rows:
+        console.print(f"[dim]… {frame.height - max_rows} more rows[/dim]")
+
+
+def load_fleet(args: argparse.Namespace) -> FleetConfig:
+    """--fleet-file if it exists, else the embedded fleet started by `radar fleet up`."""
+    from jobs.fleet import EmbeddedFleet
+
+    if args.fleet_file and Path(args.fleet_file).exists():
+        return FleetConfig.load(Path(args.fleet_file))
+    embedded = EmbeddedFleet.load(Path(args.embedded_root))
+    if embedded is not None:
+        return FleetConfig.from_embedded(embedded)
+    raise ConfigError(
+        f"no fleet: {args.fleet_file} does not exist and no embedded fleet runs at {args.embedded_root} "
+        "(copy data/fleet.example.toml to data/fleet.toml, or run `radar fleet up`)"
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Commands
+
+
+def cmd_fleet(args: argparse.Namespace) -> int:
+    from jobs.fleet import EmbeddedFleet
+
+    root = Path(args.embedded_root)
+    if args.action == "up":
+        names = [n.strip() for n in args.names.split(",") if n.strip()]
+        with console.status(f"starting {len(names)} PostgreSQL 18 servers under {root}"):
+            fleet = EmbeddedFleet.create(root, names)
+        (root / "fleet.toml").write_text(fleet.fleet_config_toml())
+        render(pl.DataFrame(fleet.status()), "embedded fleet")
+        console.print(f"fleet file: {root / 'fleet.toml'}  (radar snapshot picks the fleet up by itself)")
+        return 0
+    fleet = EmbeddedFleet.load(root)
+    if fleet is None:
+        console.print(f"no embedded fleet at {root}")
+        return 0 if args.action != "status" else 1
+    if args.action == "down":
+        fleet.destroy() if args.destroy else fleet.stop()
+        console.print("stopped" + (" and deleted" if args.destroy else ""))
+        return 0
+    render(pl.DataFrame(fleet.status()), "embedded fleet")
+    return 0
+
+
+def cmd_snapshot(args: argparse.Namespace) -> int:
+    from jobs.collector import snapshot_fleet
+
+    fleet = load_fleet(args)
+    with console.status(f"snapshotting {len(fleet.instances)} instances"):
+        result = snapshot_fleet(fleet, Path(args.lake))
+    render(pl.DataFrame(result.summary_rows()), "snapshot")
+    return 1 if not result.ok else 0
+
+
+def cmd_deploy(args: argparse.Namespace) -> int:
+    from jobs.deploys import ingest_deploy_files, mark_deploy
+
+    if args.action == "mark":
+        events = mark_deploy(
+            Path(args.lake),
+            version=args.version,
+            instances=args.instance or None,
+            fleet=args.fleet,
+            at=args.at,
+        )
+        render(pl.DataFrame([e.as_row() for e in events]), "deploy recorded")
+        return 0
+    report = ingest_deploy_files(Path(args.inbox), Path(args.lake))
+    console.print(f"{len(report.processed)} files processed, {len(report.events)} deploys recorded")
+    for path, why in report.rejected.items():
+        console.print(f"[red]rejected[/red] {path}: {why}")
+    return 1 if report.rejected else 0
+
+
+def cmd_samples(args: argparse.Namespace) -> int:
+    from jobs.samples import SampleConfig, run_samples_job
+
+    report = run_samples_job(Path(args.lake), SampleConfig(min_executions=args.min_executions))
+    console.print(
+        f"{report.snapshot_rows} snapshot rows → {report.sample_rows} samples "
+        f"({report.instances} instances, {report.seconds:.2f} s)"
+    )
+    if report.dropped_counts.height:
+        render(report.dropped_counts, "dropped intervals")
+    return 0
+
+
+def cmd_detect(args: argparse.Namespace) -> int:
+    from jobs.analysis import DetectionConfig, print_detection, run_detection
+
+    outcome = run_detection(Path(args.lake), DetectionConfig())
+    print_detection(outcome, console, show_all=args.all)
+    return 0
+
+
+def cmd_views(args: argparse.Namespace) -> int:
+    from jobs.duckdb_views import view_statements
+
+    for statement in view_statements(Path(args.lake)):
+        print(statement.rstrip(";") + ";\n")
+    return 0
+
+
+def cmd_sql(args: argparse.Namespace) -> int:
+    from jobs.duckdb_views import connect
+
+    conn = connect(Path(args.lake))
+    render(conn.sql(args.query).pl(), max_rows=args.max_rows)
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from jobs.demo import DemoConfig, run_demo
+
+    config = DemoConfig(
+        lake_root=Path(args.lake),
+        fleet_root=Path(args.embedded_root).parent / "demo-fleet",
+        seconds=args.seconds,
+        keep_fleet=args.keep,
+    )
+    return run_demo(config, console)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="radar", description=__doc__)
+    parser.add_argument("--lake", default=str(DEFAULT_LAKE), help="lake root (default: %(default)s)")
+    parser.add_argument(
+        "--fleet-file", default=str(DEFAULT_FLEET_FILE), help="fleet TOML (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--embedded-root",
+        default=str(DEFAULT_EMBEDDED_ROOT),
+        help="embedded fleet folder (default: %(default)s)",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    fleet = sub.add_parser("fleet", help="start, stop or list a local embedded PostgreSQL 18 fleet")
+    fleet.add_argument("action", choices=["up", "down", "status"])
+    fleet.add_argument("--names", default="alpha,beta", help="comma-separated instance names (up)")
+    fleet.add_argument("--destroy", action="store_true", help="delete the data folders too (down)")
+    fleet.set_defaults(func=cmd_fleet)
+
+    sub.add_parser("snapshot", help="snapshot the whole fleet into the lake now").set_defaults(
+        func=cmd_snapshot
+    )
+
+    deploy = sub.add_parser("deploy", help="record deploys")
+    deploy.add_argument("action", choices=["mark", "ingest"])
+    target = deploy.add_mutually_exclusive_group()
+    target.add_argument("--instance", action="append", help="instance deployed to (repeatable)")
+    target.add_argument("--fleet", action="store_true", help="the deploy went to every instance")
+    deploy.add_argument("--version", help="version deployed (mark)")
+    deploy.add_argument("--at", help="ISO-8601 time of the deploy (default: now)")
+    deploy.add_argument("--inbox", default="data/deploys", help="folder of deploy files (ingest)")
+    deploy.set_defaults(func=cmd_deploy)
+
+    samples = sub.add_parser("samples", help="rebuild per-interval samples from the snapshots")
+    samples.add_argument("--min-executions", type=int, default=1)
+    samples.set_defaults(func=cmd_samples)
+
+    detect = sub.add_parser("detect", help="find regressions around deploys and unannounced ones")
+    detect.add_argument("--all", action="store_true", help="also list the series that were not reported")
+    detect.set_defaults(func=cmd_detect)
+
+    sub.add_parser("views", help="print the DuckDB view definitions over the lake").set_defaults(
+        func=cmd_views
+    )
+    sql = sub.add_parser("sql", help="run a DuckDB query over the lake views")
+    sql.add_argument("query")
+    sql.add_argument("--max-rows", type=int, default=40)
+    sql.set_defaults(func=cmd_sql)
+
+    demo = sub.add_parser("demo", help="embedded fleet + workload + a real regression found and explained")
+    demo.add_argument("--seconds", type=float, default=75.0, help="workload duration")
+    demo.add_argument("--keep", action="store_true", help="leave the demo fleet running")
+    demo.set_defaults(func=cmd_demo, lake="data/demo/lake")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if (
+        args.command == "deploy"
+        and args.action == "mark"
+        and (not args.version or not (args.instance or args.fleet))
+    ):
+        console.print("[red]radar deploy mark needs --version and one of --instance NAME or --fleet[/red]")
+        return 2
+    try:
+        return int(args.func(args))
+    except (ConfigError, ValueError, RuntimeError, FileNotFoundError) as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
