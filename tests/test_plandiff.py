@@ -4,10 +4,20 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import polars as pl
 
-from jobs.plandiff import PlanDiffConfig, attach_plan_diffs, diff_plans, plan_diffs_for_regressions
+from jobs import duckdb_views
+from jobs.lake import write_table
+from jobs.plandiff import (
+    PlanDiffConfig,
+    attach_plan_diffs,
+    diff_plans,
+    plan_diffs_for_regressions,
+    write_plan_diffs,
+)
+from jobs.plans.history import store_snapshot_rows
 from jobs.plans.shape import plan_facts
 from jobs.schemas import PLAN_SNAPSHOTS
 
@@ -83,11 +93,23 @@ def _snapshots(rows: list[tuple[int, datetime, str, dict]]) -> pl.DataFrame:
                 "source": source,
                 "is_generic": source == "generic_explain",
                 "shape_hash": facts.shape_hash,
+                "root_node": facts.root_node,
+                "total_cost": facts.total_cost,
+                "indexes": facts.indexes,
                 "plan_json": json.dumps(plan),
             }
         )
     return pl.DataFrame(out, schema={"instance": pl.String(), **dict(PLAN_SNAPSHOTS.polars_schema)}).select(
-        "instance", "queryid", "captured_at", "source", "is_generic", "shape_hash", "plan_json"
+        "instance",
+        "queryid",
+        "captured_at",
+        "source",
+        "is_generic",
+        "shape_hash",
+        "root_node",
+        "total_cost",
+        "indexes",
+        "plan_json",
     )
 
 
@@ -138,3 +160,36 @@ def test_plan_diffs_skips_non_detected_and_reports_missing_sides() -> None:
     diffs = plan_diffs_for_regressions(regressions, snaps)
     assert diffs["diff_status"].to_list() == ["no_new_shape", "no_before"]
     assert "generic" not in diffs["plan_diff_summary"][0]
+
+
+def test_duckdb_views_attach_plan_diff_to_detected_regressions(lake_root: Path) -> None:
+    t = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+    snaps = _snapshots(
+        [
+            (1, t - timedelta(minutes=1), "generic_explain", INDEX),
+            (1, t + timedelta(1), "generic_explain", SEQ),
+        ]
+    )
+    store_snapshot_rows(lake_root, "alpha", snaps.drop("instance"), "s1")
+    regressions = pl.DataFrame(
+        {
+            "analysis": ["deploy", "deploy"],
+            "instance": ["alpha", "alpha"],
+            "queryid": [1, 2],
+            "fingerprint": ["fp1", "fp2"],
+            "status": ["detected", "no_regression"],
+            "detected_change_at": [t, t],
+        }
+    )
+    write_table(lake_root, "performance_regressions", regressions, {"date": "2026-11-29"}, "r1")
+    write_plan_diffs(lake_root, plan_diffs_for_regressions(regressions, snaps), t)
+    conn = duckdb_views.connect(lake_root)
+    rows = conn.execute(
+        "SELECT fingerprint, diff_status, plan_diff_summary FROM regressions_with_plan_diff"
+    ).fetchall()
+    assert len(rows) == 1 and rows[0][:2] == ("fp1", "changed") and "Seq Scan on orders" in rows[0][2]
+    changes = conn.execute(
+        "SELECT root_before, root_after FROM plan_shape_changes ORDER BY changed_at"
+    ).fetchall()
+    assert changes == [(None, "Aggregate"), ("Aggregate", "Finalize Aggregate")]
+    assert conn.execute("SELECT count(*) FROM plans_latest").fetchone() == (1,)
