@@ -125,7 +125,7 @@ class WorkloadRunner:
 
 @dataclass
 class LockContention:
-    """A transient, harmless latency bump: hold a lock that writers wait for, in short bursts."""
+    """A transient, harmless latency bump: hold row locks that writers wait for, in short bursts."""
 
     dsn: str
     hold_s: float = 0.05
