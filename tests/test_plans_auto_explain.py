@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import polars as pl
@@ -12,6 +13,7 @@ from psycopg.types.numeric import Int4
 
 from jobs.lake import scan_table
 from jobs.plans.auto_explain import ingest_auto_explain_logs, load_offsets
+from jobs.plans.capture import capture_plans
 from tests.conftest import FleetFactory
 
 pytestmark = pytest.mark.postgres
@@ -37,14 +39,31 @@ def test_auto_explain_records_parsed_and_joined_to_pg_stat_statements(
         for kind in range(3):
             conn.execute("SELECT count(*) FROM events WHERE kind = %s", (Int4(kind),))
         conn.execute("SELECT id FROM events WHERE id = %s", (Int4(3),))
+        conn.execute("EXPLAIN ANALYZE SELECT max(kind) FROM events")
         pgss = dict(
             conn.execute(
                 "SELECT queryid, query FROM pg_stat_statements WHERE query LIKE 'SELECT % FROM events%'"
             ).fetchall()
         )
-    wait_for_log(server.log_dir, b"FROM events WHERE id")
+    candidates = pl.DataFrame(
+        {
+            "queryid": list(pgss),
+            "dbid": [None] * len(pgss),
+            "userid": [None] * len(pgss),
+            "query": list(pgss.values()),
+        }
+    )
+    captured = capture_plans(server.dsn, "ae", candidates, datetime.now(UTC))
+    assert (captured.log["status"] == "captured").sum() >= 2
+    with psycopg.connect(server.dsn, autocommit=True) as conn:  # logged after anything the capture logged
+        conn.execute("SELECT 'marker after capture' AS marker")
+    wait_for_log(server.log_dir, b"marker after capture")
     result = ingest_auto_explain_logs(server.log_dir, "ae", lake_root)
     assert result.plan_records >= 4 and not result.errors
+    assert result.explain_records == 1, (
+        "the user's EXPLAIN ANALYZE is skipped; the capture's EXPLAINs are not logged"
+    )
+    assert not any(b"GENERIC_PLAN" in p.read_bytes() for p in server.log_dir.glob("*.json"))
     assert result.bytes_read > 0 and result.files_read >= 1
     snaps = scan_table(lake_root, "plan_snapshots").collect().filter(pl.col("source") == "auto_explain")
     joined = snaps.filter(pl.col("queryid").is_in(list(pgss)))

@@ -57,6 +57,7 @@ class IngestResult:
     lines_read: int = 0
     plan_records: int = 0
     unkeyed_records: int = 0
+    explain_records: int = 0
     snapshot_rows_written: int = 0
     errors: list[str] = field(default_factory=list)
 
@@ -79,8 +80,19 @@ def parse_log_timestamp(text: str) -> datetime:
     return parsed.replace(tzinfo=timezone(offset)).astimezone(UTC)
 
 
+def _is_explain(text: object) -> bool:
+    """An EXPLAIN (ANALYZE) someone ran: its plan is logged too, but it is not the workload's execution."""
+    if not isinstance(text, str):
+        return False
+    lines = [ln for ln in text.lstrip().splitlines() if ln.strip() and not ln.lstrip().startswith("--")]
+    return bool(lines) and lines[0].lstrip().lower().startswith("explain")
+
+
 def parse_auto_explain_record(record: dict[str, Any]) -> dict[str, Any] | None:
-    """One jsonlog record → a plan_snapshots row (queryid may be None); None if not an auto_explain plan."""
+    """One jsonlog record → a plan_snapshots row (queryid may be None); None if not an auto_explain plan.
+
+    Plans of EXPLAIN statements (auto_explain logs those too) come back as ``{"skip": "explain"}``.
+    """
     message = record.get("message")
     if not isinstance(message, str) or not message.startswith(_MESSAGE_START):
         return None
@@ -90,6 +102,8 @@ def parse_auto_explain_record(record: dict[str, Any]) -> dict[str, Any] | None:
     parts = head.split()
     duration = float(parts[1]) if len(parts) >= 2 else None
     document = json.loads(body)
+    if isinstance(document, dict) and _is_explain(document.get("Query Text")):
+        return {"skip": "explain"}
     root = plan_root(document)
     queryid = document.get("Query Identifier") if isinstance(document, dict) else None
     if not queryid:
@@ -134,6 +148,9 @@ def parse_jsonlog_lines(
             result.errors.append(f"{log_file}: line {number} of this read: {exc}")
             continue
         if row is None:
+            continue
+        if "skip" in row:
+            result.explain_records += 1
             continue
         result.plan_records += 1
         if row["queryid"] is None:

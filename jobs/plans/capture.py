@@ -103,10 +103,12 @@ def select_plan_candidates(statements: pl.DataFrame, texts: pl.DataFrame, top_n:
 
 
 def _session_options(config: PlanCaptureConfig) -> str:
-    # Set at connection start, so not even the session's own first statement is tracked.
+    # Set at connection start, so not even the session's own first statement is tracked; auto_explain
+    # would otherwise log every EXPLAIN this session runs as if it were a real execution.
     return " ".join(
         [
             "-c pg_stat_statements.track=none",
+            "-c auto_explain.log_min_duration=-1",
             "-c default_transaction_read_only=on",
             f"-c statement_timeout={int(config.statement_timeout_ms)}",
             "-c pg_store_plans.plan_format=json",
