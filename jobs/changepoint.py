@@ -9,8 +9,8 @@ The energy statistic of a split at tau (Matteson & James 2014, alpha = 1), with 
 
 where cross is the sum of |x_i - x_j| over pairs on opposite sides and the within terms are sums over the
 pairs inside each side. For 1-D data all within sums of every prefix follow from the "dominance" sums
-D[t] = sum_{i<t} |x_t - x_i|, which a wavelet-style pass over the value ranks gives in O(n log n) with
-O(log n) numpy calls over the whole batch (see ``_prefix_distance_sums``).
+D[t] = sum_{i<t} |x_t - x_i|, which a wavelet-tree pass over the value ranks gives in O(n log n) element
+work per series with O(n) numpy calls for the whole batch (see ``_less_sums_by_rank``).
 """
 
 from __future__ import annotations
@@ -25,8 +25,10 @@ from scipy import special, stats
 
 __all__ = [
     "ChangePoint",
+    "ChangePointArrays",
     "ChangePointConfig",
     "benjamini_hochberg",
+    "change_point_arrays",
     "energy_statistic_reference",
     "energy_statistics",
     "most_significant_change_points",
@@ -43,7 +45,7 @@ class ChangePointConfig:
     test: Literal["rank", "permutation"] = "rank"  # rank: ~1 location pass; permutation: ~permutations+1
     permutations: int = 199  # permutation test only
     seed: int = 0  # permutation test only; mixed with a hash of each series so results ignore batch makeup
-    batch_elements: int = 1 << 21  # series are processed in chunks of about this many values (memory bound)
+    batch_elements: int = 1 << 17  # values per chunk: small enough for the scatters to stay in cache
 
     def __post_init__(self) -> None:
         if self.min_segment < 2:
@@ -96,72 +98,149 @@ def energy_statistic_reference(x: np.ndarray, min_segment: int) -> np.ndarray:
     return out
 
 
-def _prefix_distance_sums(values: np.ndarray, order: np.ndarray) -> np.ndarray:
-    """D[b, t] = sum_{i<t} |x[b, t] - x[b, i]| for a (B, n) stack, in O(n log n) per series.
+def _running_sum(rows: np.ndarray, out: np.ndarray, exclusive: bool = False) -> np.ndarray:
+    """Cumulative sum along axis 0 by a Python loop over rows.
 
-    ``order`` is the stable argsort of each row. Every pair (i < t) is counted once, at the highest bit
-    where the (distinct) ranks of x_i and x_t differ: a wavelet-tree construction keeps each row ordered by
-    (rank >> (level + 1), time), so within each group of 2^(level+1) ranks the pairs to count are "a zero
-    bit earlier in time than a one bit" — a cumulative sum — and a stable partition by the bit moves to the
-    next level. That is O(log n) numpy calls over the whole batch instead of O(n log n) Python steps.
+    Why: with the batch on the contiguous last axis each step is one SIMD add over all series, while
+    numpy's own accumulate along a non-last axis (or along short last-axis rows) is 10-20x slower.
     """
-    batch, n = values.shape
-    levels = max(1, int(np.ceil(np.log2(max(n, 2)))))
-    padded = 1 << levels
-    rank_dtype = np.int16 if padded <= np.iinfo(np.int16).max else np.int32
-    ranks = np.empty((batch, padded), dtype=rank_dtype)
-    rows = np.arange(batch)[:, None]
-    ranks[rows, order] = np.arange(n, dtype=rank_dtype)
-    # Padding sits after the series in time with the largest ranks: never earlier than a real point.
-    ranks[:, n:] = np.arange(n, padded, dtype=rank_dtype)
-    current_x = np.zeros((batch, padded))
-    current_x[:, :n] = values
-    count_less = np.zeros((batch, padded), dtype=np.int32)
-    sum_less = np.zeros((batch, padded))
-    row_base = (np.arange(batch, dtype=np.int64) * padded)[:, None, None]
+    if exclusive:
+        out[0] = 0
+        for step in range(rows.shape[0]):
+            np.add(out[step], rows[step], out=out[step + 1])
+    else:
+        out[0] = rows[0]
+        for step in range(1, rows.shape[0]):
+            np.add(out[step - 1], rows[step], out=out[step])
+    return out
+
+
+_LEVEL_INDEX_CACHE: dict[tuple[int, int], list[tuple[np.ndarray, np.ndarray, int]]] = {}
+
+
+def _level_index_constants(padded: int, batch: int) -> list[tuple[np.ndarray, np.ndarray, int]]:
+    """Per level, the parts of the scatter index that do not depend on the data (cached per shape)."""
+    key = (padded, batch)
+    cached = _LEVEL_INDEX_CACHE.get(key)
+    if cached is not None:
+        return cached
+    levels = padded.bit_length() - 1
+    columns = np.arange(batch, dtype=np.intp)
+    constants = []
     for level in range(levels - 1, -1, -1):
         size = 1 << (level + 1)
-        half = size >> 1
         groups = padded // size
-        shape = (batch, groups, size)
-        bit = ((ranks >> level) & 1).astype(bool).reshape(shape)
-        zero = ~bit
-        zeros_through = np.cumsum(zero, axis=2, dtype=np.int32)
-        x3 = current_x.reshape(shape)
-        zero_sum_through = np.cumsum(np.where(zero, x3, 0.0), axis=2)
-        count_less += np.where(bit, zeros_through, 0).reshape(batch, padded)
-        sum_less += np.where(bit, zero_sum_through, 0.0).reshape(batch, padded)
-        position = np.arange(size, dtype=np.int32)
-        target = np.where(bit, half + position - zeros_through, zeros_through - 1)
-        flat = (row_base + (np.arange(groups, dtype=np.int64) * size)[None, :, None] + target).ravel()
-        for array in (ranks, current_x, count_less, sum_less):
-            moved = np.empty_like(array)
-            moved.reshape(-1)[flat] = array.reshape(-1)
-            array[...] = moved
-    # After level 0 each row is in rank order: position p holds the point whose rank is p.
-    count_by_time = np.empty((batch, n), dtype=np.int32)
-    sum_by_time = np.empty((batch, n))
-    count_by_time[rows, order] = count_less[:, :n]
-    sum_by_time[rows, order] = sum_less[:, :n]
-    prefix_sum = np.zeros((batch, n))
-    np.cumsum(values[:, :-1], axis=1, out=prefix_sum[:, 1:])
-    time = np.arange(n)
-    return values * (2 * count_by_time - time) - 2.0 * sum_by_time + prefix_sum
+        stride = 2 * groups * batch  # one step of position-in-group in the next level's layout
+        position = np.arange(size, dtype=np.intp)[:, None, None]
+        base = (2 * np.arange(groups, dtype=np.intp)[:, None] * batch + columns[None, :])[None]
+        one_offset = np.ascontiguousarray(
+            np.broadcast_to(base + position * stride + batch, (size, groups, batch))
+        )
+        zero_shift = np.ascontiguousarray(
+            np.broadcast_to(stride + position * stride + batch, (size, groups, batch))
+        )
+        constants.append((one_offset, zero_shift, stride))
+    if len(_LEVEL_INDEX_CACHE) > 16:
+        _LEVEL_INDEX_CACHE.clear()
+    _LEVEL_INDEX_CACHE[key] = constants
+    return constants
 
 
-def _all_distance_sums(values: np.ndarray, order: np.ndarray) -> np.ndarray:
-    """A[b, t] = sum_j |x[b, t] - x[b, j]| from the sorted rows (prefix sums of sorted values)."""
-    batch, n = values.shape
-    rows = np.arange(batch)[:, None]
-    ordered = values[rows, order]
-    below = np.zeros((batch, n))
-    np.cumsum(ordered[:, :-1], axis=1, out=below[:, 1:])
-    total = below[:, -1:] + ordered[:, -1:]
-    position = np.arange(n)
-    by_rank = ordered * (2 * position - n + 1) - below + (total - below - ordered)
-    out = np.empty((batch, n))
-    out[rows, order] = by_rank
-    return out
+def _less_sums_by_rank(x_time: np.ndarray, order: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """L[t] = sum_{i<t, rank_i<rank_t} (x_t - x_i) for an (n, B) time-major stack, in O(n log n) per series.
+
+    ``order`` is the (B, n) argsort of each series. Every pair (i < t) is counted once, at the highest bit
+    where the (distinct) ranks differ: a wavelet-tree construction keeps each column ordered by
+    (rank >> (level + 1), time), laid out as (position in group, group, series), so within each group of
+    2^(level + 1) ranks the pairs to count are "a zero bit earlier in time than a one bit" — a running sum —
+    and a stable partition by the bit (one scatter) moves to the next level. O(n log n) element work in
+    O(n) numpy calls per batch. Returns (L in rank order, the sorted values, the rank of each time point).
+    """
+    n, batch = x_time.shape
+    levels = max(1, (n - 1).bit_length())
+    padded = 1 << levels
+    rank_dtype = np.int16 if padded <= np.iinfo(np.int16).max else np.int32
+    columns = np.arange(batch)
+    ranks = np.empty((padded, batch), dtype=rank_dtype)
+    ranks[order.T, columns] = np.arange(n, dtype=rank_dtype)[:, None]
+    # Padding sits after the series in time with the largest ranks: never earlier than a real point.
+    ranks[n:] = np.arange(n, padded, dtype=rank_dtype)[:, None]
+    rank_of_time = ranks[:n].copy()
+    x = np.zeros((padded, batch))
+    x[:n] = x_time
+    less = np.zeros((padded, batch))
+    zeros_through = np.empty((padded, batch), dtype=np.intp)
+    zero_sum_through = np.empty((padded, batch))
+    for (one_offset, zero_shift, stride), level in zip(
+        _level_index_constants(padded, batch), range(levels - 1, -1, -1), strict=True
+    ):
+        size = 1 << (level + 1)
+        shape = (size, padded // size, batch)
+        zero = ((ranks & rank_dtype(1 << level)) == 0).reshape(shape)
+        x3 = x.reshape(shape)
+        count3 = zeros_through.reshape(shape)
+        sum3 = zero_sum_through.reshape(shape)
+        _running_sum(zero, out=count3)
+        _running_sum(x3 * zero, out=sum3)
+        contribution = x3 * count3
+        contribution -= sum3
+        contribution *= ~zero
+        less += contribution.reshape(padded, batch)
+        # Destination in the next level's (size / 2, 2 * groups, batch) layout: a zero goes to position
+        # (zeros before it) of the lower child group, a one to (ones before it) of the upper child group.
+        scaled = count3 * stride
+        target = 2 * scaled
+        target -= zero_shift
+        target *= zero
+        target += one_offset
+        target -= scaled
+        flat = target.reshape(-1)
+        moved_ranks = np.empty_like(ranks)
+        moved_ranks.reshape(-1)[flat] = ranks.reshape(-1)
+        moved_x = np.empty_like(x)
+        moved_x.reshape(-1)[flat] = x.reshape(-1)
+        moved_less = np.empty_like(less)
+        moved_less.reshape(-1)[flat] = less.reshape(-1)
+        ranks, x, less = moved_ranks, moved_x, moved_less
+    return less[:n], x[:n], rank_of_time
+
+
+@dataclass(frozen=True)
+class _EnergyPass:
+    """Everything one location pass computes that the significance tests reuse."""
+
+    statistic: np.ndarray  # (n - 2 min_segment + 1, B) Q at tau = min_segment + row
+    sorted_values: np.ndarray  # (n, B)
+    rank_of_time: np.ndarray  # (n, B) distinct ranks 0..n-1
+
+
+def _energy_pass(stack: np.ndarray, min_segment: int) -> _EnergyPass:
+    """Q(tau) for every allowed tau of a (B, n) stack; requires n >= 2 * min_segment."""
+    batch, n = stack.shape
+    order = np.argsort(stack, axis=1)
+    x_time = np.ascontiguousarray(stack.T)
+    less_by_rank, sorted_values, rank_of_time = _less_sums_by_rank(x_time, order)
+    gather = (rank_of_time.astype(np.intp) * batch + np.arange(batch)).reshape(-1)
+    less = less_by_rank.reshape(-1)[gather].reshape(n, batch)
+    prefix_x = _running_sum(x_time, np.empty((n + 1, batch)), exclusive=True)
+    time = np.arange(n, dtype=np.float64)[:, None]
+    # D_prefix[t] = sum_{i<t} |x_t - x_i| = 2 L[t] + sum_{i<t} x_i - t x_t
+    before = 2.0 * less + prefix_x[:n] - time * x_time
+    below = _running_sum(sorted_values, np.empty((n + 1, batch)), exclusive=True)
+    total_x = below[n]
+    # D_all at rank p = sum_j |v_p - v_j| from prefix sums of the sorted values.
+    all_by_rank = sorted_values * (2.0 * time - (n - 1)) - below[:n] + (total_x - below[1:])
+    after = all_by_rank.reshape(-1)[gather].reshape(n, batch) - before
+    within_prefix = _running_sum(before, np.empty((n + 1, batch)), exclusive=True)
+    after_prefix = _running_sum(after, np.empty((n + 1, batch)), exclusive=True)
+    taus = slice(min_segment, n - min_segment + 1)
+    left = within_prefix[taus]
+    right = after_prefix[n] - after_prefix[taus]
+    cross = within_prefix[n] - left - right
+    m = np.arange(min_segment, n - min_segment + 1, dtype=np.float64)[:, None]
+    k = n - m
+    statistic = (2.0 / n) * cross - (2.0 * k / (n * (m - 1))) * left - (2.0 * m / (n * (k - 1))) * right
+    return _EnergyPass(statistic=statistic, sorted_values=sorted_values, rank_of_time=rank_of_time)
 
 
 def energy_statistics(values: np.ndarray, min_segment: int) -> np.ndarray:
@@ -171,23 +250,7 @@ def energy_statistics(values: np.ndarray, min_segment: int) -> np.ndarray:
     out = np.full((batch, n + 1), -np.inf)
     if n < 2 * min_segment:
         return out
-    order = np.argsort(stack, axis=1, kind="stable")
-    before = _prefix_distance_sums(stack, order)
-    after = _all_distance_sums(stack, order) - before
-    within_prefix = np.zeros((batch, n + 1))
-    np.cumsum(before, axis=1, out=within_prefix[:, 1:])
-    within_suffix = np.zeros((batch, n + 1))
-    np.cumsum(after[:, ::-1], axis=1, out=within_suffix[:, 1:])
-    within_suffix = within_suffix[:, ::-1]
-    total = within_prefix[:, -1:]
-    taus = np.arange(min_segment, n - min_segment + 1)
-    m = taus.astype(np.float64)
-    k = n - m
-    left = within_prefix[:, taus]
-    right = within_suffix[:, taus]
-    cross = total - left - right
-    energy = 2.0 * cross / (m * k) - 2.0 * left / (m * (m - 1)) - 2.0 * right / (k * (k - 1))
-    out[:, taus] = m * k / n * energy
+    out[:, min_segment : n - min_segment + 1] = _energy_pass(stack, min_segment).statistic.T
     return out
 
 
@@ -212,24 +275,31 @@ def _tie_term(values: np.ndarray) -> np.ndarray:
     return (size * size - 1.0).sum(axis=1)
 
 
-def _rank_p_values(values: np.ndarray, split: np.ndarray, min_segment: int) -> np.ndarray:
+def _rank_p_values(stack: np.ndarray, energy: _EnergyPass, split: np.ndarray, min_segment: int) -> np.ndarray:
     """Two-sided Mann-Whitney p at each row's split, Bonferroni-corrected for the candidate splits.
 
     Why this test: ranks shrug off the latency spikes that inflate a t-test's variance, and the Bonferroni
-    factor (n - 2 min_segment + 1) makes the selection of the best split honest (conservative: the
-    candidates are correlated), which is what a precision-first detector wants.
+    factor (n - 2 min_segment + 1) keeps the choice of the best split honest (conservative, since the
+    candidates are correlated), which is what a precision-first detector wants. It costs about one pass.
     """
-    batch, n = values.shape
-    ranks = stats.rankdata(values, axis=1)
-    rank_prefix = np.cumsum(ranks, axis=1)
+    batch, n = stack.shape
     m = split.astype(np.float64)
     k = n - m
-    left_rank_sum = rank_prefix[np.arange(batch), split - 1]
+    sorted_values = energy.sorted_values
+    has_ties = bool(np.any(sorted_values[1:] == sorted_values[:-1])) if n > 1 else False
+    if has_ties:
+        ranks = stats.rankdata(stack, axis=1)
+        left_rank_sum = np.cumsum(ranks, axis=1)[np.arange(batch), split - 1]
+        tie_term = _tie_term(stack)
+    else:
+        before_split = np.arange(n)[:, None] < split[None, :]
+        left_rank_sum = ((energy.rank_of_time + 1) * before_split).sum(axis=0, dtype=np.float64)
+        tie_term = np.zeros(batch)
     u = left_rank_sum - m * (m + 1) / 2.0
-    variance = m * k / 12.0 * ((n + 1) - _tie_term(values) / (n * (n - 1)))
+    variance = m * k / 12.0 * ((n + 1) - tie_term / (n * (n - 1)))
     deviation = np.maximum(np.abs(u - m * k / 2.0) - 0.5, 0.0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        z = np.where(variance > 0, deviation / np.sqrt(np.where(variance > 0, variance, 1.0)), 0.0)
+    positive = variance > 0
+    z = np.where(positive, deviation / np.sqrt(np.where(positive, variance, 1.0)), 0.0)
     two_sided = 2.0 * special.ndtr(-z)
     candidates = n - 2 * min_segment + 1
     return np.minimum(1.0, two_sided * candidates)
@@ -241,60 +311,73 @@ def _series_seed(values: np.ndarray, seed: int) -> np.random.Generator:
     return np.random.default_rng(np.random.SeedSequence([seed, digest]))
 
 
-def _permutation_p_values(values: np.ndarray, observed: np.ndarray, config: ChangePointConfig) -> np.ndarray:
-    """(1 + #permuted maxima >= observed) / (1 + permutations): the max over splits corrects itself."""
-    batch, n = values.shape
+def _permutation_p_values(stack: np.ndarray, observed: np.ndarray, config: ChangePointConfig) -> np.ndarray:
+    """(1 + #permuted maxima >= observed) / (1 + permutations): the max over splits corrects itself.
+
+    Costs ``permutations`` extra location passes per series (all permutations of a series in one batch).
+    """
+    batch, n = stack.shape
     exceed = np.zeros(batch, dtype=np.int64)
-    shuffled = np.empty((config.permutations, n))
     for row in range(batch):
-        generator = _series_seed(values[row], config.seed)
-        shuffled[...] = generator.permuted(np.broadcast_to(values[row], shuffled.shape), axis=1)
-        maxima = energy_statistics(shuffled, config.min_segment).max(axis=1)
-        exceed[row] = int(np.count_nonzero(maxima >= observed[row] * (1.0 - 1e-12)))
+        generator = _series_seed(stack[row], config.seed)
+        shuffled = generator.permuted(np.broadcast_to(stack[row], (config.permutations, n)), axis=1)
+        maxima = _energy_pass(shuffled, config.min_segment).statistic.max(axis=0)
+        # A relative tolerance so that permutations tying the observed maximum count as exceeding it.
+        exceed[row] = int(np.count_nonzero(maxima >= observed[row] - 1e-12 * abs(observed[row])))
     return (1.0 + exceed) / (1.0 + config.permutations)
 
 
-# ----------------------------------------------------------------------------------------------------------
-# Public batch API
-# ----------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ChangePointArrays:
+    """The most significant split of every row of an equal-length stack, as arrays (index -1: none)."""
+
+    index: np.ndarray  # int64 (B,), first index of the new regime, -1 when too short / constant
+    statistic: np.ndarray  # float64 (B,)
+    p_value: np.ndarray  # float64 (B,)
+    significant: np.ndarray  # bool (B,)
 
 
-def _locate_stack(stack: np.ndarray, config: ChangePointConfig) -> list[ChangePoint]:
-    """Most significant change point of every row of an equal-length (B, n) stack."""
-    batch, n = stack.shape
-    if n < 2 * config.min_segment:
-        return [_NO_CHANGE] * batch
-    q = energy_statistics(stack, config.min_segment)
-    split = np.argmax(q, axis=1)
-    best = q[np.arange(batch), split]
-    constant = np.ptp(stack, axis=1) == 0
+def change_point_arrays(
+    stack: np.ndarray, config: ChangePointConfig = ChangePointConfig()
+) -> ChangePointArrays:
+    """Array form of ``most_significant_change_points`` for a (B, n) stack of equal-length series.
+
+    The fast path for fleet-wide scans: no per-series Python objects; chunks of ``config.batch_elements``.
+    """
+    values = np.asarray(stack, dtype=np.float64)
+    if values.ndim != 2:
+        raise ValueError("stack must be 2-D: (series, time)")
+    if not np.all(np.isfinite(values)):
+        raise ValueError("series must be finite (drop or fill missing values first)")
+    batch, n = values.shape
+    index = np.full(batch, -1, dtype=np.int64)
+    statistic = np.zeros(batch)
+    p_value = np.ones(batch)
+    if n >= 2 * config.min_segment and batch:
+        chunk = max(1, config.batch_elements // n)
+        for start in range(0, batch, chunk):
+            rows = slice(start, min(batch, start + chunk))
+            index[rows], statistic[rows], p_value[rows] = _locate_chunk(values[rows], config)
+    significant = (index >= 0) & (p_value <= config.max_p_value)
+    return ChangePointArrays(index=index, statistic=statistic, p_value=p_value, significant=significant)
+
+
+def _locate_chunk(stack: np.ndarray, config: ChangePointConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(index, statistic, p) of an equal-length (B, n) chunk with n >= 2 * min_segment."""
+    batch = stack.shape[0]
+    stack = np.ascontiguousarray(stack)
+    energy = _energy_pass(stack, config.min_segment)
+    best_row = np.argmax(energy.statistic, axis=0)
+    columns = np.arange(batch)
+    best = energy.statistic[best_row, columns]
+    split = best_row + config.min_segment
     if config.test == "rank":
-        p_values = _rank_p_values(stack, split, config.min_segment)
+        p_values = _rank_p_values(stack, energy, split, config.min_segment)
     else:
         p_values = _permutation_p_values(stack, best, config)
-    results: list[ChangePoint] = []
-    for row in range(batch):
-        if constant[row] or not np.isfinite(best[row]):
-            results.append(_NO_CHANGE)
-            continue
-        p_value = float(p_values[row])
-        results.append(
-            ChangePoint(
-                index=int(split[row]),
-                statistic=float(best[row]),
-                p_value=p_value,
-                significant=p_value <= config.max_p_value,
-            )
-        )
-    return results
-
-
-def _as_float_arrays(series: Sequence[np.ndarray]) -> list[np.ndarray]:
-    arrays = [np.asarray(s, dtype=np.float64).reshape(-1) for s in series]
-    for array in arrays:
-        if not np.all(np.isfinite(array)):
-            raise ValueError("series must be finite (drop or fill missing values first)")
-    return arrays
+    constant = energy.sorted_values[-1] == energy.sorted_values[0]
+    index = np.where(constant, -1, split).astype(np.int64)
+    return index, np.where(constant, 0.0, best), np.where(constant, 1.0, p_values)
 
 
 def most_significant_change_points(
@@ -308,18 +391,22 @@ def most_significant_change_points(
     With ``fdr_q`` set, ``significant`` is decided by Benjamini-Hochberg at level fdr_q across every
     series of the call (the p of each is still the split-corrected one), and ``q_value`` is filled in.
     """
-    arrays = _as_float_arrays(series)
-    results: list[ChangePoint] = [_NO_CHANGE] * len(arrays)
+    results: list[ChangePoint] = [_NO_CHANGE] * len(series)
     by_length: dict[int, list[int]] = {}
-    for position, array in enumerate(arrays):
-        by_length.setdefault(array.shape[0], []).append(position)
+    for position, values in enumerate(series):
+        by_length.setdefault(len(values), []).append(position)
     for length, positions in sorted(by_length.items()):
-        chunk = max(1, config.batch_elements // max(length, 1))
-        for start in range(0, len(positions), chunk):
-            members = positions[start : start + chunk]
-            stack = np.stack([arrays[p] for p in members]) if length else np.empty((len(members), 0))
-            for position, point in zip(members, _locate_stack(stack, config), strict=True):
-                results[position] = point
+        if length < 2 * config.min_segment:
+            continue
+        stack = np.stack([np.asarray(series[p], dtype=np.float64).reshape(-1) for p in positions])
+        arrays = change_point_arrays(stack, config)
+        index = arrays.index.tolist()
+        statistic = arrays.statistic.tolist()
+        p_value = arrays.p_value.tolist()
+        significant = arrays.significant.tolist()
+        for row, position in enumerate(positions):
+            if index[row] >= 0:
+                results[position] = ChangePoint(index[row], statistic[row], p_value[row], significant[row])
     if fdr_q is not None:
         results = _apply_fdr(results, fdr_q)
     return results
@@ -359,7 +446,7 @@ def segment_change_points(
     indices into the whole series. With ``fdr_q`` set, each round's candidates across the whole batch
     are accepted by Benjamini-Hochberg at fdr_q instead of p <= max_p_value (reported in ``q_value``).
     """
-    arrays = _as_float_arrays(series)
+    arrays = [np.asarray(values, dtype=np.float64).reshape(-1) for values in series]
     found: list[list[ChangePoint]] = [[] for _ in arrays]
     open_segments: list[tuple[int, int, int]] = [(s, 0, a.shape[0]) for s, a in enumerate(arrays)]
     while open_segments:

@@ -1,0 +1,192 @@
+"""The change point statistics: batched E-divisive must equal the O(n^2) definition, find steps, ignore
+noise and spikes, and be reproducible byte for byte."""
+
+from __future__ import annotations
+
+import itertools
+import pickle
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from jobs.changepoint import (
+    ChangePoint,
+    ChangePointConfig,
+    benjamini_hochberg,
+    change_point_arrays,
+    energy_statistic_reference,
+    energy_statistics,
+    most_significant_change_points,
+    segment_change_points,
+)
+
+STEP = np.array([10.0, 11, 9, 10, 12, 10, 9, 11, 10, 10, 20, 21, 19, 22, 20, 21, 19, 20, 22, 21])
+FLAT = np.array([10.0, 11, 9, 10, 12, 10, 9, 11, 10, 10, 11, 9, 10, 12, 10, 9, 11, 10, 10, 11])
+
+
+def _noise(rng: np.random.Generator, n: int, spikes: int = 0) -> np.ndarray:
+    values = rng.lognormal(0.0, 0.3, n)
+    if spikes:
+        values[rng.choice(n, spikes, replace=False)] *= 20.0
+    return values
+
+
+def test_step_is_found_at_its_first_new_index() -> None:
+    (point,) = most_significant_change_points([STEP])
+    assert point.index == 10
+    assert point.significant
+    assert point.statistic > 0
+
+
+def test_flat_series_has_no_significant_change() -> None:
+    (point,) = most_significant_change_points([FLAT])
+    assert not point.significant
+    assert point.p_value > 0.01
+
+
+def test_constant_short_and_tied_series_give_no_change() -> None:
+    constant, short, two_values = most_significant_change_points(
+        [np.full(30, 7.0), np.arange(9.0), np.tile([1.0, 2.0], 15)]
+    )
+    assert constant.index is None and not constant.significant
+    assert short.index is None and not short.significant  # 9 < 2 * min_segment
+    assert not two_values.significant
+
+
+def test_single_spikes_do_not_make_a_change_but_do_not_hide_one() -> None:
+    spiky_flat = np.tile(FLAT, 2)
+    spiky_flat[[3, 15, 33]] = 500.0
+    spiky_step = np.r_[FLAT[:10], FLAT[10:], STEP[10:], STEP[10:]]
+    spiky_step[[3, 15, 33]] = 500.0
+    flat_point, step_point = most_significant_change_points([spiky_flat, spiky_step])
+    assert not flat_point.significant
+    assert step_point.significant and step_point.index == 20
+
+
+def test_false_positive_rate_on_spiky_lognormal_noise_is_at_most_one_percent() -> None:
+    rng = np.random.default_rng(7)
+    series = [_noise(rng, n, spikes=n // 30) for n in (40, 120) for _ in range(1500)]
+    points = most_significant_change_points(series)
+    rate = np.mean([p.significant for p in points])
+    assert rate <= 0.01
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    data=st.lists(
+        st.one_of(st.floats(-1e3, 1e3, allow_nan=False), st.sampled_from([0.0, 1.0, 2.5])),
+        min_size=4,
+        max_size=70,
+    ),
+    min_segment=st.integers(2, 6),
+)
+def test_batched_energy_statistic_equals_the_quadratic_definition(
+    data: list[float], min_segment: int
+) -> None:
+    values = np.array(data)
+    reference = energy_statistic_reference(values, min_segment)
+    batched = energy_statistics(np.stack([values, values[::-1]]), min_segment)
+    allowed = np.isfinite(reference)
+    scale = max(1.0, float(np.abs(values).max()) * len(values))
+    assert np.all(np.isneginf(batched[0][~allowed]))
+    np.testing.assert_allclose(batched[0][allowed], reference[allowed], rtol=1e-9, atol=1e-9 * scale)
+    reversed_reference = energy_statistic_reference(values[::-1], min_segment)
+    np.testing.assert_allclose(batched[1][allowed], reversed_reference[allowed], rtol=1e-9, atol=1e-9 * scale)
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(10, 300), batch=st.integers(1, 5))
+def test_batched_energy_statistic_matches_reference_on_lognormal_batches(
+    seed: int, n: int, batch: int
+) -> None:
+    rng = np.random.default_rng(seed)
+    stack = rng.lognormal(0.0, 1.0, (batch, n))
+    batched = energy_statistics(stack, 5)
+    for row in range(batch):
+        reference = energy_statistic_reference(stack[row], 5)
+        allowed = np.isfinite(reference)
+        np.testing.assert_allclose(batched[row][allowed], reference[allowed], rtol=1e-9, atol=1e-9)
+
+
+def test_identical_inputs_give_byte_identical_outputs_whatever_the_neighbours() -> None:
+    rng = np.random.default_rng(3)
+    series = [_noise(rng, 80, spikes=2) for _ in range(20)] + [STEP, FLAT]
+    for test in ("rank", "permutation"):
+        config = ChangePointConfig(test=test, permutations=49)
+        first = pickle.dumps(most_significant_change_points(series, config))
+        again = pickle.dumps(most_significant_change_points([s.copy() for s in series], config))
+        assert first == again
+        alone = most_significant_change_points([series[5]], config)[0]
+        shuffled = most_significant_change_points(series[::-1], config)[len(series) - 1 - 5]
+        assert pickle.dumps(alone) == pickle.dumps(shuffled)
+
+
+def test_permutation_test_finds_the_step_and_not_the_flat_series() -> None:
+    config = ChangePointConfig(test="permutation", permutations=199)
+    step, flat = most_significant_change_points([STEP, FLAT], config)
+    assert step.significant and step.index == 10
+    assert step.p_value == pytest.approx(1 / 200)
+    assert not flat.significant
+
+
+def test_array_api_agrees_with_list_api_and_marks_no_change_with_minus_one() -> None:
+    rng = np.random.default_rng(11)
+    stack = np.stack([_noise(rng, 50) for _ in range(30)] + [np.r_[_noise(rng, 25), 3 + _noise(rng, 25)]])
+    stack[0] = 4.0
+    arrays = change_point_arrays(stack)
+    points = most_significant_change_points(list(stack))
+    assert arrays.index[0] == -1 and points[0].index is None
+    for row, point in enumerate(points[1:], start=1):
+        assert point == ChangePoint(
+            int(arrays.index[row]),
+            float(arrays.statistic[row]),
+            float(arrays.p_value[row]),
+            bool(arrays.significant[row]),
+        )
+    assert arrays.significant[-1] and abs(int(arrays.index[-1]) - 25) <= 2
+
+
+def test_segmentation_finds_each_step_and_respects_the_minimum_segment() -> None:
+    rng = np.random.default_rng(5)
+    levels = np.repeat([1.0, 3.0, 1.5, 4.0], [60, 40, 50, 30])
+    series = levels * _noise(rng, levels.size, spikes=4)
+    (points,) = segment_change_points([series], ChangePointConfig(min_segment=8))
+    found = [p.index for p in points]
+    assert len(found) == 3
+    for true_index, index in zip([60, 100, 150], found, strict=True):
+        assert index is not None and abs(index - true_index) <= 3
+    bounds = [0, *found, series.size]
+    assert all(b - a >= 8 for a, b in itertools.pairwise(bounds))
+    assert all(p.significant for p in points)
+
+
+def test_segmentation_of_noise_finds_nothing_and_caps_the_count() -> None:
+    rng = np.random.default_rng(9)
+    noise = [_noise(rng, 200, spikes=5) for _ in range(50)]
+    assert sum(len(points) for points in segment_change_points(noise)) <= 1
+    staircase = np.repeat(np.arange(8.0), 25) + rng.normal(0, 0.05, 200)
+    (capped,) = segment_change_points([staircase], max_change_points=3)
+    assert len(capped) == 3
+
+
+def test_benjamini_hochberg_controls_and_reports_false_discoveries() -> None:
+    p_values = np.array([0.001, 0.008, 0.039, 0.041, 0.042, 0.06, 0.074, 0.205, 0.212, 0.216])
+    mask = benjamini_hochberg(p_values, 0.05)
+    # BH: largest k with p_(k) <= k q / m is k = 2 (0.008 <= 0.01; 0.039 > 0.015, 0.042 > 0.025 ...).
+    assert mask.tolist() == [True, True] + [False] * 8
+    assert benjamini_hochberg(np.array([]), 0.05).size == 0
+    points = most_significant_change_points([STEP, FLAT], fdr_q=0.05)
+    assert points[0].q_value is not None and points[0].significant
+    assert points[1].q_value is not None and points[1].q_value >= points[1].p_value
+    assert not points[1].significant
+
+
+def test_config_rejects_thresholds_that_cannot_work() -> None:
+    with pytest.raises(ValueError):
+        ChangePointConfig(min_segment=1)
+    with pytest.raises(ValueError):
+        ChangePointConfig(max_p_value=0.0)
+    with pytest.raises(ValueError):
+        change_point_arrays(np.array([[1.0, np.nan, 2.0, 3.0]]))
