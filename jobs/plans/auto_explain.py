@@ -28,12 +28,13 @@ from typing import Any
 import polars as pl
 
 from jobs.plans.history import snapshot_stem, store_snapshot_rows
-from jobs.plans.shape import PlanFormatError, plan_facts, plan_root
+from jobs.plans.shape import PlanFormatError, plan_facts, plan_root, plan_shape_hash
 from jobs.schemas import PLAN_SNAPSHOTS
 
 SOURCE_AUTO_EXPLAIN = "auto_explain"
 _PLAN_MARK = b"  plan:\\n"
 _MESSAGE_START = "duration: "
+MAX_ERRORS_KEPT = 100
 _OFFSET_ZONE = re.compile(r"^([+-])(\d{2}):?(\d{2})?$")
 
 
@@ -58,6 +59,7 @@ class IngestResult:
     plan_records: int = 0
     unkeyed_records: int = 0
     explain_records: int = 0
+    error_count: int = 0
     snapshot_rows_written: int = 0
     errors: list[str] = field(default_factory=list)
 
@@ -88,11 +90,20 @@ def _is_explain(text: object) -> bool:
     return bool(lines) and lines[0].lstrip().lower().startswith("explain")
 
 
-def parse_auto_explain_record(record: dict[str, Any]) -> dict[str, Any] | None:
-    """One jsonlog record → a plan_snapshots row (queryid may be None); None if not an auto_explain plan.
+@dataclass(frozen=True)
+class DecodedPlan:
+    """An auto_explain record decoded just far enough to key it and hash its shape."""
 
-    Plans of EXPLAIN statements (auto_explain logs those too) come back as ``{"skip": "explain"}``.
-    """
+    record: dict[str, Any]
+    document: dict[str, Any]
+    root: dict[str, Any]
+    queryid: int | None
+    duration_ms: float | None
+    shape_hash: str
+
+
+def decode_auto_explain_record(record: dict[str, Any]) -> DecodedPlan | str | None:
+    """None if not an auto_explain plan, "explain" for the plan of an EXPLAIN statement, else the plan."""
     message = record.get("message")
     if not isinstance(message, str) or not message.startswith(_MESSAGE_START):
         return None
@@ -102,62 +113,86 @@ def parse_auto_explain_record(record: dict[str, Any]) -> dict[str, Any] | None:
     parts = head.split()
     duration = float(parts[1]) if len(parts) >= 2 else None
     document = json.loads(body)
-    if isinstance(document, dict) and _is_explain(document.get("Query Text")):
-        return {"skip": "explain"}
+    if not isinstance(document, dict):
+        raise PlanFormatError("auto_explain plan is not a JSON object (auto_explain.log_format must be json)")
+    if _is_explain(document.get("Query Text")):
+        return "explain"
     root = plan_root(document)
-    queryid = document.get("Query Identifier") if isinstance(document, dict) else None
-    if not queryid:
-        queryid = record.get("query_id") or None
-    facts = plan_facts(root)
+    queryid = document.get("Query Identifier") or record.get("query_id") or None
+    return DecodedPlan(
+        record, document, root, int(queryid) if queryid else None, duration, plan_shape_hash(root)
+    )
+
+
+def auto_explain_row(plan: DecodedPlan, log_file: str | None = None) -> dict[str, Any]:
+    """The plan_snapshots row for one decoded auto_explain plan."""
+    facts = plan_facts(plan.root)
     return {
-        "captured_at": parse_log_timestamp(str(record["timestamp"])),
-        "queryid": int(queryid) if queryid else None,
+        "captured_at": parse_log_timestamp(str(plan.record["timestamp"])),
+        "queryid": plan.queryid,
         "dbid": None,
-        "dbname": record.get("dbname"),
+        "dbname": plan.record.get("dbname"),
         "userid": None,
         "source": SOURCE_AUTO_EXPLAIN,
         "is_generic": False,
-        "shape_hash": facts.shape_hash,
+        "shape_hash": plan.shape_hash,
         "root_node": facts.root_node,
         "total_cost": facts.total_cost,
         "plan_rows": facts.plan_rows,
         "actual_rows": facts.actual_rows,
         "actual_total_time_ms": facts.actual_total_time_ms,
-        "duration_ms": duration,
+        "duration_ms": plan.duration_ms,
         "node_types": facts.node_types,
         "relations": facts.relations,
         "indexes": facts.indexes,
-        "query_parameters": document.get("Query Parameters") if isinstance(document, dict) else None,
-        "plan_json": json.dumps(root, separators=(",", ":")),
+        "query_parameters": plan.document.get("Query Parameters"),
+        "log_file": log_file,
+        "plan_json": json.dumps(plan.root, separators=(",", ":")),
     }
 
 
+def parse_auto_explain_record(record: dict[str, Any]) -> dict[str, Any] | None:
+    """One jsonlog record → a plan_snapshots row (queryid may be None); None if not an auto_explain plan.
+
+    Plans of EXPLAIN statements (auto_explain logs those too) come back as ``{"skip": "explain"}``.
+    """
+    decoded = decode_auto_explain_record(record)
+    if decoded is None or isinstance(decoded, str):
+        return None if decoded is None else {"skip": decoded}
+    return auto_explain_row(decoded)
+
+
 def parse_jsonlog_lines(
-    lines: Iterable[bytes], log_file: str, result: IngestResult, first_line_number: int = 1
+    lines: Iterable[bytes],
+    log_file: str,
+    result: IngestResult,
+    last_shapes: dict[int, str] | None = None,
 ) -> list[dict[str, Any]]:
-    """Complete jsonlog lines → plan rows; lines that are not auto_explain plans are skipped cheaply."""
+    """Complete jsonlog lines → plan rows, one per run of a shape per queryid (``last_shapes`` carries the
+    previous shape across calls); lines that are not auto_explain plans are skipped before JSON parsing."""
+    last_shapes = {} if last_shapes is None else last_shapes
     rows: list[dict[str, Any]] = []
-    for number, line in enumerate(lines, start=first_line_number):
+    for number, line in enumerate(lines, start=1):
         result.lines_read += 1
         if _PLAN_MARK not in line:
             continue
         try:
-            record = json.loads(line)
-            row = parse_auto_explain_record(record)
+            decoded = decode_auto_explain_record(json.loads(line))
+            if decoded is None or isinstance(decoded, str):
+                result.explain_records += decoded is not None
+                continue
+            result.plan_records += 1
+            if decoded.queryid is None:
+                result.unkeyed_records += 1
+                continue
+            if last_shapes.get(decoded.queryid) == decoded.shape_hash:
+                continue  # same shape as this query's previous record: nothing new to store
+            rows.append(auto_explain_row(decoded, log_file))
+            last_shapes[decoded.queryid] = decoded.shape_hash
         except (json.JSONDecodeError, PlanFormatError, LogTimestampError, KeyError, ValueError) as exc:
-            result.errors.append(f"{log_file}: line {number} of this read: {exc}")
-            continue
-        if row is None:
-            continue
-        if "skip" in row:
-            result.explain_records += 1
-            continue
-        result.plan_records += 1
-        if row["queryid"] is None:
-            result.unkeyed_records += 1
-            continue
-        row["log_file"] = log_file
-        rows.append(row)
+            result.error_count += 1
+            if len(result.errors) < MAX_ERRORS_KEPT:
+                result.errors.append(f"{log_file}: line {number} of this read: {exc}")
     return rows
 
 
@@ -208,6 +243,7 @@ def ingest_auto_explain_logs(
     files = sorted(log_dir.glob(config.file_glob), key=lambda p: (p.stat().st_mtime, p.name))
     new_state: dict[str, dict[str, int]] = {}
     rows: list[dict[str, Any]] = []
+    last_shapes: dict[int, str] = {}
     budget = config.max_bytes_per_run
     for path in files:
         try:
@@ -216,7 +252,9 @@ def ingest_auto_explain_logs(
             continue  # rotated away between listing and reading
         offset = start_offset(path.name, info.st_ino, info.st_size, known)
         if offset < info.st_size and budget > 0:
-            offset, used = _read_file(path, offset, min(info.st_size, offset + budget), config, rows, result)
+            offset, used = _read_file(
+                path, offset, min(info.st_size, offset + budget), config, rows, result, last_shapes
+            )
             budget -= used
         new_state[path.name] = {"inode": info.st_ino, "offset": offset}
     if rows:
@@ -241,6 +279,7 @@ def _read_file(
     config: AutoExplainConfig,
     rows: list[dict[str, Any]],
     result: IngestResult,
+    last_shapes: dict[int, str],
 ) -> tuple[int, int]:
     """Parse complete lines in [offset, end); returns the new offset (after the last newline) and bytes."""
     consumed = 0
@@ -260,7 +299,7 @@ def _read_file(
                 pending = data
                 continue
             complete, pending = data[: cut + 1], data[cut + 1 :]
-            rows.extend(parse_jsonlog_lines(complete.splitlines(), path.name, result))
+            rows.extend(parse_jsonlog_lines(complete.splitlines(), path.name, result, last_shapes))
             consumed += len(complete)
     result.bytes_read += consumed
     return offset + consumed, consumed
