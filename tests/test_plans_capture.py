@@ -220,3 +220,38 @@ def test_store_plans_reader_against_fixture_view(server: EmbeddedServer) -> None
         assert frame["planid"][0] == 2 and frame["plan"][0] == plan_json
         with pytest.raises(psycopg.errors.UndefinedTable):
             read_store_plans(conn, [77], relation="pg_store_plans")
+
+
+def test_capture_prefers_store_plans_fixture_and_falls_back_on_unparseable_plan(
+    server: EmbeddedServer,
+) -> None:
+    """Through the facade: a JSON plan from the fixture answers; a text-format plan falls back to EXPLAIN."""
+    with psycopg.connect(server.dsn, autocommit=True) as conn:
+        conn.execute("SELECT id FROM orders WHERE id = %s", (Int4(1),))
+        conn.execute("SELECT amount FROM orders WHERE id = %s", (Int4(1),))
+        statements, texts = statements_frame(conn)
+        candidates = select_plan_candidates(statements, texts).filter(
+            pl.col("query").str.contains("FROM orders WHERE id = $1", literal=True)
+        )
+        assert candidates.height == 2
+        (json_q, json_db), (text_q, text_db) = candidates.select("queryid", "dbid").rows()
+        plan_json = '{"Plan": {"Node Type": "Index Only Scan", "Relation Name": "orders", "Index Name": "p"}}'
+        conn.execute("CREATE SCHEMA IF NOT EXISTS radar_fixture")
+        conn.execute(
+            "CREATE OR REPLACE VIEW radar_fixture.pg_store_plans_facade AS SELECT * FROM (VALUES "
+            f"(10::oid, {json_db}::oid, {json_q}::bigint, 1::bigint, '{plan_json}'::text,"
+            " 1::bigint, 1.0::float8, now(), now()),"
+            f"(10::oid, {text_db}::oid, {text_q}::bigint, 2::bigint,"
+            " 'Index Scan using orders_pkey on orders', 1::bigint, 1.0::float8, now(), now())"
+            ") AS t(userid, dbid, queryid, planid, plan, calls, total_time, first_call, last_call)"
+        )
+    config = PlanCaptureConfig(
+        store_plans_relation="radar_fixture.pg_store_plans_facade", store_plans_assume_trusted=True
+    )
+    result = capture_plans(server.dsn, "plans", candidates, datetime.now(UTC), config)
+    answered = dict(zip(result.plans["queryid"], result.plans["source"], strict=True))
+    assert answered == {json_q: "pg_store_plans", text_q: "generic_explain"}
+    stored = result.plans.filter(pl.col("source") == "pg_store_plans").row(0, named=True)
+    assert stored["planid"] == 1 and not stored["is_generic"] and stored["root_node"] == "Index Only Scan"
+    failed = result.log.filter((pl.col("queryid") == text_q) & (pl.col("source") == "pg_store_plans"))
+    assert failed["status"].to_list() == ["failed"] and "plan_format must be json" in failed["reason"][0]

@@ -50,6 +50,8 @@ class PlanCaptureConfig:
     store_plans_min_server_version_num: int = 140000
     generic_plan_min_server_version_num: int = 160000
     store_plans_relation: str = "pg_store_plans"
+    # Skip the gate and trust store_plans_relation: only for a fixture view standing in for the extension.
+    store_plans_assume_trusted: bool = False
     use_store_plans: bool = True
     use_generic_explain: bool = True
     max_shapes_per_query: int = 5
@@ -239,6 +241,8 @@ def capture_plans(
             min_extension_version=config.store_plans_min_version,
             min_server_version_num=config.store_plans_min_server_version_num,
         )
+        if config.store_plans_assume_trusted:
+            gate = StorePlansGate(True, None)
         stored, store_error = _read_store_plans_safely(main, wanted, gate, config)
         generic_supported = int(server_version_num) >= config.generic_plan_min_server_version_num
         unsupported = config.use_generic_explain and not generic_supported and not gate.trusted
