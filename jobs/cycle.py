@@ -7,6 +7,7 @@ separate query universe). Plan capture is off unless asked for; a plan failure n
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 import polars as pl
@@ -16,7 +17,7 @@ from jobs.collector import FleetSnapshotResult, snapshot_fleet
 from jobs.config import FleetConfig
 from jobs.plans.auto_explain import ingest_auto_explain_logs
 from jobs.plans.capture import PlanCaptureConfig, capture_plans, select_plan_candidates, write_plan_snapshots
-from jobs.schemas import QUERY_TEXTS, STATEMENT_SNAPSHOTS
+from jobs.schemas import QUERY_TEXTS, SNAPSHOT_RUNS, STATEMENT_SNAPSHOTS
 
 
 @dataclass(frozen=True)
@@ -30,7 +31,7 @@ class CycleConfig:
 
 @dataclass
 class CycleResult:
-    snapshot: FleetSnapshotResult
+    snapshot: FleetSnapshotResult | None
     plans_captured: dict[str, int] = field(default_factory=dict)
     plan_errors: dict[str, str] = field(default_factory=dict)
     auto_explain_records: dict[str, int] = field(default_factory=dict)
@@ -48,28 +49,52 @@ def _cycle_statements(
     return statements, texts
 
 
-def run_cycle(fleet: FleetConfig, lake_root: Path, config: CycleConfig = CycleConfig()) -> CycleResult:
-    result = CycleResult(snapshot=snapshot_fleet(fleet, lake_root))
-    by_name = {i.name: i for i in fleet.instances}
-    for done in result.snapshot.ok:
-        instance = by_name[done.instance]
+def latest_snapshot_times(lake_root: Path) -> dict[str, datetime]:
+    """captured_at of each instance's latest successful snapshot."""
+    runs = (
+        lake.scan_table(lake_root, SNAPSHOT_RUNS)
+        .filter(pl.col("status") == "ok")
+        .group_by("instance")
+        .agg(pl.col("captured_at").max())
+        .collect()
+    )
+    return dict(zip(runs["instance"].to_list(), runs["captured_at"].to_list(), strict=True))
+
+
+def capture_fleet_plans(
+    fleet: FleetConfig, lake_root: Path, snapshot_times: dict[str, datetime], config: CycleConfig
+) -> CycleResult:
+    """Plans for each instance's snapshot at the given time; failures are kept per instance, not raised."""
+    result = CycleResult(snapshot=None)
+    for instance in fleet.instances:
+        captured_at = snapshot_times.get(instance.name)
+        if captured_at is None:
+            continue
         if config.capture_plans:
             try:
-                statements, texts = _cycle_statements(lake_root, done.instance, done.captured_at)
+                statements, texts = _cycle_statements(lake_root, instance.name, captured_at)
                 candidates = select_plan_candidates(statements, texts, top_n=config.plans.top_n)
                 captured = capture_plans(
-                    instance.resolve_dsn(), done.instance, candidates, done.captured_at, config.plans
+                    instance.resolve_dsn(), instance.name, candidates, captured_at, config.plans
                 )
-                write_plan_snapshots(lake_root, done.instance, done.captured_at, captured, config.plans)
-                result.plans_captured[done.instance] = captured.plans.height
+                write_plan_snapshots(lake_root, instance.name, captured_at, captured, config.plans)
+                result.plans_captured[instance.name] = captured.plans.height
             except Exception as exc:  # plans are best effort: the snapshot is already safe in the lake
-                result.plan_errors[done.instance] = f"instance {done.instance}: plan capture failed: {exc}"
+                result.plan_errors[instance.name] = f"instance {instance.name}: plan capture failed: {exc}"
         if config.ingest_auto_explain and instance.log_dir:
             try:
-                ingested = ingest_auto_explain_logs(Path(instance.log_dir), done.instance, lake_root)
-                result.auto_explain_records[done.instance] = ingested.plan_records
+                ingested = ingest_auto_explain_logs(Path(instance.log_dir), instance.name, lake_root)
+                result.auto_explain_records[instance.name] = ingested.plan_records
             except Exception as exc:
-                result.plan_errors[done.instance] = (
-                    f"instance {done.instance}: auto_explain ingest failed: {exc}"
+                result.plan_errors[instance.name] = (
+                    f"instance {instance.name}: auto_explain ingest failed: {exc}"
                 )
+    return result
+
+
+def run_cycle(fleet: FleetConfig, lake_root: Path, config: CycleConfig = CycleConfig()) -> CycleResult:
+    """Snapshot the fleet, then capture plans for the queries of that very snapshot."""
+    snapshot = snapshot_fleet(fleet, lake_root)
+    result = capture_fleet_plans(fleet, lake_root, {r.instance: r.captured_at for r in snapshot.ok}, config)
+    result.snapshot = snapshot
     return result

@@ -110,7 +110,8 @@ def run_demo(config: DemoConfig, console: Console) -> int:
                 if time.monotonic() >= next_snapshot:
                     result = run_cycle(fleet_config, config.lake_root, cycle)
                     snapshots += 1
-                    for error in [*(r.error for r in result.snapshot.failed), *result.plan_errors.values()]:
+                    failed = result.snapshot.failed if result.snapshot else []
+                    for error in [*(r.error for r in failed), *result.plan_errors.values()]:
                         progress.console.print(f"  [yellow]{error}[/yellow]")
                     next_snapshot += config.snapshot_every_s
                 progress.update(task, completed=min(elapsed, config.seconds))

@@ -2,5 +2,15 @@
 
 import dagster as dg
 
-snapshot_job = dg.define_asset_job("snapshot_job", selection=dg.AssetSelection.assets("statement_snapshots"))
+from orchestration.resources import PlanCaptureResource
+
+# plan_snapshots rides on the snapshot schedule only when capture_plans is on (RADAR_CAPTURE_PLANS=1).
+_SNAPSHOT_ASSETS = [
+    "statement_snapshots",
+    *(["plan_snapshots"] if PlanCaptureResource().capture_plans else []),
+]
+snapshot_job = dg.define_asset_job("snapshot_job", selection=dg.AssetSelection.assets(*_SNAPSHOT_ASSETS))
+analysis_job = dg.define_asset_job(
+    "analysis_job", selection=dg.AssetSelection.assets("performance_regressions", "plan_diffs")
+)
 deploy_job = dg.define_asset_job("deploy_job", selection=dg.AssetSelection.assets("deploy_events"))

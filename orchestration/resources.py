@@ -46,3 +46,11 @@ class DeployInboxResource(dg.ConfigurableResource):
     @property
     def path(self) -> Path:
         return Path(self.inbox)
+
+
+class PlanCaptureResource(dg.ConfigurableResource):
+    """Whether the snapshot schedule also captures plans (off by default: EXPLAIN costs server time)."""
+
+    capture_plans: bool = os.environ.get("RADAR_CAPTURE_PLANS", "0") == "1"
+    top_n: int = 500
+    ingest_auto_explain: bool = True

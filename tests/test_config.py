@@ -74,3 +74,9 @@ def test_passwords_never_survive_redaction(dsn: str) -> None:
     assert "pw-9x7" not in redact_dsn(dsn)
     assert "host=db" in redact_dsn(dsn)
     assert "pw-9x7" not in scrub_secrets(f"could not connect with {dsn}: password pw-9x7 rejected", dsn)
+
+
+def test_the_shipped_example_fleet_file_is_valid(monkeypatch: pytest.MonkeyPatch) -> None:
+    fleet = FleetConfig.load(Path(__file__).parent.parent / "data" / "fleet.example.toml")
+    assert [i.name for i in fleet.instances] == ["orders-primary", "billing"]
+    assert fleet.instances[0].log_dir == "/var/log/postgresql/orders"

@@ -1,0 +1,84 @@
+"""performance_regressions and plan_diffs: one detection pass over the whole fleet."""
+
+import dagster as dg
+import polars as pl
+
+from jobs import lake as lake_io
+from jobs.analysis import DetectionConfig, run_detection
+from jobs.regressions import DETECTED
+from orchestration.resources import LakeResource
+from orchestration.tables import markdown_table
+
+
+@dg.multi_asset(
+    specs=[
+        dg.AssetSpec(
+            "performance_regressions",
+            deps=["query_samples", "deploy_events"],
+            group_name="analyse",
+            kinds={"polars", "parquet"},
+            description="Every analysed (deploy, instance, query) and unannounced series, detected or not.",
+        ),
+        dg.AssetSpec(
+            "plan_diffs",
+            deps=["plan_snapshots"],
+            group_name="analyse",
+            kinds={"parquet"},
+            description="For each detected regression: the plan before vs after the change.",
+        ),
+    ]
+)
+def regressions_and_plan_diffs(lake: LakeResource):
+    outcome = run_detection(lake.path, DetectionConfig(rebuild_samples=False))
+    detected = pl.concat([outcome.regressions, outcome.unannounced], how="diagonal_relaxed").filter(
+        pl.col("status") == DETECTED
+    )
+    shown = detected.select(
+        "analysis",
+        "instance",
+        "query",
+        "before_mean_ms",
+        "after_mean_ms",
+        "detected_change_at",
+        "p_value",
+        "plan_diff_summary",
+    )
+    yield dg.MaterializeResult(
+        asset_key="performance_regressions",
+        metadata={
+            "analysed": outcome.regressions.height + outcome.unannounced.height,
+            "detected": detected.height,
+            "regressions": dg.MetadataValue.md(markdown_table(shown)),
+        },
+    )
+    yield dg.MaterializeResult(asset_key="plan_diffs", metadata={"diffs": outcome.plan_diffs.height})
+
+
+@dg.asset_check(
+    asset="performance_regressions", description="Detected rows are complete and unique per query."
+)
+def detected_regressions_are_consistent(lake: LakeResource) -> dg.AssetCheckResult:
+    files = lake_io.table_files(lake.path, "performance_regressions")
+    if not files:
+        return dg.AssetCheckResult(passed=True, metadata={"rows": 0})
+    latest = pl.read_parquet(max(files, key=lambda p: p.name))
+    detected = latest.filter(pl.col("status") == DETECTED)
+    incomplete = detected.filter(
+        pl.any_horizontal(
+            pl.col(c).is_null() for c in ("detected_change_at", "p_value", "before_mean_ms", "after_mean_ms")
+        )
+    ).height
+    not_slower = detected.filter(pl.col("after_mean_ms") <= pl.col("before_mean_ms")).height
+    duplicates = (
+        detected.height - detected.unique(["analysis", "deploy_id", "instance", "fingerprint"]).height
+    )
+    return dg.AssetCheckResult(
+        passed=incomplete == 0 and not_slower == 0 and duplicates == 0,
+        metadata={
+            "file": str(max(files, key=lambda p: p.name)),
+            "detected": detected.height,
+            "incomplete": incomplete,
+            "not_slower": not_slower,
+            "duplicates": duplicates,
+        },
+    )
