@@ -4,14 +4,15 @@
 estimated cost moved beyond a ratio, row-estimate errors where actual rows exist (auto_explain), and a
 caution whenever a side is a generic plan (an estimate, not what ran). ``plan_diffs_for_regressions``
 picks, for each detected regression, the snapshot closest before ``detected_change_at`` (captured_at <=
-it: the snapshot at the start of the first regressed interval shows the old plan) and the latest one after.
+it: the snapshot at the start of the first regressed interval shows the old plan) and the latest one after
+(see ``choose_before_after`` for the tolerance around a change point located a little late).
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,9 @@ class PlanDiffConfig:
     row_error_factor: float = 10.0
     max_row_errors: int = 5
     source_preference: tuple[str, ...] = ("pg_store_plans", "auto_explain", "generic_explain")
+    # A shape change up to this long before detected_change_at still counts as "after" (change points
+    # are located to within a tolerance; the detector's production floor is 2 minutes).
+    change_tolerance: timedelta = timedelta(minutes=2)
 
 
 @dataclass(frozen=True)
@@ -205,19 +209,33 @@ def _pick(snaps: list[dict[str, Any]], preference: tuple[str, ...]) -> dict[str,
     return max(snaps, key=lambda s: (s["captured_at"], -rank.get(s["source"], len(rank))))
 
 
-def choose_before_after(
-    snaps: list[dict[str, Any]], change_at: datetime, preference: tuple[str, ...]
+def _sides(
+    snaps: list[dict[str, Any]], change_at: datetime, tolerance: timedelta, preference: tuple[str, ...]
 ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-    """Prefer one source holding both sides (in preference order); otherwise the best of each side."""
+    after = _pick([s for s in snaps if s["captured_at"] > change_at - tolerance], preference)
+    if after is None:
+        return _pick([s for s in snaps if s["captured_at"] <= change_at], preference), None
+    earlier = [s for s in snaps if s["captured_at"] < after["captured_at"] and s["captured_at"] <= change_at]
+    return _pick(earlier, preference), after
+
+
+def choose_before_after(
+    snaps: list[dict[str, Any]],
+    change_at: datetime,
+    preference: tuple[str, ...],
+    tolerance: timedelta = timedelta(0),
+) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """(before, after) around a change; one source holding both sides is preferred (in preference order).
+
+    after is the latest snapshot captured after ``change_at - tolerance`` (a row is stored only when the
+    shape changes, so it marks a shape change up to ``tolerance`` before a change point that was located
+    a little late); before is the latest snapshot captured before it and not after ``change_at``.
+    """
     for source in preference:
-        mine = [s for s in snaps if s["source"] == source]
-        before = _pick([s for s in mine if s["captured_at"] <= change_at], preference)
-        after = _pick([s for s in mine if s["captured_at"] > change_at], preference)
+        before, after = _sides([s for s in snaps if s["source"] == source], change_at, tolerance, preference)
         if before is not None and after is not None:
             return before, after
-    before = _pick([s for s in snaps if s["captured_at"] <= change_at], preference)
-    after = _pick([s for s in snaps if s["captured_at"] > change_at], preference)
-    return before, after
+    return _sides(snaps, change_at, tolerance, preference)
 
 
 def _diff_row(reg: dict[str, Any], snaps: list[dict[str, Any]], config: PlanDiffConfig) -> dict[str, Any]:
@@ -232,7 +250,7 @@ def _diff_row(reg: dict[str, Any], snaps: list[dict[str, Any]], config: PlanDiff
         return {**row, "diff_status": "no_change_time", "plan_diff_summary": "No change time: no plan diff."}
     if not snaps:
         return {**row, "diff_status": "no_plans", "plan_diff_summary": "No plan captured for this query."}
-    before, after = choose_before_after(snaps, change_at, config.source_preference)
+    before, after = choose_before_after(snaps, change_at, config.source_preference, config.change_tolerance)
     for side, snap in (("before", before), ("after", after)):
         if snap is not None:
             row[f"{side}_captured_at"] = snap["captured_at"]

@@ -146,7 +146,7 @@ def test_plan_diffs_for_regressions_matches_instance_and_any_queryid() -> None:
 def test_plan_diffs_skips_non_detected_and_reports_missing_sides() -> None:
     t = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
     snaps = _snapshots(
-        [(1, t - timedelta(minutes=1), "auto_explain", INDEX), (2, t + timedelta(1), "auto_explain", SEQ)]
+        [(1, t - timedelta(minutes=10), "auto_explain", INDEX), (2, t + timedelta(1), "auto_explain", SEQ)]
     )
     regressions = pl.DataFrame(
         {
@@ -193,3 +193,35 @@ def test_duckdb_views_attach_plan_diff_to_detected_regressions(lake_root: Path) 
     ).fetchall()
     assert changes == [(None, "Aggregate"), ("Aggregate", "Finalize Aggregate")]
     assert conn.execute("SELECT count(*) FROM plans_latest").fetchone() == (1,)
+
+
+def test_shape_change_shortly_before_a_late_change_point_still_counts() -> None:
+    t = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+    regression = pl.DataFrame(
+        {
+            "instance": ["alpha"],
+            "queryid": [1],
+            "fingerprint": ["a"],
+            "status": ["detected"],
+            "detected_change_at": [t],
+        }
+    )
+    late = _snapshots(
+        [
+            (1, t - timedelta(minutes=30), "generic_explain", INDEX),
+            (1, t - timedelta(seconds=20), "generic_explain", SEQ),
+        ]
+    )
+    diff = plan_diffs_for_regressions(regression, late, PlanDiffConfig(change_tolerance=timedelta(minutes=1)))
+    assert diff["diff_status"].to_list() == ["changed"]
+    assert diff["before_captured_at"][0] == t - timedelta(minutes=30)
+    strict = plan_diffs_for_regressions(regression, late, PlanDiffConfig(change_tolerance=timedelta(0)))
+    assert strict["diff_status"].to_list() == ["no_new_shape"]
+    old = _snapshots(
+        [
+            (1, t - timedelta(minutes=30), "generic_explain", INDEX),
+            (1, t - timedelta(minutes=10), "generic_explain", SEQ),
+        ]
+    )
+    diff = plan_diffs_for_regressions(regression, old, PlanDiffConfig(change_tolerance=timedelta(minutes=1)))
+    assert diff["diff_status"].to_list() == ["no_new_shape"], "a shape change long before is not the cause"
