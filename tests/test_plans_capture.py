@@ -255,3 +255,17 @@ def test_capture_prefers_store_plans_fixture_and_falls_back_on_unparseable_plan(
     assert stored["planid"] == 1 and not stored["is_generic"] and stored["root_node"] == "Index Only Scan"
     failed = result.log.filter((pl.col("queryid") == text_q) & (pl.col("source") == "pg_store_plans"))
     assert failed["status"].to_list() == ["failed"] and "plan_format must be json" in failed["reason"][0]
+
+
+def test_role_that_cannot_silence_pg_stat_statements_gets_a_clear_failure(server: EmbeddedServer) -> None:
+    """No EXPLAIN runs when the session cannot set pg_stat_statements.track = none; the reason says why."""
+    with psycopg.connect(server.dsn, autocommit=True) as conn:
+        conn.execute("DROP ROLE IF EXISTS radar_plain")
+        conn.execute("CREATE ROLE radar_plain LOGIN")
+    candidates = pl.DataFrame(
+        {"queryid": [1, 2], "dbid": [None, None], "userid": [None, None], "query": ["select 1"] * 2}
+    )
+    result = capture_plans(server.dsn_for(user="radar_plain"), "plans", candidates, datetime.now(UTC))
+    assert result.plans.is_empty() and result.log["status"].to_list() == ["failed", "failed"]
+    reason = result.log["reason"][0]
+    assert "instance plans" in reason and "pg_stat_statements.track" in reason

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -128,6 +128,7 @@ def open_capture_session(
         "connect_timeout": config.connect_timeout_s,
         "options": _session_options(config),
         "application_name": config.application_name,
+        "client_encoding": "UTF8",  # texts go through libpq as UTF-8 bytes
     }
     if dbname is not None:
         kwargs["dbname"] = dbname
@@ -340,7 +341,7 @@ def _try_store_plans(
     captured_at: datetime,
     dbname: str | None,
     plans: list[dict[str, Any]],
-    record: Any,
+    record: Callable[..., None],
     started: float,
 ) -> bool:
     if not gate.trusted:
