@@ -22,11 +22,14 @@ FleetFactory = Callable[..., EmbeddedFleet]
 def fleet_factory() -> Iterator[FleetFactory]:
     """Create fleets on demand; every fleet made in the session is destroyed at its end."""
     made: list[EmbeddedFleet] = []
-    CLUSTER_BASE.mkdir(parents=True, exist_ok=True)
+    # One folder per test session: concurrent sessions (CI, several developers) never touch each other's.
+    session_base = CLUSTER_BASE / uuid.uuid4().hex[:10]
+    session_base.mkdir(parents=True, exist_ok=True)
     CLUSTER_BASE.chmod(0o755)
+    session_base.chmod(0o755)
 
     def make(names: list[str], extra_settings: Mapping[str, str] | None = None) -> EmbeddedFleet:
-        root = CLUSTER_BASE / uuid.uuid4().hex[:10]
+        root = session_base / uuid.uuid4().hex[:10]
         fleet = EmbeddedFleet.create(root, names, extra_settings=extra_settings)
         made.append(fleet)
         return fleet
@@ -34,7 +37,7 @@ def fleet_factory() -> Iterator[FleetFactory]:
     yield make
     for fleet in made:
         fleet.destroy()
-    shutil.rmtree(CLUSTER_BASE, ignore_errors=True)
+    shutil.rmtree(session_base, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
