@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import numpy as np
 import polars as pl
 import pytest
 from scipy import stats
 
+from jobs import duckdb_views
 from jobs.changepoint import ChangePointConfig
-from jobs.deploys import DeployEvent, events_frame
+from jobs.deploys import DeployEvent, events_frame, load_deploy_events, mark_deploy
+from jobs.lake import write_table
 from jobs.regressions import (
     RegressionConfig,
     RegressionInputError,
@@ -19,6 +22,7 @@ from jobs.regressions import (
     piece_statistics,
     welch_tests,
 )
+from jobs.schemas import PERFORMANCE_REGRESSIONS, QUERY_SAMPLES, QUERY_TEXTS
 
 DEPLOY_AT = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 STEP = timedelta(seconds=10)
@@ -206,3 +210,26 @@ def test_unannounced_finds_steps_and_controls_false_discoveries() -> None:
     assert (found["p_adjusted"] >= found["p_value"]).all()
     assert out["fdr_method"][0].startswith("benjamini-hochberg q=0.05")
     assert set(out["analysis"]) == {"unannounced"}
+
+
+def test_duckdb_views_show_samples_deploys_and_detected_regressions(lake_root: Path) -> None:
+    values = np.concatenate([noise(30, 1.0, 24), noise(60, 5.0, 25)])
+    samples = samples_for(values).with_columns(pl.lit(5).alias("dbid"), pl.lit(10).alias("userid"))
+    texts = texts_for([("alpha", 11, QUERY)]).with_columns(pl.lit(DEPLOY_AT).alias("captured_at"))
+    mark_deploy(lake_root, version="v42", instances=["alpha"], at=DEPLOY_AT)
+    write_table(
+        lake_root, QUERY_SAMPLES, samples.drop("instance"), {"instance": "alpha", "date": "2026-11-29"}, "s"
+    )
+    write_table(
+        lake_root, QUERY_TEXTS, texts.drop("instance"), {"instance": "alpha", "date": "2026-11-29"}, "t"
+    )
+    found = detect_regressions(samples, texts, load_deploy_events(lake_root), CONFIG)
+    for stem in ("run1", "run2"):  # two analysis runs writing the same finding
+        write_table(lake_root, PERFORMANCE_REGRESSIONS, found, {"date": "2026-11-29"}, stem)
+    with duckdb_views.connect(lake_root) as con:
+        detected = con.execute("select queryid, deploy_version, query from regressions_detected").fetchall()
+        latency = con.execute("select count(*), count(query) from query_latency").fetchone()
+        deploys = con.execute("select version, scope from deploys_recent").fetchall()
+    assert detected == [(11, "v42", QUERY)]
+    assert latency == (90, 90)
+    assert deploys == [("v42", "instance")]
