@@ -1,0 +1,303 @@
+"""Change point benchmark: accuracy, speed and real-data F1 of jobs.changepoint next to its peers.
+
+One run, one generated data set (fixed seed, hash checked): 1,000 labeled series (n = 60/240/1000, half
+with a +10..100% step, lognormal noise, spikes in a third). Peers (MongoDB's signal-processing-algorithms
+e_divisive and apache-otava) run in their own virtualenvs under .bench/venvs on a bounded subset (first
+PEER_SUBSET series of each length) because they take milliseconds to seconds per series; our detector is
+scored on that same subset (the comparison) and on all 1,000. Then: throughput on 100,000 series of
+n = 240, one series of n = 20,000, the O(n log n) energy statistic against a chunked O(n^2) broadcast,
+and F1 on the real TCPD series. Set CP_BENCH_QUICK=1 for a small smoke run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+
+from jobs.changepoint import (
+    ChangePointConfig,
+    change_point_arrays,
+    energy_statistics,
+    most_significant_change_points,
+    segment_change_points,
+)
+from tests.benchmarks.cp_data import (
+    LENGTHS,
+    generate_labeled,
+    load_tcpd,
+    margin_for,
+    score_single,
+    tcpd_f1,
+    values_hash,
+)
+from tests.benchmarks.cp_peers import PEERS, run_peer
+
+QUICK = os.environ.get("CP_BENCH_QUICK") == "1"
+RESULTS = Path(__file__).resolve().parents[2] / ".bench" / "results" / "changepoint.json"
+DATA_SEED = 20261129
+# SHA-256 of the 1,000 generated series (stdlib RNG): a changed generator or Python must not go unnoticed.
+EXPECTED_HASH = "5e8f7daf8e0b441ba2eb40843f6b64a191e24224f1f9658d0ba8cafca95108f7"
+PEER_SUBSET = 20 if QUICK else 200
+THROUGHPUT_SERIES = 5_000 if QUICK else 100_000
+LONG_SERIES = 20_000
+P_LEVELS = (0.001, 0.01, 0.05)
+
+
+def _quadratic_energy(stack: np.ndarray, min_segment: int, chunk_elements: int = 1 << 22) -> np.ndarray:
+    """Q(tau) by a chunked O(n^2) numpy broadcast: the straightforward batched alternative we measured."""
+    batch, n = stack.shape
+    out = np.empty((batch, n - 2 * min_segment + 1))
+    rows_per_chunk = max(1, chunk_elements // (n * n))
+    lower = np.tril(np.ones((n, n), dtype=bool), -1)
+    m = np.arange(min_segment, n - min_segment + 1, dtype=np.float64)
+    k = n - m
+    for start in range(0, batch, rows_per_chunk):
+        x = stack[start : start + rows_per_chunk]
+        distance = np.abs(x[:, :, None] - x[:, None, :])
+        all_sums = distance.sum(axis=2)
+        before = (distance * lower).sum(axis=2)
+        after = all_sums - before
+        within_prefix = np.concatenate([np.zeros((len(x), 1)), np.cumsum(before, axis=1)], axis=1)
+        after_prefix = np.concatenate([np.zeros((len(x), 1)), np.cumsum(after, axis=1)], axis=1)
+        taus = np.arange(min_segment, n - min_segment + 1)
+        left = within_prefix[:, taus]
+        right = after_prefix[:, -1:] - after_prefix[:, taus]
+        cross = within_prefix[:, -1:] - left - right
+        out[start : start + len(x)] = (
+            (2.0 / n) * cross - (2.0 * k / (n * (m - 1))) * left - (2.0 * m / (n * (k - 1))) * right
+        )
+    return out
+
+
+def _timed(call: Callable[[], object]) -> tuple[object, float]:
+    started = time.perf_counter()
+    result = call()
+    return result, time.perf_counter() - started
+
+
+def _row(name: str, scores: dict[str, float], seconds_per_series: float | None) -> str:
+    timing = f"{seconds_per_series * 1e3:10.3f}" if seconds_per_series is not None else f"{'-':>10}"
+    return (
+        f"{name:44s} {scores['precision']:9.3f} {scores['recall']:7.3f} {scores['false_positive_rate']:6.3f} "
+        f"{scores['f1']:6.3f} {int(scores['detections']):5d} {timing}"
+    )
+
+
+def _header() -> str:
+    columns = ("precision", 9), ("recall", 7), ("FPR", 6), ("F1", 6), ("flags", 5), ("ms/series", 10)
+    return f"{'detector':44s} " + " ".join(f"{name:>{width}s}" for name, width in columns)
+
+
+def main() -> None:
+    report: dict[str, object] = {"machine": platform.platform(), "cpus": os.cpu_count(), "quick": QUICK}
+    count = 120 if QUICK else 1000
+    labeled = generate_labeled(count, DATA_SEED)
+    series = [item.values for item in labeled]
+    truth = [item.change for item in labeled]
+    lengths = [len(s) for s in series]
+    digest = values_hash(series)
+    if not QUICK and digest != EXPECTED_HASH:
+        raise RuntimeError(f"generated data changed: sha256 {digest} != {EXPECTED_HASH}")
+    report["data"] = {"series": count, "seed": DATA_SEED, "sha256": digest, "lengths": list(LENGTHS)}
+    print(f"data: {count} series, n in {LENGTHS}, seed {DATA_SEED}, sha256 {digest[:16]}...")
+    print(f"a located change is correct within max(5, 5% of n) points: {[margin_for(n) for n in LENGTHS]}")
+
+    # ---- our detector on all series, both tests, several significance levels --------------------------
+    accuracy: dict[str, dict[str, object]] = {}
+    ours_points: dict[str, list[tuple[int | None, float]]] = {}
+    for test in ("rank", "permutation"):
+        config = ChangePointConfig(test=test, max_p_value=1.0)
+        seconds_by_length: dict[int, float] = {}
+        points_all: list[tuple[int | None, float]] = [(None, 1.0)] * count
+        for n in LENGTHS:
+            members = [i for i, s in enumerate(series) if len(s) == n]
+            points, seconds = _timed(
+                lambda m=members, c=config: most_significant_change_points([series[i] for i in m], c)
+            )
+            seconds_by_length[n] = seconds / len(members)
+            for i, point in zip(members, points, strict=True):  # type: ignore[arg-type]
+                points_all[i] = (point.index, point.p_value)
+        ours_points[test] = points_all
+        for level in P_LEVELS:
+            predicted = [[idx] if idx is not None and p <= level else [] for idx, p in points_all]
+            accuracy[f"ours {test} p<={level}"] = {
+                **asdict(score_single(truth, lengths, predicted)),
+                "ms_per_series": {n: s * 1e3 for n, s in seconds_by_length.items()},
+            }
+    print(f"\nall {count} series, our detector (time per series averaged over lengths):")
+    print(_header())
+    for name, scores in accuracy.items():
+        mean_ms = float(np.mean(list(scores["ms_per_series"].values()))) / 1e3  # type: ignore[union-attr]
+        print(_row(name, scores, mean_ms))  # type: ignore[arg-type]
+    report["ours_all"] = accuracy
+
+    # ---- subset comparison with the peers ------------------------------------------------------------
+    subset = [i for n in LENGTHS for i in [j for j, s in enumerate(series) if len(s) == n][:PEER_SUBSET]]
+    sub_truth = [truth[i] for i in subset]
+    sub_lengths = [lengths[i] for i in subset]
+    comparison: dict[str, dict[str, object]] = {}
+    default = ChangePointConfig()
+    for test in ("rank", "permutation"):
+        level = default.max_p_value
+        predicted = [
+            [ours_points[test][i][0]]
+            if ours_points[test][i][0] is not None and ours_points[test][i][1] <= level
+            else []
+            for i in subset
+        ]
+        scores = asdict(score_single(sub_truth, sub_lengths, predicted))
+        per_length = accuracy[f"ours {test} p<={level}"]["ms_per_series"]
+        comparison[f"ours {test} p<={level}"] = {**scores, "ms_per_series": per_length}
+    peer_ms_240: dict[str, float] = {}
+    for peer in PEERS:
+        try:
+            (found, seconds), wall = _timed(lambda p=peer: run_peer(p, [series[i] for i in subset]))
+        except Exception as exc:  # a peer failing must not hide our numbers
+            print(f"peer {peer.name} failed: {exc!r}")
+            comparison[peer.label] = {"error": repr(exc)}
+            continue
+        scores = asdict(score_single(sub_truth, sub_lengths, found))  # type: ignore[arg-type]
+        per_length = {
+            n: 1e3 * float(np.mean([s for s, m in zip(seconds, sub_lengths, strict=True) if m == n]))
+            for n in LENGTHS
+        }
+        peer_ms_240[peer.label] = per_length[240]
+        comparison[peer.label] = {**scores, "ms_per_series": per_length, "wall_seconds": wall}
+    print(
+        f"\npeer comparison on the first {PEER_SUBSET} series of each length ({len(subset)} series); "
+        "peers at their defaults (MongoDB p=0.05, 100 permutations; Otava window 50, p<=0.001);"
+    )
+    print(
+        "a peer's series is flagged when it returns any change point, scored by its point nearest the truth"
+    )
+    print(_header() + "   ms at n=60 / 240 / 1000")
+    for name, scores in comparison.items():
+        if "error" in scores:
+            print(f"{name:44s} FAILED")
+            continue
+        ms = scores["ms_per_series"]
+        print(_row(name, scores, None) + "   " + " / ".join(f"{ms[n]:.3f}" for n in LENGTHS))  # type: ignore[arg-type,index]
+    report["comparison_subset"] = comparison
+
+    # ---- throughput -----------------------------------------------------------------------------------
+    rng = np.random.default_rng(7)
+    stack = rng.lognormal(0.0, 0.3, (THROUGHPUT_SERIES, 240))
+    stack[THROUGHPUT_SERIES // 2 :, 120:] *= 1.5
+    arrays, seconds_arrays = _timed(lambda: change_point_arrays(stack, default))
+    listed, seconds_list = _timed(lambda: most_significant_change_points(list(stack), default))
+    rate_arrays = THROUGHPUT_SERIES / seconds_arrays
+    rate_list = THROUGHPUT_SERIES / seconds_list
+    throughput = {
+        "series": THROUGHPUT_SERIES,
+        "n": 240,
+        "array_api_series_per_second": rate_arrays,
+        "list_api_series_per_second": rate_list,
+        "flagged_fraction_first_half_no_change": float(arrays.significant[: THROUGHPUT_SERIES // 2].mean()),  # type: ignore[attr-defined]
+        "flagged_fraction_second_half_step": float(arrays.significant[THROUGHPUT_SERIES // 2 :].mean()),  # type: ignore[attr-defined]
+        "ratio_vs_peer_ms_at_240": {label: rate_arrays * ms / 1e3 for label, ms in peer_ms_240.items()},
+    }
+    del listed
+    print(f"\nthroughput, {THROUGHPUT_SERIES} series of n=240 (rank test, one process):")
+    print(f"  change_point_arrays:            {rate_arrays:10.0f} series/s")
+    print(f"  most_significant_change_points: {rate_list:10.0f} series/s")
+    for label, ratio in throughput["ratio_vs_peer_ms_at_240"].items():  # type: ignore[union-attr]
+        print(f"  x {ratio:8.0f} the per-series rate of {label} (measured above, same run)")
+    report["throughput"] = throughput
+
+    # ---- energy statistic: O(n log n) wavelet form against a chunked O(n^2) broadcast ------------------
+    kernels: dict[str, dict[str, float]] = {}
+    print("\nenergy statistic kernel, series per second (same random stacks):")
+    for n, batch in ((60, 20_000), (240, 10_000), (1000, 1_000)):
+        if QUICK:
+            batch //= 10
+        x = rng.lognormal(0.0, 0.3, (batch, n))
+        chunk = (1 << 17) // n
+        fast_seconds = 0.0
+        fast = np.empty((batch, n - 9))
+        for start in range(0, batch, chunk):
+            part, took = _timed(lambda s=start, x=x, c=chunk: energy_statistics(x[s : s + c], 5))
+            fast[start : start + chunk] = part[:, 5 : n - 4]  # type: ignore[index]
+            fast_seconds += took
+        slow, slow_seconds = _timed(lambda x=x: _quadratic_energy(x, 5))
+        assert np.allclose(fast, slow, rtol=1e-9, atol=1e-6)  # type: ignore[arg-type]
+        kernels[str(n)] = {
+            "wavelet_series_per_s": batch / fast_seconds,
+            "quadratic_series_per_s": batch / slow_seconds,
+        }
+        print(
+            f"  n={n:5d}: O(n log n) wavelet {batch / fast_seconds:10.0f}   O(n^2) broadcast "
+            f"{batch / slow_seconds:10.0f}   ratio {slow_seconds / fast_seconds:5.1f}x"
+        )
+    report["energy_kernel"] = kernels
+
+    # ---- one long series ------------------------------------------------------------------------------
+    long_series = rng.lognormal(0.0, 0.3, LONG_SERIES)
+    long_series[13_000:] *= 1.2
+    (long_point,), long_seconds = _timed(lambda: most_significant_change_points([long_series], default))  # type: ignore[misc]
+    (long_segments,), segment_seconds = _timed(lambda: segment_change_points([long_series], default))  # type: ignore[misc]
+    report["long_series"] = {
+        "n": LONG_SERIES,
+        "seconds_single": long_seconds,
+        "index": long_point.index,
+        "true_index": 13_000,
+        "seconds_segmentation": segment_seconds,
+        "segments_found": [p.index for p in long_segments],
+    }
+    print(
+        f"\none series of n={LONG_SERIES} (step at 13000): most significant point {long_point.index} in "
+        f"{long_seconds:.3f} s; segmentation found {[p.index for p in long_segments]} "
+        f"in {segment_seconds:.3f} s;"
+        " peers not run (Otava's E-divisive runs out of memory, MongoDB's is O(n^2) per permutation)"
+    )
+
+    # ---- TCPD -----------------------------------------------------------------------------------------
+    tcpd, skipped = load_tcpd()
+    names = [item.name for item in tcpd]
+    f1: dict[str, dict[str, float]] = {
+        "no change (baseline)": {a.name: tcpd_f1(a.annotations, []) for a in tcpd}
+    }
+    tcpd_configs = {
+        "ours segment (defaults)": (default, None),
+        "ours segment min_segment=10": (ChangePointConfig(min_segment=10), None),
+        "ours segment FDR q=0.01": (default, 0.01),
+    }
+    for label, (config, fdr_q) in tcpd_configs.items():
+        found_segments, took = _timed(
+            lambda c=config, q=fdr_q: segment_change_points([a.values for a in tcpd], c, fdr_q=q)
+        )
+        f1[label] = {
+            a.name: tcpd_f1(a.annotations, [p.index for p in points if p.index is not None])
+            for a, points in zip(tcpd, found_segments, strict=True)
+        }  # type: ignore[arg-type]
+    for peer in PEERS:
+        try:
+            found, _seconds = run_peer(peer, [a.values for a in tcpd])
+        except Exception as exc:
+            print(f"peer {peer.name} failed on TCPD: {exc!r}")
+            continue
+        f1[peer.label] = {
+            a.name: tcpd_f1(a.annotations, points) for a, points in zip(tcpd, found, strict=True)
+        }
+    summary = {label: float(np.mean([scores[name] for name in names])) for label, scores in f1.items()}
+    print(
+        f"\nTCPD: {len(tcpd)} univariate series (skipped: {', '.join(skipped) or 'none'}), "
+        "mean F1 over series, margin 5:"
+    )
+    for label, value in summary.items():
+        print(f"  {label:44s} {value:.3f}")
+    report["tcpd"] = {"mean_f1": summary, "per_series": f1, "skipped": skipped}
+
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(report, indent=2, default=str))
+    print(f"\nwrote {RESULTS}")
+
+
+if __name__ == "__main__":
+    main()
