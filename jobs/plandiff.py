@@ -22,7 +22,7 @@ from jobs.lake import stem_for, write_table
 from jobs.plans.shape import node_label, plan_facts, plan_root, walk_nodes
 from jobs.schemas import PLAN_DIFFS
 
-GENERIC_CAUTION = "Caution: {side} a generic plan (EXPLAIN GENERIC_PLAN): an estimate, not what ran."
+GENERIC_CAUTION = "Caution: {side} (EXPLAIN GENERIC_PLAN): an estimate, not what ran."
 
 
 @dataclass(frozen=True)
@@ -124,11 +124,11 @@ def diff_plans(
     errors = sorted(errors, key=lambda e: -e["factor"])[: config.max_row_errors]
     cautions = []
     if before_generic and after_generic:
-        cautions.append(GENERIC_CAUTION.format(side="both plans are"))
+        cautions.append(GENERIC_CAUTION.format(side="both plans are generic plans"))
     elif before_generic:
-        cautions.append(GENERIC_CAUTION.format(side="the before plan is"))
+        cautions.append(GENERIC_CAUTION.format(side="the before plan is a generic plan"))
     elif after_generic:
-        cautions.append(GENERIC_CAUTION.format(side="the after plan is"))
+        cautions.append(GENERIC_CAUTION.format(side="the after plan is a generic plan"))
 
     def added(a: list[str], b: list[str]) -> list[str]:
         return sorted(set(b) - set(a))
@@ -174,11 +174,12 @@ def _with_summary(diff: PlanDiff, before: dict[str, Any], after: dict[str, Any])
         if items:
             changes.append(f"{label} {', '.join(items)}")
     if changes:
-        parts.append("; ".join(changes).capitalize() + ".")
+        joined = "; ".join(changes)
+        parts.append(joined[0].upper() + joined[1:] + ".")
     if diff.cost_moved:
         parts.append(
             f"Estimated cost {_fmt_cost(diff.cost_before)} → {_fmt_cost(diff.cost_after)} "
-            f"(×{diff.cost_ratio:g})."
+            f"(×{diff.cost_ratio:.3g})."
         )
     for error in diff.row_estimate_errors[:2]:
         parts.append(
@@ -212,7 +213,20 @@ def _pick(snaps: list[dict[str, Any]], preference: tuple[str, ...]) -> dict[str,
 def _sides(
     snaps: list[dict[str, Any]], change_at: datetime, tolerance: timedelta, preference: tuple[str, ...]
 ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-    after = _pick([s for s in snaps if s["captured_at"] > change_at - tolerance], preference)
+    def first_of_its_source(snap: dict[str, Any]) -> bool:
+        return not any(
+            o["source"] == snap["source"] and o["captured_at"] < snap["captured_at"] for o in snaps
+        )
+
+    # A row up to `tolerance` before the change point counts only if it is a shape change (it has an
+    # earlier row of its source), not the first capture of the query.
+    late = [
+        s
+        for s in snaps
+        if s["captured_at"] > change_at
+        or (s["captured_at"] > change_at - tolerance and not first_of_its_source(s))
+    ]
+    after = _pick(late, preference)
     if after is None:
         return _pick([s for s in snaps if s["captured_at"] <= change_at], preference), None
     earlier = [s for s in snaps if s["captured_at"] < after["captured_at"] and s["captured_at"] <= change_at]
@@ -264,9 +278,9 @@ def _diff_row(reg: dict[str, Any], snaps: list[dict[str, Any]], config: PlanDiff
     if after is None:
         label = "; ".join(_scan_labels(plan_root(before["plan_json"])))
         summary = (
-            "No new plan shape recorded after the change (a snapshot is stored only when the shape "
-            f"changes): "
-            f"the latest is {label} ({before['source']}, {before['captured_at']:%Y-%m-%d %H:%M:%S})."
+            "No plan change recorded after the change point (a snapshot is stored only when the shape "
+            f"changes); plan in effect: {label} ({before['source']}, "
+            f"since {before['captured_at']:%Y-%m-%d %H:%M:%S})."
         )
         return {**row, "diff_status": "no_new_shape", "plan_diff_summary": summary}
     diff = diff_plans(

@@ -225,3 +225,23 @@ def test_shape_change_shortly_before_a_late_change_point_still_counts() -> None:
     )
     diff = plan_diffs_for_regressions(regression, old, PlanDiffConfig(change_tolerance=timedelta(minutes=1)))
     assert diff["diff_status"].to_list() == ["no_new_shape"], "a shape change long before is not the cause"
+
+
+def test_first_capture_shortly_before_the_change_is_not_a_plan_change() -> None:
+    t = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+    regression = pl.DataFrame(
+        {
+            "instance": ["alpha"],
+            "queryid": [1],
+            "fingerprint": ["a"],
+            "status": ["detected"],
+            "detected_change_at": [t],
+        }
+    )
+    first = _snapshots([(1, t - timedelta(seconds=20), "generic_explain", INDEX)])
+    diff = plan_diffs_for_regressions(
+        regression, first, PlanDiffConfig(change_tolerance=timedelta(minutes=1))
+    )
+    assert diff["diff_status"].to_list() == ["no_new_shape"]
+    assert "No plan change recorded" in diff["plan_diff_summary"][0]
+    assert "Bitmap Heap Scan on orders" in diff["plan_diff_summary"][0]
