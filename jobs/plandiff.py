@@ -278,9 +278,8 @@ def _diff_row(reg: dict[str, Any], snaps: list[dict[str, Any]], config: PlanDiff
     if after is None:
         label = "; ".join(_scan_labels(plan_root(before["plan_json"])))
         summary = (
-            "No plan change recorded after the change point (a snapshot is stored only when the shape "
-            f"changes); plan in effect: {label} ({before['source']}, "
-            f"since {before['captured_at']:%Y-%m-%d %H:%M:%S})."
+            f"No plan change recorded after the change point; plan in effect: {label} "
+            f"({before['source']}, since {before['captured_at']:%Y-%m-%d %H:%M:%S})."
         )
         return {**row, "diff_status": "no_new_shape", "plan_diff_summary": summary}
     diff = diff_plans(
