@@ -84,10 +84,10 @@ def select_plan_candidates(statements: pl.DataFrame, texts: pl.DataFrame, top_n:
         .group_by("dbid", "queryid")
         .agg(pl.col("userid").first(), pl.col("total_exec_time").sum())
     )
-    text_cols = texts.select("queryid", "query").filter(pl.col("query").is_not_null())
-    if "is_explain" in texts.columns:
-        text_cols = texts.filter(~pl.col("is_explain").fill_null(False)).select("queryid", "query")
-    text_cols = text_cols.unique("queryid", keep="last")
+    usable = texts.filter(~pl.col("is_explain").fill_null(False)) if "is_explain" in texts.columns else texts
+    text_cols = (
+        usable.select("queryid", "query").filter(pl.col("query").is_not_null()).unique("queryid", keep="last")
+    )
     joined = ranked.join(text_cols, on="queryid", how="inner").filter(
         ~pl.col("query").str.strip_chars_start().str.to_lowercase().str.starts_with("explain")
     )
