@@ -44,6 +44,9 @@ class ChangePointConfig:
     max_p_value: float = 0.01  # significance level of the change point test, after the split correction
     test: Literal["rank", "permutation"] = "rank"  # rank: ~1 location pass; permutation: ~permutations+1
     permutations: int = 199  # permutation test only
+    serial_correction: bool = (
+        True  # rank test: widen its variance by the lag-1 autocorrelation around the step
+    )
     seed: int = 0  # permutation test only; mixed with a hash of each series so results ignore batch makeup
     batch_elements: int = 1 << 17  # values per chunk: small enough for the scatters to stay in cache
 
@@ -294,12 +297,35 @@ def _tie_term(values: np.ndarray) -> np.ndarray:
     return (size * size - 1.0).sum(axis=1)
 
 
-def _rank_p_values(stack: np.ndarray, energy: _EnergyPass, split: np.ndarray, min_segment: int) -> np.ndarray:
+def _lag_one_correlation(residual: np.ndarray) -> np.ndarray:
+    """Lag-1 autocorrelation of each column of a time-major (n, B) residual array (0 when flat)."""
+    spread = (residual * residual).sum(axis=0)
+    lagged = (residual[1:] * residual[:-1]).sum(axis=0)
+    return np.divide(lagged, spread, out=np.zeros(residual.shape[1]), where=spread > 0)
+
+
+def _local_mean(values: np.ndarray, config: ChangePointConfig) -> np.ndarray:
+    """Centred moving mean of 2 min_segment + 1 points (shorter at the ends) of a time-major (n, B) array."""
+    n, batch = values.shape
+    half = config.min_segment
+    prefix = _running_sum(values, np.empty((n + 1, batch)), exclusive=True)
+    upper = np.minimum(np.arange(n) + half + 1, n)
+    lower = np.maximum(np.arange(n) - half, 0)
+    return (prefix[upper] - prefix[lower]) / (upper - lower)[:, None]
+
+
+def _rank_p_values(
+    stack: np.ndarray, energy: _EnergyPass, split: np.ndarray, config: ChangePointConfig
+) -> np.ndarray:
     """Two-sided Mann-Whitney p at each row's split, Bonferroni-corrected for the candidate splits.
 
     Why this test: ranks shrug off the latency spikes that inflate a t-test's variance, and the Bonferroni
     factor (n - 2 min_segment + 1) keeps the choice of the best split honest (conservative, since the
     candidates are correlated), which is what a precision-first detector wants. It costs about one pass.
+    With ``serial_correction`` the variance is inflated by (1 + rho) / (1 - rho), rho the smaller lag-1
+    autocorrelation of the ranks around (a) their two segment means and (b) a centred moving mean of
+    2 min_segment + 1 points: a random walk or a smooth curve stays correlated around both (rho near 1) and
+    is not a step, while independent noise around one step (a) or several steps (b) keeps rho near 0.
     """
     batch, n = stack.shape
     m = split.astype(np.float64)
@@ -307,20 +333,30 @@ def _rank_p_values(stack: np.ndarray, energy: _EnergyPass, split: np.ndarray, mi
     sorted_values = energy.sorted_values
     has_ties = bool(np.any(sorted_values[1:] == sorted_values[:-1])) if n > 1 else False
     if has_ties:
-        ranks = stats.rankdata(stack, axis=1)
-        left_rank_sum = np.cumsum(ranks, axis=1)[np.arange(batch), split - 1]
+        ranks = np.ascontiguousarray(stats.rankdata(stack, axis=1).T)
         tie_term = _tie_term(stack)
     else:
-        before_split = np.arange(n)[:, None] < split[None, :]
-        left_rank_sum = ((energy.rank_of_time + 1) * before_split).sum(axis=0, dtype=np.float64)
+        ranks = energy.rank_of_time + np.float64(1.0)
         tie_term = np.zeros(batch)
+    before_split = np.arange(n)[:, None] < split[None, :]
+    left_rank_sum = (ranks * before_split).sum(axis=0)
     u = left_rank_sum - m * (m + 1) / 2.0
     variance = m * k / 12.0 * ((n + 1) - tie_term / (n * (n - 1)))
+    if config.serial_correction:
+        left_mean = left_rank_sum / m
+        right_mean = (n * (n + 1) / 2.0 - left_rank_sum) / k
+        residual = ranks - right_mean
+        residual -= before_split * (left_mean - right_mean)
+        rho = np.minimum(
+            _lag_one_correlation(residual), _lag_one_correlation(ranks - _local_mean(ranks, config))
+        )
+        rho = np.clip(rho, 0.0, 0.999)
+        variance = variance * (1.0 + rho) / (1.0 - rho)
     deviation = np.maximum(np.abs(u - m * k / 2.0) - 0.5, 0.0)
     positive = variance > 0
     z = np.where(positive, deviation / np.sqrt(np.where(positive, variance, 1.0)), 0.0)
     two_sided = 2.0 * special.ndtr(-z)
-    candidates = n - 2 * min_segment + 1
+    candidates = n - 2 * config.min_segment + 1
     return np.minimum(1.0, two_sided * candidates)
 
 
@@ -391,7 +427,7 @@ def _locate_chunk(stack: np.ndarray, config: ChangePointConfig) -> tuple[np.ndar
     best = energy.statistic[best_row, columns]
     split = best_row + config.min_segment
     if config.test == "rank":
-        p_values = _rank_p_values(stack, energy, split, config.min_segment)
+        p_values = _rank_p_values(stack, energy, split, config)
     else:
         p_values = _permutation_p_values(stack, best, config)
     constant = energy.sorted_values[-1] == energy.sorted_values[0]

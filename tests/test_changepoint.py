@@ -166,9 +166,11 @@ def test_segmentation_of_noise_finds_nothing_and_caps_the_count() -> None:
     rng = np.random.default_rng(9)
     noise = [_noise(rng, 200, spikes=5) for _ in range(50)]
     assert sum(len(points) for points in segment_change_points(noise)) <= 1
-    staircase = np.repeat(np.arange(8.0), 25) + rng.normal(0, 0.05, 200)
-    (capped,) = segment_change_points([staircase], max_change_points=3)
-    assert len(capped) == 3
+    levels = np.repeat([0.0, 2.0, 4.0, 6.0, 8.0], 40) + rng.normal(0, 0.5, 200)
+    (uncapped,) = segment_change_points([levels])
+    (capped,) = segment_change_points([levels], max_change_points=2)
+    assert [p.index for p in uncapped] == [40, 80, 120, 160]
+    assert len(capped) == 2
 
 
 def test_benjamini_hochberg_controls_and_reports_false_discoveries() -> None:
@@ -181,6 +183,15 @@ def test_benjamini_hochberg_controls_and_reports_false_discoveries() -> None:
     assert points[0].q_value is not None and points[0].significant
     assert points[1].q_value is not None and points[1].q_value >= points[1].p_value
     assert not points[1].significant
+
+
+def test_serial_correction_keeps_a_random_walk_from_looking_like_steps() -> None:
+    rng = np.random.default_rng(13)
+    walks = [np.cumsum(rng.normal(0, 1, 300)) for _ in range(20)]
+    corrected = segment_change_points(walks)
+    uncorrected = segment_change_points(walks, ChangePointConfig(serial_correction=False))
+    # Why the correction exists: E-divisive with an independence test cuts walks into many "steps".
+    assert sum(map(len, corrected)) < sum(map(len, uncorrected)) / 2
 
 
 def test_config_rejects_thresholds_that_cannot_work() -> None:
