@@ -11,6 +11,12 @@ where cross is the sum of |x_i - x_j| over pairs on opposite sides and the withi
 pairs inside each side. For 1-D data all within sums of every prefix follow from the "dominance" sums
 D[t] = sum_{i<t} |x_t - x_i|, which a wavelet-tree pass over the value ranks gives in O(n log n) element
 work per series with O(n) numpy calls for the whole batch (see ``_less_sums_by_rank``).
+
+Significance (``ChangePointConfig.test``): "rank" (default) is a Mann-Whitney test at the located split,
+Bonferroni-corrected for the candidate splits and widened for serial correlation, about one location pass;
+"permutation" is the classic E-divisive permutation test, about ``permutations + 1`` passes. The choice and
+the default level come from tests/benchmarks/bench_changepoint.py. Results are deterministic: the same
+series gives byte-identical output whatever else is in the batch.
 """
 
 from __future__ import annotations
@@ -44,9 +50,7 @@ class ChangePointConfig:
     max_p_value: float = 0.01  # significance level of the change point test, after the split correction
     test: Literal["rank", "permutation"] = "rank"  # rank: ~1 location pass; permutation: ~permutations+1
     permutations: int = 199  # permutation test only
-    serial_correction: bool = (
-        True  # rank test: widen its variance by the lag-1 autocorrelation around the step
-    )
+    serial_correction: bool = True  # rank test: widen its variance by the serial correlation (trends)
     seed: int = 0  # permutation test only; mixed with a hash of each series so results ignore batch makeup
     batch_elements: int = 1 << 17  # values per chunk: small enough for the scatters to stay in cache
 
@@ -512,7 +516,9 @@ def segment_change_points(
         pieces = [arrays[s][start:end] for s, start, end in testable]
         points = most_significant_change_points(pieces, config, fdr_q=fdr_q)
         open_segments = []
-        for (s, start, end), point in zip(testable, points, strict=True):
+        # Most significant first, so that a series at its cap keeps its strongest points.
+        ranked = sorted(zip(testable, points, strict=True), key=lambda pair: pair[1].p_value)
+        for (s, start, end), point in ranked:
             if point.index is None or not point.significant or len(found[s]) >= max_change_points:
                 continue
             split = start + point.index
