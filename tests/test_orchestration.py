@@ -20,6 +20,7 @@ from orchestration.definitions import defs
 from orchestration.resources import DeployInboxResource, FleetResource, LakeResource
 from orchestration.schedules import snapshot_schedule
 from orchestration.sensors import deploy_inbox_sensor
+from tests.lakes import write_step_change_lake
 
 pytestmark = pytest.mark.postgres
 
@@ -105,60 +106,13 @@ def test_schedule_targets_the_ticks_day() -> None:
     assert request.partition_key == "2026-11-29"
 
 
-def _write_step_change_lake(lake_root: Path) -> datetime:
-    """query_samples + texts + a deploy: a query 10x slower from the deploy on, one unchanged."""
-    from datetime import timedelta
-
-    import numpy as np
-
-    from jobs.deploys import mark_deploy
-
-    start = datetime(2026, 11, 2, 10, 0, tzinfo=UTC)
-    deploy_at = start + timedelta(minutes=30)
-    rng = np.random.default_rng(3)
-    rows = []
-    for i in range(60):
-        end = start + timedelta(minutes=i + 1)
-        for queryid, slow in ((111, end > deploy_at), (222, False)):
-            mean = (10.0 if slow else 1.0) * float(rng.lognormal(0, 0.1))
-            rows.append(
-                {
-                    "interval_start": end - timedelta(minutes=1),
-                    "interval_end": end,
-                    "interval_seconds": 60.0,
-                    "userid": 10,
-                    "dbid": 5,
-                    "toplevel": True,
-                    "queryid": queryid,
-                    "calls": 100,
-                    "total_exec_time": mean * 100,
-                    "mean_exec_time": mean,
-                }
-            )
-    samples = pl.DataFrame(rows)
-    lake.write_table(lake_root, "query_samples", samples, {"instance": "db1", "date": "2026-11-02"}, "s")
-    texts = pl.DataFrame(
-        {
-            "captured_at": [start, start],
-            "queryid": [111, 222],
-            "dbid": [5, 5],
-            "userid": [10, 10],
-            "query": ["select * from orders where customer_id = $1", "select 1"],
-            "is_explain": [False, False],
-        }
-    )
-    lake.write_table(lake_root, "query_texts", texts, {"instance": "db1", "date": "2026-11-02"}, "t")
-    mark_deploy(lake_root, version="v9", instances=["db1"], at=deploy_at.isoformat())
-    return deploy_at
-
-
 def test_regressions_asset_and_its_check_on_real_lake_files(lake_root: Path) -> None:
     from orchestration.assets.regressions import (
         detected_regressions_are_consistent,
         regressions_and_plan_diffs,
     )
 
-    deploy_at = _write_step_change_lake(lake_root)
+    deploy_at = write_step_change_lake(lake_root)
     with dg.instance_for_test() as instance:
         result = dg.materialize(
             [regressions_and_plan_diffs, detected_regressions_are_consistent],
