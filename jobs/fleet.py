@@ -169,49 +169,37 @@ class EmbeddedServer:
         lines = [f"{key} = {value}" for key, value in {**self.settings, "port": str(self.port)}.items()]
         (self.data_dir / "postgresql.auto.conf").write_text("\n".join(lines) + "\n")
 
-    def start(self, timeout: float = 60.0) -> None:
+    def _pg_ctl(self, *action: str, timeout: float = 60.0) -> None:
+        """pg_ctl on this server's data folder, waiting (-w) up to ``timeout`` seconds."""
         _run_pg(
             [
                 str(postgres_bin_dir() / "pg_ctl"),
-                "-D",
-                str(self.data_dir),
-                "-l",
-                str(self.data_dir / "startup.log"),
-                "-w",
-                "-t",
-                str(int(timeout)),
-                "start",
+                *("-D", str(self.data_dir), "-l", str(self.data_dir / "startup.log")),
+                *("-w", "-t", str(int(timeout))),
+                *action,
             ],
             timeout=timeout + 10,
         )
+
+    def start(self, timeout: float = 60.0) -> None:
+        self._pg_ctl("start", timeout=timeout)
         self.bootstrap()
 
     def bootstrap(self) -> None:
         """Create the extension so the view is readable from the first snapshot on."""
         import psycopg
 
+        from jobs.sqlfiles import load_sql
+
         with psycopg.connect(self.dsn, autocommit=True, connect_timeout=10) as conn:
-            conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+            conn.execute(load_sql("fleet_bootstrap"))
 
     def stop(self, mode: str = "fast") -> None:
-        if not self.is_running():
-            return
-        _run_pg([str(postgres_bin_dir() / "pg_ctl"), "-D", str(self.data_dir), "-m", mode, "-w", "stop"])
+        if self.is_running():
+            self._pg_ctl("-m", mode, "stop")
 
     def restart(self) -> None:
-        _run_pg(
-            [
-                str(postgres_bin_dir() / "pg_ctl"),
-                "-D",
-                str(self.data_dir),
-                "-l",
-                str(self.data_dir / "startup.log"),
-                "-m",
-                "fast",
-                "-w",
-                "restart",
-            ]
-        )
+        self._pg_ctl("-m", "fast", "restart")
 
     def is_running(self) -> bool:
         pid_file = self.data_dir / "postmaster.pid"
