@@ -201,3 +201,14 @@ def test_config_rejects_thresholds_that_cannot_work() -> None:
         ChangePointConfig(max_p_value=0.0)
     with pytest.raises(ValueError):
         change_point_arrays(np.array([[1.0, np.nan, 2.0, 3.0]]))
+
+
+def test_benchmark_f1_follows_the_tcpd_definition() -> None:
+    from tests.benchmarks.cp_data import tcpd_f1
+
+    # Precision against the union {0, 10, 50}: both predictions {0, 12} match; recall 1 and 2/3.
+    assert tcpd_f1({"a": [10], "b": [10, 50]}, [12]) == pytest.approx(2 * (5 / 6) / (1 + 5 / 6))
+    # One true point matches one prediction only: 9 and 11 cannot both count for 10.
+    assert tcpd_f1({"a": [10]}, [9, 11]) == pytest.approx(2 * (2 / 3) / (1 + 2 / 3))
+    assert tcpd_f1({"a": [], "b": []}, []) == 1.0
+    assert tcpd_f1({"a": [40]}, [20]) < tcpd_f1({"a": [40]}, [])
