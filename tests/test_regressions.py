@@ -200,7 +200,7 @@ def test_unannounced_finds_steps_and_controls_false_discoveries() -> None:
         values = np.concatenate([noise(at, 2.0, 300 + k), noise(150 - at, 3.0, 400 + k)])
         frames.append(samples_for(values, queryid=1000 + k, first=-150))
         prints.append(("alpha", 1000 + k, f"select * from stepped_{'xyz'[k]}"))
-    config = RegressionConfig(changepoint=ChangePointConfig(min_segment=10), min_samples_per_side=10)
+    config = RegressionConfig(unannounced_changepoint=ChangePointConfig(min_segment=10))
     out = detect_unannounced_regressions(pl.concat(frames), texts_for(prints), config)
     assert out.height == 63
     found = out.filter(pl.col("status") == "detected")
