@@ -54,3 +54,12 @@ def test_samples_without_a_text_keep_their_queryid_identity() -> None:
     out = attach_fingerprints(samples, prints).sort("queryid")
     assert out["fingerprint"][0].startswith("pg:")
     assert out["fingerprint"][1] == "qid:9"
+
+
+def test_partition_like_table_names_share_a_fingerprint() -> None:
+    # libpg_query folds 2+ trailing digits of relation names (partitions, monthly tables) into one identity:
+    # orders_2024 and orders_2025 are one query to the detector; t1 and t2 are not.
+    assert fingerprint_text("select * from orders_2024 where id = $1") == fingerprint_text(
+        "select * from orders_2025 where id = $1"
+    )
+    assert fingerprint_text("select * from t1") != fingerprint_text("select * from t2")
