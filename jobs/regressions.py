@@ -55,6 +55,15 @@ class RegressionConfig:
     """Stage 2: Welch's p below this is a detection."""
     min_samples_per_side: int = 5
     """Fewer samples than this on either side of the deploy is insufficient data (>= min_segment)."""
+    min_added_load_ms_per_s: float = 10.0
+    """Materiality: a slowdown must add at least this much execution time per wall-clock second after the
+    change (10 ms/s = 1% of one core)...; CPU contention from one bad query makes every tiny query on the
+    host measurably slower (0.01 ms -> 0.03 ms), which is true, significant and not worth an alert."""
+    min_latency_increase_ms: float = 50.0
+    """...unless each call slowed by at least this much (a rare report query going 2 s -> 20 s matters)."""
+    require_ongoing: bool = True
+    """Unannounced analysis: the series' latest segment must still be above the level before the step;
+    a step that came back down is a transient episode (lock contention, a backup), not a regression."""
     changepoint: ChangePointConfig = field(default_factory=lambda: ChangePointConfig(serial_correction=False))
     """Stage 1 change point test. Without the serial correction: real latency drifts within a regime, and
     the correction left 20-vs-20-sample steps of 300x at a deploy insignificant (p 0.01-0.07) on real
@@ -78,6 +87,8 @@ class RegressionConfig:
             raise ValueError("window_before and window_after must be positive")
         if self.min_samples_per_side < self.changepoint.min_segment:
             raise ValueError("min_samples_per_side must be >= changepoint.min_segment")
+        if self.min_added_load_ms_per_s < 0 or self.min_latency_increase_ms < 0:
+            raise ValueError("min_added_load_ms_per_s and min_latency_increase_ms must be >= 0")
         for name in ("changepoint_tolerance", "p_value_threshold", "fdr_q"):
             if not 0.0 < getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must be in (0, 1]")
@@ -125,6 +136,11 @@ def merge_intervals(frame: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
             pl.col("calls").sum(),
             pl.col("total_exec_time").sum(),
         )
+        .with_columns(
+            ((pl.col("interval_end") - pl.col("interval_start")).dt.total_microseconds() / 1e6).alias(
+                "interval_seconds"
+            )
+        )
         .with_columns((pl.col("total_exec_time") / pl.col("calls")).alias("value"))
         .sort([*keys, "interval_end"])
     )
@@ -167,6 +183,24 @@ def piece_statistics(values: np.ndarray, piece: np.ndarray, pieces: int) -> tupl
     deviation = values - mean[piece]
     squares = np.bincount(piece, weights=deviation * deviation, minlength=pieces)
     return count, mean, squares
+
+
+def calls_per_second(series: pl.DataFrame, piece: np.ndarray, pieces: int) -> np.ndarray:
+    """Calls per wall-clock second of each piece (for the added load of a slowdown)."""
+    calls = np.bincount(piece, weights=series["calls"].to_numpy().astype(np.float64), minlength=pieces)
+    seconds = np.bincount(piece, weights=series["interval_seconds"].to_numpy(), minlength=pieces)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return calls / seconds
+
+
+def immaterial(
+    before_ms: np.ndarray, after_ms: np.ndarray, after_rate: np.ndarray, config: RegressionConfig
+) -> np.ndarray:
+    """True where a slowdown adds too little load and too little latency per call to be worth an alert."""
+    increase = after_ms - before_ms
+    return (increase * after_rate < config.min_added_load_ms_per_s) & (
+        increase < config.min_latency_increase_ms
+    )
 
 
 def welch_tests(
@@ -290,6 +324,8 @@ def detect_regressions(
         .then(pl.lit("change_point_outside_tolerance"))
         .when(pl.col("after_mean_ms") <= pl.col("before_mean_ms"))
         .then(pl.lit("latency_not_increased"))
+        .when(pl.col("immaterial").fill_null(False))
+        .then(pl.lit("below_materiality_threshold"))
         .when(~(pl.col("p_value") < config.p_value_threshold))
         .then(pl.lit("welch_not_significant"))
         .otherwise(pl.lit(DETECTED))
@@ -324,6 +360,8 @@ def _changepoint_and_welch(series: pl.DataFrame, keys: list[str], config: Regres
         "after_count": pl.Int64,
         "t_statistic": pl.Float64,
         "p_value": pl.Float64,
+        "added_load_ms_per_s": pl.Float64,
+        "immaterial": pl.Boolean,
     }
     groups = series.group_by(keys, maintain_order=True).agg(pl.len().alias("size"))
     if groups.height == 0:
@@ -340,6 +378,9 @@ def _changepoint_and_welch(series: pl.DataFrame, keys: list[str], config: Regres
     piece = 2 * group_of + ((position >= index[group_of]) & located[group_of])
     count, mean, squares = piece_statistics(values, piece, 2 * sizes.shape[0])
     welch = welch_tests(count[0::2], mean[0::2], squares[0::2], count[1::2], mean[1::2], squares[1::2])
+    rate = calls_per_second(series, piece, 2 * sizes.shape[0])[1::2]
+    added_load = (welch.after_mean - welch.before_mean) * rate
+    small = immaterial(welch.before_mean, welch.after_mean, rate, config)
     starts = series["interval_start"]
     change_at = [starts[int(offsets[g] + index[g])] if located[g] else None for g in range(sizes.shape[0])]
     return (
@@ -355,8 +396,10 @@ def _changepoint_and_welch(series: pl.DataFrame, keys: list[str], config: Regres
             pl.Series("after_count", welch.after_count),
             pl.Series("t_statistic", np.where(located, welch.t, np.nan)),
             pl.Series("p_value", np.where(located, welch.p, np.nan)),
+            pl.Series("added_load_ms_per_s", np.where(located, added_load, np.nan)),
+            pl.Series("immaterial", located & small, dtype=pl.Boolean),
         )
-        .with_columns(pl.col("after_mean_ms", "t_statistic", "p_value").fill_nan(None))
+        .with_columns(pl.col("after_mean_ms", "t_statistic", "p_value", "added_load_ms_per_s").fill_nan(None))
     )
 
 
@@ -425,9 +468,18 @@ def detect_unannounced_regressions(
         mean[after_piece],
         squares[after_piece],
     )
+    rate = calls_per_second(series, piece, int(piece_base[-1]))[after_piece]
+    added_load = (welch.after_mean - welch.before_mean) * rate
+    small = immaterial(welch.before_mean, welch.after_mean, rate, config)
+    last_piece = piece_base[candidate_group] + np.array(
+        [len(cuts[g]) for g in candidate_group], dtype=np.int64
+    )
     with np.errstate(divide="ignore", invalid="ignore"):
         change = (welch.after_mean - welch.before_mean) / welch.before_mean
-    candidate = (change >= config.latency_change_threshold) & np.isfinite(welch.p)
+        latest_change = (mean[last_piece] - welch.before_mean) / welch.before_mean
+    recovered = config.require_ongoing & ~(latest_change >= config.latency_change_threshold)
+    stepped_up = (change >= config.latency_change_threshold) & np.isfinite(welch.p)
+    candidate = stepped_up & ~small & ~recovered
     adjusted = np.full(candidate.shape[0], np.nan)
     if candidate.any():
         adjusted[candidate] = stats.false_discovery_control(welch.p[candidate], method="bh")
@@ -451,6 +503,10 @@ def detect_unannounced_regressions(
             "t_statistic": welch.t,
             "p_value": welch.p,
             "p_adjusted": adjusted,
+            "added_load_ms_per_s": added_load,
+            "stepped_up": stepped_up,
+            "immaterial": stepped_up & small,
+            "recovered": stepped_up & ~small & recovered,
             "candidate": candidate,
             "detected": detected,
         },
@@ -458,8 +514,8 @@ def detect_unannounced_regressions(
     )
     # Per series: the detected step with the smallest adjusted p (ties: earliest), else the best candidate.
     best = candidates.sort(
-        ["group", "detected", "candidate", "p_adjusted", "changepoint_index"],
-        descending=[False, True, True, False, False],
+        ["group", "detected", "candidate", "stepped_up", "p_adjusted", "changepoint_index"],
+        descending=[False, True, True, True, False, False],
         nulls_last=True,
     ).unique("group", keep="first", maintain_order=True)
     base = groups.with_row_index("group").with_columns(pl.col("group").cast(pl.Int64))
@@ -478,6 +534,10 @@ def detect_unannounced_regressions(
         .then(pl.lit("too_few_samples"))
         .when(pl.col("changepoint_index").is_null())
         .then(pl.lit("no_significant_change_point"))
+        .when(pl.col("immaterial"))
+        .then(pl.lit("below_materiality_threshold"))
+        .when(pl.col("recovered"))
+        .then(pl.lit("recovered"))
         .when(~pl.col("candidate"))
         .then(pl.lit("below_latency_change_threshold"))
         .otherwise(pl.lit("not_significant_after_fdr"))

@@ -272,6 +272,9 @@ PERFORMANCE_REGRESSIONS = TableSchema(
         Column("p_adjusted", pl.Float64(), "Benjamini-Hochberg adjusted p (unannounced analysis)"),
         Column("confidence", pl.Float64(), "1 - p (1 - adjusted p for the unannounced analysis)"),
         Column("fdr_method", pl.String(), "false discovery control applied, if any"),
+        Column(
+            "added_load_ms_per_s", pl.Float64(), "(after - before mean) x calls/s after: execution time added"
+        ),
     ),
 )
 

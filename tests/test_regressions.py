@@ -28,12 +28,16 @@ DEPLOY_AT = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 STEP = timedelta(seconds=10)
 CONFIG = RegressionConfig(window_before=timedelta(minutes=5), window_after=timedelta(minutes=10))
 QUERY = "select sum(amount) from orders where customer_id = $1"
+CALLS = 1000
 
 
 def samples_for(
     values: np.ndarray | list[float], *, instance: str = "alpha", queryid: int = 11, first: int = -30
 ) -> pl.DataFrame:
-    """One sample per 10 s interval; sample i ends at DEPLOY_AT + (first + i + 1) * 10 s; 10 calls each."""
+    """One sample per 10 s interval ending at DEPLOY_AT + (first + i + 1) * 10 s; 1,000 calls each.
+
+    100 calls/s makes every step of these tests material (see the materiality tests for the opposite).
+    """
     ends = [DEPLOY_AT + (first + i + 1) * STEP for i in range(len(values))]
     return pl.DataFrame(
         {
@@ -41,8 +45,8 @@ def samples_for(
             "queryid": queryid,
             "interval_start": [e - STEP for e in ends],
             "interval_end": ends,
-            "calls": 10,
-            "total_exec_time": np.asarray(values, dtype=np.float64) * 10,
+            "calls": CALLS,
+            "total_exec_time": np.asarray(values, dtype=np.float64) * CALLS,
         },
         schema_overrides={
             "interval_start": pl.Datetime("us", "UTC"),
@@ -138,7 +142,7 @@ def test_queryids_sharing_an_interval_merge_calls_weighted() -> None:
     row = one(pl.concat([a, b]))
     assert row["status"] == "detected"
     assert row["after_mean_ms"] == pytest.approx(
-        ((a["total_exec_time"] + b["total_exec_time"]) / 20)[30:].mean()
+        ((a["total_exec_time"] + b["total_exec_time"]) / (a["calls"] + b["calls"]))[30:].mean()
     )
 
 
@@ -233,3 +237,43 @@ def test_duckdb_views_show_samples_deploys_and_detected_regressions(lake_root: P
     assert detected == [(11, "v42", QUERY)]
     assert latency == (90, 90)
     assert deploys == [("v42", "instance")]
+
+
+def test_a_significant_but_immaterial_slowdown_is_not_reported() -> None:
+    """0.01 ms -> 0.03 ms at 100 calls/s: +200%, very significant, 2 ms of extra work per second."""
+    values = np.concatenate([noise(30, 0.01, 40), noise(60, 0.03, 41)])
+    row = one(samples_for(values))
+    assert (row["status"], row["reason"]) == ("no_regression", "below_materiality_threshold")
+    assert row["p_value"] < 1e-6
+    assert row["added_load_ms_per_s"] == pytest.approx((row["after_mean_ms"] - row["before_mean_ms"]) * 100)
+    # The same shift is reported when the thresholds say it matters.
+    loose = RegressionConfig(
+        window_before=CONFIG.window_before, window_after=CONFIG.window_after, min_added_load_ms_per_s=1.0
+    )
+    assert one(samples_for(values), loose)["status"] == "detected"
+
+
+def test_a_rare_query_that_got_much_slower_per_call_is_material() -> None:
+    """One call per 10 s going 20 ms -> 90 ms: 7 ms/s of extra load, but each call is 70 ms slower."""
+    values = np.concatenate([noise(30, 20.0, 42), noise(60, 90.0, 43)])
+    rare = samples_for(values).with_columns(pl.lit(1).alias("calls"), (pl.col("total_exec_time") / CALLS))
+    row = one(rare)
+    assert row["added_load_ms_per_s"] < CONFIG.min_added_load_ms_per_s
+    assert row["status"] == "detected"
+
+
+def test_unannounced_step_that_came_back_down_is_not_a_regression() -> None:
+    bump = np.concatenate([noise(40, 1.0, 44), noise(20, 8.0, 45), noise(40, 1.0, 46)])
+    step = np.concatenate([noise(40, 1.0, 47), noise(60, 8.0, 48)])
+    samples = pl.concat([samples_for(bump, queryid=11), samples_for(step, queryid=21, instance="beta")])
+    texts = texts_for([("alpha", 11, QUERY), ("beta", 21, "select 2 from t where id = $1")])
+    out = detect_unannounced_regressions(samples, texts, CONFIG).sort("instance")
+    assert out.select("instance", "status", "reason").rows() == [
+        ("alpha", "no_regression", "recovered"),
+        ("beta", "detected", "detected"),
+    ]
+    ongoing_off = RegressionConfig(
+        window_before=CONFIG.window_before, window_after=CONFIG.window_after, require_ongoing=False
+    )
+    again = detect_unannounced_regressions(samples, texts, ongoing_off).sort("instance")
+    assert again["status"].to_list() == ["detected", "detected"]
