@@ -165,21 +165,40 @@ def known_queries(lake_root: Path, instance: str) -> pl.DataFrame:
     )
 
 
+# Instances whose collector role may not set pg_stat_statements.track at connection (not superuser):
+# remembered per process so each snapshot does not pay a refused connection first.
+_TRACKING_REFUSED: set[str] = set()
+UNTRACKED_OPTIONS = "-c pg_stat_statements.track=none"
+
+
+def connect_untracked(name: str, dsn: str, config: CollectorConfig) -> psycopg.Connection[dict[str, Any]]:
+    """Connect with tracking off from the first statement when the role may (superuser), else plainly.
+
+    A ``SET`` inside the session would itself be recorded before it takes effect, and would then drift
+    with the server's load like any query; a startup option is never recorded.
+    """
+    kwargs: dict[str, Any] = {
+        "autocommit": True,
+        "connect_timeout": config.connect_timeout_s,
+        "application_name": config.application_name,
+        "row_factory": dict_row,
+    }
+    if name not in _TRACKING_REFUSED:
+        try:
+            return psycopg.connect(dsn, options=UNTRACKED_OPTIONS, **kwargs)
+        except psycopg.OperationalError as exc:
+            if "permission denied to set parameter" not in str(exc):
+                raise
+            _TRACKING_REFUSED.add(name)
+    return psycopg.connect(dsn, **kwargs)
+
+
 def read_instance_snapshot(
     instance: InstanceConfig, known: pl.DataFrame, config: CollectorConfig
 ) -> tuple[InstanceSnapshot, float]:
     """Read one instance in one read-only transaction; returns the snapshot and server-side milliseconds."""
     dsn = instance.resolve_dsn()
-    with psycopg.connect(
-        dsn,
-        autocommit=True,
-        connect_timeout=config.connect_timeout_s,
-        application_name=config.application_name,
-        row_factory=dict_row,
-    ) as conn:
-        # Keep the collector's own statements out of the stats when allowed (superuser); else harmless.
-        with contextlib.suppress(psycopg.Error):
-            conn.execute("SET pg_stat_statements.track = 'none'")
+    with connect_untracked(instance.name, dsn, config) as conn:
         server_ms = 0.0
         with conn.transaction():
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")

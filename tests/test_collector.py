@@ -269,3 +269,16 @@ def test_interrupted_write_leaves_no_partial_parquet_visible(lake_root: Path) ->
     )
     assert not list(folder.glob("*.partial"))
     assert lake.scan_table(lake_root, "statement_snapshots").collect().height == 1
+
+
+def test_the_collector_adds_no_statements_of_its_own(orders_fleet: EmbeddedFleet, lake_root: Path) -> None:
+    server = orders_fleet.server("beta")
+    with psycopg.connect(server.dsn, autocommit=True) as conn:
+        conn.execute("select pg_stat_statements_reset()")
+    config = FleetConfig(instances=(InstanceConfig(name="beta", dsn=server.dsn),))
+    for _ in range(3):
+        assert not snapshot_fleet(config, lake_root).failed
+    with psycopg.connect(server.dsn, autocommit=True) as conn:
+        texts = [r[0] for r in conn.execute("select query from pg_stat_statements").fetchall()]
+    collector_markers = ("pg_control_system", "showtext", "pg_stat_statements_info", "SET pg_stat_statements")
+    assert not [t for t in texts if any(marker in t for marker in collector_markers)], texts
