@@ -145,15 +145,16 @@ def print_detection(outcome: DetectionOutcome, console: Console, show_all: bool 
         console.print("No regression at any deploy.")
     unannounced = outcome.unannounced.filter(pl.col("status") == DETECTED)
     if unannounced.height:
-        console.print(detected_table(unannounced, "Unannounced regressions (Benjamini-Hochberg, q = 0.05)"))
-    rejected = outcome.regressions.filter(pl.col("status") != DETECTED)
-    if rejected.height:
-        counts = rejected.group_by("status", "reason").len().sort("len", descending=True)
-        console.print(f"{rejected.height} analysed series not reported:")
+        method = unannounced["fdr_method"][0] or "no false discovery control"
+        console.print(detected_table(unannounced, f"Unannounced regressions ({method})"))
+    for label, frame in (("at deploys", outcome.regressions), ("unannounced", outcome.unannounced)):
+        rejected = frame.filter(pl.col("status") != DETECTED)
+        if not rejected.height:
+            continue
+        counts = rejected.group_by("status", "reason").len().sort("len", "reason", descending=[True, False])
+        console.print(f"{rejected.height} series analysed {label} and not reported:")
         for row in counts.head(8).iter_rows(named=True):
             console.print(f"  {row['len']:>4} × {row['status']}: {row['reason']}")
-    if show_all and rejected.height:
-        for row in rejected.select("instance", "query", "status", "reason").iter_rows(named=True):
-            console.print(
-                f"  {row['instance']}: {str(row['query'])[:60]} → {row['status']} ({row['reason']})"
-            )
+        if show_all:
+            for row in rejected.select("instance", "query", "reason").iter_rows(named=True):
+                console.print(f"       {row['instance']}: {str(row['query'])[:70]} → {row['reason']}")

@@ -179,32 +179,8 @@ QUERY_TEXTS = TableSchema(
 # ---------------------------------------------------------------------------------------------------------
 # Interval samples, deploy events, regressions (issue 3: jobs/samples.py, deploys.py, regressions.py)
 
-SAMPLE_DELTAS: tuple[str, ...] = (
-    "calls",
-    "plans",
-    "total_exec_time",
-    "total_plan_time",
-    "rows",
-    "shared_blks_hit",
-    "shared_blks_read",
-    "shared_blks_dirtied",
-    "shared_blks_written",
-    "local_blks_hit",
-    "local_blks_read",
-    "local_blks_dirtied",
-    "local_blks_written",
-    "temp_blks_read",
-    "temp_blks_written",
-    "shared_blk_read_time",
-    "shared_blk_write_time",
-    "local_blk_read_time",
-    "local_blk_write_time",
-    "temp_blk_read_time",
-    "temp_blk_write_time",
-    "wal_records",
-    "wal_fpi",
-    "wal_bytes",
-)
+# The counters differenced into samples: every cumulative counter up to WAL (not JIT or parallel workers).
+SAMPLE_DELTAS: tuple[str, ...] = STATEMENT_COUNTERS[: STATEMENT_COUNTERS.index("wal_bytes") + 1]
 
 QUERY_SAMPLES = TableSchema(
     name="query_samples",
