@@ -13,6 +13,7 @@ import resource
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import date, timedelta
 from pathlib import Path
 
 import polars as pl
@@ -255,17 +256,25 @@ def run_samples_job(
     *,
     instances: list[str] | None = None,
     out_root: Path | None = None,
+    dates: tuple[date, date] | None = None,
 ) -> SamplesJobReport:
-    """Rebuild query_samples for the given instances (all by default) from the whole snapshot history.
+    """Rebuild query_samples for the given instances (all by default) and interval-end dates (all by default).
 
     One instance is read, differenced and written per step, partitioned by the date of each interval's end,
-    one file per (instance, date) named after the latest interval end; rerunning replaces the files.
+    one file per (instance, date) named after the latest interval end; rerunning replaces the files. With
+    ``dates`` (first, last), snapshots from the day before ``first`` are read too, so the first interval of
+    the range has its predecessor, and only partitions inside the range are written.
     """
     started = time.perf_counter()
     out_root = Path(out_root or lake_root)
     names = instances if instances is not None else lake_instances(lake_root)
     snapshots = scan_table(lake_root, STATEMENT_SNAPSHOTS)
     runs = scan_table(lake_root, SNAPSHOT_RUNS)
+    if dates is not None:
+        first, last = dates
+        read_from = (first - timedelta(days=1)).isoformat()
+        snapshots = snapshots.filter(pl.col("date").is_between(pl.lit(read_from), pl.lit(last.isoformat())))
+        runs = runs.filter(pl.col("date").is_between(pl.lit(read_from), pl.lit(last.isoformat())))
     total_rows = 0
     sample_rows = 0
     files = 0
@@ -276,8 +285,10 @@ def run_samples_job(
         total_rows += rows
         result = samples_from_snapshots(one, runs.filter(pl.col("instance") == name), config)
         drops.append(result.dropped_counts)
-        sample_rows += result.samples.height
         for day, part in _by_end_date(result.samples.drop("instance")):
+            if dates is not None and not (dates[0].isoformat() <= day <= dates[1].isoformat()):
+                continue
+            sample_rows += part.height
             stem = stem_for(part["interval_end"].max())  # type: ignore[arg-type]
             written = write_table(out_root, QUERY_SAMPLES, part, {"instance": name, "date": day}, stem)
             _remove_other_files(written)

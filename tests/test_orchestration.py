@@ -154,3 +154,28 @@ def test_plan_snapshots_asset_captures_generic_plans(
     probe = plans.filter(pl.col("relations").list.contains("plan_probe"))
     assert probe.height >= 1
     assert probe["source"].unique().to_list() == ["generic_explain"]
+
+
+def test_query_samples_backfill_is_one_run_over_the_range(lake_root: Path) -> None:
+    from tests.test_samples import write_midnight_lake
+
+    write_midnight_lake(lake_root)
+    with dg.instance_for_test() as instance:
+        job = dg.define_asset_job("samples_backfill", selection=[query_samples]).resolve(
+            asset_graph=dg.Definitions(
+                assets=[query_samples], resources={"lake": LakeResource(root=str(lake_root))}
+            ).resolve_asset_graph()
+        )
+        result = job.execute_in_process(
+            instance=instance,
+            resources={"lake": LakeResource(root=str(lake_root))},
+            tags={
+                "dagster/asset_partition_range_start": "2026-11-29",
+                "dagster/asset_partition_range_end": "2026-11-30",
+            },
+        )
+        assert result.success
+        runs = instance.get_runs()
+    assert len(runs) == 1
+    samples = lake.scan_table(lake_root, "query_samples").collect().sort("interval_end")
+    assert samples["date"].to_list() == ["2026-11-29", "2026-11-30"]

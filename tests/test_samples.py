@@ -184,7 +184,8 @@ def test_no_negative_samples_and_every_delta_accounted_for(rows: list[dict[str, 
     assert s.height + int(result.dropped_counts["count"].sum()) == len(rows) - entries
 
 
-def test_job_writes_partitioned_samples_and_a_rerun_replaces_them(lake_root: Path) -> None:
+def write_midnight_lake(lake_root: Path) -> None:
+    """Two snapshots on 11-29 (one interval) and one across midnight into 11-30 (queryid 1)."""
     late = T0.replace(hour=23, minute=59, second=50)
     rows = [snap(0, 1, 1.0), snap(1, 5, 9.0), snap(0, 10, 10.0, captured_at=late), snap(0, 20, 30.0)]
     rows[2]["queryid"] = 1
@@ -206,6 +207,10 @@ def test_job_writes_partitioned_samples_and_a_rerun_replaces_them(lake_root: Pat
         {"instance": "alpha", "date": "2026-11-29"},
         "r",
     )
+
+
+def test_job_writes_partitioned_samples_and_a_rerun_replaces_them(lake_root: Path) -> None:
+    write_midnight_lake(lake_root)
     report = run_samples_job(lake_root)
     again = run_samples_job(lake_root)
     assert (report.instances, report.snapshot_rows, report.sample_rows) == (1, 4, 2)
@@ -215,3 +220,15 @@ def test_job_writes_partitioned_samples_and_a_rerun_replaces_them(lake_root: Pat
     assert samples["date"].to_list() == ["2026-11-29", "2026-11-30"]
     assert samples["calls"].to_list() == [4, 10]
     assert report.peak_rss_mib > 0 and report.rows_per_second > 0
+
+
+def test_job_for_a_date_range_writes_only_its_partitions_and_keeps_the_midnight_interval(
+    lake_root: Path,
+) -> None:
+    write_midnight_lake(lake_root)
+    day = datetime(2026, 11, 30, tzinfo=UTC).date()
+    report = run_samples_job(lake_root, dates=(day, day))
+    samples = scan_table(lake_root, QUERY_SAMPLES).collect()
+    assert samples["date"].to_list() == ["2026-11-30"]
+    assert samples["calls"].to_list() == [10]  # its earlier snapshot was on 11-29, read for continuity
+    assert report.sample_rows == 1

@@ -1,5 +1,7 @@
 """query_samples: per-interval samples differenced from the cumulative snapshots."""
 
+from datetime import date
+
 import dagster as dg
 
 from jobs.samples import SampleConfig, run_samples_job
@@ -23,8 +25,14 @@ class SamplesRunConfig(dg.Config):
 def query_samples(
     context: dg.AssetExecutionContext, config: SamplesRunConfig, lake: LakeResource
 ) -> dg.MaterializeResult:
-    report = run_samples_job(lake.path, SampleConfig(min_executions=config.min_executions))
-    context.log.info(f"{report.snapshot_rows} snapshot rows -> {report.sample_rows} samples")
+    # A single-run backfill covers a range of days; a normal run covers its one day.
+    first, last = context.partition_key_range.start, context.partition_key_range.end
+    report = run_samples_job(
+        lake.path,
+        SampleConfig(min_executions=config.min_executions),
+        dates=(date.fromisoformat(first), date.fromisoformat(last)),
+    )
+    context.log.info(f"{first}..{last}: {report.snapshot_rows} snapshot rows -> {report.sample_rows} samples")
     return dg.MaterializeResult(
         metadata={
             "snapshot_rows": report.snapshot_rows,
