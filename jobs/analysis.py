@@ -62,8 +62,11 @@ def detect_from_frames(
         if config.unannounced
         else PERFORMANCE_REGRESSIONS.empty()
     )
-    detected = pl.concat([regressions, unannounced], how="diagonal_relaxed").filter(
-        pl.col("status") == DETECTED
+    # One diff per (instance, query, change time): both analyses often find the same change.
+    detected = (
+        pl.concat([regressions, unannounced], how="diagonal_relaxed")
+        .filter(pl.col("status") == DETECTED)
+        .unique(["instance", "fingerprint", "detected_change_at"], keep="first", maintain_order=True)
     )
     diffs = plan_diffs_for_regressions(detected, plan_snapshots, config.plan_diff)
     return attach_plan_diffs(regressions, diffs), attach_plan_diffs(unannounced, diffs), diffs

@@ -252,6 +252,14 @@ def choose_before_after(
     return _sides(snaps, change_at, tolerance, preference)
 
 
+def _real_plan_after(
+    snaps: list[dict[str, Any]], change_at: datetime, tolerance: timedelta
+) -> dict[str, Any] | None:
+    """The earliest auto_explain plan (what really ran) logged after the change, if any."""
+    real = [s for s in snaps if s["source"] == "auto_explain" and s["captured_at"] >= change_at - tolerance]
+    return min(real, key=lambda s: s["captured_at"]) if real else None
+
+
 def _diff_row(reg: dict[str, Any], snaps: list[dict[str, Any]], config: PlanDiffConfig) -> dict[str, Any]:
     change_at = reg.get("detected_change_at")
     row: dict[str, Any] = {
@@ -299,6 +307,24 @@ def _diff_row(reg: dict[str, Any], snaps: list[dict[str, Any]], config: PlanDiff
         )
         summary += " " + note
         structured["cautions"] = [*structured["cautions"], note]
+    real = _real_plan_after(snaps, change_at, config.change_tolerance) if after.get("is_generic") else None
+    if real is not None:
+        same = real["shape_hash"] == after["shape_hash"]
+        labels = "; ".join(_scan_labels(plan_root(real["plan_json"])))
+        when = f"{real['captured_at']:%H:%M:%S}"
+        duration = f", {real['duration_ms']:.1f} ms" if real.get("duration_ms") is not None else ""
+        note = (
+            f"Confirmed by a real plan logged by auto_explain at {when} (same shape{duration})."
+            if same
+            else f"A real plan logged by auto_explain at {when} differs from the generic estimate: "
+            f"{labels}{duration}."
+        )
+        summary += " " + note
+        structured["real_plan_after"] = {
+            "captured_at": real["captured_at"].isoformat(),
+            "same_shape_as_after": same,
+            "duration_ms": real.get("duration_ms"),
+        }
     structured.update(
         before_source=before["source"],
         after_source=after["source"],
@@ -326,8 +352,17 @@ def plan_diffs_for_regressions(
     )
     by_key: dict[tuple[str, int], list[dict[str, Any]]] = {}
     if not snaps.is_empty():
-        cols = ["instance", "queryid", "captured_at", "source", "shape_hash", "is_generic", "plan_json"]
-        for snap in snaps.select(cols).to_dicts():
+        cols = [
+            "instance",
+            "queryid",
+            "captured_at",
+            "source",
+            "shape_hash",
+            "is_generic",
+            "plan_json",
+            "duration_ms",
+        ]
+        for snap in snaps.select([c for c in cols if c in snaps.columns]).to_dicts():
             by_key.setdefault((snap["instance"], snap["queryid"]), []).append(snap)
     out = []
     for reg in detected.to_dicts():

@@ -245,3 +245,38 @@ def test_first_capture_shortly_before_the_change_is_not_a_plan_change() -> None:
     assert diff["diff_status"].to_list() == ["no_new_shape"]
     assert "No plan change recorded" in diff["plan_diff_summary"][0]
     assert "Bitmap Heap Scan on orders" in diff["plan_diff_summary"][0]
+
+
+def test_a_real_auto_explain_plan_after_the_change_confirms_the_generic_estimate() -> None:
+    t = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+    snaps = _snapshots(
+        [
+            (11, t - timedelta(minutes=10), "generic_explain", INDEX),
+            (11, t + timedelta(seconds=5), "generic_explain", SEQ),
+            (11, t + timedelta(seconds=7), "auto_explain", SEQ),
+        ]
+    ).with_columns(pl.Series("duration_ms", [None, None, 28.2], dtype=pl.Float64))
+    regressions = pl.DataFrame(
+        {
+            "instance": ["alpha"],
+            "queryid": [11],
+            "fingerprint": ["fp"],
+            "status": ["detected"],
+            "detected_change_at": [t],
+        }
+    )
+    row = plan_diffs_for_regressions(regressions, snaps).row(0, named=True)
+    assert (
+        "Confirmed by a real plan logged by auto_explain at 12:00:07 (same shape, 28.2 ms)"
+        in (row["plan_diff_summary"])
+    )
+    assert json.loads(row["plan_diff"])["real_plan_after"]["same_shape_as_after"] is True
+    # A real plan of another shape is reported as disagreeing with the estimate, not as confirmation.
+    other = snaps.with_columns(
+        pl.when(pl.col("source") == "auto_explain")
+        .then(pl.lit("other-shape"))
+        .otherwise("shape_hash")
+        .alias("shape_hash")
+    )
+    summary = plan_diffs_for_regressions(regressions, other)["plan_diff_summary"][0]
+    assert "differs from the generic estimate" in summary and "Confirmed" not in summary
