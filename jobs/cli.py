@@ -125,6 +125,17 @@ def cmd_detect(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    from datetime import UTC, datetime, timedelta
+
+    from jobs.weekly import iso_week, write_weekly_report
+
+    week = args.week or iso_week(datetime.now(UTC) - timedelta(days=7))
+    path = write_weekly_report(Path(args.lake), week, Path(args.out))
+    console.print(f"weekly report: {path}")
+    return 0
+
+
 def cmd_views(args: argparse.Namespace) -> int:
     from jobs.duckdb_views import view_statements
 
@@ -194,9 +205,13 @@ def build_parser() -> argparse.ArgumentParser:
     detect.add_argument("--all", action="store_true", help="also list the series that were not reported")
     detect.set_defaults(func=cmd_detect)
 
-    sub.add_parser("views", help="print the DuckDB view definitions over the lake").set_defaults(
-        func=cmd_views
-    )
+    report = sub.add_parser("report", help="write the weekly regression report (markdown + plots)")
+    report.add_argument("--week", help="ISO week YYYY-Www (default: last week)")
+    report.add_argument("--out", default="data/reports", help="report folder (default: %(default)s)")
+    report.set_defaults(func=cmd_report)
+
+    views = sub.add_parser("views", help="print the DuckDB view definitions over the lake")
+    views.set_defaults(func=cmd_views)
     sql = sub.add_parser("sql", help="run a DuckDB query over the lake views")
     sql.add_argument("query")
     sql.add_argument("--max-rows", type=int, default=40)

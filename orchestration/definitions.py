@@ -5,23 +5,38 @@ import dagster as dg
 from orchestration.assets.deploys import deploy_events
 from orchestration.assets.plans import plan_snapshots
 from orchestration.assets.regressions import detected_regressions_are_consistent, regressions_and_plan_diffs
+from orchestration.assets.report import weekly_regression_report
 from orchestration.assets.samples import query_samples
 from orchestration.assets.snapshots import statement_snapshots
-from orchestration.jobs import analysis_job, deploy_job, snapshot_job
-from orchestration.resources import DeployInboxResource, FleetResource, LakeResource, PlanCaptureResource
-from orchestration.schedules import snapshot_schedule
+from orchestration.jobs import analysis_job, deploy_job, report_job, snapshot_job
+from orchestration.resources import (
+    DeployInboxResource,
+    FleetResource,
+    LakeResource,
+    PlanCaptureResource,
+    ReportResource,
+)
+from orchestration.schedules import snapshot_schedule, weekly_report_schedule
 from orchestration.sensors import deploy_inbox_sensor
 
 defs = dg.Definitions(
-    assets=[statement_snapshots, plan_snapshots, query_samples, deploy_events, regressions_and_plan_diffs],
+    assets=[
+        statement_snapshots,
+        plan_snapshots,
+        query_samples,
+        deploy_events,
+        regressions_and_plan_diffs,
+        weekly_regression_report,
+    ],
     asset_checks=[detected_regressions_are_consistent],
-    jobs=[snapshot_job, deploy_job, analysis_job],
-    schedules=[snapshot_schedule],
+    jobs=[snapshot_job, deploy_job, analysis_job, report_job],
+    schedules=[snapshot_schedule, weekly_report_schedule],
     sensors=[deploy_inbox_sensor],
     resources={
         "fleet": FleetResource(),
         "lake": LakeResource(),
         "inbox": DeployInboxResource(),
         "plans": PlanCaptureResource(),
+        "reports": ReportResource(),
     },
 )

@@ -14,3 +14,4 @@ analysis_job = dg.define_asset_job(
     "analysis_job", selection=dg.AssetSelection.assets("performance_regressions", "plan_diffs")
 )
 deploy_job = dg.define_asset_job("deploy_job", selection=dg.AssetSelection.assets("deploy_events"))
+report_job = dg.define_asset_job("report_job", selection=dg.AssetSelection.assets("weekly_regression_report"))

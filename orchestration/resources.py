@@ -54,3 +54,13 @@ class PlanCaptureResource(dg.ConfigurableResource):
     capture_plans: bool = os.environ.get("RADAR_CAPTURE_PLANS", "0") == "1"
     top_n: int = 500
     ingest_auto_explain: bool = True
+
+
+class ReportResource(dg.ConfigurableResource):
+    """Where reports are published."""
+
+    root: str = os.environ.get("RADAR_REPORT_ROOT", "data/reports")
+
+    @property
+    def path(self) -> Path:
+        return Path(self.root)

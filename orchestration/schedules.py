@@ -4,7 +4,7 @@ import os
 
 import dagster as dg
 
-from orchestration.jobs import snapshot_job
+from orchestration.jobs import report_job, snapshot_job
 
 SNAPSHOT_CRON = os.environ.get("RADAR_SNAPSHOT_CRON", "* * * * *")
 
@@ -14,3 +14,13 @@ def snapshot_schedule(context: dg.ScheduleEvaluationContext) -> dg.RunRequest:
     """One fleet snapshot into the partition of the tick's UTC day."""
     tick = context.scheduled_execution_time
     return dg.RunRequest(run_key=tick.isoformat(), partition_key=tick.date().isoformat())
+
+
+@dg.schedule(job=report_job, cron_schedule="0 6 * * 1", execution_timezone="UTC")
+def weekly_report_schedule(context: dg.ScheduleEvaluationContext) -> dg.RunRequest:
+    """Monday 06:00 UTC: the report of the week that just ended."""
+    from datetime import timedelta
+
+    week_start = context.scheduled_execution_time - timedelta(days=7)
+    key = week_start.date().isoformat()
+    return dg.RunRequest(run_key=key, partition_key=key)

@@ -1,0 +1,205 @@
+"""The weekly regression report: what regressed, when, why, and how healthy the collection was.
+
+``weekly_summary`` and ``render_markdown`` are pure; ``write_weekly_report`` reads the lake, draws one
+plot per reported regression (jobs.report) and publishes ``<out>/<YYYY-Www>/report.md`` atomically: the
+report folder is built under a temporary name and renamed into place, so readers never see half a report.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+
+import polars as pl
+
+from jobs import lake
+from jobs.regressions import DETECTED
+from jobs.report import plot_regression, regression_series
+from jobs.schemas import PERFORMANCE_REGRESSIONS, QUERY_SAMPLES, QUERY_TEXTS, SNAPSHOT_RUNS
+
+REGRESSION_KEY = ["analysis", "instance", "fingerprint", "detected_change_at"]
+
+
+@dataclass(frozen=True)
+class WeeklyReportConfig:
+    max_regressions: int = 20
+    """Regressions shown in detail (largest added load first); the rest are counted."""
+
+
+@dataclass(frozen=True)
+class WeeklySummary:
+    week: str
+    start: datetime
+    end: datetime
+    regressions: pl.DataFrame
+    """Detected regressions that began in the week, once each, largest added load first."""
+    fleet_health: pl.DataFrame
+    deploys: pl.DataFrame
+
+
+def week_bounds(week: str) -> tuple[datetime, datetime]:
+    """[Monday 00:00 UTC, next Monday) of an ISO week written ``YYYY-Www``."""
+    try:
+        year, number = week.split("-W")
+        monday = date.fromisocalendar(int(year), int(number), 1)
+    except ValueError:
+        raise ValueError(f"week {week!r}: expected ISO form YYYY-Www, e.g. 2026-W48") from None
+    start = datetime(monday.year, monday.month, monday.day, tzinfo=UTC)
+    return start, start + timedelta(days=7)
+
+
+def iso_week(moment: datetime) -> str:
+    year, number, _ = moment.isocalendar()
+    return f"{year}-W{number:02d}"
+
+
+def weekly_summary(
+    week: str, regressions: pl.DataFrame, runs: pl.DataFrame, deploys: pl.DataFrame
+) -> WeeklySummary:
+    """Pure: the week's detected regressions (deduplicated across analysis runs), health, deploys."""
+    start, end = week_bounds(week)
+    in_week = pl.col("detected_change_at").is_between(start, end, closed="left")
+    detected = (
+        regressions.filter((pl.col("status") == DETECTED) & in_week)
+        .sort("detected_change_at")
+        .unique(REGRESSION_KEY, keep="last", maintain_order=True)
+        # The same change found at a deploy and as unannounced is one regression: keep the deploy row.
+        .sort(pl.col("analysis") != "deploy")
+        .unique(["instance", "fingerprint", "detected_change_at"], keep="first", maintain_order=True)
+        .sort("added_load_ms_per_s", "detected_change_at", descending=[True, False], nulls_last=True)
+    )
+    week_runs = runs.filter(pl.col("captured_at").is_between(start, end, closed="left"))
+    health = (
+        week_runs.group_by("instance")
+        .agg(
+            (pl.col("status") == "ok").sum().alias("snapshots_ok"),
+            (pl.col("status") != "ok").sum().alias("snapshots_failed"),
+            pl.col("error").filter(pl.col("status") != "ok").last().alias("last_error"),
+            pl.col("insufficient_privilege_rows").max().alias("max_hidden_rows"),
+        )
+        .sort("instance")
+    )
+    week_deploys = deploys.filter(pl.col("deployed_at").is_between(start, end, closed="left")).sort(
+        "deployed_at"
+    )
+    return WeeklySummary(week, start, end, detected, health, week_deploys)
+
+
+def _ms(value: float | None) -> str:
+    return "–" if value is None else f"{value:,.3f} ms" if value < 10 else f"{value:,.1f} ms"
+
+
+def _cell(text: object) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def render_markdown(
+    summary: WeeklySummary, plots: dict[int, str], config: WeeklyReportConfig = WeeklyReportConfig()
+) -> str:
+    """Pure: the report text; ``plots`` maps a regression's row number to its image's relative path."""
+    out = [
+        f"# Query regressions, week {summary.week}",
+        "",
+        f"{summary.start:%Y-%m-%d} to {summary.end - timedelta(days=1):%Y-%m-%d} (UTC). "
+        f"{summary.regressions.height} regression(s) began this week; "
+        f"{summary.deploys.height} deploy(s) recorded.",
+        "",
+        "## Regressions",
+        "",
+    ]
+    if summary.regressions.is_empty():
+        out += ["None detected.", ""]
+    shown = summary.regressions.head(config.max_regressions)
+    for number, row in enumerate(shown.iter_rows(named=True)):
+        cause = (
+            f"deploy {row['deploy_version']}" if row["analysis"] == "deploy" else "no deploy (unannounced)"
+        )
+        p = row["p_adjusted"] if row["p_adjusted"] is not None else row["p_value"]
+        out += [
+            f"### {number + 1}. {row['instance']}: `{_cell(str(row['query'])[:160])}`",
+            "",
+            f"- **{_ms(row['before_mean_ms'])} → {_ms(row['after_mean_ms'])}** per call, "
+            f"began {row['detected_change_at']:%Y-%m-%d %H:%M:%S} UTC ({cause}); p = {p:.2g}",
+            f"- added load: {row['added_load_ms_per_s'] or 0:,.1f} ms of execution per second; "
+            f"queryid {row['queryid']} (all: {row['queryids']})",
+            f"- plan: {row.get('plan_diff_summary') or 'no plan captured'}",
+            "",
+        ]
+        if number in plots:
+            out += [f"![latency of regression {number + 1}]({plots[number]})", ""]
+    if summary.regressions.height > shown.height:
+        out += [
+            f"… and {summary.regressions.height - shown.height} more (see `performance_regressions`).",
+            "",
+        ]
+    out += ["## Deploys", ""]
+    if summary.deploys.is_empty():
+        out += ["None recorded.", ""]
+    for row in summary.deploys.iter_rows(named=True):
+        target = row["instance"] or "whole fleet"
+        out.append(f"- {row['deployed_at']:%Y-%m-%d %H:%M} UTC: {row['version']} to {target}")
+    out += [
+        "",
+        "## Collection health",
+        "",
+        "| instance | snapshots ok | failed | last error |",
+        "|---|---|---|---|",
+    ]
+    for row in summary.fleet_health.iter_rows(named=True):
+        out.append(
+            f"| {row['instance']} | {row['snapshots_ok']} | {row['snapshots_failed']} | "
+            f"{_cell(row['last_error'] or '')} |"
+        )
+    return "\n".join(out) + "\n"
+
+
+def write_weekly_report(
+    lake_root: Path, week: str, out_root: Path, config: WeeklyReportConfig = WeeklyReportConfig()
+) -> Path:
+    """Read the lake, draw the plots, publish ``<out_root>/<week>/report.md``; returns its path."""
+    from jobs.plandiff import attach_plan_diffs
+
+    regressions = lake.scan_table(lake_root, PERFORMANCE_REGRESSIONS).collect()
+    diffs = lake.scan_table(lake_root, "plan_diffs").collect()
+    if diffs.height:
+        regressions = attach_plan_diffs(regressions, diffs)
+    runs = lake.scan_table(lake_root, SNAPSHOT_RUNS).collect()
+    deploys = lake.scan_table(lake_root, "deploy_events").collect()
+    summary = weekly_summary(week, regressions, runs, deploys)
+    out_root = Path(out_root)
+    out_root.mkdir(parents=True, exist_ok=True)
+    building = Path(tempfile.mkdtemp(prefix=f".{week}-", dir=out_root))
+    try:
+        plots: dict[int, str] = {}
+        shown = summary.regressions.head(config.max_regressions)
+        if shown.height:
+            samples = lake.scan_table(lake_root, QUERY_SAMPLES).collect()
+            texts = lake.scan_table(lake_root, QUERY_TEXTS).collect()
+            for number, row in enumerate(shown.iter_rows(named=True)):
+                series = regression_series(samples, texts, row["instance"], row["fingerprint"])
+                if series.is_empty():
+                    continue
+                name = f"regression-{number + 1}.png"
+                figure = plot_regression(series, row)
+                figure.savefig(building / name, dpi=100)
+                import matplotlib.pyplot as plt
+
+                plt.close(figure)
+                plots[number] = name
+        (building / "report.md").write_text(render_markdown(summary, plots, config))
+        building.chmod(0o755)
+        final = out_root / week
+        if final.exists():
+            retired = out_root / f".{week}-old-{datetime.now(UTC):%H%M%S%f}"
+            final.rename(retired)
+            building.rename(final)
+            shutil.rmtree(retired, ignore_errors=True)
+        else:
+            building.rename(final)
+    except BaseException:
+        shutil.rmtree(building, ignore_errors=True)
+        raise
+    return final / "report.md"
