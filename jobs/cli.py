@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -125,6 +126,22 @@ def cmd_detect(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_alerts(args: argparse.Namespace) -> int:
+    from jobs.alerts import AlertSink, JsonlFileSink, WebhookSink, send_new_alerts
+
+    sinks: list[AlertSink] = [JsonlFileSink(Path(args.file))]
+    if args.webhook:
+        sinks.append(WebhookSink(args.webhook))
+    report = send_new_alerts(Path(args.lake), sinks)
+    for payload in report.sent:
+        console.print(f"alerted: {payload['instance']}: {payload['query'][:80]}")
+    for sink, why in report.failures.items():
+        console.print(f"[red]{sink} failed[/red]: {why} ({report.pending} alerts will be sent next time)")
+    if not report.pending:
+        console.print("no new regression to alert")
+    return 1 if report.failures else 0
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from datetime import UTC, datetime, timedelta
 
@@ -204,6 +221,15 @@ def build_parser() -> argparse.ArgumentParser:
     detect = sub.add_parser("detect", help="find regressions around deploys and unannounced ones")
     detect.add_argument("--all", action="store_true", help="also list the series that were not reported")
     detect.set_defaults(func=cmd_detect)
+
+    alerts = sub.add_parser("alerts", help="send each new detected regression to the alert sinks, once")
+    alerts.add_argument("--file", default="data/alerts.jsonl", help="JSONL file sink (default: %(default)s)")
+    alerts.add_argument(
+        "--webhook",
+        default=os.environ.get("RADAR_ALERT_WEBHOOK"),
+        help="also POST to this URL (env RADAR_ALERT_WEBHOOK)",
+    )
+    alerts.set_defaults(func=cmd_alerts)
 
     report = sub.add_parser("report", help="write the weekly regression report (markdown + plots)")
     report.add_argument("--week", help="ISO week YYYY-Www (default: last week)")

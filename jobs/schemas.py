@@ -328,6 +328,23 @@ PLAN_DIFFS = TableSchema(
 )
 
 # ---------------------------------------------------------------------------------------------------------
+# Alerts (jobs/alerts.py)
+
+ALERTS_SENT = TableSchema(
+    name="alerts_sent",
+    description="One row per alert every sink accepted: what was sent, when, where (never sent twice).",
+    partition_by=("date",),
+    primary_key=("alert_id",),
+    columns=(
+        Column("alert_id", pl.String(), "hash of (instance, fingerprint, detected_change_at)"),
+        Column("sent_at", UTC_TS),
+        Column("instance", pl.String()),
+        Column("queryid", pl.Int64()),
+        Column("sinks", pl.String(), "sink names (a webhook shows only its scheme and host)"),
+    ),
+)
+
+# ---------------------------------------------------------------------------------------------------------
 # Catalogue: every table above, by name. Add new tables above this line and to this tuple.
 
 TABLES: dict[str, TableSchema] = {
@@ -342,5 +359,6 @@ TABLES: dict[str, TableSchema] = {
         PLAN_SNAPSHOTS,
         PLAN_CAPTURE_LOG,
         PLAN_DIFFS,
+        ALERTS_SENT,
     )
 }

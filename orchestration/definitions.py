@@ -2,21 +2,28 @@
 
 import dagster as dg
 
+from orchestration.assets.alerts import regression_alerts
 from orchestration.assets.deploys import deploy_events
 from orchestration.assets.plans import plan_snapshots
 from orchestration.assets.regressions import detected_regressions_are_consistent, regressions_and_plan_diffs
 from orchestration.assets.report import weekly_regression_report
 from orchestration.assets.samples import query_samples
 from orchestration.assets.snapshots import statement_snapshots
-from orchestration.jobs import analysis_job, deploy_job, report_job, snapshot_job
+from orchestration.jobs import analysis_job, deploy_job, report_job, samples_job, snapshot_job
 from orchestration.resources import (
+    AlertResource,
     DeployInboxResource,
     FleetResource,
     LakeResource,
     PlanCaptureResource,
     ReportResource,
 )
-from orchestration.schedules import snapshot_schedule, weekly_report_schedule
+from orchestration.schedules import (
+    analysis_schedule,
+    samples_schedule,
+    snapshot_schedule,
+    weekly_report_schedule,
+)
 from orchestration.sensors import deploy_inbox_sensor
 
 defs = dg.Definitions(
@@ -27,10 +34,11 @@ defs = dg.Definitions(
         deploy_events,
         regressions_and_plan_diffs,
         weekly_regression_report,
+        regression_alerts,
     ],
     asset_checks=[detected_regressions_are_consistent],
-    jobs=[snapshot_job, deploy_job, analysis_job, report_job],
-    schedules=[snapshot_schedule, weekly_report_schedule],
+    jobs=[snapshot_job, samples_job, deploy_job, analysis_job, report_job],
+    schedules=[snapshot_schedule, samples_schedule, analysis_schedule, weekly_report_schedule],
     sensors=[deploy_inbox_sensor],
     resources={
         "fleet": FleetResource(),
@@ -38,5 +46,6 @@ defs = dg.Definitions(
         "inbox": DeployInboxResource(),
         "plans": PlanCaptureResource(),
         "reports": ReportResource(),
+        "alerting": AlertResource(),
     },
 )

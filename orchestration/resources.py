@@ -64,3 +64,14 @@ class ReportResource(dg.ConfigurableResource):
     @property
     def path(self) -> Path:
         return Path(self.root)
+
+
+class AlertResource(dg.ConfigurableResource):
+    """Alert sinks: a JSONL file always, a webhook when RADAR_ALERT_WEBHOOK (or webhook_url) is set."""
+
+    file: str = os.environ.get("RADAR_ALERT_FILE", "data/alerts.jsonl")
+    webhook_url: str = os.environ.get("RADAR_ALERT_WEBHOOK", "")
+
+    @property
+    def file_path(self) -> Path:
+        return Path(self.file)

@@ -4,9 +4,11 @@ import os
 
 import dagster as dg
 
-from orchestration.jobs import report_job, snapshot_job
+from orchestration.jobs import analysis_job, report_job, samples_job, snapshot_job
 
 SNAPSHOT_CRON = os.environ.get("RADAR_SNAPSHOT_CRON", "* * * * *")
+SAMPLES_CRON = os.environ.get("RADAR_SAMPLES_CRON", "*/15 * * * *")
+ANALYSIS_CRON = os.environ.get("RADAR_ANALYSIS_CRON", "5-59/15 * * * *")
 
 
 @dg.schedule(job=snapshot_job, cron_schedule=SNAPSHOT_CRON, execution_timezone="UTC")
@@ -24,3 +26,16 @@ def weekly_report_schedule(context: dg.ScheduleEvaluationContext) -> dg.RunReque
     week_start = context.scheduled_execution_time - timedelta(days=7)
     key = week_start.date().isoformat()
     return dg.RunRequest(run_key=key, partition_key=key)
+
+
+@dg.schedule(job=samples_job, cron_schedule=SAMPLES_CRON, execution_timezone="UTC")
+def samples_schedule(context: dg.ScheduleEvaluationContext) -> dg.RunRequest:
+    """Every 15 minutes: today's samples from today's snapshots."""
+    tick = context.scheduled_execution_time
+    return dg.RunRequest(run_key=tick.isoformat(), partition_key=tick.date().isoformat())
+
+
+@dg.schedule(job=analysis_job, cron_schedule=ANALYSIS_CRON, execution_timezone="UTC")
+def analysis_schedule(context: dg.ScheduleEvaluationContext) -> dg.RunRequest:
+    """Five minutes after each samples run: detect, diff plans, alert."""
+    return dg.RunRequest(run_key=context.scheduled_execution_time.isoformat())
