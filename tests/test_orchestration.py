@@ -179,3 +179,15 @@ def test_query_samples_backfill_is_one_run_over_the_range(lake_root: Path) -> No
     assert len(runs) == 1
     samples = lake.scan_table(lake_root, "query_samples").collect().sort("interval_end")
     assert samples["date"].to_list() == ["2026-11-29", "2026-11-30"]
+
+
+def test_samples_and_analysis_schedules() -> None:
+    from orchestration.schedules import analysis_schedule, samples_schedule
+
+    tick = datetime(2026, 11, 29, 0, 15, tzinfo=UTC)
+    samples = samples_schedule(dg.build_schedule_context(scheduled_execution_time=tick))
+    assert isinstance(samples, dg.RunRequest) and samples.partition_key == "2026-11-29"
+    analysis = analysis_schedule(dg.build_schedule_context(scheduled_execution_time=tick))
+    assert isinstance(analysis, dg.RunRequest) and analysis.partition_key is None
+    names = {s.name for s in defs.schedules or []}
+    assert names == {"snapshot_schedule", "samples_schedule", "analysis_schedule", "weekly_report_schedule"}
