@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import shutil
 import statistics
-import tempfile
 import time
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from psycopg.types.numeric import Int4
 from jobs.collector import snapshot_fleet
 from jobs.config import FleetConfig
 from jobs.fleet import EmbeddedFleet
+from tests.benchmarks.common import fresh_bench_folder
 
 TABLES = 50
 COLUMNS = 100  # 50 tables x 100 columns = 5,000 distinct statements
@@ -67,10 +67,7 @@ def measure(fleet: FleetConfig, lake_root: Path, fresh_lake_each_time: bool) -> 
 
 
 def main() -> None:
-    base = Path(tempfile.gettempdir()) / "prr-bench-collector"
-    shutil.rmtree(base, ignore_errors=True)
-    base.mkdir(parents=True)
-    base.chmod(0o755)
+    base = fresh_bench_folder("collector")
     fleet = EmbeddedFleet.create(base / "fleet", ["bench"])
     try:
         distinct = load_statements(fleet.servers[0].dsn)

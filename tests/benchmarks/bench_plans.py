@@ -16,7 +16,6 @@ import os
 import shutil
 import statistics
 import subprocess
-import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -28,6 +27,7 @@ from psycopg.types.numeric import Int4
 from jobs.fleet import EmbeddedFleet, postgres_bin_dir
 from jobs.plans.auto_explain import ingest_auto_explain_logs
 from jobs.plans.capture import capture_plans, select_plan_candidates, write_plan_snapshots
+from tests.benchmarks.common import fresh_bench_folder
 
 TABLES = 10
 SELECT_COLUMNS = 10
@@ -131,10 +131,7 @@ def bench_ingest(fleet: EmbeddedFleet, lake_root: Path) -> dict[str, object]:
 
 
 def main() -> None:
-    base = Path(tempfile.gettempdir()) / "prr-bench-plans"
-    shutil.rmtree(base, ignore_errors=True)
-    base.mkdir(parents=True)
-    base.chmod(0o755)
+    base = fresh_bench_folder("plans")
     capture_fleet = EmbeddedFleet.create(base / "fleet-capture", ["bench"])
     try:
         capture = bench_capture(capture_fleet, base / "lake-capture")
