@@ -142,6 +142,16 @@ def cmd_alerts(args: argparse.Namespace) -> int:
     return 1 if report.failures else 0
 
 
+def cmd_compact(args: argparse.Namespace) -> int:
+    from jobs.compaction import compact_lake
+
+    done = compact_lake(Path(args.lake), min_age_days=args.min_age_days)
+    for part in done:
+        console.print(f"{part.table}/{part.partition}: {part.files_before} files → 1 ({part.rows} rows)")
+    console.print(f"{len(done)} partitions compacted")
+    return 0
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from datetime import UTC, datetime, timedelta
 
@@ -230,6 +240,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="also POST to this URL (env RADAR_ALERT_WEBHOOK)",
     )
     alerts.set_defaults(func=cmd_alerts)
+
+    compact = sub.add_parser("compact", help="merge each closed day's snapshot files into one per instance")
+    compact.add_argument(
+        "--min-age-days", type=int, default=1, help="only days at least this old (default 1)"
+    )
+    compact.set_defaults(func=cmd_compact)
 
     report = sub.add_parser("report", help="write the weekly regression report (markdown + plots)")
     report.add_argument("--week", help="ISO week YYYY-Www (default: last week)")

@@ -70,9 +70,13 @@ def write_table(
     schema = table_schema(table)
     folder = partition_dir(root, schema, partitions)
     folder.mkdir(parents=True, exist_ok=True)
-    final = folder / f"{stem}.parquet"
-    conformed = schema.conform(frame)
-    arrow = conformed.to_arrow()
+    return write_file(folder / f"{stem}.parquet", schema, frame)
+
+
+def write_file(final: Path, schema: TableSchema, frame: pl.DataFrame) -> Path:
+    """Conform ``frame`` to ``schema`` and write it to ``final`` through a temp file in the same folder."""
+    folder, stem = final.parent, final.stem
+    arrow = schema.conform(frame).to_arrow()
     metadata = dict(arrow.schema.metadata or {})
     metadata.update(
         {

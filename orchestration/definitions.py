@@ -4,12 +4,13 @@ import dagster as dg
 
 from orchestration.assets.alerts import regression_alerts
 from orchestration.assets.deploys import deploy_events
+from orchestration.assets.maintenance import compacted_lake
 from orchestration.assets.plans import plan_snapshots
 from orchestration.assets.regressions import detected_regressions_are_consistent, regressions_and_plan_diffs
 from orchestration.assets.report import weekly_regression_report
 from orchestration.assets.samples import query_samples
 from orchestration.assets.snapshots import statement_snapshots
-from orchestration.jobs import analysis_job, deploy_job, report_job, samples_job, snapshot_job
+from orchestration.jobs import analysis_job, compaction_job, deploy_job, report_job, samples_job, snapshot_job
 from orchestration.resources import (
     AlertResource,
     DeployInboxResource,
@@ -20,6 +21,7 @@ from orchestration.resources import (
 )
 from orchestration.schedules import (
     analysis_schedule,
+    compaction_schedule,
     samples_schedule,
     snapshot_schedule,
     weekly_report_schedule,
@@ -35,10 +37,17 @@ defs = dg.Definitions(
         regressions_and_plan_diffs,
         weekly_regression_report,
         regression_alerts,
+        compacted_lake,
     ],
     asset_checks=[detected_regressions_are_consistent],
-    jobs=[snapshot_job, samples_job, deploy_job, analysis_job, report_job],
-    schedules=[snapshot_schedule, samples_schedule, analysis_schedule, weekly_report_schedule],
+    jobs=[snapshot_job, samples_job, deploy_job, analysis_job, report_job, compaction_job],
+    schedules=[
+        snapshot_schedule,
+        samples_schedule,
+        analysis_schedule,
+        weekly_report_schedule,
+        compaction_schedule,
+    ],
     sensors=[deploy_inbox_sensor],
     resources={
         "fleet": FleetResource(),

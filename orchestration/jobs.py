@@ -17,3 +17,4 @@ analysis_job = dg.define_asset_job(
 samples_job = dg.define_asset_job("samples_job", selection=dg.AssetSelection.assets("query_samples"))
 deploy_job = dg.define_asset_job("deploy_job", selection=dg.AssetSelection.assets("deploy_events"))
 report_job = dg.define_asset_job("report_job", selection=dg.AssetSelection.assets("weekly_regression_report"))
+compaction_job = dg.define_asset_job("compaction_job", selection=dg.AssetSelection.assets("compacted_lake"))

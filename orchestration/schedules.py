@@ -4,7 +4,7 @@ import os
 
 import dagster as dg
 
-from orchestration.jobs import analysis_job, report_job, samples_job, snapshot_job
+from orchestration.jobs import analysis_job, compaction_job, report_job, samples_job, snapshot_job
 
 SNAPSHOT_CRON = os.environ.get("RADAR_SNAPSHOT_CRON", "* * * * *")
 SAMPLES_CRON = os.environ.get("RADAR_SAMPLES_CRON", "*/15 * * * *")
@@ -39,3 +39,9 @@ def samples_schedule(context: dg.ScheduleEvaluationContext) -> dg.RunRequest:
 def analysis_schedule(context: dg.ScheduleEvaluationContext) -> dg.RunRequest:
     """Five minutes after each samples run: detect, diff plans, alert."""
     return dg.RunRequest(run_key=context.scheduled_execution_time.isoformat())
+
+
+@dg.schedule(job=compaction_job, cron_schedule="30 1 * * *", execution_timezone="UTC")
+def compaction_schedule(context: dg.ScheduleEvaluationContext) -> dg.RunRequest:
+    """01:30 UTC: yesterday is closed (no snapshot is still being written into it)."""
+    return dg.RunRequest(run_key=context.scheduled_execution_time.date().isoformat())

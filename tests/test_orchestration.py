@@ -190,4 +190,10 @@ def test_samples_and_analysis_schedules() -> None:
     analysis = analysis_schedule(dg.build_schedule_context(scheduled_execution_time=tick))
     assert isinstance(analysis, dg.RunRequest) and analysis.partition_key is None
     names = {s.name for s in defs.schedules or []}
-    assert names == {"snapshot_schedule", "samples_schedule", "analysis_schedule", "weekly_report_schedule"}
+    assert names == {
+        "snapshot_schedule",
+        "samples_schedule",
+        "analysis_schedule",
+        "weekly_report_schedule",
+        "compaction_schedule",
+    }

@@ -1,0 +1,100 @@
+"""Lake compaction: each closed (instance, date) partition of a per-snapshot table becomes one file.
+
+The collector writes one small file per instance per snapshot (1,440 a day at one a minute). Compaction
+merges a closed day's files into one, built in a staging folder beside the lake, then swaps the staging
+folder and the live partition with one ``renameat2(RENAME_EXCHANGE)``: a reader lists either all the old
+files or the merged one, never both (double counting) and never neither. Only days at least
+``min_age_days`` old are touched, so no collector is still writing into them.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import shutil
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+
+import polars as pl
+
+from jobs import lake
+from jobs.schemas import PLAN_CAPTURE_LOG, QUERY_TEXTS, SNAPSHOT_RUNS, STATEMENT_SNAPSHOTS, TableSchema
+
+COMPACTABLE: tuple[TableSchema, ...] = (STATEMENT_SNAPSHOTS, SNAPSHOT_RUNS, QUERY_TEXTS, PLAN_CAPTURE_LOG)
+STAGING = "_compaction"
+_AT_FDCWD = -100
+_RENAME_EXCHANGE = 2
+
+
+def exchange_directories(a: Path, b: Path) -> None:
+    """Atomically swap two directories (Linux renameat2 RENAME_EXCHANGE); raises OSError naming both."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if not hasattr(libc, "renameat2"):
+        raise OSError(errno.ENOSYS, f"atomic directory exchange needs Linux renameat2: {a} <-> {b}")
+    done = libc.renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE)
+    if done != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, f"cannot exchange {a} and {b}: {os.strerror(code)}")
+
+
+@dataclass(frozen=True)
+class PartitionCompaction:
+    table: str
+    partition: str
+    files_before: int
+    rows: int
+
+
+def partition_sort_key(table: TableSchema) -> list[str]:
+    """Rows of a compacted file in primary-key order (minus the folder-held partition columns)."""
+    return [c for c in table.primary_key if c not in table.partition_by]
+
+
+def compact_partition(lake_root: Path, table: TableSchema, folder: Path) -> PartitionCompaction | None:
+    """Merge one partition folder's files into one and swap it in; None when there is nothing to merge."""
+    files = sorted(folder.glob("*.parquet"))
+    if len(files) <= 1:
+        return None
+    merged = (
+        pl.scan_parquet(files, schema=table.polars_schema, missing_columns="insert", extra_columns="ignore")
+        .sort(partition_sort_key(table), nulls_last=True)
+        .collect()
+    )
+    staging_root = Path(lake_root) / STAGING / table.name
+    staging_root.mkdir(parents=True, exist_ok=True)
+    staging = staging_root / f"{folder.parent.name}.{folder.name}.{uuid.uuid4().hex[:8]}"
+    staging.mkdir()
+    try:
+        lake.write_file(staging / f"compacted-{files[0].stem}-{files[-1].stem}.parquet", table, merged)
+        exchange_directories(staging, folder)  # folder now holds the merged file, staging the originals
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    shutil.rmtree(staging, ignore_errors=True)
+    return PartitionCompaction(table.name, f"{folder.parent.name}/{folder.name}", len(files), merged.height)
+
+
+def compact_lake(
+    lake_root: Path,
+    *,
+    today: date | None = None,
+    min_age_days: int = 1,
+    tables: tuple[TableSchema, ...] = COMPACTABLE,
+) -> list[PartitionCompaction]:
+    """Compact every partition whose date is at least ``min_age_days`` before ``today`` (UTC)."""
+    if min_age_days < 1:
+        raise ValueError("min_age_days must be >= 1: today's partitions are still being written")
+    cutoff = ((today or datetime.now(UTC).date()) - timedelta(days=min_age_days - 1)).isoformat()
+    done = []
+    for table in tables:
+        base = Path(lake_root) / table.name
+        for folder in sorted(base.glob("instance=*/date=*")):
+            if folder.name.removeprefix("date=") >= cutoff:
+                continue
+            result = compact_partition(lake_root, table, folder)
+            if result is not None:
+                done.append(result)
+    return done

@@ -1,0 +1,24 @@
+"""compacted_lake: yesterday's and older per-snapshot files merged into one per (instance, day)."""
+
+import dagster as dg
+
+from jobs.compaction import compact_lake
+from orchestration.resources import LakeResource
+
+
+@dg.asset(
+    deps=["statement_snapshots"],
+    group_name="maintain",
+    kinds={"parquet"},
+    description="Closed days of the per-snapshot tables compacted to one file per instance, swapped in "
+    "atomically (renameat2 RENAME_EXCHANGE) so readers never see duplicates.",
+)
+def compacted_lake(lake: LakeResource) -> dg.MaterializeResult:
+    done = compact_lake(lake.path)
+    return dg.MaterializeResult(
+        metadata={
+            "partitions_compacted": len(done),
+            "files_merged": sum(d.files_before for d in done),
+            "rows": sum(d.rows for d in done),
+        }
+    )
