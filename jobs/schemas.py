@@ -345,6 +345,63 @@ ALERTS_SENT = TableSchema(
 )
 
 # ---------------------------------------------------------------------------------------------------------
+# Latency distribution drift (jobs/drift.py)
+
+DRIFT_BASELINES = TableSchema(
+    name="drift_baselines",
+    description="Anchored baseline windows for drift: a known-good period per instance or fleet-wide.",
+    partition_by=("date",),
+    primary_key=("baseline_id",),
+    columns=(
+        Column("baseline_id", pl.String(), "stable hash of (instance, fingerprint, window, label)"),
+        Column("instance", pl.String(), "null = every instance of the fleet"),
+        Column("fingerprint", pl.String(), "null = every query"),
+        Column("window_start", UTC_TS, "samples with interval_end > window_start..."),
+        Column("window_end", UTC_TS, "...and <= window_end"),
+        Column("label", pl.String()),
+        Column("created_at", UTC_TS),
+    ),
+)
+
+LATENCY_DRIFT = TableSchema(
+    name="latency_drift",
+    description="One row per (instance, query) per drift run: current window against its baseline.",
+    partition_by=("date",),
+    primary_key=("current_end", "instance", "fingerprint"),
+    columns=(
+        Column("instance", pl.String()),
+        Column("fingerprint", pl.String()),
+        Column("queryid", pl.Int64(), "the queryid that most recently received a sample"),
+        Column("queryids", pl.String(), "every queryid merged into this series, comma separated, sorted"),
+        Column("query", pl.String()),
+        Column("baseline_source", pl.String(), "anchored | default"),
+        Column("baseline_id", pl.String(), "drift_baselines.baseline_id when anchored"),
+        Column("baseline_label", pl.String()),
+        Column("baseline_start", UTC_TS),
+        Column("baseline_end", UTC_TS),
+        Column("current_start", UTC_TS),
+        Column("current_end", UTC_TS, "the run's as-of time (its date is the partition)"),
+        Column("baseline_count", pl.Int64(), "intervals in the baseline window"),
+        Column("current_count", pl.Int64(), "intervals in the current window"),
+        Column("baseline_calls", pl.Int64()),
+        Column("current_calls", pl.Int64()),
+        Column("baseline_mean_ms", pl.Float64(), "calls-weighted mean latency"),
+        Column("current_mean_ms", pl.Float64()),
+        Column("baseline_p50_ms", pl.Float64(), "calls-weighted quantiles of the interval mean latency"),
+        Column("baseline_p95_ms", pl.Float64()),
+        Column("current_p50_ms", pl.Float64()),
+        Column("current_p95_ms", pl.Float64()),
+        Column("js", pl.Float64(), "Jensen-Shannon distance, base 2 (0..1)"),
+        Column("psi", pl.Float64(), "population stability index, epsilon-smoothed"),
+        Column("wasserstein", pl.Float64(), "Wasserstein-1 between the log latency distributions"),
+        Column("tail_p_value", pl.Float64(), "exact exceedance test: current intervals above baseline tail"),
+        Column("added_load_ms_per_s", pl.Float64(), "(current - baseline mean) x current calls/s"),
+        Column("status", pl.String(), "drift | watch | improved | no_drift | insufficient_data"),
+        Column("reason", pl.String()),
+    ),
+)
+
+# ---------------------------------------------------------------------------------------------------------
 # Catalogue: every table above, by name. Add new tables above this line and to this tuple.
 
 TABLES: dict[str, TableSchema] = {
@@ -360,5 +417,7 @@ TABLES: dict[str, TableSchema] = {
         PLAN_CAPTURE_LOG,
         PLAN_DIFFS,
         ALERTS_SENT,
+        DRIFT_BASELINES,
+        LATENCY_DRIFT,
     )
 }
