@@ -1,0 +1,96 @@
+"""Every knob of the gate in one frozen dataclass, with the default and the reason for it."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+OutlierMethod = Literal["tukey", "mad", "none"]
+
+
+@dataclass(frozen=True)
+class GateConfig:
+    """Thresholds and budgets of one gate run. Ratios are candidate / baseline (> 1 = candidate slower)."""
+
+    # Reproducibility: one seed drives parameter draws, side order, query order and the bootstrap.
+    seed: int = 20261129
+    # Measurement. Warm-up calls fill caches and trigger psycopg's auto-prepare; they are discarded.
+    warmup_calls: int = 10
+    # Calls per side per round for the heaviest query (lighter ones get their weight's share, at least 1).
+    calls_per_round: int = 20
+    # Fresh connections (new server backends) every this many rounds, each warmed with this many
+    # discarded calls per query. On a busy host a backend that the scheduler keeps on a contended core
+    # is slower for as long as it lives: measured on identical databases, one connection per side for a
+    # whole run gave ratios of 0.7x-1.5x. New backends per round turn that into between-round variance,
+    # which the round-level bootstrap sees.
+    reconnect_every_rounds: int = 1
+    reconnect_warmup_calls: int = 1
+    statement_timeout_ms: int = 30_000
+    connect_timeout_s: int = 10
+    # Statistical termination: stop once every query is settled (its p50-ratio CI is within
+    # ±target_precision of the estimate, or it cannot straddle a verdict threshold any more), but never
+    # before min_rounds and never after max_rounds rounds or max_seconds of measuring.
+    target_precision: float = 0.05
+    min_rounds: int = 5
+    max_rounds: int = 200
+    max_seconds: float = 120.0
+    # The stop rule is checked at min_rounds, then each time the rounds grew by this fraction (a
+    # group-sequential schedule: fewer looks, less optional-stopping bias, less bootstrap time).
+    recheck_growth: float = 0.2
+    # Confidence intervals: seeded percentile bootstrap of the ratio of medians (and of p95s).
+    confidence: float = 0.95
+    bootstrap_resamples: int = 1000
+    # Outliers (per query, per side): Tukey fences at k x IQR (3 = "far out"), or |x - median| > z x MAD.
+    outlier_method: OutlierMethod = "tukey"
+    tukey_k: float = 3.0
+    mad_z: float = 5.0
+    # Latency thresholds (client-side). BLOCK needs the CI *lower bound* at or over the block ratio
+    # (precision first); WARN needs the estimate at or over the warn ratio and the CI lower bound over
+    # warn_min_ci_lower (the slowdown is real, not noise).
+    p50_warn_ratio: float = 1.10
+    p50_block_ratio: float = 1.25
+    p95_warn_ratio: float = 1.25
+    p95_block_ratio: float = 1.50
+    warn_min_ci_lower: float = 1.0
+    # A latency verdict also needs the median to grow by this much: sub-10-microsecond moves are noise
+    # of the client, the network and the scheduler, not a regression worth stopping a deploy for.
+    min_latency_increase_ms: float = 0.01
+    # pg_stat_statements (when installed): shared blocks (hit + read) per call.
+    buffers_warn_ratio: float = 1.5
+    buffers_block_ratio: float = 2.0
+    # ...and the increase must be at least this many blocks per call (2 -> 4 blocks is not a regression).
+    buffers_min_increase: float = 8.0
+    # Rows per call differing by more than this fraction: the candidate returns other results -> WARN.
+    rows_change_warn: float = 0.01
+    # A different plan shape (EXPLAIN with the first parameter set) is at least a WARN.
+    plan_change_warns: bool = True
+    # Exit code of a WARN: 1 fails the CI step; set False to let WARN pass (exit 0).
+    fail_on_warn: bool = True
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not 0 < self.confidence < 1:
+            problems.append(f"confidence must be in (0, 1), got {self.confidence}")
+        if self.target_precision <= 0:
+            problems.append(f"target_precision must be > 0, got {self.target_precision}")
+        if self.min_rounds < 1 or self.max_rounds < self.min_rounds:
+            problems.append(f"need 1 <= min_rounds <= max_rounds, got {self.min_rounds}, {self.max_rounds}")
+        if self.calls_per_round < 1 or self.warmup_calls < 0 or self.reconnect_warmup_calls < 0:
+            problems.append("calls_per_round must be >= 1, warmup_calls and reconnect_warmup_calls >= 0")
+        if self.reconnect_every_rounds < 1:
+            problems.append(f"reconnect_every_rounds must be >= 1, got {self.reconnect_every_rounds}")
+        if self.outlier_method not in ("tukey", "mad", "none"):
+            problems.append(f"outlier_method must be tukey, mad or none, got {self.outlier_method!r}")
+        if not 1 <= self.p50_warn_ratio <= self.p50_block_ratio:
+            problems.append("need 1 <= p50_warn_ratio <= p50_block_ratio")
+        if not 1 <= self.p95_warn_ratio <= self.p95_block_ratio:
+            problems.append("need 1 <= p95_warn_ratio <= p95_block_ratio")
+        if not 1 <= self.buffers_warn_ratio <= self.buffers_block_ratio:
+            problems.append("need 1 <= buffers_warn_ratio <= buffers_block_ratio")
+        if self.bootstrap_resamples < 100:
+            problems.append(f"bootstrap_resamples must be >= 100, got {self.bootstrap_resamples}")
+        if problems:
+            raise ValueError("GateConfig: " + "; ".join(problems))
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)

@@ -1,0 +1,104 @@
+"""The gate against real PostgreSQL 18 servers: identical databases pass, a dropped index blocks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import psycopg
+import pytest
+
+from jobs.fleet import EmbeddedFleet
+from jobs.gate import BLOCK, PASS, GateConfig, GateError, parse_workload, render_gate_report, run_gate
+from jobs.gate.runner import run_gate_workload
+from jobs.gate.verdict import gate_report_contract
+from tests.conftest import FleetFactory
+
+pytestmark = pytest.mark.postgres
+
+FIXTURES = Path(__file__).parent / "fixtures"
+WORKLOAD = FIXTURES / "gate_workload.toml"
+
+
+@pytest.fixture(scope="module")
+def gate_fleet(fleet_factory: FleetFactory) -> dict[str, Any]:
+    """Two servers with the same schema and data in ``postgres``; on the candidate server also
+    ``gate_noindex`` (the same without the index the workload needs) and ``gate_empty`` (no tables,
+    no pg_stat_statements) on both."""
+    fleet: EmbeddedFleet = fleet_factory(["base", "cand"])
+    schema = (FIXTURES / "gate_schema.sql").read_text()
+    for server in fleet.servers:
+        with psycopg.connect(server.dsn, autocommit=True) as conn:
+            conn.execute(schema)
+            conn.execute("CREATE DATABASE gate_empty")
+    cand = fleet.server("cand")
+    with psycopg.connect(cand.dsn, autocommit=True) as conn:
+        conn.execute("CREATE DATABASE gate_noindex")
+    with psycopg.connect(cand.dsn_for("gate_noindex"), autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION pg_stat_statements")
+        conn.execute(schema)
+        conn.execute("DROP INDEX gate_orders_customer_id_idx")
+    return {"base": fleet.server("base"), "cand": cand}
+
+
+def test_identical_databases_pass(gate_fleet: dict[str, Any]) -> None:
+    report = run_gate(gate_fleet["base"].dsn, gate_fleet["cand"].dsn, WORKLOAD)
+    assert report.verdict == PASS, render_gate_report(report)
+    assert report.exit_code == 0
+    assert report.termination.reason == "all_settled"
+    for query in report.queries:
+        assert query.verdict == PASS and query.reasons == ()
+        assert query.plan is not None and not query.plan.changed
+        assert query.latency is not None and 0.8 < query.latency.p50_ratio < 1.25
+        assert query.baseline_statements is not None and query.candidate_statements is not None
+        # Every measured call was counted (plus the discarded warm-up calls after each reconnect).
+        assert query.baseline_statements.calls >= query.latency.n_baseline + query.latency.dropped_baseline
+        assert query.candidate_statements.rows_per_call == query.baseline_statements.rows_per_call
+    jsonschema.validate(json.loads(report.to_json()), gate_report_contract())
+    assert "password" not in report.to_json()
+
+
+def test_candidate_missing_the_index_blocks_with_the_plan_change(gate_fleet: dict[str, Any]) -> None:
+    report = run_gate(gate_fleet["base"].dsn, gate_fleet["cand"].dsn_for("gate_noindex"), WORKLOAD)
+    table = render_gate_report(report)
+    assert report.verdict == BLOCK, table
+    assert report.exit_code == 2
+    verdicts = {q.name: q for q in report.queries}
+    hit = verdicts["orders_by_customer"]
+    assert hit.verdict == BLOCK
+    assert hit.latency is not None and hit.latency.p50_ci[0] >= GateConfig().p50_block_ratio
+    assert hit.plan is not None and hit.plan.changed
+    assert "-gate_orders_customer_id_idx" in hit.plan.summary and "Seq Scan" in hit.plan.summary
+    assert hit.buffers_ratio is not None and hit.buffers_ratio >= 2.0
+    assert any(r.startswith("BLOCK: shared buffers/call") for r in hit.reasons)
+    assert verdicts["customer_by_id"].verdict == PASS
+    assert "Plan changed" in table and "orders_by_customer" in table
+
+
+def test_without_pg_stat_statements_and_with_a_failing_candidate(gate_fleet: dict[str, Any]) -> None:
+    """No extension: latency and plans only, said in a note. A query the candidate cannot run blocks."""
+    base, cand = gate_fleet["base"], gate_fleet["cand"]
+    simple = parse_workload(
+        '[[queries]]\nname = "add"\nsql = "SELECT $1 + 1"\nparams = [{ int_range = [1, 9] }]\n', "inline.toml"
+    )
+    config = GateConfig(max_rounds=8)
+    report = run_gate_workload(base.dsn_for("gate_empty"), cand.dsn_for("gate_empty"), simple, config)
+    assert report.verdict == PASS, render_gate_report(report)
+    assert "pg_stat_statements is not installed on the baseline" in report.notes
+    assert report.queries[0].baseline_statements is None
+
+    tables = parse_workload(
+        '[[queries]]\nname = "regions"\nsql = "SELECT count(*) FROM gate_customers WHERE region = $1"\n'
+        "params = [{ int_range = [0, 16] }]\n",
+        "inline.toml",
+    )
+    failing = run_gate_workload(base.dsn, cand.dsn_for("gate_empty"), tables, config)
+    assert failing.verdict == BLOCK
+    assert failing.queries[0].error is not None and "gate_customers" in failing.queries[0].error
+    assert failing.termination.reason == "all_failed"
+    with pytest.raises(GateError, match="'regions': EXPLAIN fails on the baseline"):
+        run_gate_workload(cand.dsn_for("gate_empty"), base.dsn, tables, config)
+    with pytest.raises(GateError, match=r"candidate: cannot connect to host=127\.0\.0\.1 port=1 "):
+        run_gate_workload(base.dsn, "postgresql://postgres:secret@127.0.0.1:1/x", tables, config)
