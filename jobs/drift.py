@@ -148,20 +148,24 @@ def _weighted_quantiles(
     segment: np.ndarray,
     counts: np.ndarray,
     starts: np.ndarray,
-    q: float,
-) -> np.ndarray:
-    """Inverted-CDF weighted quantile per segment (the first value whose cumulative weight reaches q)."""
+    quantiles: tuple[float, ...],
+) -> list[np.ndarray]:
+    """Inverted-CDF weighted quantiles per segment (the first value whose cumulative weight reaches q):
+    one searchsorted over ``segment + cumulative share``, which increases through the sorted points."""
     segments = counts.shape[0]
+    if sorted_values.size == 0:
+        return [np.full(segments, np.nan) for _ in quantiles]
     total = np.bincount(segment, weights=sorted_weights, minlength=segments)
     cumulative = np.cumsum(sorted_weights)
     before = np.where(starts > 0, cumulative[np.maximum(starts - 1, 0)], 0.0)
     with np.errstate(invalid="ignore", divide="ignore"):
         key = segment + (cumulative - before[segment]) / total[segment]
-    index = np.searchsorted(key, np.arange(segments) + q, side="left")
-    index = np.clip(index, starts, starts + np.maximum(counts, 1) - 1)
-    if sorted_values.size == 0:
-        return np.full(segments, np.nan)
-    return np.where(counts > 0, sorted_values[np.minimum(index, sorted_values.shape[0] - 1)], np.nan)
+    out = []
+    for q in quantiles:
+        index = np.searchsorted(key, np.arange(segments) + q, side="left")
+        index = np.clip(index, starts, starts + np.maximum(counts, 1) - 1)
+        out.append(np.where(counts > 0, sorted_values[np.minimum(index, sorted_values.shape[0] - 1)], np.nan))
+    return out
 
 
 def _exceedance_p(
@@ -175,6 +179,28 @@ def _exceedance_p(
     return np.where(exceed > 0, p, 1.0)
 
 
+def _order_within(group: np.ndarray, values: np.ndarray, groups: int) -> np.ndarray:
+    """Indices ordering the points by (group, value). The values are laid out in a padded (groups, longest)
+    matrix and sorted along its rows: many small cache-friendly sorts, ~50x faster than one global
+    lexsort of the same points. Very unequal group sizes (padding > 4x the points) fall back to lexsort."""
+    n = values.shape[0]
+    counts = np.bincount(group, minlength=groups)
+    longest = int(counts.max()) if n else 0
+    if n == 0 or groups * longest > 4 * n + 1024:
+        return np.lexsort((values, group))
+    presorted = bool(np.all(group[1:] >= group[:-1]))
+    starts = np.zeros(groups, dtype=np.int64)
+    np.cumsum(counts[:-1], out=starts[1:])
+    if presorted and bool(np.all(counts == longest)):  # equal-length groups: a plain reshape
+        return (starts[:, None] + np.argsort(values.reshape(groups, longest), axis=1)).ravel()
+    by_group = np.arange(n) if presorted else np.argsort(group, kind="stable")
+    g = group[by_group]
+    padded = np.full(groups * longest, np.inf)
+    padded[g * longest + np.arange(n) - starts[g]] = values[by_group]
+    local = np.argsort(padded.reshape(groups, longest), axis=1)[np.arange(longest) < counts[:, None]]
+    return by_group[np.repeat(starts, counts) + local]
+
+
 def drift_kernel(
     series: np.ndarray,
     current: np.ndarray,
@@ -182,20 +208,58 @@ def drift_kernel(
     weights: np.ndarray,
     n_series: int,
     config: DriftConfig = DriftConfig(),
+    block_points: int = 1 << 18,
 ) -> DriftMetrics:
     """Metrics of ``n_series`` series from flat arrays: series id, current-window flag, latency, weight.
 
-    Pure numpy/scipy over all series together: one lexsort, bincounts over (series, window, bin) ids.
-    Series lacking one of the windows get NaN metrics.
+    Vectorized over whole blocks of consecutive series of about ``block_points`` points each (thousands
+    of series per block; a block's temporaries stay a few MB, where fleet-sized ones cost more in page
+    faults than in arithmetic). Series lacking one of the windows get NaN metrics.
     """
     series = np.asarray(series, dtype=np.int64)
     current = np.asarray(current, dtype=bool)
     weights = np.asarray(weights, dtype=np.float64)
-    logv = np.log(np.maximum(np.asarray(latency_ms, dtype=np.float64), config.latency_floor_ms))
+    latency = np.asarray(latency_ms, dtype=np.float64)
+    if series.size and not bool(np.all(series[1:] >= series[:-1])):
+        order = np.argsort(series, kind="stable")
+        series, current, weights, latency = series[order], current[order], weights[order], latency[order]
+    ends = np.searchsorted(series, np.arange(1, n_series + 1), side="left")  # end of each series' points
+    blocks, first = [], 0
+    while first < n_series:
+        start = int(ends[first - 1]) if first else 0
+        last = max(int(np.searchsorted(ends, start + block_points, side="right")), first + 1)
+        last = min(last, n_series)
+        rows = slice(start, int(ends[last - 1]))
+        blocks.append(
+            _kernel_block(
+                series[rows] - first, current[rows], latency[rows], weights[rows], last - first, config
+            )
+        )
+        first = last
+    if len(blocks) <= 1:
+        return blocks[0] if blocks else _kernel_block(series, current, latency, weights, 0, config)
+    return DriftMetrics(
+        **{
+            name: np.concatenate([getattr(b, name) for b in blocks])
+            for name in DriftMetrics.__dataclass_fields__
+        }
+    )
+
+
+def _kernel_block(
+    series: np.ndarray,
+    current: np.ndarray,
+    latency: np.ndarray,
+    weights: np.ndarray,
+    n_series: int,
+    config: DriftConfig,
+) -> DriftMetrics:
+    """drift_kernel on one block: one sort per (series, window), bincounts over (series, window, bin)."""
+    logv = np.log(np.maximum(latency, config.latency_floor_ms))
     nbins = config.bins + 2
     segments = 2 * n_series
     segment = 2 * series + current
-    order = np.lexsort((logv, segment))
+    order = _order_within(segment, logv, segments)
     s_seg, s_log, s_w = segment[order], logv[order], weights[order]
     counts, starts = _segment_offsets(s_seg, segments)
     count_b, count_c = counts[0::2], counts[1::2]
@@ -211,11 +275,11 @@ def drift_kernel(
     lo = np.where(narrow, centre - min_span / 2, lo)
     hi = np.where(narrow, centre + min_span / 2, hi)
     width = (hi - lo) / config.bins
-    g_lo, g_hi, g_width = lo[series], hi[series], width[series]
+    # Below lo: floor < 0 -> underflow bin 0; the baseline's max (== hi) stays in the last inner bin.
     with np.errstate(invalid="ignore"):
-        inner = 1 + np.clip(np.floor((logv - g_lo) / g_width), 0, config.bins - 1)
-        bin_id = np.where(logv < g_lo, 0, np.where(logv > g_hi, nbins - 1, inner))
-    bin_id = np.nan_to_num(bin_id, nan=0.0).astype(np.int64)
+        position = np.floor((logv - lo[series]) / width[series])
+        bin_id = np.clip(np.nan_to_num(position, nan=-1.0), -1, config.bins - 1).astype(np.int64) + 1
+        bin_id[logv > hi[series]] = nbins - 1
     hist = np.bincount(segment * nbins + bin_id, weights=weights, minlength=segments * nbins)
     hist = hist.reshape(n_series, 2, nbins)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -236,7 +300,7 @@ def drift_kernel(
     # Wasserstein-1 of the weighted log latencies: integral of |F_b - F_c| over the merged sorted values.
     weight_b = np.bincount(series[~current], weights=weights[~current], minlength=n_series)
     weight_c = np.bincount(series[current], weights=weights[current], minlength=n_series)
-    by_value = np.lexsort((logv, series))
+    by_value = _order_within(series, logv, n_series)
     v_series, v_log = series[by_value], logv[by_value]
     with np.errstate(invalid="ignore", divide="ignore"):
         signed = np.where(
@@ -256,8 +320,7 @@ def drift_kernel(
 
     # Calls-weighted quantiles per window (in ms).
     s_values = np.exp(s_log)
-    p50 = _weighted_quantiles(s_values, s_w, s_seg, counts, starts, 0.5)
-    p95 = _weighted_quantiles(s_values, s_w, s_seg, counts, starts, 0.95)
+    p50, p95 = _weighted_quantiles(s_values, s_w, s_seg, counts, starts, (0.5, 0.95))
 
     # Exact exceedance tests (intervals, unweighted): at the tail quantile and at the extreme, Bonferroni x2.
     tail_rank = np.maximum(1, np.ceil(count_b * (1 - config.tail_quantile) - 1e-9)).astype(np.int64)

@@ -142,6 +142,13 @@ def test_metrics_match_scipy_and_plain_formulas(seed: int, series: int, bins: in
                 np.quantile(val[mask], 0.95, weights=w[mask], method="inverted_cdf")
             )
         assert m.baseline_count[s] == b.sum() and m.current_count[s] == c.sum()
+    # Shuffled points and small blocks (a few series per vectorized block) give the same metrics.
+    shuffle = rng.permutation(sid.shape[0])
+    blocked = drift_kernel(
+        sid[shuffle], cur[shuffle], val[shuffle], w[shuffle], series, config, block_points=50
+    )
+    for name in ("js", "psi", "wasserstein", "baseline_p95", "current_p50", "tail_p_up", "tail_p_down"):
+        np.testing.assert_allclose(getattr(blocked, name), getattr(m, name), rtol=1e-9, atol=1e-12)
 
 
 def test_wasserstein_is_scale_free() -> None:
