@@ -411,6 +411,11 @@ def drift_verdicts(
 # Baselines
 
 
+def _utc(moment: datetime) -> datetime:
+    """A timestamp in UTC; a naive one is taken as UTC (as deploy markers are), never as local time."""
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
 def baseline_id(
     instance: str | None, fingerprint: str | None, start: datetime, end: datetime, label: str
 ) -> str:
@@ -430,12 +435,12 @@ def anchor_baseline(
 ) -> dict[str, object]:
     """Record a known-good window as the drift baseline of an instance (or the fleet), optionally of one
     query; anchoring the same window and label again records it once. Returns the row written."""
-    start, end = start.astimezone(UTC), end.astimezone(UTC)
+    start, end = _utc(start), _utc(end)
     if not start < end:
         raise ValueError("anchor_baseline: start must be before end")
     if not label or not label.strip():
         raise ValueError("anchor_baseline: label must not be empty")
-    created = (now or datetime.now(UTC)).astimezone(UTC)
+    created = _utc(now or datetime.now(UTC))
     ident = baseline_id(instance, fingerprint, start, end, label)
     row: dict[str, object] = {
         "baseline_id": ident,
@@ -526,7 +531,7 @@ def drift_from_samples(
     if samples.height == 0:
         return LATENCY_DRIFT.empty()
     points = fingerprinted_samples(samples, texts)
-    end = (now or points["interval_end"].max()).astimezone(UTC)  # type: ignore[union-attr]
+    end = _utc(now or points["interval_end"].max())  # type: ignore[arg-type]
     current_start = end - config.current_window
     default_start = current_start - timedelta(days=config.baseline_days)
     points = points.filter(pl.col("interval_end") <= end)

@@ -320,6 +320,15 @@ def test_anchor_and_run_drift_through_the_lake(tmp_path: Path) -> None:
         label="q3",
         now=NOW,
     )
+    naive = anchor_baseline(  # no zone = UTC: the same window, recorded once
+        root,
+        start=(NOW - timedelta(days=20)).replace(tzinfo=None),
+        end=(NOW - timedelta(days=12)).replace(tzinfo=None),
+        instance="alpha",
+        label="q3",
+        now=NOW,
+    )
+    assert naive["baseline_id"] == first["baseline_id"]
     assert load_baselines(root)["baseline_id"].to_list() == [first["baseline_id"]]
     out = run_drift(root)
     assert out.row(0, named=True)["status"] == "drift" and out["current_end"][0] == NOW
