@@ -83,7 +83,7 @@ def test_without_pg_stat_statements_and_with_a_failing_candidate(gate_fleet: dic
     simple = parse_workload(
         '[[queries]]\nname = "add"\nsql = "SELECT $1 + 1"\nparams = [{ int_range = [1, 9] }]\n', "inline.toml"
     )
-    config = GateConfig(max_rounds=8)
+    config = GateConfig(max_rounds=12)
     report = run_gate_workload(base.dsn_for("gate_empty"), cand.dsn_for("gate_empty"), simple, config)
     assert report.verdict == PASS, render_gate_report(report)
     assert "pg_stat_statements is not installed on the baseline" in report.notes

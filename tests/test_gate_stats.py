@@ -227,3 +227,19 @@ def test_round_bootstrap_sees_side_correlated_drift_that_a_call_bootstrap_hides(
     assert not by_call.p50_ci[0] <= 1.0 <= by_call.p50_ci[1]  # falsely "significant"
     assert by_round.p50_ci[0] <= 1.0 <= by_round.p50_ci[1]
     assert by_round.p50_ci[1] - by_round.p50_ci[0] > 3 * (by_call.p50_ci[1] - by_call.p50_ci[0])
+
+
+def test_client_side_slowdown_needs_the_servers_confirmation_when_it_can_be_had() -> None:
+    comparison = compare_latencies(latencies(400, 1.0, 0.05, 1), latencies(400, 1.3, 0.05, 2), CONFIG)
+    base = SideStatements(calls=400, buffers_per_call=3.0, rows_per_call=1.0, mean_exec_ms=0.004)
+    same = SideStatements(calls=400, buffers_per_call=3.0, rows_per_call=1.0, mean_exec_ms=0.0041)
+    verdict, reasons = judge_query(comparison, base, same, None, None, CONFIG)
+    assert verdict == PASS
+    assert (
+        reasons[0].startswith("PASS: p50 ×1.3")
+        and "not confirmed by the server's execution time" in reasons[0]
+    )
+    slower = SideStatements(calls=400, buffers_per_call=3.0, rows_per_call=1.0, mean_exec_ms=0.0052)
+    assert judge_query(comparison, base, slower, None, None, CONFIG)[0] == BLOCK
+    # A failure on the candidate is never vetoed.
+    assert judge_query(comparison, base, same, None, "boom", CONFIG)[0] == BLOCK

@@ -31,7 +31,7 @@ class GateConfig:
     # ±target_precision of the estimate, or it cannot straddle a verdict threshold any more), but never
     # before min_rounds and never after max_rounds rounds or max_seconds of measuring.
     target_precision: float = 0.05
-    min_rounds: int = 5
+    min_rounds: int = 10
     max_rounds: int = 200
     max_seconds: float = 120.0
     # The stop rule is checked at min_rounds, then each time the rounds grew by this fraction (a
@@ -51,10 +51,15 @@ class GateConfig:
     p50_block_ratio: float = 1.25
     p95_warn_ratio: float = 1.25
     p95_block_ratio: float = 1.50
-    warn_min_ci_lower: float = 1.0
+    warn_min_ci_lower: float = 1.05
     # A latency verdict also needs the median to grow by this much: sub-10-microsecond moves are noise
     # of the client, the network and the scheduler, not a regression worth stopping a deploy for.
-    min_latency_increase_ms: float = 0.01
+    min_latency_increase_ms: float = 0.02
+    # With pg_stat_statements on both sides, a client-side latency WARN/BLOCK also needs the server's
+    # mean execution time per call to have grown by this ratio; otherwise the slowdown is the client's,
+    # the network's or the scheduler's (a 0.06 ms client round trip of a 0.004 ms query), and it is
+    # reported as unconfirmed instead. Planning time is not in the server's execution time.
+    server_confirm_ratio: float = 1.05
     # pg_stat_statements (when installed): shared blocks (hit + read) per call.
     buffers_warn_ratio: float = 1.5
     buffers_block_ratio: float = 2.0

@@ -93,6 +93,13 @@ def _latency_level(
     return PASS, None
 
 
+def server_ratio(baseline: SideStatements | None, candidate: SideStatements | None) -> float | None:
+    """Candidate / baseline mean execution time per call from pg_stat_statements, when both exist."""
+    if baseline is None or candidate is None or baseline.mean_exec_ms <= 0:
+        return None
+    return candidate.mean_exec_ms / baseline.mean_exec_ms
+
+
 def judge_query(
     latency: LatencyComparison | None,
     baseline_statements: SideStatements | None,
@@ -105,6 +112,7 @@ def judge_query(
     found: list[tuple[str, str]] = []
     if error is not None:
         found.append((BLOCK, f"fails on the candidate: {error}"))
+    timing: list[tuple[str, str]] = []
     if latency is not None:
         for metric, ratio, ci, base, cand, warn, block in (
             ("p50", latency.p50_ratio, latency.p50_ci, latency.baseline_p50_ms, latency.candidate_p50_ms,
@@ -114,8 +122,13 @@ def judge_query(
         ):  # fmt: skip
             level, reason = _latency_level(metric, ratio, ci, cand - base, warn, block, config)
             if reason is not None:
-                found.append((level, reason))
+                timing.append((level, reason))
     b, c = baseline_statements, candidate_statements
+    server = server_ratio(b, c)
+    if server is not None and server < config.server_confirm_ratio:
+        timing = [(PASS, f"{reason}; not confirmed by the server's execution time ×{server:.3f}")
+                  for _, reason in timing]  # fmt: skip
+    found.extend(timing)
     if b is not None and c is not None and b.calls > 0 and c.calls > 0:
         increase = c.buffers_per_call - b.buffers_per_call
         ratio = c.buffers_per_call / b.buffers_per_call if b.buffers_per_call > 0 else float("inf")
