@@ -142,6 +142,37 @@ def cmd_alerts(args: argparse.Namespace) -> int:
     return 1 if report.failures else 0
 
 
+def cmd_drift(args: argparse.Namespace) -> int:
+    from jobs.deploys import parse_timestamp
+    from jobs.drift import DriftConfig, anchor_baseline, run_drift
+
+    if args.action == "anchor":
+        if not (args.start and args.end and args.label):
+            console.print("[red]radar drift anchor needs --start, --end and --label[/red]")
+            return 2
+        row = anchor_baseline(
+            Path(args.lake),
+            start=parse_timestamp(args.start, "--start"),
+            end=parse_timestamp(args.end, "--end"),
+            instance=args.instance,
+            fingerprint=args.fingerprint,
+            label=args.label,
+        )
+        console.print(f"baseline anchored: {row}")
+        return 0
+    drift = run_drift(Path(args.lake), DriftConfig())
+    shown = drift.filter(pl.col("status").is_in(["drift", "watch"])).select(
+        "instance", "status", "reason", "query", "js", "psi"
+    )
+    if shown.height:
+        render(shown, "latency drift")
+    counts = drift.group_by("status").len().sort("status")
+    console.print(
+        "  ".join(f"{row['status']}: {row['len']}" for row in counts.iter_rows(named=True)) or "no series"
+    )
+    return 0
+
+
 def cmd_compact(args: argparse.Namespace) -> int:
     from jobs.compaction import compact_lake
 
@@ -240,6 +271,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="also POST to this URL (env RADAR_ALERT_WEBHOOK)",
     )
     alerts.set_defaults(func=cmd_alerts)
+
+    drift = sub.add_parser("drift", help="latency distribution drift against anchored baselines")
+    drift.add_argument("action", nargs="?", choices=["run", "anchor"], default="run")
+    drift.add_argument("--start", help="anchor: baseline window start (ISO-8601)")
+    drift.add_argument("--end", help="anchor: baseline window end (ISO-8601)")
+    drift.add_argument("--label", help="anchor: a name for the baseline, e.g. 'before v812'")
+    drift.add_argument("--instance", help="anchor: one instance (default: the whole fleet)")
+    drift.add_argument("--fingerprint", help="anchor: one query fingerprint (default: every query)")
+    drift.set_defaults(func=cmd_drift)
 
     compact = sub.add_parser("compact", help="merge each closed day's snapshot files into one per instance")
     compact.add_argument(

@@ -4,6 +4,7 @@ import dagster as dg
 
 from orchestration.assets.alerts import regression_alerts
 from orchestration.assets.deploys import deploy_events
+from orchestration.assets.drift import latency_drift
 from orchestration.assets.maintenance import compacted_lake
 from orchestration.assets.plans import plan_snapshots
 from orchestration.assets.regressions import detected_regressions_are_consistent, regressions_and_plan_diffs
@@ -38,6 +39,7 @@ defs = dg.Definitions(
         weekly_regression_report,
         regression_alerts,
         compacted_lake,
+        latency_drift,
     ],
     asset_checks=[detected_regressions_are_consistent],
     jobs=[snapshot_job, samples_job, deploy_job, analysis_job, report_job, compaction_job],

@@ -12,7 +12,9 @@ _SNAPSHOT_ASSETS = [
 snapshot_job = dg.define_asset_job("snapshot_job", selection=dg.AssetSelection.assets(*_SNAPSHOT_ASSETS))
 analysis_job = dg.define_asset_job(
     "analysis_job",
-    selection=dg.AssetSelection.assets("performance_regressions", "plan_diffs", "regression_alerts"),
+    selection=dg.AssetSelection.assets(
+        "performance_regressions", "plan_diffs", "regression_alerts", "latency_drift"
+    ),
 )
 samples_job = dg.define_asset_job("samples_job", selection=dg.AssetSelection.assets("query_samples"))
 deploy_job = dg.define_asset_job("deploy_job", selection=dg.AssetSelection.assets("deploy_events"))

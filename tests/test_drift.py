@@ -381,3 +381,39 @@ def test_false_positive_rate_on_same_distribution_series_is_below_one_percent() 
     assert out.height == n_series
     false_alarms = out.filter(pl.col("status").is_in(["drift", "watch"])).height
     assert false_alarms / n_series < 0.01
+
+
+def test_drift_asset_and_cli_on_a_real_lake(tmp_path: Path) -> None:
+    """The bad shape is already in the default baseline; anchoring the good period (CLI) makes it drift."""
+    import dagster as dg
+
+    from jobs.cli import main
+    from orchestration.assets.drift import latency_drift
+    from orchestration.resources import LakeResource
+
+    root = tmp_path / "lake"
+    samples = series_frame(_incident_series()).drop("instance")
+    lake.write_table(root, "query_samples", samples, {"instance": "alpha", "date": "x"}, "s")
+    text = (
+        texts()
+        .drop("instance")
+        .with_columns(pl.lit(NOW).alias("captured_at"), pl.lit(5).alias("dbid"), pl.lit(10).alias("userid"))
+    )
+    lake.write_table(root, "query_texts", text, {"instance": "alpha", "date": "x"}, "t")
+    resources = {"lake": LakeResource(root=str(root))}
+
+    def drifting() -> int:
+        with dg.instance_for_test() as instance:
+            result = dg.materialize([latency_drift], resources=resources, instance=instance)
+        assert result.success
+        return int(result.asset_materializations_for_node("latency_drift")[0].metadata["drift"].value)
+
+    assert drifting() == 0
+    start, end = (NOW - timedelta(days=20)).isoformat(), (NOW - timedelta(days=12)).isoformat()
+    assert (
+        main(["--lake", str(root), "drift", "anchor", "--start", start, "--end", end, "--label", "q3"]) == 0
+    )
+    assert main(["--lake", str(root), "drift", "anchor", "--start", start]) == 2
+    assert load_baselines(root)["label"].to_list() == ["q3"]
+    assert drifting() == 1
+    assert main(["--lake", str(root), "drift"]) == 0
