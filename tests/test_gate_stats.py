@@ -14,6 +14,7 @@ from jobs.gate.config import GateConfig
 from jobs.gate.stats import (
     ALL_SETTLED,
     DECISIVE,
+    IMMATERIAL,
     MAX_ROUNDS,
     MAX_SECONDS,
     PRECISE,
@@ -243,3 +244,22 @@ def test_client_side_slowdown_needs_the_servers_confirmation_when_it_can_be_had(
     assert judge_query(comparison, base, slower, None, None, CONFIG)[0] == BLOCK
     # A failure on the candidate is never vetoed.
     assert judge_query(comparison, base, same, None, "boom", CONFIG)[0] == BLOCK
+
+
+def test_a_round_cut_short_counts_what_it_has() -> None:
+    """A candidate failure ends a query mid-round: the last round is shorter, on both sides."""
+    full = [latencies(20, 1.0, 0.1, seed) for seed in range(10)]
+    short = [*full[:-1], full[-1][:7]]
+    comparison = compare_latencies(short, [r * 1.3 for r in short], CONFIG)
+    assert comparison.n_baseline == 9 * 20 + 7 and comparison.rounds == 10
+    assert comparison.p50_ratio == pytest.approx(1.3)
+
+
+def test_a_tiny_query_whose_slowdown_could_not_matter_is_settled() -> None:
+    """0.05 ms with a CI up to ~1.2x: at most +0.01 ms per call, under min_latency_increase_ms."""
+    comparison = compare_latencies(latencies(30, 0.05, 0.4, 16), latencies(30, 0.05, 0.4, 17), CONFIG)
+    lo, hi = comparison.p50_ci
+    assert lo < CONFIG.p50_warn_ratio < hi and comparison.baseline_p50_ms * (hi - 1) < 0.02
+    assert settle_reason(comparison, CONFIG) == IMMATERIAL
+    slower = compare_latencies(latencies(30, 5.0, 0.4, 16), latencies(30, 5.0, 0.4, 17), CONFIG)
+    assert settle_reason(slower, CONFIG) is None  # the same ratios on a 5 ms query could matter

@@ -8,6 +8,7 @@ CPU frequency) hits baseline and candidate alike.
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from dataclasses import dataclass, field
@@ -106,8 +107,6 @@ def _explain(side: _Side, query: GateQuery, params: tuple[object, ...]) -> None:
     row = side.conn.execute(text, params).fetchone()
     document = row[0] if row else None
     if isinstance(document, str):
-        import json
-
         document = json.loads(document)
     side.explains[query.name] = document
     top = document[0] if isinstance(document, list) and document else {}
@@ -170,13 +169,17 @@ def _plan_comparison(base_doc: Any, cand_doc: Any) -> PlanComparison | None:
     return PlanComparison(b_hash, c_hash, b_hash != c_hash, diff_plans(base_doc, cand_doc).summary)
 
 
-def _compare(
-    samples: dict[str, dict[str, list[int]]], name: str, config: GateConfig
-) -> LatencyComparison | None:
-    base, cand = samples[name][BASELINE], samples[name][CANDIDATE]
-    if len(base) < 2 or len(cand) < 2:
+Rounds = dict[str, dict[str, list[list[int]]]]  # query -> side -> rounds -> call latencies (ns)
+
+
+def _compare(samples: Rounds, name: str, config: GateConfig) -> LatencyComparison | None:
+    """Compare one query's rounds (rounds cut short by a candidate failure keep what they have)."""
+    pairs = [(b, c) for b, c in zip(samples[name][BASELINE], samples[name][CANDIDATE], strict=True) if b]
+    if sum(len(b) for b, _ in pairs) < 2:
         return None
-    return compare_latencies(np.asarray(base) / 1e6, np.asarray(cand) / 1e6, config)
+    base = [np.asarray(b, dtype=float) / 1e6 for b, _ in pairs]
+    cand = [np.asarray(c, dtype=float) / 1e6 for _, c in pairs]
+    return compare_latencies(base, cand, config)
 
 
 def run_gate(
@@ -253,9 +256,7 @@ def _measure(
     before = {side.role: _read_statements(side) for side in sides}
 
     per_round = workload.calls_per_round(config.calls_per_round)
-    samples: dict[str, dict[str, list[int]]] = {
-        q.name: {BASELINE: [], CANDIDATE: []} for q in workload.queries
-    }
+    samples: Rounds = {q.name: {BASELINE: [], CANDIDATE: []} for q in workload.queries}
     comparisons: dict[str, LatencyComparison | None] = {}
     rounds, next_check = 0, config.min_rounds
     measure_start = time.perf_counter()

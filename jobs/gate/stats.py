@@ -207,6 +207,7 @@ def compare_latencies(baseline_ms: Samples, candidate_ms: Samples, config: GateC
 
 PRECISE = "precise"  # the p50-ratio CI is within ±target_precision of the estimate
 DECISIVE = "decisive"  # the CI lies wholly on one side of every verdict threshold
+IMMATERIAL = "immaterial"  # even the CI's upper bound adds less than min_latency_increase_ms per call
 
 
 def settle_reason(comparison: LatencyComparison, config: GateConfig) -> str | None:
@@ -217,6 +218,8 @@ def settle_reason(comparison: LatencyComparison, config: GateConfig) -> str | No
     # (warn_min_ci_lower matters only when hi reaches the warn ratio, which the warn check covers.)
     if all(not (lo < t <= hi) for t in (config.p50_warn_ratio, config.p50_block_ratio)):
         return DECISIVE
+    if comparison.baseline_p50_ms * (hi - 1.0) < config.min_latency_increase_ms:
+        return IMMATERIAL
     return None
 
 

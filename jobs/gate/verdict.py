@@ -56,7 +56,7 @@ class QueryResult:
     verdict: str
     reasons: tuple[str, ...]
     latency: LatencyComparison | None
-    settled_by: str | None  # "precise", "decisive" or None (a budget ran out first)
+    settled_by: str | None  # "precise", "decisive", "immaterial" or None (a budget ran out first)
     baseline_statements: SideStatements | None = None
     candidate_statements: SideStatements | None = None
     statements_note: str | None = None
@@ -274,7 +274,7 @@ def render_gate_report(report: GateReport) -> str:
     """A short plain-text table: one line per query, then the reasons and how the run ended."""
     header = (
         f"{'query':<26} {'verdict':<7} {'p50 base→cand ms':>20} {'p50 ratio (CI)':>24} "
-        f"{'p95 ×':>7} {'buf ×':>6} {'settled':>8}"
+        f"{'p95 ×':>7} {'buf ×':>6} {'settled':>10}"
     )
     lines = [header, "-" * len(header)]
     for q in report.queries:
@@ -284,7 +284,7 @@ def render_gate_report(report: GateReport) -> str:
         p95 = "–" if lat is None else f"{lat.p95_ratio:.3f}"
         lines.append(
             f"{q.name[:26]:<26} {q.verdict:<7} {p50:>20} {ratio:>24} {p95:>7} "
-            f"{_cell(q.buffers_ratio, '.2f'):>6} {q.settled_by or 'no':>8}"
+            f"{_cell(q.buffers_ratio, '.2f'):>6} {q.settled_by or 'no':>10}"
         )
     for q in report.queries:
         lines.extend(f"  {q.name}: {reason}" for reason in q.reasons)
