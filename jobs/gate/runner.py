@@ -244,7 +244,7 @@ def _measure(
                         f"query {query.name!r}: EXPLAIN fails on the baseline: {side.error(exc)}"
                     ) from None
                 failed.setdefault(query.name, side.error(exc))
-    # Warm-up (discarded): caches, psycopg's auto-prepare, the plan cache.
+    # Warm-up (discarded): shared buffers, the backends' catalog caches.
     for query in workload.queries:
         for _ in range(config.warmup_calls):
             params = query.draw(rng)
