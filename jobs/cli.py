@@ -142,6 +142,27 @@ def cmd_alerts(args: argparse.Namespace) -> int:
     return 1 if report.failures else 0
 
 
+def cmd_gate(args: argparse.Namespace) -> int:
+    """Exit 0 PASS, 1 WARN (0 with --no-fail-on-warn), 2 BLOCK, 3 the gate could not run."""
+    from jobs.gate import GateConfig, GateError, WorkloadError, render_gate_report, run_gate
+
+    config = GateConfig(fail_on_warn=not args.no_fail_on_warn, max_seconds=args.max_seconds)
+    try:
+        with console.status("measuring baseline and candidate (interleaved rounds)"):
+            report = run_gate(args.baseline, args.candidate, Path(args.workload), config)
+    except (GateError, WorkloadError) as exc:
+        console.print(f"[red]gate could not run:[/red] {exc}")
+        return 3
+    print(render_gate_report(report))
+    if args.json:
+        out = Path(args.json)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_name(f".{out.name}.partial")
+        tmp.write_text(report.to_json())
+        tmp.replace(out)
+    return report.exit_code
+
+
 def cmd_drift(args: argparse.Namespace) -> int:
     from jobs.deploys import parse_timestamp
     from jobs.drift import DriftConfig, anchor_baseline, run_drift
@@ -271,6 +292,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="also POST to this URL (env RADAR_ALERT_WEBHOOK)",
     )
     alerts.set_defaults(func=cmd_alerts)
+
+    gate = sub.add_parser(
+        "gate", help="PASS / WARN / BLOCK: a workload on a baseline vs a candidate database"
+    )
+    gate.add_argument("--baseline", required=True, help="DSN of the database with the current schema")
+    gate.add_argument("--candidate", required=True, help="DSN of the database with the change applied")
+    gate.add_argument(
+        "--workload", required=True, help="workload TOML (see tests/fixtures/gate_workload.toml)"
+    )
+    gate.add_argument("--json", help="also write the JSON report (gate_report.schema.json) here")
+    gate.add_argument("--max-seconds", type=float, default=120.0, help="measurement budget (default 120)")
+    gate.add_argument("--no-fail-on-warn", action="store_true", help="exit 0 on WARN")
+    gate.set_defaults(func=cmd_gate)
 
     drift = sub.add_parser("drift", help="latency distribution drift against anchored baselines")
     drift.add_argument("action", nargs="?", choices=["run", "anchor"], default="run")

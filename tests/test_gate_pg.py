@@ -102,3 +102,18 @@ def test_without_pg_stat_statements_and_with_a_failing_candidate(gate_fleet: dic
         run_gate_workload(cand.dsn_for("gate_empty"), base.dsn, tables, config)
     with pytest.raises(GateError, match=r"candidate: cannot connect to host=127\.0\.0\.1 port=1 "):
         run_gate_workload(base.dsn, "postgresql://postgres:secret@127.0.0.1:1/x", tables, config)
+
+
+def test_gate_cli_exit_codes_and_json(gate_fleet: dict[str, Any], tmp_path: Path) -> None:
+    from jobs.cli import main
+
+    base, cand = gate_fleet["base"], gate_fleet["cand"]
+    out = tmp_path / "gate.json"
+    args = ["gate", "--baseline", base.dsn, "--workload", str(WORKLOAD), "--json", str(out)]
+    assert main([*args, "--candidate", cand.dsn]) == 0
+    jsonschema.validate(json.loads(out.read_text()), gate_report_contract())
+    assert main([*args, "--candidate", cand.dsn_for("gate_noindex")]) == 2
+    assert json.loads(out.read_text())["verdict"] == "BLOCK"
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[[queries]]\nname = "two"\nsql = "select 1; drop table gate_orders"\n')
+    assert main(["gate", "--baseline", base.dsn, "--candidate", cand.dsn, "--workload", str(bad)]) == 3
