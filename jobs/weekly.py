@@ -38,6 +38,8 @@ class WeeklySummary:
     """Detected regressions that began in the week, once each, largest added load first."""
     fleet_health: pl.DataFrame
     deploys: pl.DataFrame
+    drift: pl.DataFrame
+    """Queries whose latency distribution drifted (status drift) in a run ending in the week, once each."""
 
 
 def week_bounds(week: str) -> tuple[datetime, datetime]:
@@ -57,7 +59,11 @@ def iso_week(moment: datetime) -> str:
 
 
 def weekly_summary(
-    week: str, regressions: pl.DataFrame, runs: pl.DataFrame, deploys: pl.DataFrame
+    week: str,
+    regressions: pl.DataFrame,
+    runs: pl.DataFrame,
+    deploys: pl.DataFrame,
+    drift: pl.DataFrame | None = None,
 ) -> WeeklySummary:
     """Pure: the week's detected regressions (deduplicated across analysis runs), health, deploys."""
     start, end = week_bounds(week)
@@ -85,7 +91,17 @@ def weekly_summary(
     week_deploys = deploys.filter(pl.col("deployed_at").is_between(start, end, closed="left")).sort(
         "deployed_at"
     )
-    return WeeklySummary(week, start, end, detected, health, week_deploys)
+    drifted = pl.DataFrame()
+    if drift is not None and drift.height:
+        drifted = (
+            drift.filter(
+                (pl.col("status") == "drift") & pl.col("current_end").is_between(start, end, closed="left")
+            )
+            .sort("current_end")
+            .unique(["instance", "fingerprint"], keep="last", maintain_order=True)
+            .sort("added_load_ms_per_s", descending=True, nulls_last=True)
+        )
+    return WeeklySummary(week, start, end, detected, health, week_deploys, drifted)
 
 
 def _ms(value: float | None) -> str:
@@ -135,6 +151,21 @@ def render_markdown(
             f"… and {summary.regressions.height - shown.height} more (see `performance_regressions`).",
             "",
         ]
+    out += ["## Latency drift", ""]
+    if summary.drift.is_empty():
+        out += ["No query's latency distribution drifted from its baseline.", ""]
+    else:
+        out += [
+            "| instance | query | p95 baseline → current | JS | PSI | baseline |",
+            "|---|---|---|---|---|---|",
+        ]
+        for row in summary.drift.iter_rows(named=True):
+            baseline = row["baseline_label"] or row["baseline_source"]
+            out.append(
+                f"| {row['instance']} | `{_cell(str(row['query'])[:100])}` | {_ms(row['baseline_p95_ms'])} → "
+                f"{_ms(row['current_p95_ms'])} | {row['js']:.2f} | {row['psi']:.2f} | {_cell(baseline)} |"
+            )
+        out.append("")
     out += ["## Deploys", ""]
     if summary.deploys.is_empty():
         out += ["None recorded.", ""]
@@ -168,7 +199,8 @@ def write_weekly_report(
         regressions = attach_plan_diffs(regressions, diffs)
     runs = lake.scan_table(lake_root, SNAPSHOT_RUNS).collect()
     deploys = lake.scan_table(lake_root, "deploy_events").collect()
-    summary = weekly_summary(week, regressions, runs, deploys)
+    drift = lake.scan_table(lake_root, "latency_drift").collect()
+    summary = weekly_summary(week, regressions, runs, deploys, drift)
     out_root = Path(out_root)
     out_root.mkdir(parents=True, exist_ok=True)
     building = Path(tempfile.mkdtemp(prefix=f".{week}-", dir=out_root))

@@ -65,3 +65,33 @@ def test_weekly_asset_schedule_and_cli(lake_root: Path, tmp_path: Path) -> None:
     assert main(["--lake", str(lake_root), "report", "--week", "2026-W45", "--out", str(cli_out)]) == 0
     assert (cli_out / "2026-W45" / "report.md").exists()
     assert main(["--lake", str(lake_root), "report", "--week", "bogus", "--out", str(cli_out)]) == 2
+
+
+def test_report_lists_drifted_queries(tmp_path: Path) -> None:
+    from datetime import timedelta
+
+    import polars as pl
+
+    from jobs import lake
+    from jobs.drift import anchor_baseline, run_drift
+    from tests.test_drift import NOW, _incident_series, series_frame, texts
+
+    root = tmp_path / "lake"
+    samples = series_frame(_incident_series()).drop("instance")
+    lake.write_table(root, "query_samples", samples, {"instance": "alpha", "date": "x"}, "s")
+    text = (
+        texts()
+        .drop("instance")
+        .with_columns(pl.lit(NOW).alias("captured_at"), pl.lit(5).alias("dbid"), pl.lit(10).alias("userid"))
+    )
+    lake.write_table(root, "query_texts", text, {"instance": "alpha", "date": "x"}, "t")
+    anchor_baseline(root, start=NOW - timedelta(days=20), end=NOW - timedelta(days=12), label="good weeks")
+    assert run_drift(root)["status"].to_list() == ["drift"]
+    report = write_weekly_report(root, iso_week(NOW), tmp_path / "reports").read_text()
+    section = report.split("## Latency drift")[1].split("## Deploys")[0]
+    assert "select * from orders where customer_id" in section
+    assert "good weeks" in section
+    assert (
+        "No query's latency distribution drifted"
+        in write_weekly_report(root, "2026-W40", tmp_path / "reports").read_text()
+    )
