@@ -28,3 +28,21 @@ def test_investigation_notebook_runs_and_plots(lake_root: Path, tmp_path: Path) 
     assert "select * from orders where customer_id" in done.stdout
     assert out.stat().st_size > 10_000
     assert out.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_views_show_each_regression_once_across_analysis_runs(lake_root: Path) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from jobs import duckdb_views
+    from jobs.analysis import run_detection
+
+    write_step_change_lake(lake_root)
+    first = datetime(2026, 11, 3, tzinfo=UTC)
+    for i in range(3):  # the scheduled analysis runs every 15 minutes and finds the same regression
+        run_detection(lake_root, now=first + timedelta(minutes=15 * i))
+    conn = duckdb_views.connect(lake_root)
+    rows = conn.execute(
+        "select analysis, instance, queryid from regressions_with_plan_diff order by analysis"
+    ).fetchall()
+    assert rows == [("deploy", "db1", 111), ("unannounced", "db1", 111)]
+    assert conn.execute("select count(*) from regressions_detected").fetchone() == (2,)

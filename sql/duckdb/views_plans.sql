@@ -34,9 +34,16 @@ GROUP BY ALL;
 
 -- Detected regressions with the plan diff attached (null when no diff was computed).
 CREATE OR REPLACE VIEW regressions_with_plan_diff AS
+-- One row per finding (analysis, deploy, instance, query, change time): the scheduled analysis writes the
+-- same finding on every run, and only the latest run's row is shown.
 SELECT r.*, d.diff_status, d.plan_diff_summary, d.plan_diff,
        d.before_source AS plan_before_source, d.after_source AS plan_after_source
-FROM performance_regressions r
+FROM (
+    SELECT DISTINCT ON (analysis, coalesce(deploy_id, ''), instance, fingerprint, detected_change_at) *
+    FROM performance_regressions
+    WHERE status = 'detected'
+    ORDER BY analysis, coalesce(deploy_id, ''), instance, fingerprint, detected_change_at, date DESC, after_count DESC
+) r
 LEFT JOIN (
     SELECT * EXCLUDE (rn) FROM (
         SELECT *, row_number() OVER (PARTITION BY instance, fingerprint, detected_change_at
@@ -45,5 +52,4 @@ LEFT JOIN (
     ) WHERE rn = 1
 ) d
   ON d.instance = r.instance AND d.fingerprint = r.fingerprint
- AND d.detected_change_at = r.detected_change_at
-WHERE r.status = 'detected';
+ AND d.detected_change_at = r.detected_change_at;

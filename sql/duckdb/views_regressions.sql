@@ -28,4 +28,5 @@ SELECT DISTINCT ON (analysis, coalesce(deploy_id, ''), instance, fingerprint)
        t_statistic, p_value, p_adjusted, confidence, fdr_method
 FROM performance_regressions
 WHERE status = 'detected'
-ORDER BY analysis, coalesce(deploy_id, ''), instance, fingerprint, detected_change_at DESC;
+ORDER BY analysis, coalesce(deploy_id, ''), instance, fingerprint, detected_change_at DESC, date DESC,
+         after_count DESC;
