@@ -23,11 +23,10 @@ import jsonschema
 import polars as pl
 
 from jobs import lake
-from jobs.regressions import DETECTED
-from jobs.schemas import ALERTS_SENT, PERFORMANCE_REGRESSIONS
+from jobs.regressions import DETECTED, one_row_per_finding
+from jobs.schemas import ALERTS_SENT
 
 CONTRACT = Path(__file__).parent / "contracts" / "regression_alert.schema.json"
-ALERT_KEY = ["instance", "fingerprint", "detected_change_at"]
 
 
 @cache
@@ -42,10 +41,8 @@ def alert_id(instance: str, fingerprint: str, detected_change_at: datetime) -> s
 
 def alert_payloads(regressions: pl.DataFrame, already_sent: set[str]) -> list[dict[str, Any]]:
     """Pure: one valid payload per detected regression not alerted yet (deploy analysis preferred)."""
-    detected = (
-        regressions.filter(pl.col("status") == DETECTED)
-        .sort(pl.col("analysis") != "deploy", "detected_change_at")
-        .unique(ALERT_KEY, keep="first", maintain_order=True)
+    detected = one_row_per_finding(
+        regressions.filter(pl.col("status") == DETECTED).sort("detected_change_at")
     )
     out = []
     for row in detected.iter_rows(named=True):
@@ -137,13 +134,9 @@ def already_sent(lake_root: Path) -> set[str]:
 
 def send_new_alerts(lake_root: Path, sinks: list[AlertSink], now: datetime | None = None) -> AlertReport:
     """Send every detected regression not alerted yet to every sink; record what all sinks accepted."""
-    from jobs.plandiff import attach_plan_diffs
+    from jobs.analysis import read_regressions_with_plan_diffs
 
-    regressions = lake.scan_table(lake_root, PERFORMANCE_REGRESSIONS).collect()
-    diffs = lake.scan_table(lake_root, "plan_diffs").collect()
-    if diffs.height:
-        regressions = attach_plan_diffs(regressions, diffs)
-    payloads = alert_payloads(regressions, already_sent(lake_root))
+    payloads = alert_payloads(read_regressions_with_plan_diffs(lake_root), already_sent(lake_root))
     report = AlertReport(pending=len(payloads))
     if not payloads or not sinks:
         return report

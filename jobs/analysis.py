@@ -18,9 +18,15 @@ from rich.table import Table
 from jobs import lake
 from jobs.deploys import load_deploy_events
 from jobs.plandiff import PlanDiffConfig, attach_plan_diffs, plan_diffs_for_regressions, write_plan_diffs
-from jobs.regressions import DETECTED, RegressionConfig, detect_regressions, detect_unannounced_regressions
+from jobs.regressions import (
+    DETECTED,
+    RegressionConfig,
+    detect_regressions,
+    detect_unannounced_regressions,
+    one_row_per_finding,
+)
 from jobs.samples import SampleConfig, SamplesJobReport, run_samples_job
-from jobs.schemas import PERFORMANCE_REGRESSIONS, PLAN_SNAPSHOTS, QUERY_SAMPLES, QUERY_TEXTS
+from jobs.schemas import PERFORMANCE_REGRESSIONS, PLAN_DIFFS, PLAN_SNAPSHOTS, QUERY_SAMPLES, QUERY_TEXTS
 
 
 @dataclass(frozen=True)
@@ -62,11 +68,9 @@ def detect_from_frames(
         if config.unannounced
         else PERFORMANCE_REGRESSIONS.empty()
     )
-    # One diff per (instance, query, change time): both analyses often find the same change.
-    detected = (
-        pl.concat([regressions, unannounced], how="diagonal_relaxed")
-        .filter(pl.col("status") == DETECTED)
-        .unique(["instance", "fingerprint", "detected_change_at"], keep="first", maintain_order=True)
+    # One diff per finding: both analyses often find the same change.
+    detected = one_row_per_finding(
+        pl.concat([regressions, unannounced], how="diagonal_relaxed").filter(pl.col("status") == DETECTED)
     )
     diffs = plan_diffs_for_regressions(detected, plan_snapshots, config.plan_diff)
     return attach_plan_diffs(regressions, diffs), attach_plan_diffs(unannounced, diffs), diffs
@@ -78,6 +82,13 @@ def read_inputs(lake_root: Path) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFra
     deploys = load_deploy_events(lake_root)
     plans = lake.scan_table(lake_root, PLAN_SNAPSHOTS).collect()
     return samples, texts, deploys, plans
+
+
+def read_regressions_with_plan_diffs(lake_root: Path) -> pl.DataFrame:
+    """Every performance_regressions row in the lake, with plan_diff_summary where a diff was computed."""
+    regressions = lake.scan_table(lake_root, PERFORMANCE_REGRESSIONS).collect()
+    diffs = lake.scan_table(lake_root, PLAN_DIFFS).collect()
+    return attach_plan_diffs(regressions, diffs) if diffs.height else regressions
 
 
 def write_regressions(lake_root: Path, frame: pl.DataFrame, computed_at: datetime) -> Path | None:

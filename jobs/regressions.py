@@ -238,6 +238,17 @@ def split_values(values: np.ndarray, offsets: np.ndarray) -> list[np.ndarray]:
 # Deploy-aware analysis
 
 
+FINDING_KEY = ["instance", "fingerprint", "detected_change_at"]
+
+
+def one_row_per_finding(frame: pl.DataFrame) -> pl.DataFrame:
+    """One row per (instance, query, change time): the deploy analysis and the unannounced one often find
+    the same change; the deploy row is kept (it names the cause). Order is otherwise preserved."""
+    return frame.sort(pl.col("analysis") != "deploy", maintain_order=True).unique(
+        FINDING_KEY, keep="first", maintain_order=True
+    )
+
+
 def _empty_result() -> pl.DataFrame:
     return PERFORMANCE_REGRESSIONS.empty()
 

@@ -16,9 +16,9 @@ from pathlib import Path
 import polars as pl
 
 from jobs import lake
-from jobs.regressions import DETECTED
-from jobs.report import plot_regression, regression_series
-from jobs.schemas import PERFORMANCE_REGRESSIONS, QUERY_SAMPLES, QUERY_TEXTS, SNAPSHOT_RUNS
+from jobs.regressions import DETECTED, one_row_per_finding
+from jobs.report import plot_regression, plt, regression_series
+from jobs.schemas import QUERY_SAMPLES, QUERY_TEXTS, SNAPSHOT_RUNS
 
 REGRESSION_KEY = ["analysis", "instance", "fingerprint", "detected_change_at"]
 
@@ -72,9 +72,7 @@ def weekly_summary(
         regressions.filter((pl.col("status") == DETECTED) & in_week)
         .sort("detected_change_at")
         .unique(REGRESSION_KEY, keep="last", maintain_order=True)
-        # The same change found at a deploy and as unannounced is one regression: keep the deploy row.
-        .sort(pl.col("analysis") != "deploy")
-        .unique(["instance", "fingerprint", "detected_change_at"], keep="first", maintain_order=True)
+        .pipe(one_row_per_finding)
         .sort("added_load_ms_per_s", "detected_change_at", descending=[True, False], nulls_last=True)
     )
     week_runs = runs.filter(pl.col("captured_at").is_between(start, end, closed="left"))
@@ -191,12 +189,9 @@ def write_weekly_report(
     lake_root: Path, week: str, out_root: Path, config: WeeklyReportConfig = WeeklyReportConfig()
 ) -> Path:
     """Read the lake, draw the plots, publish ``<out_root>/<week>/report.md``; returns its path."""
-    from jobs.plandiff import attach_plan_diffs
+    from jobs.analysis import read_regressions_with_plan_diffs
 
-    regressions = lake.scan_table(lake_root, PERFORMANCE_REGRESSIONS).collect()
-    diffs = lake.scan_table(lake_root, "plan_diffs").collect()
-    if diffs.height:
-        regressions = attach_plan_diffs(regressions, diffs)
+    regressions = read_regressions_with_plan_diffs(lake_root)
     runs = lake.scan_table(lake_root, SNAPSHOT_RUNS).collect()
     deploys = lake.scan_table(lake_root, "deploy_events").collect()
     drift = lake.scan_table(lake_root, "latency_drift").collect()
@@ -217,8 +212,6 @@ def write_weekly_report(
                 name = f"regression-{number + 1}.png"
                 figure = plot_regression(series, row)
                 figure.savefig(building / name, dpi=100)
-                import matplotlib.pyplot as plt
-
                 plt.close(figure)
                 plots[number] = name
         (building / "report.md").write_text(render_markdown(summary, plots, config))

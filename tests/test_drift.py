@@ -272,6 +272,18 @@ def _incident_series() -> np.ndarray:
     return np.concatenate([good, bad])
 
 
+def write_incident_lake(root: Path) -> None:
+    """The incident series of instance alpha as lake files (query_samples + query_texts)."""
+    samples = series_frame(_incident_series()).drop("instance")
+    lake.write_table(root, "query_samples", samples, {"instance": "alpha", "date": "x"}, "s")
+    text = (
+        texts()
+        .drop("instance")
+        .with_columns(pl.lit(NOW).alias("captured_at"), pl.lit(5).alias("dbid"), pl.lit(10).alias("userid"))
+    )
+    lake.write_table(root, "query_texts", text, {"instance": "alpha", "date": "x"}, "t")
+
+
 def test_anchored_baseline_is_used_over_the_default() -> None:
     frame = series_frame(_incident_series())
     assert one(frame)["status"] == "no_drift"
@@ -294,14 +306,7 @@ def test_anchored_baseline_is_used_over_the_default() -> None:
 
 def test_anchor_and_run_drift_through_the_lake(tmp_path: Path) -> None:
     root = tmp_path / "lake"
-    frame = series_frame(_incident_series())
-    lake.write_table(root, "query_samples", frame.drop("instance"), {"instance": "alpha", "date": "x"}, "s")
-    text = (
-        texts()
-        .drop("instance")
-        .with_columns(pl.lit(NOW).alias("captured_at"), pl.lit(5).alias("dbid"), pl.lit(10).alias("userid"))
-    )
-    lake.write_table(root, "query_texts", text, {"instance": "alpha", "date": "x"}, "t")
+    write_incident_lake(root)
     with pytest.raises(ValueError):
         anchor_baseline(root, start=NOW, end=NOW - timedelta(days=1), label="backwards")
     first = anchor_baseline(
@@ -392,14 +397,7 @@ def test_drift_asset_and_cli_on_a_real_lake(tmp_path: Path) -> None:
     from orchestration.resources import LakeResource
 
     root = tmp_path / "lake"
-    samples = series_frame(_incident_series()).drop("instance")
-    lake.write_table(root, "query_samples", samples, {"instance": "alpha", "date": "x"}, "s")
-    text = (
-        texts()
-        .drop("instance")
-        .with_columns(pl.lit(NOW).alias("captured_at"), pl.lit(5).alias("dbid"), pl.lit(10).alias("userid"))
-    )
-    lake.write_table(root, "query_texts", text, {"instance": "alpha", "date": "x"}, "t")
+    write_incident_lake(root)
     resources = {"lake": LakeResource(root=str(root))}
 
     def drifting() -> int:

@@ -70,21 +70,11 @@ def test_weekly_asset_schedule_and_cli(lake_root: Path, tmp_path: Path) -> None:
 def test_report_lists_drifted_queries(tmp_path: Path) -> None:
     from datetime import timedelta
 
-    import polars as pl
-
-    from jobs import lake
     from jobs.drift import anchor_baseline, run_drift
-    from tests.test_drift import NOW, _incident_series, series_frame, texts
+    from tests.test_drift import NOW, write_incident_lake
 
     root = tmp_path / "lake"
-    samples = series_frame(_incident_series()).drop("instance")
-    lake.write_table(root, "query_samples", samples, {"instance": "alpha", "date": "x"}, "s")
-    text = (
-        texts()
-        .drop("instance")
-        .with_columns(pl.lit(NOW).alias("captured_at"), pl.lit(5).alias("dbid"), pl.lit(10).alias("userid"))
-    )
-    lake.write_table(root, "query_texts", text, {"instance": "alpha", "date": "x"}, "t")
+    write_incident_lake(root)
     anchor_baseline(root, start=NOW - timedelta(days=20), end=NOW - timedelta(days=12), label="good weeks")
     assert run_drift(root)["status"].to_list() == ["drift"]
     report = write_weekly_report(root, iso_week(NOW), tmp_path / "reports").read_text()
