@@ -23,6 +23,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from jobs import lake
+from jobs.collect.texts import is_explain_text
 from jobs.config import CollectorConfig, FleetConfig, InstanceConfig, scrub_secrets
 from jobs.schemas import QUERY_TEXTS, SNAPSHOT_RUNS, STATEMENT_SNAPSHOTS
 from jobs.sqlfiles import load_sql
@@ -51,10 +52,6 @@ def statements_sql_for(extension_version: str) -> str:
             f"pg_stat_statements {extension_version} is not supported "
             f"(supported: {', '.join(STATEMENT_SQL_BY_VERSION)}, i.e. PostgreSQL 13-18)"
         ) from None
-
-
-def is_explain_text(query: str | None) -> bool:
-    return bool(query) and query.lstrip().lower().startswith("explain")  # type: ignore[union-attr]
 
 
 @dataclass

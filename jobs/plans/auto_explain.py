@@ -27,6 +27,7 @@ from typing import Any
 
 import polars as pl
 
+from jobs.collect.texts import is_explain_text
 from jobs.plans.history import snapshot_stem, store_snapshot_rows
 from jobs.plans.shape import PlanFormatError, plan_facts, plan_root, plan_shape_hash
 from jobs.schemas import PLAN_SNAPSHOTS
@@ -82,14 +83,6 @@ def parse_log_timestamp(text: str) -> datetime:
     return parsed.replace(tzinfo=timezone(offset)).astimezone(UTC)
 
 
-def _is_explain(text: object) -> bool:
-    """An EXPLAIN (ANALYZE) someone ran: its plan is logged too, but it is not the workload's execution."""
-    if not isinstance(text, str):
-        return False
-    lines = [ln for ln in text.lstrip().splitlines() if ln.strip() and not ln.lstrip().startswith("--")]
-    return bool(lines) and lines[0].lstrip().lower().startswith("explain")
-
-
 @dataclass(frozen=True)
 class DecodedPlan:
     """An auto_explain record decoded just far enough to key it and hash its shape."""
@@ -115,7 +108,7 @@ def decode_auto_explain_record(record: dict[str, Any]) -> DecodedPlan | str | No
     document = json.loads(body)
     if not isinstance(document, dict):
         raise PlanFormatError("auto_explain plan is not a JSON object (auto_explain.log_format must be json)")
-    if _is_explain(document.get("Query Text")):
+    if is_explain_text(document.get("Query Text")):
         return "explain"
     root = plan_root(document)
     queryid = document.get("Query Identifier") or record.get("query_id") or None
