@@ -174,9 +174,9 @@ class RoleFacts:
 
 def privilege_problems(facts: RoleFacts) -> list[str]:
     """Why EXPLAINing untrusted texts as this role is unsafe; empty when it is not."""
+    if facts.superuser:  # a superuser is "member" of every role: saying more would only blur it
+        return ["is a superuser"]
     problems = []
-    if facts.superuser:
-        problems.append("is a superuser")
     if facts.createrole:
         problems.append("has CREATEROLE")
     problems += [f"is a member of {name}" for name in facts.dangerous_roles]
