@@ -374,19 +374,31 @@ def new_log_records(srv: EmbeddedServer, offsets: dict[Path, int]) -> list[dict[
     return records
 
 
+PG_MONITOR_ONLY = "radar_pg_monitor_only"
+
+
+@pytest.mark.parametrize("login", [MONITOR_USER, PG_MONITOR_ONLY])
 def test_monitor_only_login_generic_plans_and_store_plans_without_server_errors(
-    server: EmbeddedServer,
+    server: EmbeddedServer, login: str
 ) -> None:
-    """radar_monitor (pg_monitor, EXECUTE on the helper, SELECT on the fixture view): both sources work,
-    the first-ever session learns what it may set without a refused connection, no ERROR/FATAL is logged."""
+    """radar_monitor as set up (pg_monitor, SET on the tracking parameters, EXECUTE on the helper), and a
+    login with pg_monitor and EXECUTE only (it may set no superuser-only parameter): both sources work,
+    the first-ever session learns what it may set without a refused connection, no ERROR/FATAL is logged,
+    and every statement the capture sent that pg_stat_statements kept carries the marker."""
     with psycopg.connect(server.dsn, autocommit=True) as conn:
+        if login == PG_MONITOR_ONLY:
+            conn.execute(f"DROP ROLE IF EXISTS {login}")
+            conn.execute(f"CREATE ROLE {login} LOGIN IN ROLE pg_monitor")
+            conn.execute(f"GRANT USAGE ON SCHEMA radar TO {login}")
+            conn.execute(f"GRANT EXECUTE ON FUNCTION radar.explain_generic(text, text) TO {login}")
         conn.execute("SELECT pg_stat_statements_reset()")
         monitor = conn.execute(
-            "SELECT rolsuper, pg_has_role('radar_monitor', 'pg_monitor', 'MEMBER') FROM pg_roles"
+            "SELECT rolsuper, pg_has_role(rolname, 'pg_monitor', 'MEMBER'),"
+            " has_parameter_privilege(rolname, 'pg_stat_statements.track', 'SET') FROM pg_roles"
             " WHERE rolname = %s",
-            (MONITOR_USER,),
+            (login,),
         ).fetchone()
-        assert monitor == (False, True)
+        assert monitor == (False, True, login == MONITOR_USER)
     with psycopg.connect(server.dsn_for(user=APP), autocommit=True) as conn:
         conn.execute("SELECT id FROM items WHERE v = %s", (Int4(3),))
         conn.execute("SELECT count(*) FROM items WHERE id < %s", (Int4(3),))
@@ -410,8 +422,8 @@ def test_monitor_only_login_generic_plans_and_store_plans_without_server_errors(
             " 1::bigint, 1.0::float8, now(), now())"
             ") AS t(userid, dbid, queryid, planid, plan, calls, total_time, first_call, last_call)"
         )
-        conn.execute(f"GRANT USAGE ON SCHEMA radar_fixture TO {MONITOR_USER}")
-        conn.execute(f"GRANT SELECT ON radar_fixture.pg_store_plans TO {MONITOR_USER}")
+        conn.execute(f"GRANT USAGE ON SCHEMA radar_fixture TO {login}")
+        conn.execute(f"GRANT SELECT ON radar_fixture.pg_store_plans TO {login}")
     config = PlanCaptureConfig(
         statement_timeout_ms=1000,
         store_plans_relation="radar_fixture.pg_store_plans",
@@ -421,7 +433,9 @@ def test_monitor_only_login_generic_plans_and_store_plans_without_server_errors(
     offsets = log_lines(server)
     assert offsets, f"no jsonlog file under {server.log_dir}"
     for _cycle in range(3):
-        result = capture_plans(server.monitor_dsn, "monitor-only", candidates, datetime.now(UTC), config)
+        result = capture_plans(
+            server.dsn_for(user=login), "monitor-only", candidates, datetime.now(UTC), config
+        )
         answered = dict(zip(result.plans["queryid"], result.plans["source"], strict=True))
         assert answered[stored_q] == "pg_store_plans"
         assert set(answered.values()) == {"pg_store_plans", "generic_explain"} and len(answered) == 2
@@ -433,12 +447,14 @@ def test_monitor_only_login_generic_plans_and_store_plans_without_server_errors(
     errors = [r for r in records if r.get("error_severity") in ("ERROR", "FATAL", "PANIC")]
     assert errors == [], errors
     with psycopg.connect(server.dsn, autocommit=True) as conn:
-        unmarked = conn.execute(
-            "SELECT query FROM pg_stat_statements WHERE userid = %s::regrole"
-            " AND query NOT LIKE '%%pg-regression-radar%%'",
-            (MONITOR_USER,),
+        kept = conn.execute(
+            "SELECT query FROM pg_stat_statements WHERE userid = %s::regrole", (login,)
         ).fetchall()
-    assert unmarked == [], "every statement the capture sent carries the marker"
+    assert all("pg-regression-radar" in q for (q,) in kept), kept
+    if login == MONITOR_USER:  # tracking off for its sessions: only the one-time privilege question is kept
+        assert len(kept) <= 1, kept
+    else:
+        assert len(kept) > 1, "this login cannot switch tracking off: its (marked) statements are kept"
 
 
 def test_the_store_plans_session_is_plain_and_read_only(server: EmbeddedServer) -> None:
