@@ -201,9 +201,7 @@ class EmbeddedServer:
         from jobs.plans.setup_sql import setup_steps
         from jobs.sqlfiles import load_sql
 
-        # Untracked: the setup statements are not the workload (the superuser may set this at startup).
-        untracked = "-c pg_stat_statements.track=none"
-        with psycopg.connect(self.dsn, autocommit=True, connect_timeout=10, options=untracked) as conn:
+        with psycopg.connect(self.dsn, autocommit=True, connect_timeout=10) as conn:
             conn.execute(load_sql("fleet_bootstrap"))
             version = conn.info.server_version
             for step in setup_steps(version, databases=["postgres"]):

@@ -9,6 +9,7 @@ take effect, record what happened for each, and connect as the plain monitoring 
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -32,7 +33,7 @@ from jobs.plans.safety import (
     forget_login_access,
     open_capture_session,
 )
-from jobs.plans.setup_sql import SetupRoles, setup_steps
+from jobs.plans.setup_sql import SetupRoles, setup_script, setup_steps
 from jobs.schemas import PLAN_CAPTURE_LOG
 from tests.conftest import FleetFactory
 
@@ -468,3 +469,29 @@ def test_the_store_plans_session_is_plain_and_read_only(server: EmbeddedServer) 
         ).fetchone()
     # PG18 via GRANT SET ON PARAMETER (radar setup-sql): tracking is off for the capture's own sessions.
     assert shown == (MONITOR_USER, "off", "on", "json", "none")
+
+
+def test_setup_sql_script_runs_with_psql_and_installs_a_working_helper(server: EmbeddedServer) -> None:
+    """`radar setup-sql --database shop` as printed, run with psql: the helper works in that database."""
+    with psycopg.connect(server.dsn, autocommit=True) as conn:
+        conn.execute("CREATE DATABASE shop")
+    with psycopg.connect(server.dsn_for("shop"), autocommit=True) as conn:
+        conn.execute("CREATE TABLE orders (id int PRIMARY KEY)")
+        dbid = conn.execute("SELECT oid::bigint FROM pg_database WHERE datname = 'shop'").fetchone()
+    assert dbid is not None
+    script = setup_script(setup_steps(180000, ["shop"]), 180000)
+    done = subprocess.run(
+        ["/usr/bin/psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", server.dsn],
+        input=script,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    candidates = pl.DataFrame(
+        {"queryid": [1], "dbid": [dbid[0]], "userid": [10], "query": ["SELECT * FROM orders WHERE id = $1"]}
+    )
+    result = capture_plans(server.monitor_dsn, "safety", candidates, datetime.now(UTC), CONFIG)
+    assert result.log.filter(pl.col("source") == "generic_explain")["status"].to_list() == ["captured"]
+    assert result.plans["indexes"][0].to_list() == ["orders_pkey"]
