@@ -33,7 +33,8 @@ def test_steps_per_version() -> None:
 
 
 def test_texts_grant_reading_only_and_lock_the_helper_down() -> None:
-    texts = {s.name: s.sql for s in setup_steps(180000)}
+    # Every statement carries the radar's marker (the fleet bootstrap sends them); read them without it.
+    texts = {s.name: s.sql.replace("/* pg-regression-radar */ ", "") for s in setup_steps(180000)}
     everything = "\n".join(texts.values())
     code = "\n".join(line for line in everything.splitlines() if not line.lstrip().startswith("--"))
     for forbidden in ("pg_write_all_data", "pg_execute_server_program", "SUPERUSER ", "INSERT", "UPDATE"):
@@ -68,7 +69,7 @@ def test_cli_prints_a_psql_script_per_database(capsys: pytest.CaptureFixture[str
     out = capsys.readouterr().out
     assert code == 0
     assert out.index('\\connect "app"') < out.index('\\connect "crm"')
-    assert out.count("CREATE OR REPLACE FUNCTION") == 2 and "GRANT SET ON PARAMETER" in out
+    assert out.count("CREATE OR REPLACE FUNCTION") == 2 and "SET ON PARAMETER pg_stat_statements.track" in out
     assert setup_script(setup_steps(170004, ["app", "crm"]), 170004) == out
     old = main(["setup-sql", "--server-version-num", "150000"])
     assert (

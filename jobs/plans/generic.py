@@ -90,7 +90,7 @@ def classify_statement(text: str) -> StatementCheck:
     node = statements[0].stmt
     name = type(node).__name__
     if name not in EXPLAINABLE_STATEMENTS:
-        return StatementCheck(False, name, f"{name} is not a plain SELECT/INSERT/UPDATE/DELETE/MERGE")
+        return StatementCheck(False, name, f"{name} is not a plain SELECT: only SELECTs are EXPLAINed")
     kind = EXPLAINABLE_STATEMENTS[name]
     if name == "SelectStmt" and getattr(node, "intoClause", None) is not None:
         return StatementCheck(False, kind, "SELECT … INTO creates a table: refused")

@@ -13,10 +13,10 @@
 --     line. Cancellation (statement_timeout) is not caught and ends the call.
 -- On a managed service whose admin is not a superuser: GRANT {explain_role} TO <admin> and
 -- GRANT CREATE ON SCHEMA {helper_schema} TO {explain_role} before the ALTER FUNCTION ... OWNER, revoke both after.
-CREATE SCHEMA IF NOT EXISTS {helper_schema};
-REVOKE ALL ON SCHEMA {helper_schema} FROM PUBLIC;
-GRANT USAGE ON SCHEMA {helper_schema} TO {monitor_role};
-CREATE OR REPLACE FUNCTION {helper_schema}.{helper_function}(query text, search_path text DEFAULT NULL)
+CREATE SCHEMA IF NOT EXISTS /* pg-regression-radar */ {helper_schema};
+REVOKE /* pg-regression-radar */ ALL ON SCHEMA {helper_schema} FROM PUBLIC;
+GRANT /* pg-regression-radar */ USAGE ON SCHEMA {helper_schema} TO {monitor_role};
+CREATE OR REPLACE FUNCTION /* pg-regression-radar */ {helper_schema}.{helper_function}(query text, search_path text DEFAULT NULL)
 RETURNS json
 LANGUAGE plpgsql
 VOLATILE
@@ -50,6 +50,6 @@ BEGIN
     RETURN plan;
 END
 $radar_explain$;
-ALTER FUNCTION {helper_schema}.{helper_function}(text, text) OWNER TO {explain_role};
-REVOKE ALL ON FUNCTION {helper_schema}.{helper_function}(text, text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION {helper_schema}.{helper_function}(text, text) TO {monitor_role};
+ALTER FUNCTION /* pg-regression-radar */ {helper_schema}.{helper_function}(text, text) OWNER TO {explain_role};
+REVOKE /* pg-regression-radar */ ALL ON FUNCTION {helper_schema}.{helper_function}(text, text) FROM PUBLIC;
+GRANT /* pg-regression-radar */ EXECUTE ON FUNCTION {helper_schema}.{helper_function}(text, text) TO {monitor_role};

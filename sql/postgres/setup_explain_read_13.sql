@@ -1,7 +1,7 @@
 -- /* pg-regression-radar */ setup, per database [PG13]: there is no pg_read_all_data before PG14, so
 -- grant SELECT schema by schema, now and (through each schema owner's default privileges) for tables
 -- created later. Run it again after creating a schema.
-DO $radar_setup$
+DO /* pg-regression-radar */ $radar_setup$
 DECLARE
     s record;
 BEGIN
