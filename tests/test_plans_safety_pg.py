@@ -495,3 +495,31 @@ def test_setup_sql_script_runs_with_psql_and_installs_a_working_helper(server: E
     result = capture_plans(server.monitor_dsn, "safety", candidates, datetime.now(UTC), CONFIG)
     assert result.log.filter(pl.col("source") == "generic_explain")["status"].to_list() == ["captured"]
     assert result.plans["indexes"][0].to_list() == ["orders_pkey"]
+
+
+def test_a_session_that_cannot_be_opened_is_filed_under_the_sources_it_was_for(
+    server: EmbeddedServer,
+) -> None:
+    """No main session: both sources fail for every candidate, with the reason; a database the login may
+    not connect to: its generic plans fail, once named in problems."""
+    candidates = pl.DataFrame({"queryid": [1], "dbid": [None], "userid": [None], "query": ["SELECT 1"]})
+    gone = capture_plans(server.dsn_for(user="no_such_login"), "gone", candidates, datetime.now(UTC), CONFIG)
+    assert gone.log.select("source", "status").rows() == [
+        ("pg_store_plans", "failed"),
+        ("generic_explain", "failed"),
+    ]
+    assert gone.log["reason"].str.contains("cannot open the plan capture session", literal=True).all()
+    assert len(gone.problems) == 1 and "no_such_login" in gone.problems[0]
+    with psycopg.connect(server.dsn, autocommit=True) as conn:
+        conn.execute("CREATE DATABASE closed")
+        conn.execute("REVOKE CONNECT ON DATABASE closed FROM PUBLIC")
+        dbid = conn.execute("SELECT oid::bigint FROM pg_database WHERE datname = 'closed'").fetchone()
+    assert dbid is not None
+    two = pl.DataFrame(
+        {"queryid": [1, 2], "dbid": [dbid[0]] * 2, "userid": [10, 10], "query": ["SELECT 1"] * 2}
+    )
+    closed = capture_plans(server.monitor_dsn, "safety", two, datetime.now(UTC), CONFIG)
+    generic = closed.log.filter(pl.col("source") == "generic_explain")
+    assert generic["status"].to_list() == ["failed", "failed"]
+    assert generic["reason"].str.starts_with("database closed: cannot connect").all()
+    assert closed.problems == (generic["reason"][0],)
