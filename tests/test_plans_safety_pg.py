@@ -87,6 +87,19 @@ BEGIN
     IF current_user <> '{APP}' THEN PERFORM pg_sleep(30); END IF;
     RETURN 1;
 END $$;
+CREATE FUNCTION f_stubborn_immutable() RETURNS int IMMUTABLE LANGUAGE plpgsql AS $$
+BEGIN
+    IF current_user <> '{APP}' THEN
+        LOOP
+            BEGIN
+                PERFORM pg_sleep(30);
+            EXCEPTION WHEN query_canceled THEN
+                NULL;  -- swallow statement_timeout and keep going
+            END;
+        END LOOP;
+    END IF;
+    RETURN 1;
+END $$;
 CREATE FUNCTION w_alter_role() RETURNS int VOLATILE LANGUAGE plpgsql AS $$
 BEGIN
     IF current_user <> '{APP}' THEN
@@ -523,3 +536,29 @@ def test_a_session_that_cannot_be_opened_is_filed_under_the_sources_it_was_for(
     assert generic["status"].to_list() == ["failed", "failed"]
     assert generic["reason"].str.starts_with("database closed: cannot connect").all()
     assert closed.problems == (generic["reason"][0],)
+
+
+def test_a_function_that_swallows_the_timeout_is_terminated_and_the_next_query_goes_on(
+    server: EmbeddedServer,
+) -> None:
+    with psycopg.connect(server.dsn, autocommit=True) as conn:
+        dbid, userid = conn.execute(
+            "SELECT (SELECT oid::bigint FROM pg_database WHERE datname = 'postgres'),"
+            f" '{APP}'::regrole::oid::bigint"
+        ).fetchone() or (None, None)
+    texts = ["SELECT f_stubborn_immutable()", "SELECT id FROM items WHERE v = $1"]
+    candidates = pl.DataFrame({"queryid": [1, 2], "dbid": [dbid] * 2, "userid": [userid] * 2, "query": texts})
+    config = PlanCaptureConfig(statement_timeout_ms=500, watchdog_grace_ms=1000)
+    started = time.monotonic()
+    result = capture_plans(server.monitor_dsn, "safety", candidates, datetime.now(UTC), config)
+    elapsed = time.monotonic() - started
+    generic = result.log.filter(pl.col("source") == "generic_explain").sort("queryid")
+    assert generic["status"].to_list() == ["failed", "captured"]
+    assert "its session was terminated" in generic["reason"][0]
+    assert elapsed < 5.0, f"took {elapsed:.1f} s"
+    with psycopg.connect(server.dsn, autocommit=True) as conn:
+        left = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%%f_stubborn_immutable%%'"
+            " AND pid <> pg_backend_pid()"
+        ).fetchone()
+    assert left == (0,), "no backend is left running the function"

@@ -61,6 +61,8 @@ class PlanCaptureConfig:
     lock_timeout_ms: int = 100
     """A migration's ACCESS EXCLUSIVE lock costs each EXPLAIN one short wait, never a queue behind it."""
     idle_in_transaction_timeout_ms: int = 10000
+    watchdog_grace_ms: int = 2000
+    """An EXPLAIN still running this long after its statement_timeout has its backend terminated."""
     connect_timeout_s: int = 10
     store_plans_min_version: str = "1.6"
     store_plans_min_server_version_num: int = 140000
@@ -345,7 +347,7 @@ def capture_plans(
                 continue
             search_path = search_path_for(config.explain_search_path, rolnames.get(cand.get("userid")))
             try:
-                explained = explain_in_target(conn, target, config, text, search_path)
+                explained = explain_in_target(conn, target, config, text, search_path, dsn=dsn)
                 root = plan_root(explained)
             except (ExplainFailed, PlanFormatError, psycopg.Error) as exc:
                 record(cand, SOURCE_GENERIC, "failed", _first_line(exc), started)

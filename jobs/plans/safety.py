@@ -22,6 +22,9 @@ EXPLAIN. So, like pganalyze and New Relic do:
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -31,8 +34,10 @@ import psycopg
 from psycopg import sql
 
 from jobs.config import redact_dsn
-from jobs.plans.generic import explain_generic, explain_via_helper
+from jobs.plans.generic import ExplainFailed, explain_generic, explain_via_helper
 from jobs.sqlfiles import load_sql
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from jobs.plans.capture import PlanCaptureConfig
@@ -329,22 +334,68 @@ def read_only_transaction(conn: psycopg.Connection[Any], config: PlanCaptureConf
             conn.close()  # a session that cannot roll back is not used again
 
 
+@contextmanager
+def backend_watchdog(
+    dsn: str, conn: psycopg.Connection[Any], config: PlanCaptureConfig
+) -> Iterator[list[bool]]:
+    """Terminate ``conn``'s backend if one EXPLAIN outlives statement_timeout + watchdog_grace_ms.
+
+    A cancellation (what statement_timeout sends) can be caught by a plpgsql function; termination cannot.
+    The watchdog connects as the same login (allowed to signal its own backends). Yields a flag list that
+    holds True once it fired.
+    """
+    fired: list[bool] = []
+    pid, dbname = conn.info.backend_pid, conn.info.dbname
+
+    def fire() -> None:
+        fired.append(True)
+        try:
+            with _connect(dsn, config, user_settings(config), dbname) as killer:
+                killer.execute(load_sql("plans_terminate_backend"), {"pid": pid})
+        except psycopg.Error as exc:
+            log.warning("plan capture watchdog could not terminate backend %s: %s", pid, exc)
+
+    after_s = (config.statement_timeout_ms + config.watchdog_grace_ms) / 1000.0
+    timer = threading.Timer(after_s, fire)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield fired
+    finally:
+        timer.cancel()
+
+
 def explain_in_target(
     conn: psycopg.Connection[Any],
     target: ExplainTarget,
     config: PlanCaptureConfig,
     statement: str,
     search_path: str | None,
+    *,
+    dsn: str | None = None,
 ) -> list[Any]:
-    """The generic plan of one checked statement, taken the way ``target`` allows (never if refused)."""
+    """The generic plan of one checked statement, taken the way ``target`` allows (never if refused).
+
+    With ``dsn``, a watchdog terminates the backend of an EXPLAIN that survives its statement_timeout.
+    """
     if target.refused is not None:
         raise PermissionError(target.refused)
-    with read_only_transaction(conn, config):
-        if target.mode == EXPLAIN_MODE_HELPER:
-            return explain_via_helper(conn, config.explain_helper, statement, search_path)
-        if search_path:
-            conn.execute(load_sql("plans_session_search_path"), {"search_path": search_path})
-        return explain_generic(conn, statement)
+    with contextlib.ExitStack() as stack:
+        fired = stack.enter_context(backend_watchdog(dsn, conn, config)) if dsn is not None else []
+        try:
+            with read_only_transaction(conn, config):
+                if target.mode == EXPLAIN_MODE_HELPER:
+                    return explain_via_helper(conn, config.explain_helper, statement, search_path)
+                if search_path:
+                    conn.execute(load_sql("plans_session_search_path"), {"search_path": search_path})
+                return explain_generic(conn, statement)
+        except psycopg.Error:
+            if fired:
+                raise ExplainFailed(
+                    f"the EXPLAIN outlived statement_timeout ({config.statement_timeout_ms} ms; a planned "
+                    "function caught the cancellation): its session was terminated"
+                ) from None
+            raise
 
 
 def quote_ident(name: str) -> str:
