@@ -47,6 +47,8 @@ log = logging.getLogger(__name__)
 SOURCE_STORE_PLANS = "pg_store_plans"
 SOURCE_GENERIC = "generic_explain"
 SOURCE_AUTO_EXPLAIN = "auto_explain"
+# What pg_store_plans shows instead of another role's plan to a login without pg_read_all_stats.
+STORE_PLANS_HIDDEN = "<insufficient privilege>"
 
 _UNSUPPORTED_LOGGED: set[str] = set()
 _PROBLEMS_LOGGED: set[tuple[str, str]] = set()
@@ -403,6 +405,12 @@ def _try_store_plans(
     row = stored.get((cand.get("dbid"), cand["queryid"]))
     if row is None:
         record(cand, SOURCE_STORE_PLANS, "no_plan", "no pg_store_plans row for this (dbid, queryid)", started)
+        return False
+    if (row["plan"] or "").strip() == STORE_PLANS_HIDDEN:
+        reason = (
+            "pg_store_plans hides this plan from the capture login: grant it pg_read_all_stats (pg_monitor)"
+        )
+        record(cand, SOURCE_STORE_PLANS, "failed", reason, started)
         return False
     try:
         root = plan_root(row["plan"])
