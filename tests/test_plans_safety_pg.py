@@ -427,12 +427,16 @@ def test_monitor_only_login_generic_plans_and_store_plans_without_server_errors(
     candidates = select_plan_candidates(frame.drop("query"), frame.select("queryid", "query"))
     assert candidates.height == 3
     stored_q, stored_db = candidates.filter(pl.col("query").str.contains("v = $1", literal=True)).row(0)[:2]
+    hidden_q = candidates.filter(pl.col("query").str.contains("count(*)", literal=True))["queryid"][0]
     plan_json = '{"Plan": {"Node Type": "Index Scan", "Relation Name": "items", "Index Name": "items_v_idx"}}'
     with psycopg.connect(server.dsn, autocommit=True) as conn:
         conn.execute("CREATE SCHEMA IF NOT EXISTS radar_fixture")
         conn.execute(
             "CREATE OR REPLACE VIEW radar_fixture.pg_store_plans AS SELECT * FROM (VALUES "
             f"(10::oid, {stored_db}::oid, {stored_q}::bigint, 1::bigint, '{plan_json}'::text,"
+            " 1::bigint, 1.0::float8, now(), now()),"
+            # What pg_store_plans shows a login without pg_read_all_stats instead of the plan.
+            f"(10::oid, {stored_db}::oid, {hidden_q}::bigint, 2::bigint, '<insufficient privilege>'::text,"
             " 1::bigint, 1.0::float8, now(), now())"
             ") AS t(userid, dbid, queryid, planid, plan, calls, total_time, first_call, last_call)"
         )
@@ -453,8 +457,13 @@ def test_monitor_only_login_generic_plans_and_store_plans_without_server_errors(
         answered = dict(zip(result.plans["queryid"], result.plans["source"], strict=True))
         assert answered[stored_q] == "pg_store_plans"
         assert set(answered.values()) == {"pg_store_plans", "generic_explain"} and len(answered) == 2
-        failed = result.log.filter(pl.col("status") == "failed")
-        assert failed["source"].to_list() == ["generic_explain"] and "syntax error" in failed["reason"][0]
+        failed = dict(result.log.filter(pl.col("status") == "failed").select("source", "reason").rows())
+        assert (
+            set(failed) == {"pg_store_plans", "generic_explain"}
+            and "syntax error" in failed["generic_explain"]
+        )
+        assert "grant it pg_read_all_stats" in failed["pg_store_plans"]
+        assert answered[hidden_q] == "generic_explain", "a hidden stored plan falls back to a generic plan"
         assert result.problems == ()
     time.sleep(0.3)  # the logging collector writes asynchronously
     records = new_log_records(server, offsets)
