@@ -100,6 +100,11 @@ BEGIN
     END IF;
     RETURN 1;
 END $$;
+CREATE FUNCTION f_advisory_lock_immutable() RETURNS int IMMUTABLE LANGUAGE plpgsql AS $$
+BEGIN
+    IF current_user <> '{APP}' THEN PERFORM pg_advisory_lock(4242); END IF;
+    RETURN 1;
+END $$;
 CREATE FUNCTION w_alter_role() RETURNS int VOLATILE LANGUAGE plpgsql AS $$
 BEGIN
     IF current_user <> '{APP}' THEN
@@ -224,6 +229,10 @@ def test_session_defaults_survive_a_function_that_changes_them(server: EmbeddedS
             explain_in_target(conn, target, CONFIG, "SELECT f_config_immutable(), f_sleep_immutable()", "app")
         assert conn.execute(settings).fetchone() == expected
         assert conn.execute("SELECT pg_current_xact_id_if_assigned() IS NULL").fetchone() == (True,)
+        # A session-level advisory lock survives a rollback: the capture releases it after each EXPLAIN.
+        explain_in_target(conn, target, CONFIG, "SELECT f_advisory_lock_immutable()", "app")
+        held = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()"
+        assert conn.execute(held).fetchone() == (0,)
         assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE, "rolled back, not left open"
 
 
