@@ -86,10 +86,11 @@ def pg15() -> Iterator[EmbeddedServer]:
     CLUSTER_BASE.mkdir(parents=True, exist_ok=True)
     CLUSTER_BASE.chmod(0o755)
     root = CLUSTER_BASE / f"store-plans-{uuid.uuid4().hex[:10]}"
-    fleet = EmbeddedFleet.create(
-        root, [INSTANCE], extra_settings={"shared_preload_libraries": PRELOAD}, bin_dir=PG_BIN_DIR
-    )
+    fleet: EmbeddedFleet | None = None
     try:
+        fleet = EmbeddedFleet.create(
+            root, [INSTANCE], extra_settings={"shared_preload_libraries": PRELOAD}, bin_dir=PG_BIN_DIR
+        )
         srv = fleet.server(INSTANCE)
         with psycopg.connect(srv.dsn, autocommit=True) as conn:
             conn.execute("CREATE EXTENSION pg_store_plans")
@@ -103,7 +104,9 @@ def pg15() -> Iterator[EmbeddedServer]:
         MONITOR_GRANTS[:] = _grant_what_capture_needs(srv)
         yield srv
     finally:
-        fleet.destroy()
+        fleet = fleet or EmbeddedFleet.load(root)  # a create that failed half-way may have started it
+        if fleet is not None:
+            fleet.destroy()
         shutil.rmtree(root, ignore_errors=True)
 
 
