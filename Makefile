@@ -41,4 +41,4 @@ dev: venv
 	DAGSTER_HOME=$(CURDIR)/.dagster_home sh -c 'mkdir -p $$DAGSTER_HOME && $(BIN)/dagster dev -m orchestration.definitions'
 
 clean:
-	rm -rf $(VENV) .bench .pytest_cache .ruff_cache
+	rm -rf $(VENV) .bench .pytest_cache .ruff_cache build/store_plans

@@ -8,7 +8,10 @@ server test here skips with the installer's reason. Capture runs as a ``pg_monit
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import tempfile
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -26,6 +29,7 @@ from jobs.fleet import (
     EmbeddedFleet,
     EmbeddedServer,
     FleetError,
+    ensure_service_user,
     server_major_version,
     settings_for_major,
 )
@@ -41,7 +45,7 @@ from jobs.plans.capture import (
 from jobs.plans.shape import PlanFormatError, plan_root
 from jobs.plans.store_plans import store_plans_gate
 from tests.conftest import CLUSTER_BASE
-from tests.tiers.store_plans import PG_BIN_DIR, PG_MAJOR, unavailable_reason
+from tests.tiers.store_plans import INSTALLER, PG_BIN_DIR, PG_MAJOR, unavailable_reason
 
 TIER = [pytest.mark.store_plans, pytest.mark.postgres]
 MONITOR = "radar_monitor"
@@ -154,6 +158,40 @@ def test_settings_for_major_drops_what_the_version_lacks() -> None:
 def test_fleet_refuses_a_bin_dir_without_postgres(tmp_path: Path) -> None:
     with pytest.raises(FleetError, match="cannot run"):
         server_major_version(tmp_path)
+
+
+def test_installer_skips_cleanly_when_it_cannot_install_and_tests_give_its_reason() -> None:
+    """Not root (the service user runs it): one SKIP line, exit 0, the reason in the status file."""
+    base = Path(tempfile.mkdtemp(prefix="prr-store-plans-skip-"))
+    try:
+        base.chmod(0o755)
+        script = base / "install.sh"
+        shutil.copy(INSTALLER, script)
+        script.chmod(0o755)
+        state = base / "state"
+        state.mkdir()
+        account = ensure_service_user()
+        kwargs: dict[str, Any] = {}
+        if account is not None:
+            os.chown(state, account.pw_uid, account.pw_gid)
+            kwargs = {"user": account.pw_uid, "group": account.pw_gid, "extra_groups": []}
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "PG_MAJOR": "99",
+            "STORE_PLANS_STATE": str(state),
+        }
+        done = subprocess.run(
+            ["bash", str(script)], env=env, cwd="/", capture_output=True, text=True, timeout=60, **kwargs
+        )
+        packages = "postgresql-99 postgresql-server-dev-99"
+        expected = f"not root: cannot apt-get install {packages} (install them, then rerun)"
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip().splitlines() == [f"SKIP: {expected}"]
+        reason = unavailable_reason(Path("/usr/lib/postgresql/99/bin"), state / "status")
+        assert reason == f"pg_store_plans tier: {expected}"
+        assert "make test-store-plans" in str(unavailable_reason(Path("/nonexistent"), base / "no-status"))
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
 
 
 # --- the tier: a real pg_store_plans on PG15 -------------------------------------------------------------
