@@ -29,23 +29,22 @@ UNPARSEABLE_DSN = "<unparseable dsn>"
 
 # libpq / psycopg conninfo parse errors, by the kind of problem. Their text quotes the DSN: never shown.
 _CONNINFO_ERRORS: tuple[tuple[str, str], ...] = (
-    (r'missing "=" after', "a key without '=' (an unquoted space inside a value?)"),
-    (r"unterminated quoted string", "a quote that is never closed"),
+    (r'missing "=" after "', "a key without '=' (an unquoted space inside a value?)"),
+    (r"unterminated quoted string in connection info string", "a quote that is never closed"),
     (r"invalid percent-encoded token", "a bad %-escape (write % as %25)"),
-    (r"forbidden value %00", "a %00 escape"),
-    (r"unexpected spaces found in", "an unencoded space in the URI (write it as %20)"),
-    (r"invalid connection option", "an unknown key"),
-    (r"invalid URI query parameter", "an unknown URI query parameter"),
+    (r"forbidden value %00 in percent-encoded value", "a %00 escape"),
+    (r'unexpected spaces found in "', "an unencoded space in the URI (write it as %20)"),
+    (r'invalid connection option "', "an unknown key"),
+    (r'invalid URI query parameter: "', "an unknown URI query parameter"),
     (r"end of string reached when looking for matching", "a [ in the URI that is never closed"),
-    (r"IPv6 host address may not be empty", "an empty IPv6 host in the URI"),
-    (r"unexpected character .{0,12} at position", "an unexpected character in the URI"),
-    (r"invalid integer value", "a non-numeric value for a numeric key (port?)"),
-    (r"invalid port number", "an invalid port"),
-    (r"invalid \w+ value", "an invalid value for a key"),
+    (r"IPv6 host address may not be empty in URI", "an empty IPv6 host in the URI"),
+    (r"unexpected character .{1,12} at position \d+ in URI", "an unexpected character in the URI"),
+    (r'invalid integer value "[^"]*" for connection option', "a non-numeric value for a numeric key (port?)"),
+    (r'invalid port number: "', "an invalid port"),
+    (r'invalid [a-z_]+ value: "', "an invalid value for a key"),
     (r"could not match \d+ port numbers to \d+ hosts", "host and port lists of different lengths"),
-    (r"couldn't parse connection string", "malformed"),
-    (r"in connection info string|connection info string", "malformed"),
-    (r"invalid dsn", "malformed"),
+    (r"in connection info string", "malformed"),
+    (r"invalid dsn:", "malformed"),
 )
 _LEAD_IN = r"(?:[A-Za-z_.]*(?:Error|Exception|Warning):\s*)?(?:couldn't parse connection string:\s*)?"
 _CONNINFO_PATTERN = re.compile(

@@ -103,6 +103,12 @@ def test_a_conninfo_parse_error_becomes_a_fixed_description() -> None:
     assert conninfo_problem('invalid percent-encoded token: "Zq8%zz"') == "a bad %-escape (write % as %25)"
 
 
+def test_other_errors_are_not_mistaken_for_conninfo_errors() -> None:
+    sql_error = "SyntaxError: unterminated quoted string at or near \"'abc\" LINE 1: select 'abc"
+    assert scrub(sql_error) == sql_error
+    assert conninfo_problem("invalid config value for field top_n") is None
+
+
 def test_without_a_dsn_password_patterns_still_go() -> None:
     text = "tried postgresql://radar:Pat7Kq3@db/x and host=db password='Pat 8Kq' and ?password=Pat9Kq&a=1"
     scrubbed = scrub(text)
