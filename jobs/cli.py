@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from jobs.config import ConfigError, FleetConfig
+from jobs.redaction import install_log_scrubber, registered_dsns, scrub
 
 # Wide enough for the regression tables when output is not a terminal (make demo in CI, logs).
 console = Console(width=None if sys.stdout.isatty() else 180)
@@ -32,15 +33,21 @@ def render(frame: pl.DataFrame, title: str | None = None, max_rows: int = 40) ->
         console.print(f"[dim]… {frame.height - max_rows} more rows[/dim]")
 
 
+def _scrubbing(fleet: FleetConfig) -> FleetConfig:
+    """Register the fleet's DSNs with the log scrubber, so no log record shows a secret of theirs."""
+    install_log_scrubber(*fleet.dsns())
+    return fleet
+
+
 def load_fleet(args: argparse.Namespace) -> FleetConfig:
     """--fleet-file if it exists, else the embedded fleet started by `radar fleet up`."""
     from jobs.fleet import EmbeddedFleet
 
     if args.fleet_file and Path(args.fleet_file).exists():
-        return FleetConfig.load(Path(args.fleet_file))
+        return _scrubbing(FleetConfig.load(Path(args.fleet_file)))
     embedded = EmbeddedFleet.load(Path(args.embedded_root))
     if embedded is not None:
-        return FleetConfig.from_embedded(embedded)
+        return _scrubbing(FleetConfig.from_embedded(embedded))
     raise ConfigError(
         f"no fleet: {args.fleet_file} does not exist and no embedded fleet runs at {args.embedded_root} "
         "(copy data/fleet.example.toml to data/fleet.toml, or run `radar fleet up`)"
@@ -342,6 +349,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    install_log_scrubber(getattr(args, "baseline", None), getattr(args, "candidate", None))
     if (
         args.command == "deploy"
         and args.action == "mark"
@@ -352,7 +360,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except (ConfigError, ValueError, RuntimeError, FileNotFoundError) as exc:
-        console.print(f"[red]error:[/red] {exc}")
+        console.print(f"[red]error:[/red] {scrub(str(exc), *registered_dsns())}")
         return 2
 
 

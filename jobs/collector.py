@@ -23,8 +23,9 @@ import psycopg
 from psycopg.rows import dict_row
 
 from jobs import lake
-from jobs.collect.texts import is_explain_text
-from jobs.config import CollectorConfig, FleetConfig, InstanceConfig, scrub_secrets
+from jobs.collect.texts import is_explain_text, storable_query_text
+from jobs.config import CollectorConfig, FleetConfig, InstanceConfig
+from jobs.redaction import scrub
 from jobs.schemas import QUERY_TEXTS, SNAPSHOT_RUNS, STATEMENT_SNAPSHOTS
 from jobs.sqlfiles import load_sql
 
@@ -137,13 +138,18 @@ def statements_frame(
     return STATEMENT_SNAPSHOTS.conform(frame), explain, hidden
 
 
-def texts_frame(rows: list[dict[str, Any]], captured_at: datetime) -> pl.DataFrame:
+def texts_frame(
+    rows: list[dict[str, Any]], captured_at: datetime, query_text: str = "normalized"
+) -> pl.DataFrame:
+    """query_texts rows: flags from the raw text, then the text as it may be stored (no literal values)."""
     if not rows:
         return QUERY_TEXTS.empty()
     frame = pl.DataFrame(rows, infer_schema_length=None).with_columns(
         pl.lit(captured_at).alias("captured_at"),
         pl.col("query").map_elements(is_explain_text, return_dtype=pl.Boolean()).alias("is_explain"),
     )
+    stored = [storable_query_text(text, query_text) for text in frame["query"].to_list()]
+    frame = frame.with_columns(pl.Series("query", stored, dtype=pl.String()))
     return QUERY_TEXTS.conform(frame)
 
 
@@ -223,7 +229,7 @@ def read_instance_snapshot(
             server_ms = (time.perf_counter() - started) * 1000
     captured_at = identity["captured_at"].astimezone(UTC)
     identity["captured_at"] = captured_at
-    texts = texts_frame(text_rows, captured_at)
+    texts = texts_frame(text_rows, captured_at, config.query_text)
     explain_ids = set(known.filter(pl.col("is_explain"))["queryid"].to_list())
     explain_ids |= set(texts.filter(pl.col("is_explain"))["queryid"].to_list())
     statements, explain_dropped, hidden = statements_frame(rows, identity, info, explain_ids)
@@ -297,7 +303,7 @@ def snapshot_instance(lake_root: Path, instance: InstanceConfig, config: Collect
             wall_ms=(time.perf_counter() - started) * 1000,
         )
     except (psycopg.Error, CollectorError, lake.LakeError, ValueError, OSError) as exc:
-        message = scrub_secrets(f"{type(exc).__name__}: {exc}".strip(), dsn)
+        message = scrub(f"{type(exc).__name__}: {exc}".strip(), dsn, instance.dsn)
         if not message.startswith(f"instance {instance.name}"):
             message = f"instance {instance.name}: {message}"
         captured_at = datetime.now(UTC)

@@ -12,7 +12,7 @@ A fleet file is TOML::
     log_dir = "/mnt/logs/orders"  # optional: the server's jsonlog folder, for auto_explain plans
 
 Passwords belong in the environment (``dsn_env``) or ``~/.pgpass``; whatever the source, ``redact_dsn``
-is the only form of a DSN that reaches logs, the lake or Dagster metadata.
+(jobs.redaction) is the only form of a DSN that reaches logs, the lake or Dagster metadata.
 """
 
 from __future__ import annotations
@@ -24,10 +24,9 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from psycopg.conninfo import conninfo_to_dict
+from jobs.redaction import redact_dsn
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
-SECRET_KEYS = {"password", "sslpassword", "sslkey"}
 
 
 class ConfigError(ValueError):
@@ -42,6 +41,9 @@ class CollectorConfig:
     connect_timeout_s: int = 10
     max_parallel_instances: int = 8
     application_name: str = "pg-regression-radar"
+    query_text: str = "normalized"
+    """What of a query text reaches the lake: "normalized" (every literal a $n placeholder, libpg_query)
+    or "withheld" (a length-and-hash marker only); see jobs.collect.texts.storable_query_text."""
 
 
 @dataclass(frozen=True)
@@ -119,6 +121,16 @@ class FleetConfig:
             )
         return cls(instances=tuple(instances), collector=CollectorConfig(**collector_raw), source=source)
 
+    def dsns(self) -> tuple[str, ...]:
+        """Every DSN of the fleet that can be resolved now (for the secret scrubbers)."""
+        out = []
+        for instance in self.instances:
+            try:
+                out.append(instance.resolve_dsn())
+            except ConfigError:
+                continue
+        return tuple(out)
+
     @classmethod
     def from_embedded(cls, fleet: Any, collector: CollectorConfig | None = None) -> FleetConfig:
         """The config of a jobs.fleet.EmbeddedFleet (tests, demo, benchmarks)."""
@@ -130,29 +142,3 @@ class FleetConfig:
             collector=collector or CollectorConfig(),
             source=f"embedded fleet at {fleet.root}",
         )
-
-
-def redact_dsn(dsn: str) -> str:
-    """``host=… port=… dbname=… user=…`` with every secret removed, whatever form the DSN had."""
-    try:
-        parts = conninfo_to_dict(dsn)
-    except Exception:
-        return "<unparseable dsn>"
-    keep = ("host", "hostaddr", "port", "dbname", "user")
-    return " ".join(f"{k}={parts[k]}" for k in keep if parts.get(k))
-
-
-def scrub_secrets(text: str, dsn: str | None) -> str:
-    """Remove the DSN's password (and the raw DSN) from an error message before it is stored."""
-    if not dsn:
-        return text
-    out = text.replace(dsn, redact_dsn(dsn))
-    try:
-        parts = conninfo_to_dict(dsn)
-    except Exception:
-        return out
-    for key in SECRET_KEYS:
-        secret = parts.get(key)
-        if secret:
-            out = out.replace(str(secret), "***")
-    return out

@@ -6,7 +6,7 @@ separate query universe). Plan capture is off unless asked for; a plan failure n
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 
@@ -14,9 +14,10 @@ import polars as pl
 
 from jobs import lake
 from jobs.collector import FleetSnapshotResult, snapshot_fleet
-from jobs.config import FleetConfig
-from jobs.plans.auto_explain import ingest_auto_explain_logs
+from jobs.config import ConfigError, FleetConfig, InstanceConfig
+from jobs.plans.auto_explain import AutoExplainConfig, ingest_auto_explain_logs
 from jobs.plans.capture import PlanCaptureConfig, capture_plans, select_plan_candidates, write_plan_snapshots
+from jobs.redaction import scrub
 from jobs.schemas import QUERY_TEXTS, SNAPSHOT_RUNS, STATEMENT_SNAPSHOTS
 
 
@@ -61,11 +62,20 @@ def latest_snapshot_times(lake_root: Path) -> dict[str, datetime]:
     return dict(zip(runs["instance"].to_list(), runs["captured_at"].to_list(), strict=True))
 
 
+def _resolved(instance: InstanceConfig) -> str | None:
+    try:
+        return instance.resolve_dsn()
+    except ConfigError:
+        return None
+
+
 def capture_fleet_plans(
     fleet: FleetConfig, lake_root: Path, snapshot_times: dict[str, datetime], config: CycleConfig
 ) -> CycleResult:
     """Plans for each instance's snapshot at the given time; failures are kept per instance, not raised."""
     result = CycleResult(snapshot=None)
+    plans_config = replace(config.plans, query_text=fleet.collector.query_text)
+    auto_explain_config = AutoExplainConfig(query_text=fleet.collector.query_text)
     for instance in fleet.instances:
         captured_at = snapshot_times.get(instance.name)
         if captured_at is None:
@@ -73,17 +83,21 @@ def capture_fleet_plans(
         if config.capture_plans:
             try:
                 statements, texts = _cycle_statements(lake_root, instance.name, captured_at)
-                candidates = select_plan_candidates(statements, texts, top_n=config.plans.top_n)
+                candidates = select_plan_candidates(statements, texts, top_n=plans_config.top_n)
                 captured = capture_plans(
-                    instance.resolve_dsn(), instance.name, candidates, captured_at, config.plans
+                    instance.resolve_dsn(), instance.name, candidates, captured_at, plans_config
                 )
-                write_plan_snapshots(lake_root, instance.name, captured_at, captured, config.plans)
+                write_plan_snapshots(lake_root, instance.name, captured_at, captured, plans_config)
                 result.plans_captured[instance.name] = captured.plans.height
             except Exception as exc:  # plans are best effort: the snapshot is already safe in the lake
-                result.plan_errors[instance.name] = f"instance {instance.name}: plan capture failed: {exc}"
+                result.plan_errors[instance.name] = scrub(
+                    f"instance {instance.name}: plan capture failed: {exc}", instance.dsn, _resolved(instance)
+                )
         if config.ingest_auto_explain and instance.log_dir:
             try:
-                ingested = ingest_auto_explain_logs(Path(instance.log_dir), instance.name, lake_root)
+                ingested = ingest_auto_explain_logs(
+                    Path(instance.log_dir), instance.name, lake_root, auto_explain_config
+                )
                 result.auto_explain_records[instance.name] = ingested.plan_records
             except Exception as exc:
                 result.plan_errors[instance.name] = (

@@ -7,6 +7,7 @@ import dagster as dg
 
 from jobs.config import ConfigError, FleetConfig
 from jobs.fleet import EmbeddedFleet
+from jobs.redaction import install_log_scrubber
 
 DEFAULT_LAKE_ROOT = os.environ.get("RADAR_LAKE_ROOT", "data/lake")
 DEFAULT_FLEET_FILE = os.environ.get("RADAR_FLEET_FILE", "data/fleet.toml")
@@ -30,12 +31,16 @@ class FleetResource(dg.ConfigurableResource):
     embedded_root: str = DEFAULT_EMBEDDED_ROOT
 
     def load(self) -> FleetConfig:
+        """The fleet; its DSNs' secrets are removed from every log record (and so Dagster's event log)."""
         if self.embedded_root:
             fleet = EmbeddedFleet.load(Path(self.embedded_root))
             if fleet is None:
                 raise ConfigError(f"no embedded fleet at {self.embedded_root} (radar fleet up)")
-            return FleetConfig.from_embedded(fleet)
-        return FleetConfig.load(Path(self.fleet_file))
+            config = FleetConfig.from_embedded(fleet)
+        else:
+            config = FleetConfig.load(Path(self.fleet_file))
+        install_log_scrubber(*config.dsns())
+        return config
 
 
 class DeployInboxResource(dg.ConfigurableResource):

@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from jobs.config import ConfigError, FleetConfig, redact_dsn, scrub_secrets
+from jobs.config import ConfigError, FleetConfig
+from jobs.redaction import redact_dsn, scrub
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -73,7 +74,7 @@ def test_missing_env_var_names_the_instance() -> None:
 def test_passwords_never_survive_redaction(dsn: str) -> None:
     assert "pw-9x7" not in redact_dsn(dsn)
     assert "host=db" in redact_dsn(dsn)
-    assert "pw-9x7" not in scrub_secrets(f"could not connect with {dsn}: password pw-9x7 rejected", dsn)
+    assert "pw-9x7" not in scrub(f"could not connect with {dsn}: password pw-9x7 rejected", dsn)
 
 
 def test_the_shipped_example_fleet_file_is_valid(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -27,7 +27,12 @@ from typing import Any
 
 import polars as pl
 
-from jobs.collect.texts import is_explain_text
+from jobs.collect.texts import (
+    check_query_text_mode,
+    is_explain_text,
+    redact_plan,
+    redact_query_parameters,
+)
 from jobs.plans.history import snapshot_stem, store_snapshot_rows
 from jobs.plans.shape import PlanFormatError, plan_facts, plan_root, plan_shape_hash
 from jobs.schemas import PLAN_SNAPSHOTS
@@ -47,6 +52,9 @@ class AutoExplainConfig:
     max_bytes_per_run: int = 512 * 1024 * 1024
     read_chunk_bytes: int = 8 * 1024 * 1024
     max_shapes_per_query: int = 5
+    query_text: str = "normalized"
+    """Literal values never reach the lake: "normalized" keeps parameter names and redacted expressions,
+    "withheld" keeps no parameter and no expression text (jobs.collect.texts)."""
 
 
 @dataclass
@@ -117,8 +125,12 @@ def decode_auto_explain_record(record: dict[str, Any]) -> DecodedPlan | str | No
     )
 
 
-def auto_explain_row(plan: DecodedPlan, log_file: str | None = None) -> dict[str, Any]:
-    """The plan_snapshots row for one decoded auto_explain plan."""
+def auto_explain_row(
+    plan: DecodedPlan, log_file: str | None = None, query_text: str = "normalized"
+) -> dict[str, Any]:
+    """The plan_snapshots row for one decoded auto_explain plan: facts and shape from the plan as logged,
+    the stored plan and parameters without any literal value (``Query Text`` is never stored)."""
+    check_query_text_mode(query_text)
     facts = plan_facts(plan.root)
     return {
         "captured_at": parse_log_timestamp(str(plan.record["timestamp"])),
@@ -138,9 +150,9 @@ def auto_explain_row(plan: DecodedPlan, log_file: str | None = None) -> dict[str
         "node_types": facts.node_types,
         "relations": facts.relations,
         "indexes": facts.indexes,
-        "query_parameters": plan.document.get("Query Parameters"),
+        "query_parameters": redact_query_parameters(plan.document.get("Query Parameters"), query_text),
         "log_file": log_file,
-        "plan_json": json.dumps(plan.root, separators=(",", ":")),
+        "plan_json": json.dumps(redact_plan(plan.root, query_text), separators=(",", ":")),
     }
 
 
@@ -160,6 +172,7 @@ def parse_jsonlog_lines(
     log_file: str,
     result: IngestResult,
     last_shapes: dict[int, str] | None = None,
+    query_text: str = "normalized",
 ) -> list[dict[str, Any]]:
     """Complete jsonlog lines → plan rows, one per run of a shape per queryid (``last_shapes`` carries the
     previous shape across calls); lines that are not auto_explain plans are skipped before JSON parsing."""
@@ -180,7 +193,7 @@ def parse_jsonlog_lines(
                 continue
             if last_shapes.get(decoded.queryid) == decoded.shape_hash:
                 continue  # same shape as this query's previous record: nothing new to store
-            rows.append(auto_explain_row(decoded, log_file))
+            rows.append(auto_explain_row(decoded, log_file, query_text))
             last_shapes[decoded.queryid] = decoded.shape_hash
         except (json.JSONDecodeError, PlanFormatError, LogTimestampError, KeyError, ValueError) as exc:
             result.error_count += 1
@@ -292,7 +305,9 @@ def _read_file(
                 pending = data
                 continue
             complete, pending = data[: cut + 1], data[cut + 1 :]
-            rows.extend(parse_jsonlog_lines(complete.splitlines(), path.name, result, last_shapes))
+            rows.extend(
+                parse_jsonlog_lines(complete.splitlines(), path.name, result, last_shapes, config.query_text)
+            )
             consumed += len(complete)
     result.bytes_read += consumed
     return offset + consumed, consumed

@@ -22,11 +22,13 @@ from typing import Any
 import polars as pl
 import psycopg
 
+from jobs.collect.texts import redact_plan
 from jobs.lake import stem_for, write_table
 from jobs.plans.generic import ExplainFailed, classify_statement, explain_generic
 from jobs.plans.history import SnapshotWrite, snapshot_stem, store_snapshot_rows
 from jobs.plans.shape import PlanFormatError, plan_facts, plan_root
 from jobs.plans.store_plans import StorePlansGate, read_store_plans, store_plans_gate
+from jobs.redaction import scrub
 from jobs.schemas import PLAN_CAPTURE_LOG, PLAN_SNAPSHOTS
 from jobs.sqlfiles import load_sql
 
@@ -56,6 +58,8 @@ class PlanCaptureConfig:
     use_generic_explain: bool = True
     max_shapes_per_query: int = 5
     application_name: str = "pg-regression-radar plan capture"
+    query_text: str = "normalized"
+    """Plan JSON keeps no literal value either way; "withheld" also replaces every expression string."""
 
 
 @dataclass(frozen=True)
@@ -144,8 +148,9 @@ def _snapshot_row(
     *,
     dbname: str | None,
     planid: int | None = None,
+    query_text: str = "normalized",
 ) -> dict[str, Any]:
-    facts = plan_facts(root)
+    facts = plan_facts(root)  # shape and facts of the plan as the server gave it: redaction keeps both
     return {
         "captured_at": captured_at,
         "queryid": candidate["queryid"],
@@ -164,7 +169,7 @@ def _snapshot_row(
         "relations": facts.relations,
         "indexes": facts.indexes,
         "planid": planid,
-        "plan_json": json.dumps(root, separators=(",", ":")),
+        "plan_json": json.dumps(redact_plan(root, query_text), separators=(",", ":")),
     }
 
 
@@ -209,7 +214,7 @@ def capture_plans(
                 "dbid": cand.get("dbid"),
                 "source": source,
                 "status": status,
-                "reason": reason,
+                "reason": scrub(reason, dsn) if reason else reason,
                 "shape_hash": shape,
                 "elapsed_ms": (time.perf_counter() - started) * 1000.0,
             }
@@ -224,7 +229,7 @@ def capture_plans(
             databases = dict(main.execute(load_sql("plans_databases")).fetchall())
         except psycopg.Error as exc:
             reason = f"instance {instance}: cannot open the capture session: {_first_line(exc)}"
-            log.warning(reason)
+            log.warning(scrub(reason, dsn))
             now = time.perf_counter()
             for cand in wanted:
                 record(cand, SOURCE_GENERIC, "failed", reason, now)
@@ -277,7 +282,7 @@ def capture_plans(
             dbname = databases.get(cand.get("dbid"))
             if config.use_store_plans:
                 answered = _try_store_plans(
-                    cand, gate, stored, store_error, captured_at, dbname, plans, record, started
+                    cand, gate, stored, store_error, captured_at, dbname, plans, record, started, config
                 )
                 if answered:
                     continue
@@ -309,7 +314,14 @@ def capture_plans(
             except (ExplainFailed, PlanFormatError, psycopg.Error) as exc:
                 record(cand, SOURCE_GENERIC, "failed", _first_line(exc), started)
                 continue
-            row = _snapshot_row(captured_at, cand, SOURCE_GENERIC, root, dbname=dbname or conn.info.dbname)
+            row = _snapshot_row(
+                captured_at,
+                cand,
+                SOURCE_GENERIC,
+                root,
+                dbname=dbname or conn.info.dbname,
+                query_text=config.query_text,
+            )
             plans.append(row)
             record(cand, SOURCE_GENERIC, "captured", None, started, row["shape_hash"])
     return _frames(instance, plans, log_rows)
@@ -343,6 +355,7 @@ def _try_store_plans(
     plans: list[dict[str, Any]],
     record: Callable[..., None],
     started: float,
+    config: PlanCaptureConfig,
 ) -> bool:
     if not gate.trusted:
         record(cand, SOURCE_STORE_PLANS, "untrusted", gate.reason, started)
@@ -360,7 +373,15 @@ def _try_store_plans(
         reason = f"{exc}; pg_store_plans.plan_format must be json (text/yaml/xml/raw are not parsed)"
         record(cand, SOURCE_STORE_PLANS, "failed", reason, started)
         return False
-    snap = _snapshot_row(captured_at, cand, SOURCE_STORE_PLANS, root, dbname=dbname, planid=row["planid"])
+    snap = _snapshot_row(
+        captured_at,
+        cand,
+        SOURCE_STORE_PLANS,
+        root,
+        dbname=dbname,
+        planid=row["planid"],
+        query_text=config.query_text,
+    )
     plans.append(snap)
     record(cand, SOURCE_STORE_PLANS, "captured", None, started, snap["shape_hash"])
     return True
