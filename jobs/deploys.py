@@ -57,13 +57,15 @@ class DeployInboxConfig:
     while every event is a before/after comparison for every series of its instance, so a runaway
     export (1.4 M markers from a 100 MB file) is refused instead of exhausting the detector's memory.
     ``max_future_s``: a day covers clock skew and naive local times taken as UTC (at most 14 h ahead);
-    a deploy further ahead is a typo. ``allow_unknown_instance`` accepts names the fleet does not know.
+    a deploy further ahead is a typo. ``max_field_chars`` bounds a version or instance name.
+    ``allow_unknown_instance`` accepts names the fleet does not know.
     """
 
     max_file_bytes: int = 10 * 1024 * 1024
     max_events_per_file: int = 10_000
     earliest_deploy: datetime = datetime(2000, 1, 1, tzinfo=UTC)
     max_future_s: float = 86_400.0
+    max_field_chars: int = 256
     allow_unknown_instance: bool = False
 
 
@@ -96,7 +98,20 @@ class DeployRules:
             )
         return when
 
+    def check_version(self, version: Any, where: str) -> str:
+        text = _check_version(version, where)
+        self._check_length("version", text, where)
+        return text
+
+    def _check_length(self, what: str, text: str, where: str) -> None:
+        if len(text) > self.config.max_field_chars:
+            raise DeployError(
+                f"{where}: {what} {_shown(text, 40)} is {len(text)} characters, "
+                f"more than max_field_chars = {self.config.max_field_chars}"
+            )
+
     def check_instance(self, name: str, where: str) -> str:
+        self._check_length("instance name", name, where)
         _check_instance(name, where)
         if self.known_instances is None or self.config.allow_unknown_instance:
             return name
@@ -238,7 +253,7 @@ def mark_deploy(
             raise
         raise DeployError(f"deploy mark --at: time {_shown(at)} is out of range") from None
     rules.check_time(when, "deploy mark --at")
-    version = _check_version(version, "deploy mark")
+    version = rules.check_version(version, "deploy mark")
     targets: list[str | None] = (
         [None] if fleet else [rules.check_instance(i, "deploy mark") for i in instances or []]
     )
@@ -277,7 +292,7 @@ def _event_from_mapping(raw: Any, where: str, source: str, rules: DeployRules) -
     unknown = sorted(set(raw) - {"version", "at", "deployed_at", "instance", "instances", "fleet"})
     if unknown:
         raise DeployError(f"{where}: unknown fields {_shown(unknown)}")
-    version = _check_version(raw.get("version"), where)
+    version = rules.check_version(raw.get("version"), where)
     stamp = raw.get("at", raw.get("deployed_at"))
     if not isinstance(stamp, str):
         raise DeployError(f"{where}: missing 'at' timestamp")

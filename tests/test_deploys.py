@@ -255,6 +255,8 @@ def test_mark_refuses_unknown_instance_with_suggestions(lake_root: Path) -> None
         DeployError, match=r"unknown instance 'alpa' \(known: alpha, beta\); did you mean 'alpha'"
     ):
         mark_deploy(lake_root, version="v1", instances=["alpa"], at=AT, known_instances=FLEET_NAMES)
+    with pytest.raises(DeployError, match=r"instance name 'aaaa.* is 300 characters"):
+        mark_deploy(lake_root, version="v1", instances=["a" * 300], at=AT)
     allowed = DeployInboxConfig(allow_unknown_instance=True)
     events = mark_deploy(
         lake_root, version="v1", instances=["alpa"], at=AT, known_instances=FLEET_NAMES, config=allowed
@@ -272,6 +274,7 @@ def test_bad_files_sorted_first_never_block_the_good_ones(lake_root: Path, tmp_p
         "4-latin1.csv": "version,at,instance\nv1,2026-11-29T12:00:00Z,m\xfcnchen\n".encode("latin-1"),
         "5-bigint.jsonl": '{"version": ' + "9" * 5000 + ', "at": "2026-11-29T12:00:00Z", "fleet": true}\n',
         "6-garbage.json": bytes(range(256)) * 4,
+        "6-long.jsonl": '{"version": "' + "v" * 100_000 + '", "at": "2026-11-29T12:00:00Z", "fleet": true}\n',
     }
     good = {"7-good.csv": "version,at\nv7,2026-11-29T12:00:00Z\n", "8-good.jsonl": GOOD_LINE}
     inbox = inbox_with(tmp_path, {**bad, **good})
@@ -287,12 +290,14 @@ def test_bad_files_sorted_first_never_block_the_good_ones(lake_root: Path, tmp_p
         "4-latin1.csv": "line 2: not UTF-8",
         "5-bigint.jsonl": "line 1: invalid JSON: Exceeds the limit",
         "6-garbage.json": "line 1: NUL byte",
+        "6-long.jsonl": "line 1: version 'vvvv",
     }
     for name, message in expected.items():
         assert f"{name}: {message}" in rejected_error(inbox, name), name
         assert (inbox / "rejected" / name).read_bytes() == (
             bad[name] if isinstance(bad[name], bytes) else bad[name].encode()
         )
+    assert "is 100000 characters, more than max_field_chars = 256" in rejected_error(inbox, "6-long.jsonl")
     # A second pass does not try the rejected files again (and records nothing new).
     again = ingest_deploy_files(inbox, lake_root)
     assert not again.processed and not again.rejected
