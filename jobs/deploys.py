@@ -119,8 +119,9 @@ class DeployRules:
             known = sorted(self.known_instances)
             close = difflib.get_close_matches(name, known, n=3)
             hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+            listed = ", ".join(known[:20]) + (f", … {len(known) - 20} more" if len(known) > 20 else "")
             raise DeployError(
-                f"{where}: unknown instance {_shown(name)} (known: {', '.join(known)}){hint} "
+                f"{where}: unknown instance {_shown(name)} (known: {listed}){hint} "
                 "— use --allow-unknown-instance (allow_unknown_instance) to record it anyway"
             )
         return name
