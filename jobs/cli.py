@@ -39,15 +39,21 @@ def _scrubbing(fleet: FleetConfig) -> FleetConfig:
     return fleet
 
 
-def load_fleet(args: argparse.Namespace) -> FleetConfig:
-    """--fleet-file if it exists, else the embedded fleet started by `radar fleet up`."""
+def find_fleet(args: argparse.Namespace) -> FleetConfig | None:
+    """--fleet-file if it exists, else the embedded fleet started by `radar fleet up`, else None."""
     from jobs.fleet import EmbeddedFleet
 
     if args.fleet_file and Path(args.fleet_file).exists():
         return _scrubbing(FleetConfig.load(Path(args.fleet_file)))
     embedded = EmbeddedFleet.load(Path(args.embedded_root))
-    if embedded is not None:
-        return _scrubbing(FleetConfig.from_embedded(embedded))
+    return None if embedded is None else _scrubbing(FleetConfig.from_embedded(embedded))
+
+
+def load_fleet(args: argparse.Namespace) -> FleetConfig:
+    """--fleet-file if it exists, else the embedded fleet started by `radar fleet up`."""
+    fleet = find_fleet(args)
+    if fleet is not None:
+        return fleet
     raise ConfigError(
         f"no fleet: {args.fleet_file} does not exist and no embedded fleet runs at {args.embedded_root} "
         "(copy data/fleet.example.toml to data/fleet.toml, or run `radar fleet up`)"
@@ -93,8 +99,14 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
 
 
 def cmd_deploy(args: argparse.Namespace) -> int:
-    from jobs.deploys import ingest_deploy_files, mark_deploy
+    from jobs.deploys import DeployInboxConfig, ingest_deploy_files, mark_deploy
 
+    # Instance names are checked against the fleet when one is known (a fleet file or embedded fleet).
+    fleet = find_fleet(args)
+    known = None if fleet is None else fleet.instance_names
+    if known is None and not args.fleet:
+        console.print("[dim]no fleet file or embedded fleet: instance names are not checked[/dim]")
+    config = DeployInboxConfig(allow_unknown_instance=args.allow_unknown_instance)
     if args.action == "mark":
         events = mark_deploy(
             Path(args.lake),
@@ -102,14 +114,18 @@ def cmd_deploy(args: argparse.Namespace) -> int:
             instances=args.instance or None,
             fleet=args.fleet,
             at=args.at,
+            known_instances=known,
+            config=config,
         )
         render(pl.DataFrame([e.as_row() for e in events]), "deploy recorded")
         return 0
-    report = ingest_deploy_files(Path(args.inbox), Path(args.lake))
+    report = ingest_deploy_files(Path(args.inbox), Path(args.lake), config, known)
     console.print(f"{len(report.processed)} files processed, {len(report.events)} deploys recorded")
     for path, why in report.rejected.items():
         console.print(f"[red]rejected[/red] {path}: {why}")
-    return 1 if report.rejected else 0
+    for path, why in report.failed.items():
+        console.print(f"[red]not recorded[/red] {path}: {why}")
+    return 1 if report.rejected or report.failed else 0
 
 
 def cmd_samples(args: argparse.Namespace) -> int:
@@ -281,6 +297,11 @@ def build_parser() -> argparse.ArgumentParser:
     deploy.add_argument("--version", help="version deployed (mark)")
     deploy.add_argument("--at", help="ISO-8601 time of the deploy (default: now)")
     deploy.add_argument("--inbox", default="data/deploys", help="folder of deploy files (ingest)")
+    deploy.add_argument(
+        "--allow-unknown-instance",
+        action="store_true",
+        help="record instance names the fleet does not know (default: refuse them)",
+    )
     deploy.set_defaults(func=cmd_deploy)
 
     samples = sub.add_parser("samples", help="rebuild per-interval samples from the snapshots")

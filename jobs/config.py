@@ -79,6 +79,10 @@ class FleetConfig:
     collector: CollectorConfig = CollectorConfig()
     source: str = "<memory>"
 
+    @property
+    def instance_names(self) -> frozenset[str]:
+        return frozenset(i.name for i in self.instances)
+
     @classmethod
     def load(cls, path: Path) -> FleetConfig:
         try:

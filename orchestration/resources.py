@@ -6,6 +6,7 @@ from pathlib import Path
 import dagster as dg
 
 from jobs.config import ConfigError, FleetConfig
+from jobs.deploys import DeployInboxConfig
 from jobs.fleet import EmbeddedFleet
 from jobs.redaction import install_log_scrubber
 
@@ -42,11 +43,24 @@ class FleetResource(dg.ConfigurableResource):
         install_log_scrubber(*config.dsns())
         return config
 
+    def find(self) -> FleetConfig | None:
+        """The fleet, or None when neither the embedded fleet nor the fleet file exists."""
+        if self.embedded_root:
+            fleet = EmbeddedFleet.load(Path(self.embedded_root))
+            return None if fleet is None else FleetConfig.from_embedded(fleet)
+        return FleetConfig.load(Path(self.fleet_file)) if Path(self.fleet_file).exists() else None
+
 
 class DeployInboxResource(dg.ConfigurableResource):
-    """The folder where deploy tools drop CSV/JSON deploy files."""
+    """The folder where deploy tools drop CSV/JSON deploy files, and whether instance names the fleet
+    does not know are recorded anyway."""
 
     inbox: str = os.environ.get("RADAR_DEPLOY_INBOX", "data/deploys")
+    allow_unknown_instance: bool = False
+
+    @property
+    def config(self) -> DeployInboxConfig:
+        return DeployInboxConfig(allow_unknown_instance=self.allow_unknown_instance)
 
     @property
     def path(self) -> Path:

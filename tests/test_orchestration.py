@@ -97,6 +97,16 @@ def test_deploy_inbox_sensor_and_asset(pg_fleet: EmbeddedFleet, lake_root: Path,
     events = lake.scan_table(lake_root, "deploy_events").collect()
     assert events["version"].to_list() == ["v42"]
     assert not (inbox / "release.csv").exists()
+    # The asset checks names against the fleet resource's instances: a typo is rejected, not recorded.
+    (inbox / "typo.csv").write_text("instance,version,deployed_at\nalhpa,v43,2026-11-01T11:00:00Z\n")
+    assert isinstance(
+        deploy_inbox_sensor(dg.build_sensor_context(resources={"inbox": res["inbox"]})), dg.RunRequest
+    )
+    with dg.instance_for_test() as instance:
+        result = dg.materialize([deploy_events], resources=res, instance=instance)
+    assert result.asset_materializations_for_node("deploy_events")[0].metadata["files_rejected"].value == 1
+    assert "unknown instance 'alhpa'" in (inbox / "rejected" / "typo.csv.error.txt").read_text()
+    assert lake.scan_table(lake_root, "deploy_events").collect()["version"].to_list() == ["v42"]
 
 
 def test_schedule_targets_the_ticks_day() -> None:
