@@ -42,16 +42,27 @@ def _quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
+def _sql_string(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
 def base_view_sql(lake_root: Path, table: TableSchema) -> str:
+    """The table's view: a glob over its files, after the lake's envelope check moved bad files to the
+    quarantine (out of the glob); when a bad file could not be moved, the view lists the good files."""
     scan = table.scan_schema()
-    if not lake.table_files(lake_root, table):
+    usable = lake.usable_files(lake_root, table)
+    if not usable:
         columns = ", ".join(f"CAST(NULL AS {duckdb_type(t)}) AS {_quote(n)}" for n, t in scan.items())
         return f"CREATE OR REPLACE VIEW {table.name} AS SELECT {columns} WHERE false"
     columns = ", ".join(f"CAST({_quote(n)} AS {duckdb_type(t)}) AS {_quote(n)}" for n, t in scan.items())
-    glob = Path(lake_root).resolve() / table.name / "/".join(["*"] * len(table.partition_by)) / "*.parquet"
+    if len(usable) == len(lake.table_files(lake_root, table)):
+        folders = "/".join(["*"] * len(table.partition_by))
+        files = _sql_string(str(Path(lake_root).resolve() / table.name / folders / "*.parquet"))
+    else:
+        files = "[" + ", ".join(_sql_string(str(p.resolve())) for p in usable) + "]"
     hive_types = "{" + ", ".join(f"'{k}': 'VARCHAR'" for k in table.partition_by) + "}"
     return load_sql(BASE_TEMPLATE, "duckdb").format(
-        table=table.name, columns=columns, glob=str(glob).replace("'", "''"), hive_types=hive_types
+        table=table.name, columns=columns, files=files, hive_types=hive_types
     )
 
 
