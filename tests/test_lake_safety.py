@@ -478,3 +478,25 @@ def test_two_snapshots_at_once_both_finish_and_the_lake_is_readable(
         lake.read_table(lake_root, table)
     assert lake.incidents_since(mark) == []
     assert lake.read_table(lake_root, STATEMENT_SNAPSHOTS).height > 0
+
+
+def test_the_samples_asset_names_quarantined_files_in_its_metadata(lake_root: Path) -> None:
+    import dagster as dg
+
+    from orchestration.assets.samples import query_samples
+    from orchestration.resources import LakeResource
+
+    write_midnight_lake(lake_root)
+    bad = truncated_copy(lake.table_files(lake_root, STATEMENT_SNAPSHOTS)[0])
+    with dg.instance_for_test() as instance:
+        result = dg.materialize(
+            [query_samples],
+            partition_key="2026-11-30",
+            resources={"lake": LakeResource(root=str(lake_root))},
+            instance=instance,
+        )
+    assert result.success
+    metadata = result.asset_materializations_for_node("query_samples")[0].metadata
+    assert metadata["lake_files_quarantined"].value == 1
+    assert str(bad) in metadata["lake_incidents"].value
+    assert metadata["sample_rows"].value == 1

@@ -7,7 +7,7 @@ from jobs import lake as lake_io
 from jobs.analysis import DetectionConfig, run_detection
 from jobs.regressions import DETECTED
 from orchestration.resources import LakeResource
-from orchestration.tables import markdown_table
+from orchestration.tables import lake_incident_metadata, markdown_table
 
 
 @dg.multi_asset(
@@ -29,6 +29,7 @@ from orchestration.tables import markdown_table
     ]
 )
 def regressions_and_plan_diffs(lake: LakeResource):
+    mark = lake_io.incident_mark()
     outcome = run_detection(lake.path, DetectionConfig(rebuild_samples=False))
     detected = pl.concat([outcome.regressions, outcome.unannounced], how="diagonal_relaxed").filter(
         pl.col("status") == DETECTED
@@ -48,6 +49,7 @@ def regressions_and_plan_diffs(lake: LakeResource):
         metadata={
             "analysed": outcome.regressions.height + outcome.unannounced.height,
             "detected": detected.height,
+            **lake_incident_metadata(mark),
             "regressions": dg.MetadataValue.md(markdown_table(shown)),
         },
     )
