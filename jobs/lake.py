@@ -577,6 +577,25 @@ def read_table(
     return with_recovery(root, [table], run)
 
 
+def read_file(root: Path, table: str | TableSchema, path: Path) -> pl.DataFrame | None:
+    """One file of ``table`` (file columns only, cast to the schema); None when it is unreadable (then
+    quarantined or skipped, like any bad file) or gone. For writers that rewrite single files."""
+    schema = table_schema(table)
+    try:
+        return _scan([Path(path)], schema, hive=False).collect()
+    except FileNotFoundError:
+        return None
+    except READ_ERRORS:
+        try:
+            problem = read_problem(Path(path), schema)
+        except FileNotFoundError:
+            return None
+        if problem is None:
+            raise
+        quarantine_file(root, schema, Path(path), problem)
+        return None
+
+
 def read_file_metadata(path: Path) -> dict[str, str]:
     meta = pq.read_schema(path).metadata or {}
     return {k.decode(): v.decode() for k, v in meta.items() if k.startswith(b"radar.")}

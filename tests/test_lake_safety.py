@@ -101,6 +101,17 @@ def test_a_bad_file_in_any_table_is_quarantined_and_every_reader_goes_on(lake_ro
     assert len(lake.quarantined_files(lake_root)) == (3 if wrong is not None else 2)
 
 
+def test_a_single_file_read_quarantines_a_bad_file_and_reads_a_good_one(lake_root: Path) -> None:
+    schema = TABLES["plan_snapshots"]
+    good = lake.write_table(lake_root, schema, one_row(schema), parts_of(schema), "good")
+    bad = truncated_copy(good)
+    mark = lake.incident_mark()
+    assert lake.read_file(lake_root, schema, good) is not None
+    assert lake.read_file(lake_root, schema, bad) is None
+    assert lake.read_file(lake_root, schema, good.parent / "gone.parquet") is None
+    assert_quarantined(lake_root, schema.name, bad, lake.incidents_since(mark))
+
+
 def test_castable_differences_are_read_not_quarantined(lake_root: Path) -> None:
     folder = lake.partition_dir(lake_root, QUERY_TEXTS, {"instance": "a", "date": "2026-03-01"})
     folder.mkdir(parents=True)
