@@ -60,10 +60,14 @@ def regressions_and_plan_diffs(lake: LakeResource):
     asset="performance_regressions", description="Detected rows are complete and unique per query."
 )
 def detected_regressions_are_consistent(lake: LakeResource) -> dg.AssetCheckResult:
-    files = lake_io.table_files(lake.path, "performance_regressions")
-    if not files:
+    files = lake_io.usable_files(lake.path, "performance_regressions")
+    latest = (
+        lake_io.read_file(lake.path, "performance_regressions", max(files, key=lambda p: p.name))
+        if files
+        else None
+    )
+    if latest is None:
         return dg.AssetCheckResult(passed=True, metadata={"rows": 0})
-    latest = pl.read_parquet(max(files, key=lambda p: p.name))
     detected = latest.filter(pl.col("status") == DETECTED)
     incomplete = detected.filter(
         pl.any_horizontal(
