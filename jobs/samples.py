@@ -290,20 +290,30 @@ def _run_samples_job(
     started = time.perf_counter()
     names = instances if instances is not None else lake_instances(lake_root)
 
+    scans: list[tuple[pl.LazyFrame, pl.LazyFrame]] = []
+
+    def lake_scans() -> tuple[pl.LazyFrame, pl.LazyFrame]:
+        """The snapshot and run scans, listed once per job (again only after a bad file was quarantined)."""
+        if not scans:
+            snapshots = scan_table(lake_root, STATEMENT_SNAPSHOTS)
+            runs = scan_table(lake_root, SNAPSHOT_RUNS)
+            if dates is not None:
+                first, last = dates
+                read_from, until = pl.lit((first - timedelta(days=1)).isoformat()), pl.lit(last.isoformat())
+                snapshots = snapshots.filter(pl.col("date").is_between(read_from, until))
+                runs = runs.filter(pl.col("date").is_between(read_from, until))
+            scans.append((snapshots, runs))
+        return scans[0]
+
     def instance_samples(name: str) -> tuple[int, SamplesResult]:
-        """Scan, filter and difference one instance (scans inside: a retry after quarantine rescans)."""
-        snapshots = scan_table(lake_root, STATEMENT_SNAPSHOTS)
-        runs = scan_table(lake_root, SNAPSHOT_RUNS)
-        if dates is not None:
-            first, last = dates
-            read_from = (first - timedelta(days=1)).isoformat()
-            snapshots = snapshots.filter(
-                pl.col("date").is_between(pl.lit(read_from), pl.lit(last.isoformat()))
-            )
-            runs = runs.filter(pl.col("date").is_between(pl.lit(read_from), pl.lit(last.isoformat())))
-        one = snapshots.filter(pl.col("instance") == name)
-        rows = one.select(pl.len()).collect().item()
-        return rows, samples_from_snapshots(one, runs.filter(pl.col("instance") == name), config)
+        snapshots, runs = lake_scans()
+        try:
+            one = snapshots.filter(pl.col("instance") == name)
+            rows = one.select(pl.len()).collect().item()
+            return rows, samples_from_snapshots(one, runs.filter(pl.col("instance") == name), config)
+        except lake.READ_ERRORS:
+            scans.clear()  # with_recovery quarantines the bad file; the retry lists the files again
+            raise
 
     total_rows = 0
     sample_rows = 0
