@@ -239,10 +239,9 @@ def cmd_views(args: argparse.Namespace) -> int:
 
 
 def cmd_sql(args: argparse.Namespace) -> int:
-    from jobs.duckdb_views import connect
+    from jobs.duckdb_views import query
 
-    conn = connect(Path(args.lake))
-    render(conn.sql(args.query).pl(), max_rows=args.max_rows)
+    render(query(Path(args.lake), args.query), max_rows=args.max_rows)
     return 0
 
 

@@ -88,3 +88,36 @@ def connect(lake_root: Path, database: str = ":memory:") -> duckdb.DuckDBPyConne
         except duckdb.Error as exc:
             raise lake.LakeError(f"DuckDB view failed: {exc}\n{statement[:400]}") from exc
     return conn
+
+
+# DuckDB errors a bad file can cause (a value that cannot be cast, a corrupt or vanished file).
+DATA_ERRORS: tuple[type[Exception], ...] = (
+    duckdb.ConversionException,
+    duckdb.InvalidInputException,
+    duckdb.IOException,
+)
+
+
+def query(lake_root: Path, sql: str) -> pl.DataFrame:
+    """Run one query over the lake views (what `radar sql` does).
+
+    On a data error the lake's files are read one by one, the bad ones quarantined, and the query run once
+    more; any other failure (a typo, an unknown column) is a LakeError with DuckDB's message.
+    """
+    for attempt in range(2):
+        conn = connect(lake_root)
+        try:
+            result = conn.sql(sql)
+            return result.pl() if result is not None else pl.DataFrame()
+        except DATA_ERRORS as exc:
+            mark = lake.incident_mark()
+            vanished = (
+                0 if attempt else sum(lake.find_unreadable_files(lake_root, t)[1] for t in TABLES.values())
+            )
+            if attempt or not (vanished or lake.incidents_since(mark)):
+                raise lake.LakeError(f"DuckDB query failed: {exc}") from exc
+        except duckdb.Error as exc:
+            raise lake.LakeError(f"DuckDB query failed: {exc}") from exc
+        finally:
+            conn.close()
+    raise AssertionError("unreachable")

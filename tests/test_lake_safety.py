@@ -203,6 +203,7 @@ def analysed_lake(lake_root: Path) -> Path:
             [("performance_regressions", "truncated"), ("deploy_events", "wrong_type")],
         ),
         (["sql", "select count(*) from query_texts"], [("query_texts", "truncated")]),
+        (["sql", "select count(*), max(captured_at) from query_texts"], [("query_texts", "wrong_type")]),
     ],
 )
 def test_cli_commands_go_on_past_bad_files_and_name_them(
@@ -231,6 +232,13 @@ def test_cli_commands_go_on_past_bad_files_and_name_them(
         assert f"warning: lake file {path} is unreadable" in out, out
         assert not path.exists()
     assert "Traceback" not in out
+
+
+def test_sql_errors_are_clear_errors_not_tracebacks(
+    lake_root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["--lake", str(lake_root), "sql", "selec nothing"]) == 2
+    assert "DuckDB query failed: Parser Error" in capsys.readouterr().out
 
 
 def test_samples_cli_reports_a_foreign_file_it_moved(
