@@ -217,8 +217,8 @@ class LakeIncident:
 
     def message(self) -> str:
         if self.action == "quarantined":
-            return f"lake file {self.path} is unreadable ({self.reason}): moved to {self.moved_to}"
-        return f"lake file {self.path} is unreadable ({self.reason}): skipped, not moved ({self.note})"
+            return f"lake file {self.path} quarantined to {self.moved_to}: {self.reason}"
+        return f"lake file {self.path} skipped, not moved ({self.note}): {self.reason}"
 
     def as_row(self) -> dict[str, str]:
         return {

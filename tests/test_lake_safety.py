@@ -221,15 +221,16 @@ def test_cli_commands_go_on_past_bad_files_and_name_them(
             {"instance": "db2", "date": "2026-11-27"},
             "r",
         )
-    bad = [poison(analysed_lake, table, kind) for table, kind in poisoned]
+    bad = [(table, poison(analysed_lake, table, kind)) for table, kind in poisoned]
     capsys.readouterr()
     args = ["--lake", str(analysed_lake), *command]
     if command[0] == "report":
         args += ["--out", str(tmp_path / "reports")]
     assert main(args) == 0
     out = capsys.readouterr().out
-    for path in bad:
-        assert f"warning: lake file {path} is unreadable" in out, out
+    for table, path in bad:
+        moved = lake.quarantine_path(analysed_lake, table, path)
+        assert f"warning: lake file {path} quarantined to {moved}: " in out, out
         assert not path.exists()
     assert "Traceback" not in out
 
@@ -251,10 +252,9 @@ def test_samples_cli_reports_a_foreign_file_it_moved(
     pq.write_table(pa.table({"calls": [1]}), foreign)
     capsys.readouterr()
     assert main(["--lake", str(lake_root), "samples"]) == 0
-    assert (
-        f"warning: lake file {foreign} is unreadable (not written by the samples job"
-        in capsys.readouterr().out
-    )
+    moved = lake.quarantine_path(lake_root, QUERY_SAMPLES, foreign)
+    out = capsys.readouterr().out
+    assert f"warning: lake file {foreign} quarantined to {moved}: not written by the samples job" in out
     assert lake.quarantine_path(lake_root, QUERY_SAMPLES, foreign).exists()
 
 
@@ -464,7 +464,7 @@ def test_snapshot_goes_on_collecting_with_a_truncated_query_texts_file(
     capsys.readouterr()
     assert main(["--lake", str(lake_root), "--fleet-file", str(fleet_file), "snapshot"]) == 0
     out = capsys.readouterr().out
-    assert f"warning: lake file {bad} is unreadable" in out and "failed" not in out
+    assert f"warning: lake file {bad} quarantined to " in out and "failed" not in out
     runs = lake.read_table(lake_root, "snapshot_runs")
     assert runs.group_by("instance").len().sort("instance")["len"].to_list() == [3, 3]
     assert set(runs["status"]) == {"ok"}
