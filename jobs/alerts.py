@@ -131,7 +131,9 @@ class AlertReport:
 
 
 def already_sent(lake_root: Path) -> set[str]:
-    return set(lake.scan_table(lake_root, ALERTS_SENT).select("alert_id").collect()["alert_id"].to_list())
+    return set(
+        lake.read_table(lake_root, ALERTS_SENT, lambda sent: sent.select("alert_id"))["alert_id"].to_list()
+    )
 
 
 def send_new_alerts(lake_root: Path, sinks: list[AlertSink], now: datetime | None = None) -> AlertReport:

@@ -10,9 +10,11 @@ from pathlib import Path
 
 import polars as pl
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from jobs.config import ConfigError, FleetConfig
+from jobs.lake import LakeConfig, LakeLockError, incident_mark, incidents_since
 from jobs.redaction import install_log_scrubber, registered_dsns, scrub
 
 # Wide enough for the regression tables when output is not a terminal (make demo in CI, logs).
@@ -20,6 +22,7 @@ console = Console(width=None if sys.stdout.isatty() else 180)
 DEFAULT_LAKE = Path("data/lake")
 DEFAULT_FLEET_FILE = Path("data/fleet.toml")
 DEFAULT_EMBEDDED_ROOT = Path(tempfile.gettempdir()) / "pg-regression-radar" / "fleet"
+EXIT_LOCKED = 75  # EX_TEMPFAIL: another run holds a lake lock; try again later
 
 
 def render(frame: pl.DataFrame, title: str | None = None, max_rows: int = 40) -> None:
@@ -58,6 +61,16 @@ def load_fleet(args: argparse.Namespace) -> FleetConfig:
         f"no fleet: {args.fleet_file} does not exist and no embedded fleet runs at {args.embedded_root} "
         "(copy data/fleet.example.toml to data/fleet.toml, or run `radar fleet up`)"
     )
+
+
+def lake_config(args: argparse.Namespace) -> LakeConfig:
+    return LakeConfig(lock_wait_s=args.lock_wait_s)
+
+
+def print_lake_incidents(mark: int) -> None:
+    """One warning line per lake file this run quarantined or skipped (jobs.lake.LakeIncident)."""
+    for incident in incidents_since(mark):
+        console.print(f"warning: {incident.message()}", markup=False, highlight=False, soft_wrap=True)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -131,7 +144,9 @@ def cmd_deploy(args: argparse.Namespace) -> int:
 def cmd_samples(args: argparse.Namespace) -> int:
     from jobs.samples import SampleConfig, run_samples_job
 
-    report = run_samples_job(Path(args.lake), SampleConfig(min_executions=args.min_executions))
+    report = run_samples_job(
+        Path(args.lake), SampleConfig(min_executions=args.min_executions), lake_config=lake_config(args)
+    )
     console.print(
         f"{report.snapshot_rows} snapshot rows → {report.sample_rows} samples "
         f"({report.instances} instances, {report.seconds:.2f} s)"
@@ -144,7 +159,7 @@ def cmd_samples(args: argparse.Namespace) -> int:
 def cmd_detect(args: argparse.Namespace) -> int:
     from jobs.analysis import DetectionConfig, print_detection, run_detection
 
-    outcome = run_detection(Path(args.lake), DetectionConfig())
+    outcome = run_detection(Path(args.lake), DetectionConfig(lake=lake_config(args)))
     print_detection(outcome, console, show_all=args.all)
     return 0
 
@@ -220,7 +235,7 @@ def cmd_drift(args: argparse.Namespace) -> int:
 def cmd_compact(args: argparse.Namespace) -> int:
     from jobs.compaction import compact_lake
 
-    done = compact_lake(Path(args.lake), min_age_days=args.min_age_days)
+    done = compact_lake(Path(args.lake), min_age_days=args.min_age_days, config=lake_config(args))
     for part in done:
         console.print(f"{part.table}/{part.partition}: {part.files_before} files → 1 ({part.rows} rows)")
     console.print(f"{len(done)} partitions compacted")
@@ -247,10 +262,9 @@ def cmd_views(args: argparse.Namespace) -> int:
 
 
 def cmd_sql(args: argparse.Namespace) -> int:
-    from jobs.duckdb_views import connect
+    from jobs.duckdb_views import query
 
-    conn = connect(Path(args.lake))
-    render(conn.sql(args.query).pl(), max_rows=args.max_rows)
+    render(query(Path(args.lake), args.query), max_rows=args.max_rows)
     return 0
 
 
@@ -276,6 +290,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--embedded-root",
         default=str(DEFAULT_EMBEDDED_ROOT),
         help="embedded fleet folder (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--lock-wait-s",
+        type=float,
+        default=LakeConfig.lock_wait_s,
+        help="wait at most this long for a lake lock held by another run (default: %(default)s)",
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -378,11 +398,17 @@ def main(argv: list[str] | None = None) -> int:
     ):
         console.print("[red]radar deploy mark needs --version and one of --instance NAME or --fleet[/red]")
         return 2
+    mark = incident_mark()
     try:
         return int(args.func(args))
+    except LakeLockError as exc:
+        console.print(f"[red]error:[/red] {escape(str(exc))}")
+        return EXIT_LOCKED
     except (ConfigError, ValueError, RuntimeError, FileNotFoundError) as exc:
         console.print(f"[red]error:[/red] {scrub(str(exc), *registered_dsns())}")
         return 2
+    finally:
+        print_lake_incidents(mark)
 
 
 if __name__ == "__main__":

@@ -159,12 +159,12 @@ def texts_frame(
 
 def known_queries(lake_root: Path, instance: str) -> pl.DataFrame:
     """(queryid, is_explain) for every text the lake already holds for this instance."""
-    return (
-        lake.scan_table(lake_root, QUERY_TEXTS)
-        .filter(pl.col("instance") == instance)
-        .select("queryid", "is_explain")
-        .unique("queryid")
-        .collect()
+    return lake.read_table(
+        lake_root,
+        QUERY_TEXTS,
+        lambda texts: (
+            texts.filter(pl.col("instance") == instance).select("queryid", "is_explain").unique("queryid")
+        ),
     )
 
 

@@ -41,23 +41,21 @@ class CycleResult:
 def _cycle_statements(
     lake_root: Path, instance: str, captured_at: object
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    statements = (
-        lake.scan_table(lake_root, STATEMENT_SNAPSHOTS)
-        .filter((pl.col("instance") == instance) & (pl.col("captured_at") == captured_at))
-        .collect()
+    statements = lake.read_table(
+        lake_root,
+        STATEMENT_SNAPSHOTS,
+        lambda s: s.filter((pl.col("instance") == instance) & (pl.col("captured_at") == captured_at)),
     )
-    texts = lake.scan_table(lake_root, QUERY_TEXTS).filter(pl.col("instance") == instance).collect()
+    texts = lake.read_table(lake_root, QUERY_TEXTS, lambda t: t.filter(pl.col("instance") == instance))
     return statements, texts
 
 
 def latest_snapshot_times(lake_root: Path) -> dict[str, datetime]:
     """captured_at of each instance's latest successful snapshot."""
-    runs = (
-        lake.scan_table(lake_root, SNAPSHOT_RUNS)
-        .filter(pl.col("status") == "ok")
-        .group_by("instance")
-        .agg(pl.col("captured_at").max())
-        .collect()
+    runs = lake.read_table(
+        lake_root,
+        SNAPSHOT_RUNS,
+        lambda r: r.filter(pl.col("status") == "ok").group_by("instance").agg(pl.col("captured_at").max()),
     )
     return dict(zip(runs["instance"].to_list(), runs["captured_at"].to_list(), strict=True))
 

@@ -35,7 +35,7 @@ from typing import Any
 
 import polars as pl
 
-from jobs.lake import scan_table, write_table
+from jobs.lake import read_table, write_table
 from jobs.schemas import DEPLOY_EVENTS
 
 DEFAULT_INBOX = Path("data/deploys")
@@ -275,7 +275,7 @@ def _rules(
 
 def load_deploy_events(lake_root: Path) -> pl.DataFrame:
     """Every recorded deploy once (by deploy_id), oldest first."""
-    frame = scan_table(lake_root, DEPLOY_EVENTS).collect()
+    frame = read_table(lake_root, DEPLOY_EVENTS)
     return (
         frame.sort("deployed_at", "deploy_id", "source")
         .unique("deploy_id", keep="first", maintain_order=True)

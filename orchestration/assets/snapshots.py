@@ -6,9 +6,10 @@ import dagster as dg
 import polars as pl
 
 from jobs.collector import snapshot_fleet
+from jobs.lake import incident_mark
 from orchestration.partitions import daily
 from orchestration.resources import FleetResource, LakeResource
-from orchestration.tables import markdown_table
+from orchestration.tables import lake_incident_metadata, markdown_table
 
 
 @dg.asset(
@@ -27,6 +28,7 @@ def statement_snapshots(
             f"statement_snapshots reads live counters: partition {context.partition_key} cannot be "
             f"backfilled (today is {today})"
         )
+    mark = incident_mark()
     result = snapshot_fleet(fleet.load(), lake.path)
     for failed in result.failed:
         context.log.warning(f"snapshot failed: {failed.error}")
@@ -40,5 +42,6 @@ def statement_snapshots(
             "statement_rows": sum(r.statement_rows for r in result.results),
             "bytes_written": sum(r.bytes_written for r in result.results),
             "per_instance": dg.MetadataValue.md(markdown_table(pl.DataFrame(result.summary_rows()))),
+            **lake_incident_metadata(mark, context.log),
         }
     )
