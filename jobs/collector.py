@@ -401,7 +401,10 @@ def snapshot_instance(
             dog.enter("write")
             files = write_instance_snapshot(lake_root, snap)
             if snap.privileges is not None and not snap.privileges.same_as(remembered):
-                save_privileges(lake_root, instance.name, snap.privileges)
+                # The snapshot is already in the lake: an unwritable state folder must not fail it (the
+                # next run connects plainly and learns again, which costs nothing on the server).
+                with contextlib.suppress(OSError):
+                    save_privileges(lake_root, instance.name, snap.privileges)
             warnings = snap.run["warnings"].split("; ") if snap.run["warnings"] else []
             return InstanceResult(
                 instance=instance.name,

@@ -420,3 +420,34 @@ def test_a_real_snapshot_pair_records_both_clocks_and_samples_use_the_server_clo
     assert samples.height > 0
     assert samples["interval_seconds"].to_list() == pytest.approx([server_seconds] * samples.height)
     assert samples["interval_end"].unique().to_list() == [runs["captured_at"][1]]
+
+
+def test_safety_settings_arrive_as_startup_options_with_keepalives(gamma: EmbeddedServer) -> None:
+    from jobs.collect.session import open_session
+
+    config = CollectorConfig(statement_timeout_ms=1234, lock_timeout_ms=321, keepalives_idle_s=7)
+    with Watchdog(config.instance_deadline_s) as dog:
+        conn, untracked = open_session(gamma.dsn_for(user=ROLE), config, None, dog)
+    try:
+        assert not untracked
+        shown = {
+            name: conn.execute(f"SHOW {name}").fetchone()[name]  # type: ignore[index]
+            for name in (
+                "statement_timeout",
+                "lock_timeout",
+                "default_transaction_read_only",
+                "application_name",
+            )
+        }
+        assert shown == {
+            "statement_timeout": "1234ms",
+            "lock_timeout": "321ms",
+            "default_transaction_read_only": "on",
+            "application_name": "pg-regression-radar",
+        }
+        assert conn.autocommit
+        params = conn.info.get_parameters()
+        assert (params["keepalives"], params["keepalives_idle"]) == ("1", "7")
+        assert params["tcp_user_timeout"] == str(config.tcp_user_timeout_ms)
+    finally:
+        conn.close()
