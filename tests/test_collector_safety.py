@@ -451,3 +451,52 @@ def test_safety_settings_arrive_as_startup_options_with_keepalives(gamma: Embedd
         assert params["tcp_user_timeout"] == str(config.tcp_user_timeout_ms)
     finally:
         conn.close()
+
+
+def test_a_revoked_grant_costs_one_refused_connection_then_is_learned(
+    gamma: EmbeddedServer, lake_root: Path
+) -> None:
+    with psycopg.connect(gamma.dsn, autocommit=True) as conn:
+        conn.execute(f"GRANT SET ON PARAMETER pg_stat_statements.track TO {ROLE}")
+    config = one_instance(gamma.dsn_for(user=ROLE))
+    for _ in range(2):
+        assert not snapshot_fleet(config, lake_root).failed
+    assert load_privileges(lake_root, "gamma").may_set_track  # type: ignore[union-attr]
+    with psycopg.connect(gamma.dsn, autocommit=True) as conn:
+        conn.execute(f"REVOKE SET ON PARAMETER pg_stat_statements.track FROM {ROLE}")
+    before = log_lines(gamma)
+    for _ in range(5):
+        assert not snapshot_fleet(config, lake_root).failed  # never a failed snapshot
+    time.sleep(0.3)
+    refused = [r for r in new_log_records(gamma, before) if r.get("error_severity") in ("ERROR", "FATAL")]
+    assert len(refused) == 1 and "permission denied to set parameter" in str(refused[0]["message"])
+    assert not load_privileges(lake_root, "gamma").may_set_track  # type: ignore[union-attr]
+
+
+def test_an_instance_stuck_where_no_socket_reaches_is_given_up_and_the_run_finishes(
+    gamma: EmbeddedServer, lake_root: Path
+) -> None:
+    import os
+
+    stuck = state_path(lake_root, "stuck")
+    stuck.parent.mkdir(parents=True)
+    os.mkfifo(stuck)  # reading the remembered privileges blocks: like a hung network file system
+    fleet = FleetConfig(
+        instances=(InstanceConfig(name="stuck", dsn=gamma.dsn), InstanceConfig(name="gamma", dsn=gamma.dsn)),
+        collector=CollectorConfig(
+            instance_deadline_s=2, deadline_grace_s=1, connect_timeout_s=1, statement_timeout_ms=1000
+        ),
+    )
+    try:
+        started = time.monotonic()
+        result = snapshot_fleet(fleet, lake_root)
+        elapsed = time.monotonic() - started
+        runs = lake.scan_table(lake_root, SNAPSHOT_RUNS).filter(pl.col("instance") == "stuck").collect()
+    finally:
+        with open(os.open(stuck, os.O_WRONLY | os.O_NONBLOCK), "w") as writer:  # release the stuck reader
+            writer.write("{}")
+    assert elapsed < 2 + 1 + SLACK_S
+    assert [(r.instance, r.failed_phase) for r in result.failed] == [("stuck", "connect")]
+    assert "gave up after 3 s" in (result.failed[0].error or "")
+    assert [r.instance for r in result.ok] == ["gamma"]
+    assert runs["status"].to_list() == ["failed"]
