@@ -43,11 +43,19 @@ def _scrubbing(fleet: FleetConfig) -> FleetConfig:
 
 
 def find_fleet(args: argparse.Namespace) -> FleetConfig | None:
-    """--fleet-file if it exists, else the embedded fleet started by `radar fleet up`, else None."""
+    """An explicit --fleet-file (must exist), else data/fleet.toml if it exists, else the embedded fleet.
+
+    Only the default path may fall back to the embedded fleet started by `radar fleet up`: a mistyped
+    --fleet-file is an error, never a silent snapshot of some other fleet. None when there is no fleet.
+    """
     from jobs.fleet import EmbeddedFleet
 
-    if args.fleet_file and Path(args.fleet_file).exists():
+    if args.fleet_file is not None:
+        if not Path(args.fleet_file).is_file():
+            raise ConfigError(f"fleet file not found: {args.fleet_file} (given with --fleet-file)")
         return _scrubbing(FleetConfig.load(Path(args.fleet_file)))
+    if DEFAULT_FLEET_FILE.exists():
+        return _scrubbing(FleetConfig.load(DEFAULT_FLEET_FILE))
     embedded = EmbeddedFleet.load(Path(args.embedded_root))
     return None if embedded is None else _scrubbing(FleetConfig.from_embedded(embedded))
 
@@ -58,7 +66,7 @@ def load_fleet(args: argparse.Namespace) -> FleetConfig:
     if fleet is not None:
         return fleet
     raise ConfigError(
-        f"no fleet: {args.fleet_file} does not exist and no embedded fleet runs at {args.embedded_root} "
+        f"no fleet: {DEFAULT_FLEET_FILE} does not exist and no embedded fleet runs at {args.embedded_root} "
         "(copy data/fleet.example.toml to data/fleet.toml, or run `radar fleet up`)"
     )
 
@@ -107,8 +115,24 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     fleet = load_fleet(args)
     with console.status(f"snapshotting {len(fleet.instances)} instances"):
         result = snapshot_fleet(fleet, Path(args.lake))
-    render(pl.DataFrame(result.summary_rows()), "snapshot")
-    return 1 if not result.ok else 0
+    render(pl.DataFrame(result.summary_rows()).drop("reason"), "snapshot")
+    for label, rows in (("[red]failed[/red]", result.failed), ("[yellow]degraded[/yellow]", result.degraded)):
+        for row in rows:
+            console.print(f"{label} {row.instance}: {escape(row.reason)}", soft_wrap=True)
+    return snapshot_exit_code(len(result.ok), len(result.failed))
+
+
+SNAPSHOT_EXIT_CODES = """exit codes of `radar snapshot`:
+  0  every instance was read (degraded ones included: they are listed)
+  1  some instances failed (each is listed with its reason; the others are in the lake)
+  2  usage or configuration error (bad fleet file, --fleet-file not found): nothing was read
+  3  every instance failed"""
+
+
+def snapshot_exit_code(ok: int, failed: int) -> int:
+    if failed == 0:
+        return 0
+    return 3 if ok == 0 else 1
 
 
 def cmd_deploy(args: argparse.Namespace) -> int:
@@ -284,7 +308,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="radar", description=__doc__)
     parser.add_argument("--lake", default=str(DEFAULT_LAKE), help="lake root (default: %(default)s)")
     parser.add_argument(
-        "--fleet-file", default=str(DEFAULT_FLEET_FILE), help="fleet TOML (default: %(default)s)"
+        "--fleet-file",
+        default=None,
+        help=f"fleet TOML; must exist when given (default: {DEFAULT_FLEET_FILE} if present, else the "
+        "embedded fleet of `radar fleet up`)",
     )
     parser.add_argument(
         "--embedded-root",
@@ -305,9 +332,12 @@ def build_parser() -> argparse.ArgumentParser:
     fleet.add_argument("--destroy", action="store_true", help="delete the data folders too (down)")
     fleet.set_defaults(func=cmd_fleet)
 
-    sub.add_parser("snapshot", help="snapshot the whole fleet into the lake now").set_defaults(
-        func=cmd_snapshot
-    )
+    sub.add_parser(
+        "snapshot",
+        help="snapshot the whole fleet into the lake now",
+        epilog=SNAPSHOT_EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    ).set_defaults(func=cmd_snapshot)
 
     deploy = sub.add_parser("deploy", help="record deploys")
     deploy.add_argument("action", choices=["mark", "ingest"])
@@ -405,7 +435,7 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"[red]error:[/red] {escape(str(exc))}")
         return EXIT_LOCKED
     except (ConfigError, ValueError, RuntimeError, FileNotFoundError) as exc:
-        console.print(f"[red]error:[/red] {scrub(str(exc), *registered_dsns())}")
+        console.print(f"[red]error:[/red] {escape(scrub(str(exc), *registered_dsns()))}", soft_wrap=True)
         return 2
     finally:
         print_lake_incidents(mark)

@@ -31,7 +31,7 @@ DROP_REASONS: tuple[str, ...] = (
     "server_restarted",  # postmaster start time changed: counters restarted from zero
     "stats_reset",  # pg_stat_statements_info.stats_reset changed
     "entry_recreated",  # stats_since changed: the entry was evicted (or reset) and made again
-    "time_not_increasing",  # the later snapshot is not later
+    "clock_skew",  # server-clock interval <= 0, or the server-collector clock offset moved too much
     "counter_decreased",  # any cumulative counter went down
     "evicted_in_interval",  # dealloc grew (only when SampleConfig.drop_when_dealloc_grew)
     "below_min_executions",  # valid, but fewer calls than SampleConfig.min_executions
@@ -40,6 +40,7 @@ DROP_REASONS: tuple[str, ...] = (
 _SNAPSHOT_COLUMNS: tuple[str, ...] = (
     *ENTRY_KEY,
     "captured_at",
+    "collector_clock",
     "system_identifier",
     "postmaster_start",
     "stats_reset",
@@ -56,6 +57,11 @@ class SampleConfig:
     """An interval with fewer calls than this is not a sample (its mean latency is too noisy or undefined)."""
     drop_when_dealloc_grew: bool = False
     """Flagged by default (``evictions`` > 0): on a busy server eviction is constant and would drop all."""
+    max_clock_skew_s: float = 2.0
+    """An interval whose (server clock - collector clock) offset changed by more than this is dropped
+    (``clock_skew``): one of the two clocks was stepped, so the server-clock length cannot be trusted.
+    2 s sits far above the offset's own noise (half a read's round trip, milliseconds on a LAN, and NTP
+    slews at most 0.5 ms/s) and far below a typical 60 s interval, whose mean latency it would distort."""
 
 
 @dataclass(frozen=True)
@@ -141,10 +147,16 @@ def _instance_samples(frame: pl.DataFrame, config: SampleConfig) -> tuple[pl.Dat
     is about twice as fast; (dbid, userid) are OIDs (< 2^32), so they pack exactly into one UInt64 key.
     """
     packed = (pl.col("dbid").cast(pl.UInt64) * (1 << 32) + pl.col("userid").cast(pl.UInt64)).alias("_db_user")
+    # Snapshots are ordered as they were taken (the collector's clock), so a server clock that went
+    # backwards shows as a negative interval instead of silently reordering the snapshots.
+    taken = pl.coalesce("collector_clock", "captured_at").alias("_taken")
+    offset = ((pl.col("captured_at") - pl.col("collector_clock")).dt.total_microseconds() / 1e6).alias(
+        "_offset"
+    )
     ordered = (
         frame.lazy()
-        .with_columns(packed)
-        .sort(["queryid", "_db_user", "toplevel", "captured_at"], nulls_last=True)
+        .with_columns(packed, taken, offset)
+        .sort(["queryid", "_db_user", "toplevel", "_taken", "captured_at"], nulls_last=True)
     )
     key = ("queryid", "_db_user", "toplevel")
     same_entry = pl.all_horizontal([pl.col(k).eq_missing(pl.col(k).shift(1)) for k in key])
@@ -160,8 +172,13 @@ def _instance_samples(frame: pl.DataFrame, config: SampleConfig) -> tuple[pl.Dat
         .then(pl.lit("stats_reset"))
         .when(_changed("stats_since"))
         .then(pl.lit("entry_recreated"))
-        .when(pl.col("captured_at") <= pl.col("captured_at").shift(1))
-        .then(pl.lit("time_not_increasing"))
+        .when(
+            (pl.col("captured_at") <= pl.col("captured_at").shift(1))
+            | ((pl.col("_offset") - pl.col("_offset").shift(1)).abs() > config.max_clock_skew_s).fill_null(
+                False
+            )
+        )
+        .then(pl.lit("clock_skew"))
         .when(decreased)
         .then(pl.lit("counter_decreased"))
         .otherwise(pl.lit(None, dtype=pl.String))

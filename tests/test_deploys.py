@@ -332,7 +332,7 @@ def test_a_failed_lake_write_leaves_the_file_in_the_inbox(tmp_path: Path) -> Non
 
 
 def test_cli_mark_and_ingest_check_names_against_the_fleet(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fleet_file = tmp_path / "fleet.toml"
     fleet_file.write_text(
@@ -357,14 +357,9 @@ def test_cli_mark_and_ingest_check_names_against_the_fleet(
     (inbox / "y.csv").write_text("version,at,instance\nv3,2026-11-29T12:00:00Z,typo\n")
     assert main([*ingest, "--allow-unknown-instance"]) == 0
     assert sorted(load_deploy_events(lake)["version"]) == ["v1", "v1", "v3"]
-    # No fleet anywhere: names are not checked (said so), the mark is recorded.
-    nofleet = [
-        "--lake",
-        str(lake),
-        "--fleet-file",
-        str(tmp_path / "no.toml"),
-        "--embedded-root",
-        str(tmp_path),
-    ]
+    # No fleet anywhere (no --fleet-file, no data/fleet.toml under the working folder, no embedded
+    # fleet): names are not checked (said so), the mark is recorded.
+    monkeypatch.chdir(tmp_path)
+    nofleet = ["--lake", str(lake), "--embedded-root", str(tmp_path)]
     assert main([*nofleet, "deploy", "mark", "--version", "v4", "--instance", "typo"]) == 0
     assert "instance names are not checked" in capsys.readouterr().out

@@ -192,7 +192,7 @@ def test_radar_snapshot_console_and_snapshot_runs_show_no_password(
     fleet_file = bad_fleet_file(tmp_path)
     code = cli.main(["--lake", str(lake_root), "--fleet-file", str(fleet_file), "snapshot"])
     out = capsys.readouterr()
-    assert code == 1, out.out + out.err
+    assert code == 3, out.out + out.err  # every instance failed
     assert_no_corpus_fragment(out.out + out.err)
     for bad in CORPUS:
         assert bad.label in out.out

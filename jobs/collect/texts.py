@@ -15,6 +15,10 @@ from pglast.parser import ParseError, normalize, scan
 # Every SQL text the radar sends to a monitored server carries this marker in a comment, so its own
 # statements are recognisable in pg_stat_statements and in auto_explain logs (and never analysed).
 RADAR_MARKER = "pg-regression-radar"
+# The comment as written in sql/postgres/*.sql, right after the first keyword (``SELECT /* … */ …``):
+# PostgreSQL 18 stores a statement's text from its first token, so a comment *before* it is not kept
+# in pg_stat_statements (checked on 18.6) and the statement would no longer be recognisable.
+RADAR_COMMENT = f"/* {RADAR_MARKER} */"
 
 
 def _first_code_line(text: str) -> str:
@@ -47,7 +51,6 @@ def is_radar_text(text: object) -> bool:
 
 QUERY_TEXT_MODES: tuple[str, ...] = ("normalized", "withheld")
 """``normalized``: literals become ``$n`` placeholders (libpg_query); ``withheld``: no text is stored."""
-RADAR_COMMENT = f"/* {RADAR_MARKER} */"
 REDACTED_COMMENT = "/* comment */"
 WITHHELD_EXPRESSION = "<withheld>"
 _STRING_TOKENS = frozenset({"SCONST", "USCONST", "BCONST", "XCONST"})
@@ -357,3 +360,23 @@ def redact_query_parameters(parameters: str | None, mode: str = "normalized") ->
     unquoted = redact_literals_fallback(parameters)
     names = sorted({int(n) for n in re.findall(r"(?:^|,)\s*\$(\d+)\s*=", unquoted)})
     return ", ".join(f"${n} = ?" for n in names) if names else f"<{len(parameters)} chars of parameters>"
+
+
+def _strip_leading_comments(text: str) -> str:
+    """The text from its first token on: leading blanks, ``--`` lines and ``/* */`` comments removed."""
+    rest = text
+    while True:
+        rest = rest.lstrip()
+        if rest.startswith("--"):
+            newline = rest.find("\n")
+            rest = "" if newline < 0 else rest[newline + 1 :]
+        elif rest.startswith("/*"):
+            end = rest.find("*/")
+            rest = "" if end < 0 else rest[end + 2 :]
+        else:
+            return rest
+
+
+def is_marked_where_kept(sql: str) -> bool:
+    """The SQL text carries ``RADAR_COMMENT`` after its first token, where pg_stat_statements keeps it."""
+    return RADAR_COMMENT in _strip_leading_comments(sql)
