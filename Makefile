@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test lint bench dev clean fmt
+.PHONY: venv demo test test-store-plans lint bench dev clean fmt
 
 venv: $(STAMP)
 
@@ -16,8 +16,15 @@ $(STAMP): pyproject.toml
 demo: venv
 	$(BIN)/radar demo
 
+# The pg_store_plans tier is separate (it needs root, Debian packages and a C build): see test-store-plans.
 test: venv
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -m "not store_plans"
+
+# Installs Debian's PostgreSQL 15 + pg_store_plans 1.9 when missing (prints SKIP and exits 0 when it
+# cannot), then runs the tier; its tests skip with the installer's reason when the extension is absent.
+test-store-plans: venv
+	tests/tiers/store_plans/install.sh
+	$(BIN)/pytest -q -m store_plans tests/test_store_plans_real.py
 
 lint: venv
 	$(BIN)/ruff check .
@@ -34,4 +41,4 @@ dev: venv
 	DAGSTER_HOME=$(CURDIR)/.dagster_home sh -c 'mkdir -p $$DAGSTER_HOME && $(BIN)/dagster dev -m orchestration.definitions'
 
 clean:
-	rm -rf $(VENV) .bench .pytest_cache .ruff_cache
+	rm -rf $(VENV) .bench .pytest_cache .ruff_cache build/store_plans

@@ -23,6 +23,8 @@ import jsonschema
 import polars as pl
 
 from jobs import lake
+from jobs.collect.texts import storable_query_text
+from jobs.redaction import scrub
 from jobs.regressions import DETECTED, one_row_per_finding
 from jobs.schemas import ALERTS_SENT
 
@@ -56,7 +58,7 @@ def alert_payloads(regressions: pl.DataFrame, already_sent: set[str]) -> list[di
             "instance": row["instance"],
             "queryid": str(row["queryid"]),
             "fingerprint": row["fingerprint"],
-            "query": row["query"] or "",
+            "query": storable_query_text(row["query"]) or "",  # a lake written before issue 7 may be raw
             "analysis": row["analysis"],
             "detected_change_at": row["detected_change_at"].isoformat(),
             "before_mean_ms": row["before_mean_ms"],
@@ -129,7 +131,9 @@ class AlertReport:
 
 
 def already_sent(lake_root: Path) -> set[str]:
-    return set(lake.scan_table(lake_root, ALERTS_SENT).select("alert_id").collect()["alert_id"].to_list())
+    return set(
+        lake.read_table(lake_root, ALERTS_SENT, lambda sent: sent.select("alert_id"))["alert_id"].to_list()
+    )
 
 
 def send_new_alerts(lake_root: Path, sinks: list[AlertSink], now: datetime | None = None) -> AlertReport:
@@ -144,7 +148,7 @@ def send_new_alerts(lake_root: Path, sinks: list[AlertSink], now: datetime | Non
         try:
             sink.send(payloads)
         except OSError as exc:
-            report.failures[sink.name] = str(exc)
+            report.failures[sink.name] = scrub(str(exc))
     if report.failures:
         return report  # nothing recorded: every alert is sent again next time
     moment = (now or datetime.now(UTC)).astimezone(UTC)

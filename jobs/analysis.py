@@ -17,6 +17,7 @@ from rich.table import Table
 
 from jobs import lake
 from jobs.deploys import load_deploy_events
+from jobs.lake import LakeConfig
 from jobs.plandiff import PlanDiffConfig, attach_plan_diffs, plan_diffs_for_regressions, write_plan_diffs
 from jobs.regressions import (
     DETECTED,
@@ -38,6 +39,8 @@ class DetectionConfig:
     """Rebuild query_samples from the snapshots first (idempotent)."""
     unannounced: bool = True
     """Also look for regressions no deploy explains (multiple change points, Benjamini-Hochberg)."""
+    lake: LakeConfig = field(default_factory=LakeConfig)
+    """Lock wait and temp-file rules of the samples rebuild."""
 
 
 @dataclass
@@ -77,17 +80,17 @@ def detect_from_frames(
 
 
 def read_inputs(lake_root: Path) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame]:
-    samples = lake.scan_table(lake_root, QUERY_SAMPLES).collect()
-    texts = lake.scan_table(lake_root, QUERY_TEXTS).collect()
+    samples = lake.read_table(lake_root, QUERY_SAMPLES)
+    texts = lake.read_table(lake_root, QUERY_TEXTS)
     deploys = load_deploy_events(lake_root)
-    plans = lake.scan_table(lake_root, PLAN_SNAPSHOTS).collect()
+    plans = lake.read_table(lake_root, PLAN_SNAPSHOTS)
     return samples, texts, deploys, plans
 
 
 def read_regressions_with_plan_diffs(lake_root: Path) -> pl.DataFrame:
     """Every performance_regressions row in the lake, with plan_diff_summary where a diff was computed."""
-    regressions = lake.scan_table(lake_root, PERFORMANCE_REGRESSIONS).collect()
-    diffs = lake.scan_table(lake_root, PLAN_DIFFS).collect()
+    regressions = lake.read_table(lake_root, PERFORMANCE_REGRESSIONS)
+    diffs = lake.read_table(lake_root, PLAN_DIFFS)
     return attach_plan_diffs(regressions, diffs) if diffs.height else regressions
 
 
@@ -109,7 +112,9 @@ def run_detection(
     lake_root: Path, config: DetectionConfig = DetectionConfig(), now: datetime | None = None
 ) -> DetectionOutcome:
     computed_at = (now or datetime.now(UTC)).astimezone(UTC)
-    report = run_samples_job(lake_root, config.samples) if config.rebuild_samples else None
+    report = None
+    if config.rebuild_samples:
+        report = run_samples_job(lake_root, config.samples, lake_config=config.lake)
     samples, texts, deploys, plans = read_inputs(lake_root)
     regressions, unannounced, diffs = detect_from_frames(samples, texts, deploys, plans, config)
     files = [

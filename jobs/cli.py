@@ -10,15 +10,19 @@ from pathlib import Path
 
 import polars as pl
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from jobs.config import ConfigError, FleetConfig
+from jobs.lake import LakeConfig, LakeLockError, incident_mark, incidents_since
+from jobs.redaction import install_log_scrubber, registered_dsns, scrub
 
 # Wide enough for the regression tables when output is not a terminal (make demo in CI, logs).
 console = Console(width=None if sys.stdout.isatty() else 180)
 DEFAULT_LAKE = Path("data/lake")
 DEFAULT_FLEET_FILE = Path("data/fleet.toml")
 DEFAULT_EMBEDDED_ROOT = Path(tempfile.gettempdir()) / "pg-regression-radar" / "fleet"
+EXIT_LOCKED = 75  # EX_TEMPFAIL: another run holds a lake lock; try again later
 
 
 def render(frame: pl.DataFrame, title: str | None = None, max_rows: int = 40) -> None:
@@ -32,19 +36,49 @@ def render(frame: pl.DataFrame, title: str | None = None, max_rows: int = 40) ->
         console.print(f"[dim]… {frame.height - max_rows} more rows[/dim]")
 
 
-def load_fleet(args: argparse.Namespace) -> FleetConfig:
-    """--fleet-file if it exists, else the embedded fleet started by `radar fleet up`."""
+def _scrubbing(fleet: FleetConfig) -> FleetConfig:
+    """Register the fleet's DSNs with the log scrubber, so no log record shows a secret of theirs."""
+    install_log_scrubber(*fleet.dsns())
+    return fleet
+
+
+def find_fleet(args: argparse.Namespace) -> FleetConfig | None:
+    """An explicit --fleet-file (must exist), else data/fleet.toml if it exists, else the embedded fleet.
+
+    Only the default path may fall back to the embedded fleet started by `radar fleet up`: a mistyped
+    --fleet-file is an error, never a silent snapshot of some other fleet. None when there is no fleet.
+    """
     from jobs.fleet import EmbeddedFleet
 
-    if args.fleet_file and Path(args.fleet_file).exists():
-        return FleetConfig.load(Path(args.fleet_file))
+    if args.fleet_file is not None:
+        if not Path(args.fleet_file).is_file():
+            raise ConfigError(f"fleet file not found: {args.fleet_file} (given with --fleet-file)")
+        return _scrubbing(FleetConfig.load(Path(args.fleet_file)))
+    if DEFAULT_FLEET_FILE.exists():
+        return _scrubbing(FleetConfig.load(DEFAULT_FLEET_FILE))
     embedded = EmbeddedFleet.load(Path(args.embedded_root))
-    if embedded is not None:
-        return FleetConfig.from_embedded(embedded)
+    return None if embedded is None else _scrubbing(FleetConfig.from_embedded(embedded))
+
+
+def load_fleet(args: argparse.Namespace) -> FleetConfig:
+    """--fleet-file if it exists, else the embedded fleet started by `radar fleet up`."""
+    fleet = find_fleet(args)
+    if fleet is not None:
+        return fleet
     raise ConfigError(
-        f"no fleet: {args.fleet_file} does not exist and no embedded fleet runs at {args.embedded_root} "
+        f"no fleet: {DEFAULT_FLEET_FILE} does not exist and no embedded fleet runs at {args.embedded_root} "
         "(copy data/fleet.example.toml to data/fleet.toml, or run `radar fleet up`)"
     )
+
+
+def lake_config(args: argparse.Namespace) -> LakeConfig:
+    return LakeConfig(lock_wait_s=args.lock_wait_s)
+
+
+def print_lake_incidents(mark: int) -> None:
+    """One warning line per lake file this run quarantined or skipped (jobs.lake.LakeIncident)."""
+    for incident in incidents_since(mark):
+        console.print(f"warning: {incident.message()}", markup=False, highlight=False, soft_wrap=True)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -81,13 +115,35 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     fleet = load_fleet(args)
     with console.status(f"snapshotting {len(fleet.instances)} instances"):
         result = snapshot_fleet(fleet, Path(args.lake))
-    render(pl.DataFrame(result.summary_rows()), "snapshot")
-    return 1 if not result.ok else 0
+    render(pl.DataFrame(result.summary_rows()).drop("reason"), "snapshot")
+    for label, rows in (("[red]failed[/red]", result.failed), ("[yellow]degraded[/yellow]", result.degraded)):
+        for row in rows:
+            console.print(f"{label} {row.instance}: {escape(row.reason)}", soft_wrap=True)
+    return snapshot_exit_code(len(result.ok), len(result.failed))
+
+
+SNAPSHOT_EXIT_CODES = """exit codes of `radar snapshot`:
+  0  every instance was read (degraded ones included: they are listed)
+  1  some instances failed (each is listed with its reason; the others are in the lake)
+  2  usage or configuration error (bad fleet file, --fleet-file not found): nothing was read
+  3  every instance failed"""
+
+
+def snapshot_exit_code(ok: int, failed: int) -> int:
+    if failed == 0:
+        return 0
+    return 3 if ok == 0 else 1
 
 
 def cmd_deploy(args: argparse.Namespace) -> int:
-    from jobs.deploys import ingest_deploy_files, mark_deploy
+    from jobs.deploys import DeployInboxConfig, ingest_deploy_files, mark_deploy
 
+    # Instance names are checked against the fleet when one is known (a fleet file or embedded fleet).
+    fleet = find_fleet(args)
+    known = None if fleet is None else fleet.instance_names
+    if known is None and not args.fleet:
+        console.print("[dim]no fleet file or embedded fleet: instance names are not checked[/dim]")
+    config = DeployInboxConfig(allow_unknown_instance=args.allow_unknown_instance)
     if args.action == "mark":
         events = mark_deploy(
             Path(args.lake),
@@ -95,20 +151,26 @@ def cmd_deploy(args: argparse.Namespace) -> int:
             instances=args.instance or None,
             fleet=args.fleet,
             at=args.at,
+            known_instances=known,
+            config=config,
         )
         render(pl.DataFrame([e.as_row() for e in events]), "deploy recorded")
         return 0
-    report = ingest_deploy_files(Path(args.inbox), Path(args.lake))
+    report = ingest_deploy_files(Path(args.inbox), Path(args.lake), config, known)
     console.print(f"{len(report.processed)} files processed, {len(report.events)} deploys recorded")
     for path, why in report.rejected.items():
         console.print(f"[red]rejected[/red] {path}: {why}")
-    return 1 if report.rejected else 0
+    for path, why in report.failed.items():
+        console.print(f"[red]not recorded[/red] {path}: {why}")
+    return 1 if report.rejected or report.failed else 0
 
 
 def cmd_samples(args: argparse.Namespace) -> int:
     from jobs.samples import SampleConfig, run_samples_job
 
-    report = run_samples_job(Path(args.lake), SampleConfig(min_executions=args.min_executions))
+    report = run_samples_job(
+        Path(args.lake), SampleConfig(min_executions=args.min_executions), lake_config=lake_config(args)
+    )
     console.print(
         f"{report.snapshot_rows} snapshot rows → {report.sample_rows} samples "
         f"({report.instances} instances, {report.seconds:.2f} s)"
@@ -121,7 +183,7 @@ def cmd_samples(args: argparse.Namespace) -> int:
 def cmd_detect(args: argparse.Namespace) -> int:
     from jobs.analysis import DetectionConfig, print_detection, run_detection
 
-    outcome = run_detection(Path(args.lake), DetectionConfig())
+    outcome = run_detection(Path(args.lake), DetectionConfig(lake=lake_config(args)))
     print_detection(outcome, console, show_all=args.all)
     return 0
 
@@ -197,7 +259,7 @@ def cmd_drift(args: argparse.Namespace) -> int:
 def cmd_compact(args: argparse.Namespace) -> int:
     from jobs.compaction import compact_lake
 
-    done = compact_lake(Path(args.lake), min_age_days=args.min_age_days)
+    done = compact_lake(Path(args.lake), min_age_days=args.min_age_days, config=lake_config(args))
     for part in done:
         console.print(f"{part.table}/{part.partition}: {part.files_before} files → 1 ({part.rows} rows)")
     console.print(f"{len(done)} partitions compacted")
@@ -224,10 +286,9 @@ def cmd_views(args: argparse.Namespace) -> int:
 
 
 def cmd_sql(args: argparse.Namespace) -> int:
-    from jobs.duckdb_views import connect
+    from jobs.duckdb_views import query
 
-    conn = connect(Path(args.lake))
-    render(conn.sql(args.query).pl(), max_rows=args.max_rows)
+    render(query(Path(args.lake), args.query), max_rows=args.max_rows)
     return 0
 
 
@@ -257,12 +318,21 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="radar", description=__doc__)
     parser.add_argument("--lake", default=str(DEFAULT_LAKE), help="lake root (default: %(default)s)")
     parser.add_argument(
-        "--fleet-file", default=str(DEFAULT_FLEET_FILE), help="fleet TOML (default: %(default)s)"
+        "--fleet-file",
+        default=None,
+        help=f"fleet TOML; must exist when given (default: {DEFAULT_FLEET_FILE} if present, else the "
+        "embedded fleet of `radar fleet up`)",
     )
     parser.add_argument(
         "--embedded-root",
         default=str(DEFAULT_EMBEDDED_ROOT),
         help="embedded fleet folder (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--lock-wait-s",
+        type=float,
+        default=LakeConfig.lock_wait_s,
+        help="wait at most this long for a lake lock held by another run (default: %(default)s)",
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -272,9 +342,12 @@ def build_parser() -> argparse.ArgumentParser:
     fleet.add_argument("--destroy", action="store_true", help="delete the data folders too (down)")
     fleet.set_defaults(func=cmd_fleet)
 
-    sub.add_parser("snapshot", help="snapshot the whole fleet into the lake now").set_defaults(
-        func=cmd_snapshot
-    )
+    sub.add_parser(
+        "snapshot",
+        help="snapshot the whole fleet into the lake now",
+        epilog=SNAPSHOT_EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    ).set_defaults(func=cmd_snapshot)
 
     deploy = sub.add_parser("deploy", help="record deploys")
     deploy.add_argument("action", choices=["mark", "ingest"])
@@ -284,6 +357,11 @@ def build_parser() -> argparse.ArgumentParser:
     deploy.add_argument("--version", help="version deployed (mark)")
     deploy.add_argument("--at", help="ISO-8601 time of the deploy (default: now)")
     deploy.add_argument("--inbox", default="data/deploys", help="folder of deploy files (ingest)")
+    deploy.add_argument(
+        "--allow-unknown-instance",
+        action="store_true",
+        help="record instance names the fleet does not know (default: refuse them)",
+    )
     deploy.set_defaults(func=cmd_deploy)
 
     samples = sub.add_parser("samples", help="rebuild per-interval samples from the snapshots")
@@ -366,6 +444,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    install_log_scrubber(getattr(args, "baseline", None), getattr(args, "candidate", None))
     if (
         args.command == "deploy"
         and args.action == "mark"
@@ -373,11 +452,17 @@ def main(argv: list[str] | None = None) -> int:
     ):
         console.print("[red]radar deploy mark needs --version and one of --instance NAME or --fleet[/red]")
         return 2
+    mark = incident_mark()
     try:
         return int(args.func(args))
+    except LakeLockError as exc:
+        console.print(f"[red]error:[/red] {escape(str(exc))}")
+        return EXIT_LOCKED
     except (ConfigError, ValueError, RuntimeError, FileNotFoundError) as exc:
-        console.print(f"[red]error:[/red] {exc}")
+        console.print(f"[red]error:[/red] {escape(scrub(str(exc), *registered_dsns()))}", soft_wrap=True)
         return 2
+    finally:
+        print_lake_incidents(mark)
 
 
 if __name__ == "__main__":

@@ -2,29 +2,44 @@
 
 Per instance and snapshot: server identity and settings, ``pg_stat_statements_info``, every row of
 ``pg_stat_statements(showtext := false)`` mapped onto the canonical schema by the installed extension
-version, and texts only for queryids the lake has not seen. Rows whose text starts with EXPLAIN and rows
-hidden by missing privilege are dropped and counted. One unreachable instance never fails the fleet run:
-it is recorded as a failed row in ``snapshot_runs`` and named in the result.
+version, and texts only for queryids the lake has not seen. Rows whose text starts with EXPLAIN, the
+collector's own rows (their text carries the radar's marker) and rows hidden by missing privilege are
+dropped and counted. How the collector connects (least privilege, startup options, the deadline watchdog)
+lives in ``jobs.collect.session``. One unreachable or hanging instance never fails or stalls the fleet run:
+it is recorded as a failed row in ``snapshot_runs`` naming the phase it failed in.
+
+No transaction is opened: pg_stat_statements lives in shared memory and is not MVCC, so a REPEATABLE READ
+snapshot would make nothing about it consistent, and its BEGIN/COMMIT would be tracked under the
+application's own BEGIN/COMMIT queryids. ``default_transaction_read_only`` is a startup option instead.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
+import queue
+import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import polars as pl
-import psycopg
-from psycopg.rows import dict_row
 
 from jobs import lake
-from jobs.collect.texts import is_explain_text
-from jobs.config import CollectorConfig, FleetConfig, InstanceConfig, scrub_secrets
+from jobs.collect.session import (
+    RolePrivileges,
+    Watchdog,
+    load_privileges,
+    open_session,
+    save_privileges,
+)
+from jobs.collect.texts import is_explain_text, is_radar_text, storable_query_text
+from jobs.config import CollectorConfig, FleetConfig, InstanceConfig
+from jobs.redaction import scrub
 from jobs.schemas import QUERY_TEXTS, SNAPSHOT_RUNS, STATEMENT_SNAPSHOTS
 from jobs.sqlfiles import load_sql
 
@@ -63,6 +78,7 @@ class InstanceSnapshot:
     run: dict[str, Any]
     statements: pl.DataFrame
     texts: pl.DataFrame
+    privileges: RolePrivileges | None = None
 
 
 @dataclass
@@ -71,14 +87,25 @@ class InstanceResult:
     status: str  # "ok" | "failed"
     captured_at: datetime
     error: str | None = None
+    health: str = "ok"  # "ok" | "degraded" (read, but the server records less than it should)
+    warnings: list[str] = field(default_factory=list)
+    failed_phase: str | None = None
     statement_rows: int = 0
     new_texts: int = 0
     explain_rows_dropped: int = 0
+    own_rows_dropped: int = 0
     insufficient_privilege_rows: int = 0
     files: list[Path] = field(default_factory=list)
     bytes_written: int = 0
     server_ms: float = 0.0
     wall_ms: float = 0.0
+
+    @property
+    def reason(self) -> str:
+        """Why it failed or is degraded, in one line ('' when healthy)."""
+        if self.status != "ok":
+            return self.error or "failed"
+        return "; ".join(self.warnings)
 
 
 @dataclass
@@ -93,18 +120,24 @@ class FleetSnapshotResult:
     def ok(self) -> list[InstanceResult]:
         return [r for r in self.results if r.status == "ok"]
 
+    @property
+    def degraded(self) -> list[InstanceResult]:
+        return [r for r in self.results if r.status == "ok" and r.health != "ok"]
+
     def summary_rows(self) -> list[dict[str, Any]]:
         return [
             {
                 "instance": r.instance,
                 "status": r.status,
+                "health": r.health if r.status == "ok" else "",
                 "statements": r.statement_rows,
                 "new_texts": r.new_texts,
                 "explain_dropped": r.explain_rows_dropped,
+                "own_dropped": r.own_rows_dropped,
                 "hidden_rows": r.insufficient_privilege_rows,
                 "bytes": r.bytes_written,
                 "server_ms": round(r.server_ms, 1),
-                "error": r.error or "",
+                "reason": r.reason,
             }
             for r in self.results
         ]
@@ -137,14 +170,49 @@ def statements_frame(
     return STATEMENT_SNAPSHOTS.conform(frame), explain, hidden
 
 
-def texts_frame(rows: list[dict[str, Any]], captured_at: datetime) -> pl.DataFrame:
+def texts_frame(
+    rows: list[dict[str, Any]], captured_at: datetime, query_text: str = "normalized"
+) -> pl.DataFrame:
+    """query_texts rows: flags from the raw text, then the text as it may be stored (no literal values)."""
     if not rows:
         return QUERY_TEXTS.empty()
     frame = pl.DataFrame(rows, infer_schema_length=None).with_columns(
         pl.lit(captured_at).alias("captured_at"),
         pl.col("query").map_elements(is_explain_text, return_dtype=pl.Boolean()).alias("is_explain"),
+        pl.col("query").map_elements(is_radar_text, return_dtype=pl.Boolean()).alias("is_radar"),
     )
+    stored = [storable_query_text(text, query_text) for text in frame["query"].to_list()]
+    frame = frame.with_columns(pl.Series("query", stored, dtype=pl.String()))
     return QUERY_TEXTS.conform(frame)
+
+
+def drop_own_rows(rows: list[dict[str, Any]], own_queryids: set[int]) -> tuple[list[dict[str, Any]], int]:
+    """The statement rows without the collector's own statements, and how many were dropped."""
+    if not own_queryids:
+        return rows, 0
+    kept = [r for r in rows if r["queryid"] not in own_queryids]
+    return kept, len(rows) - len(kept)
+
+
+def health_warnings(identity: dict[str, Any], track_configured: str | None, hidden_rows: int) -> list[str]:
+    """Why a snapshot that was read is still degraded: the server records less than the radar needs."""
+    warnings = []
+    if str(identity.get("compute_query_id") or "").lower() == "off":
+        warnings.append(
+            "compute_query_id = off: pg_stat_statements records no new statements (set it to auto or on)"
+        )
+    if str(track_configured or "").lower() == "none":
+        warnings.append("pg_stat_statements.track = none: the server records no statements")
+    if hidden_rows and not identity.get("can_read_all_stats"):
+        warnings.append(f"{hidden_rows} rows hidden by missing privilege: {INSUFFICIENT_PRIVILEGE_HINT}")
+    return warnings
+
+
+def snapshot_stem(captured_at: datetime, run: dict[str, Any]) -> str:
+    """File stem: the capture time plus a digest of the run row, so two different snapshots with one
+    captured_at never replace each other, while writing the very same snapshot again stays idempotent."""
+    content = json.dumps(run, sort_keys=True, default=str).encode()
+    return f"{lake.stem_for(captured_at)}-{hashlib.sha256(content).hexdigest()[:10]}"
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -152,95 +220,117 @@ def texts_frame(rows: list[dict[str, Any]], captured_at: datetime) -> pl.DataFra
 
 
 def known_queries(lake_root: Path, instance: str) -> pl.DataFrame:
-    """(queryid, is_explain) for every text the lake already holds for this instance."""
-    return (
-        lake.scan_table(lake_root, QUERY_TEXTS)
-        .filter(pl.col("instance") == instance)
-        .select("queryid", "is_explain")
-        .unique("queryid")
-        .collect()
+    """(queryid, is_explain, is_radar) for every text the lake already holds for this instance."""
+    return lake.read_table(
+        lake_root,
+        QUERY_TEXTS,
+        lambda texts: (
+            texts.filter(pl.col("instance") == instance)
+            .select("queryid", pl.col("is_explain").fill_null(False), pl.col("is_radar").fill_null(False))
+            .unique("queryid")
+        ),
     )
 
 
-# Instances whose collector role may not set pg_stat_statements.track at connection (not superuser):
-# remembered per process so each snapshot does not pay a refused connection first.
-_TRACKING_REFUSED: set[str] = set()
-UNTRACKED_OPTIONS = "-c pg_stat_statements.track=none"
-
-
-def connect_untracked(name: str, dsn: str, config: CollectorConfig) -> psycopg.Connection[dict[str, Any]]:
-    """Connect with tracking off from the first statement when the role may (superuser), else plainly.
-
-    A ``SET`` inside the session would itself be recorded before it takes effect, and would then drift
-    with the server's load like any query; a startup option is never recorded.
-    """
-    kwargs: dict[str, Any] = {
-        "autocommit": True,
-        "connect_timeout": config.connect_timeout_s,
-        "application_name": config.application_name,
-        "row_factory": dict_row,
-    }
-    if name not in _TRACKING_REFUSED:
-        try:
-            return psycopg.connect(dsn, options=UNTRACKED_OPTIONS, **kwargs)
-        except psycopg.OperationalError as exc:
-            if "permission denied to set parameter" not in str(exc):
-                raise
-            _TRACKING_REFUSED.add(name)
-    return psycopg.connect(dsn, **kwargs)
+def privileges_sql_for(server_version: int) -> str:
+    """``has_parameter_privilege`` exists from PostgreSQL 15; before, only a superuser may set track."""
+    return load_sql("collector_privileges" if server_version >= 150000 else "collector_privileges_pg13")
 
 
 def read_instance_snapshot(
-    instance: InstanceConfig, known: pl.DataFrame, config: CollectorConfig
+    instance: InstanceConfig,
+    known: pl.DataFrame,
+    config: CollectorConfig,
+    *,
+    dsn: str | None = None,
+    remembered: RolePrivileges | None = None,
+    watchdog: Watchdog | None = None,
 ) -> tuple[InstanceSnapshot, float]:
-    """Read one instance in one read-only transaction; returns the snapshot and server-side milliseconds."""
-    dsn = instance.resolve_dsn()
-    with connect_untracked(instance.name, dsn, config) as conn:
-        server_ms = 0.0
-        with conn.transaction():
-            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            conn.execute(f"SET LOCAL statement_timeout = {int(config.statement_timeout_ms)}")
-            started = time.perf_counter()
-            identity = conn.execute(load_sql("server_identity")).fetchone()
-            assert identity is not None
-            version = identity["extension_version"]
-            if version is None:
-                raise CollectorError(
-                    f"instance {instance.name}: pg_stat_statements is not installed in database "
-                    f"{identity['current_database']} (CREATE EXTENSION pg_stat_statements; it must also be "
-                    "in shared_preload_libraries)"
-                )
-            statements_sql = statements_sql_for(version)
-            info = None
-            if version not in ("1.8",):
-                info = conn.execute(load_sql("statements_info")).fetchone()
-            rows = conn.execute(statements_sql).fetchall()
-            seen = set(known["queryid"].to_list())
-            unseen = sorted({r["queryid"] for r in rows if r["queryid"] is not None} - seen)
-            text_rows: list[dict[str, Any]] = []
-            if unseen:
-                text_rows = conn.execute(load_sql("query_texts"), {"queryids": unseen}).fetchall()
-            server_ms = (time.perf_counter() - started) * 1000
+    """Read one instance (autocommit, read-only session); returns the snapshot and server-side milliseconds.
+
+    Order: identity with the server clock, then pg_stat_statements right after it, then
+    pg_stat_statements_info (a reset between the two reads makes the interval *into* this snapshot look
+    reset, so it is dropped rather than differenced against post-reset counters), then new texts.
+    """
+    dsn = dsn or instance.resolve_dsn()
+    dog = watchdog or Watchdog(config.instance_deadline_s)
+    conn, untracked = open_session(dsn, config, remembered, dog)
+    try:
+        dog.enter("identity")
+        started = time.perf_counter()
+        before = datetime.now(UTC)
+        identity = conn.execute(load_sql("server_identity")).fetchone()
+        after = datetime.now(UTC)
+        assert identity is not None
+        collector_clock = before + (after - before) / 2
+        version = identity["extension_version"]
+        if version is None:
+            raise CollectorError(
+                f"instance {instance.name}: pg_stat_statements is not installed in database "
+                f"{identity['current_database']} (CREATE EXTENSION pg_stat_statements; it must also be "
+                "in shared_preload_libraries)"
+            )
+        statements_sql = statements_sql_for(version)
+        dog.enter("statements")
+        rows = conn.execute(statements_sql).fetchall()
+        info = None
+        if version not in ("1.8",):
+            info = conn.execute(load_sql("statements_info")).fetchone()
+        dog.enter("identity")
+        privileges = conn.execute(privileges_sql_for(conn.info.server_version)).fetchone()
+        assert privileges is not None
+        track_configured = identity["track"]
+        if identity["track_source"] == "client":  # our own startup option (or the DSN's): not the server's
+            track_configured = remembered.track_configured if remembered else None
+            if identity["is_superuser"]:
+                row = conn.execute(load_sql("collector_track_configured")).fetchone()
+                track_configured = row["track_configured"] if row else None
+        dog.enter("texts")
+        seen = set(known["queryid"].to_list())
+        unseen = sorted({r["queryid"] for r in rows if r["queryid"] is not None} - seen)
+        text_rows: list[dict[str, Any]] = []
+        if unseen:
+            text_rows = conn.execute(load_sql("query_texts"), {"queryids": unseen}).fetchall()
+        server_ms = (time.perf_counter() - started) * 1000
+    finally:
+        dog.detach()
+        conn.close()
+    learned = RolePrivileges(
+        system_identifier=int(identity["system_identifier"]),
+        may_set_track=bool(privileges["may_set_track"]),
+        is_superuser=bool(identity["is_superuser"]),
+        can_read_all_stats=bool(identity["can_read_all_stats"]),
+        server_version_num=int(identity["server_version_num"]),
+        track_configured=track_configured,
+    )
     captured_at = identity["captured_at"].astimezone(UTC)
     identity["captured_at"] = captured_at
-    texts = texts_frame(text_rows, captured_at)
+    texts = texts_frame(text_rows, captured_at, config.query_text)
     explain_ids = set(known.filter(pl.col("is_explain"))["queryid"].to_list())
     explain_ids |= set(texts.filter(pl.col("is_explain"))["queryid"].to_list())
+    own_ids = set(known.filter(pl.col("is_radar"))["queryid"].to_list())
+    own_ids |= set(texts.filter(pl.col("is_radar"))["queryid"].to_list())
+    rows, own_dropped = drop_own_rows(rows, own_ids)
     statements, explain_dropped, hidden = statements_frame(rows, identity, info, explain_ids)
+    statements = statements.with_columns(pl.lit(collector_clock).cast(lake_ts()).alias("collector_clock"))
+    warnings = health_warnings(identity, track_configured, hidden)
     run = {
         "captured_at": captured_at,
+        "collector_clock": collector_clock,
         "status": "ok",
         "error": (
             f"{hidden} rows hidden by missing privilege: {INSUFFICIENT_PRIVILEGE_HINT}"
             if hidden and not identity["can_read_all_stats"]
             else None
         ),
+        "health": "degraded" if warnings else "ok",
+        "warnings": "; ".join(warnings) or None,
         "system_identifier": identity["system_identifier"],
         "postmaster_start": identity["postmaster_start"],
         "server_version_num": identity["server_version_num"],
         "extension_version": version,
         "compute_query_id": identity["compute_query_id"],
-        "track": identity["track"],
+        "track": track_configured if untracked else identity["track"],
         "track_planning": identity["track_planning"],
         "track_io_timing": identity["track_io_timing"],
         "pgss_max": identity["pgss_max"],
@@ -248,17 +338,23 @@ def read_instance_snapshot(
         "stats_reset": info["stats_reset"] if info else None,
         "statement_rows": statements.height,
         "explain_rows_dropped": explain_dropped,
+        "own_rows_dropped": own_dropped,
         "insufficient_privilege_rows": hidden,
         "new_texts": texts.height,
         "server_ms": server_ms,
     }
-    return InstanceSnapshot(instance.name, captured_at, run, statements, texts), server_ms
+    snap = InstanceSnapshot(instance.name, captured_at, run, statements, texts, privileges=learned)
+    return snap, server_ms
+
+
+def lake_ts() -> pl.DataType:
+    return STATEMENT_SNAPSHOTS.polars_schema["collector_clock"]
 
 
 def write_instance_snapshot(lake_root: Path, snap: InstanceSnapshot) -> list[Path]:
     """Texts and statements first, the run row last: a run row means its statements are in the lake."""
     parts = {"instance": snap.instance, "date": snap.captured_at.date().isoformat()}
-    stem = lake.stem_for(snap.captured_at)
+    stem = snapshot_stem(snap.captured_at, {"instance": snap.instance, **snap.run})
     files = []
     if snap.texts.height:
         files.append(lake.write_table(lake_root, QUERY_TEXTS, snap.texts, parts, stem))
@@ -267,51 +363,83 @@ def write_instance_snapshot(lake_root: Path, snap: InstanceSnapshot) -> list[Pat
     return files
 
 
-def write_failed_run(lake_root: Path, instance: str, captured_at: datetime, error: str) -> Path:
+def write_failed_run(
+    lake_root: Path, instance: str, captured_at: datetime, error: str, phase: str | None = None
+) -> Path:
     parts = {"instance": instance, "date": captured_at.date().isoformat()}
-    row = pl.DataFrame([{"captured_at": captured_at, "status": "failed", "error": error}])
-    return lake.write_table(lake_root, SNAPSHOT_RUNS, row, parts, lake.stem_for(captured_at))
+    run = {"captured_at": captured_at, "status": "failed", "error": error, "failed_phase": phase}
+    stem = snapshot_stem(captured_at, {"instance": instance, **run})
+    return lake.write_table(lake_root, SNAPSHOT_RUNS, pl.DataFrame([run]), parts, stem)
 
 
-def snapshot_instance(lake_root: Path, instance: InstanceConfig, config: CollectorConfig) -> InstanceResult:
-    """Snapshot one instance into the lake; never raises for a server-side problem."""
+def _failure(
+    lake_root: Path, instance: str, message: str, phase: str | None, started: float
+) -> InstanceResult:
+    captured_at = datetime.now(UTC)
+    files = []
+    with contextlib.suppress(lake.LakeError, OSError):
+        files.append(write_failed_run(lake_root, instance, captured_at, message, phase))
+    return InstanceResult(
+        instance=instance,
+        status="failed",
+        captured_at=captured_at,
+        error=message,
+        failed_phase=phase,
+        files=files,
+        wall_ms=(time.perf_counter() - started) * 1000,
+    )
+
+
+def snapshot_instance(
+    lake_root: Path, instance: InstanceConfig, config: CollectorConfig, watchdog: Watchdog | None = None
+) -> InstanceResult:
+    """Snapshot one instance into the lake within ``instance_deadline_s``; never raises for its problems."""
     started = time.perf_counter()
+    dog = watchdog or Watchdog(config.instance_deadline_s)
     dsn: str | None = None
-    try:
-        dsn = instance.resolve_dsn()
-        known = known_queries(lake_root, instance.name)
-        snap, server_ms = read_instance_snapshot(instance, known, config)
-        files = write_instance_snapshot(lake_root, snap)
-        return InstanceResult(
-            instance=instance.name,
-            status="ok",
-            captured_at=snap.captured_at,
-            error=snap.run["error"],
-            statement_rows=snap.statements.height,
-            new_texts=snap.texts.height,
-            explain_rows_dropped=snap.run["explain_rows_dropped"],
-            insufficient_privilege_rows=snap.run["insufficient_privilege_rows"],
-            files=files,
-            bytes_written=sum(f.stat().st_size for f in files),
-            server_ms=server_ms,
-            wall_ms=(time.perf_counter() - started) * 1000,
-        )
-    except (psycopg.Error, CollectorError, lake.LakeError, ValueError, OSError) as exc:
-        message = scrub_secrets(f"{type(exc).__name__}: {exc}".strip(), dsn)
-        if not message.startswith(f"instance {instance.name}"):
-            message = f"instance {instance.name}: {message}"
-        captured_at = datetime.now(UTC)
-        files = []
-        with contextlib.suppress(lake.LakeError):
-            files.append(write_failed_run(lake_root, instance.name, captured_at, message))
-        return InstanceResult(
-            instance=instance.name,
-            status="failed",
-            captured_at=captured_at,
-            error=message,
-            files=files,
-            wall_ms=(time.perf_counter() - started) * 1000,
-        )
+    with dog:
+        try:
+            dsn = instance.resolve_dsn()
+            known = known_queries(lake_root, instance.name)
+            remembered = load_privileges(lake_root, instance.name)
+            snap, server_ms = read_instance_snapshot(
+                instance, known, config, dsn=dsn, remembered=remembered, watchdog=dog
+            )
+            dog.enter("write")
+            files = write_instance_snapshot(lake_root, snap)
+            if snap.privileges is not None and not snap.privileges.same_as(remembered):
+                # The snapshot is already in the lake: an unwritable state folder must not fail it (the
+                # next run connects plainly and learns again, which costs nothing on the server).
+                with contextlib.suppress(OSError):
+                    save_privileges(lake_root, instance.name, snap.privileges)
+            warnings = snap.run["warnings"].split("; ") if snap.run["warnings"] else []
+            return InstanceResult(
+                instance=instance.name,
+                status="ok",
+                captured_at=snap.captured_at,
+                error=snap.run["error"],
+                health=snap.run["health"],
+                warnings=warnings,
+                statement_rows=snap.statements.height,
+                new_texts=snap.texts.height,
+                explain_rows_dropped=snap.run["explain_rows_dropped"],
+                own_rows_dropped=snap.run["own_rows_dropped"],
+                insufficient_privilege_rows=snap.run["insufficient_privilege_rows"],
+                files=files,
+                bytes_written=sum(f.stat().st_size for f in files),
+                server_ms=server_ms,
+                wall_ms=(time.perf_counter() - started) * 1000,
+            )
+        except Exception as exc:  # one instance never fails the fleet run, whatever went wrong with it
+            phase = dog.fired_in or dog.phase
+            if dog.fired_in is not None:
+                message = f"instance {instance.name}: {dog.message()}"
+            else:
+                message = scrub(f"{type(exc).__name__}: {exc}".strip(), dsn, instance.dsn)
+                if not message.startswith(f"instance {instance.name}"):
+                    message = f"instance {instance.name}: {message}"
+                message = f"{message} (phase {phase})"
+            return _failure(lake_root, instance.name, message, phase, started)
 
 
 def snapshot_fleet(
@@ -320,16 +448,59 @@ def snapshot_fleet(
     *,
     on_instance_done: Callable[[InstanceResult], None] | None = None,
 ) -> FleetSnapshotResult:
-    """Snapshot every instance of the fleet concurrently; failures are per instance, in the result."""
+    """Snapshot every instance of the fleet concurrently; failures are per instance, in the result.
+
+    Each instance is bounded by its watchdog. As a backstop, an instance still running
+    ``deadline_grace_s`` after its deadline (stuck somewhere no socket shutdown reaches) is given up: it
+    gets a failed row naming its phase, a fresh worker takes its place, and the fleet run finishes. The
+    workers are daemon threads, so a stuck one never keeps the process from exiting.
+    """
     config = fleet.collector
-    workers = max(1, min(config.max_parallel_instances, len(fleet.instances)))
+    instances = list(fleet.instances)
+    results: list[InstanceResult | None] = [None] * len(instances)
+    running: dict[int, tuple[Watchdog, float]] = {}
+    pending: queue.SimpleQueue[int] = queue.SimpleQueue()
+    for position in range(len(instances)):
+        pending.put(position)
+    changed = threading.Condition()
 
-    def one(instance: InstanceConfig) -> InstanceResult:
-        result = snapshot_instance(lake_root, instance, config)
-        if on_instance_done is not None:
-            on_instance_done(result)
-        return result
+    def worker() -> None:
+        while True:
+            try:
+                position = pending.get_nowait()
+            except queue.Empty:
+                return
+            dog = Watchdog(config.instance_deadline_s)
+            with changed:
+                running[position] = (dog, time.perf_counter())
+            result = snapshot_instance(lake_root, instances[position], config, watchdog=dog)
+            with changed:
+                running.pop(position, None)
+                if results[position] is not None:  # given up meanwhile: its failed row stands
+                    continue
+                results[position] = result
+                changed.notify_all()
+            if on_instance_done is not None:
+                on_instance_done(result)
 
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="snapshot") as pool:
-        results = list(pool.map(one, fleet.instances))
-    return FleetSnapshotResult(results=results)
+    def start_worker() -> None:
+        threading.Thread(target=worker, name="snapshot", daemon=True).start()
+
+    for _ in range(max(1, min(config.max_parallel_instances, len(instances)))):
+        start_worker()
+    give_up_after = config.instance_deadline_s + config.deadline_grace_s
+    with changed:
+        while any(r is None for r in results):
+            now = time.monotonic()
+            for position, (dog, began) in list(running.items()):
+                if results[position] is None and now - dog.started > give_up_after:
+                    running.pop(position)
+                    name = instances[position].name
+                    message = f"instance {name}: {dog.message()}; gave up after {give_up_after} s"
+                    phase = dog.fired_in or dog.phase
+                    results[position] = _failure(lake_root, name, message, phase, began)
+                    if on_instance_done is not None:
+                        on_instance_done(results[position])  # type: ignore[arg-type]
+                    start_worker()
+            changed.wait(timeout=0.2)
+    return FleetSnapshotResult(results=[r for r in results if r is not None])

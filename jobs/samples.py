@@ -9,6 +9,7 @@ instances are processed one at a time so memory stays bounded by the largest ins
 
 from __future__ import annotations
 
+import re
 import resource
 import time
 from collections.abc import Iterable
@@ -18,7 +19,8 @@ from pathlib import Path
 
 import polars as pl
 
-from jobs.lake import scan_table, stem_for, write_table
+from jobs import lake
+from jobs.lake import LakeConfig, exclusive_lock, scan_table, stem_for, with_recovery, write_table
 from jobs.schemas import QUERY_SAMPLES, SAMPLE_DELTAS, SNAPSHOT_RUNS, STATEMENT_SNAPSHOTS
 
 ENTRY_KEY: tuple[str, ...] = ("instance", "dbid", "userid", "queryid", "toplevel")
@@ -29,7 +31,7 @@ DROP_REASONS: tuple[str, ...] = (
     "server_restarted",  # postmaster start time changed: counters restarted from zero
     "stats_reset",  # pg_stat_statements_info.stats_reset changed
     "entry_recreated",  # stats_since changed: the entry was evicted (or reset) and made again
-    "time_not_increasing",  # the later snapshot is not later
+    "clock_skew",  # server-clock interval <= 0, or the server-collector clock offset moved too much
     "counter_decreased",  # any cumulative counter went down
     "evicted_in_interval",  # dealloc grew (only when SampleConfig.drop_when_dealloc_grew)
     "below_min_executions",  # valid, but fewer calls than SampleConfig.min_executions
@@ -38,6 +40,7 @@ DROP_REASONS: tuple[str, ...] = (
 _SNAPSHOT_COLUMNS: tuple[str, ...] = (
     *ENTRY_KEY,
     "captured_at",
+    "collector_clock",
     "system_identifier",
     "postmaster_start",
     "stats_reset",
@@ -54,6 +57,11 @@ class SampleConfig:
     """An interval with fewer calls than this is not a sample (its mean latency is too noisy or undefined)."""
     drop_when_dealloc_grew: bool = False
     """Flagged by default (``evictions`` > 0): on a busy server eviction is constant and would drop all."""
+    max_clock_skew_s: float = 2.0
+    """An interval whose (server clock - collector clock) offset changed by more than this is dropped
+    (``clock_skew``): one of the two clocks was stepped, so the server-clock length cannot be trusted.
+    2 s sits far above the offset's own noise (half a read's round trip, milliseconds on a LAN, and NTP
+    slews at most 0.5 ms/s) and far below a typical 60 s interval, whose mean latency it would distort."""
 
 
 @dataclass(frozen=True)
@@ -139,10 +147,16 @@ def _instance_samples(frame: pl.DataFrame, config: SampleConfig) -> tuple[pl.Dat
     is about twice as fast; (dbid, userid) are OIDs (< 2^32), so they pack exactly into one UInt64 key.
     """
     packed = (pl.col("dbid").cast(pl.UInt64) * (1 << 32) + pl.col("userid").cast(pl.UInt64)).alias("_db_user")
+    # Snapshots are ordered as they were taken (the collector's clock), so a server clock that went
+    # backwards shows as a negative interval instead of silently reordering the snapshots.
+    taken = pl.coalesce("collector_clock", "captured_at").alias("_taken")
+    offset = ((pl.col("captured_at") - pl.col("collector_clock")).dt.total_microseconds() / 1e6).alias(
+        "_offset"
+    )
     ordered = (
         frame.lazy()
-        .with_columns(packed)
-        .sort(["queryid", "_db_user", "toplevel", "captured_at"], nulls_last=True)
+        .with_columns(packed, taken, offset)
+        .sort(["queryid", "_db_user", "toplevel", "_taken", "captured_at"], nulls_last=True)
     )
     key = ("queryid", "_db_user", "toplevel")
     same_entry = pl.all_horizontal([pl.col(k).eq_missing(pl.col(k).shift(1)) for k in key])
@@ -158,8 +172,13 @@ def _instance_samples(frame: pl.DataFrame, config: SampleConfig) -> tuple[pl.Dat
         .then(pl.lit("stats_reset"))
         .when(_changed("stats_since"))
         .then(pl.lit("entry_recreated"))
-        .when(pl.col("captured_at") <= pl.col("captured_at").shift(1))
-        .then(pl.lit("time_not_increasing"))
+        .when(
+            (pl.col("captured_at") <= pl.col("captured_at").shift(1))
+            | ((pl.col("_offset") - pl.col("_offset").shift(1)).abs() > config.max_clock_skew_s).fill_null(
+                False
+            )
+        )
+        .then(pl.lit("clock_skew"))
         .when(decreased)
         .then(pl.lit("counter_decreased"))
         .otherwise(pl.lit(None, dtype=pl.String))
@@ -250,6 +269,11 @@ def lake_instances(lake_root: Path) -> list[str]:
     return sorted(p.name.removeprefix("instance=") for p in base.glob("instance=*") if p.is_dir())
 
 
+SAMPLES_LOCK = "samples"
+# The samples job's own file names: stem_for(latest interval end) + ".parquet".
+OWN_FILE_NAME = re.compile(r"^\d{8}T\d{12}Z\.parquet$")
+
+
 def run_samples_job(
     lake_root: Path,
     config: SampleConfig = SampleConfig(),
@@ -257,41 +281,76 @@ def run_samples_job(
     instances: list[str] | None = None,
     out_root: Path | None = None,
     dates: tuple[date, date] | None = None,
+    lake_config: LakeConfig | None = None,
 ) -> SamplesJobReport:
     """Rebuild query_samples for the given instances (all by default) and interval-end dates (all by default).
 
     One instance is read, differenced and written per step, partitioned by the date of each interval's end,
     one file per (instance, date) named after the latest interval end; rerunning replaces the files. With
     ``dates`` (first, last), snapshots from the day before ``first`` are read too, so the first interval of
-    the range has its predecessor, and only partitions inside the range are written.
+    the range has its predecessor, and only partitions inside the range are written. One run at a time per
+    output lake (the ``samples`` lock, waiting at most ``lake_config.lock_wait_s``).
     """
-    started = time.perf_counter()
     out_root = Path(out_root or lake_root)
+    with exclusive_lock(out_root, SAMPLES_LOCK, lake_config):
+        return _run_samples_job(lake_root, config, instances, out_root, dates, lake_config)
+
+
+def _run_samples_job(
+    lake_root: Path,
+    config: SampleConfig,
+    instances: list[str] | None,
+    out_root: Path,
+    dates: tuple[date, date] | None,
+    lake_config: LakeConfig | None,
+) -> SamplesJobReport:
+    started = time.perf_counter()
     names = instances if instances is not None else lake_instances(lake_root)
-    snapshots = scan_table(lake_root, STATEMENT_SNAPSHOTS)
-    runs = scan_table(lake_root, SNAPSHOT_RUNS)
-    if dates is not None:
-        first, last = dates
-        read_from = (first - timedelta(days=1)).isoformat()
-        snapshots = snapshots.filter(pl.col("date").is_between(pl.lit(read_from), pl.lit(last.isoformat())))
-        runs = runs.filter(pl.col("date").is_between(pl.lit(read_from), pl.lit(last.isoformat())))
+
+    scans: list[tuple[pl.LazyFrame, pl.LazyFrame]] = []
+
+    def lake_scans() -> tuple[pl.LazyFrame, pl.LazyFrame]:
+        """The snapshot and run scans, listed once per job (again only after a bad file was quarantined)."""
+        if not scans:
+            snapshots = scan_table(lake_root, STATEMENT_SNAPSHOTS)
+            runs = scan_table(lake_root, SNAPSHOT_RUNS)
+            if dates is not None:
+                first, last = dates
+                read_from, until = pl.lit((first - timedelta(days=1)).isoformat()), pl.lit(last.isoformat())
+                snapshots = snapshots.filter(pl.col("date").is_between(read_from, until))
+                runs = runs.filter(pl.col("date").is_between(read_from, until))
+            scans.append((snapshots, runs))
+        return scans[0]
+
+    def instance_samples(name: str) -> tuple[int, SamplesResult]:
+        snapshots, runs = lake_scans()
+        try:
+            one = snapshots.filter(pl.col("instance") == name)
+            rows = one.select(pl.len()).collect().item()
+            return rows, samples_from_snapshots(one, runs.filter(pl.col("instance") == name), config)
+        except lake.READ_ERRORS:
+            scans.clear()  # with_recovery quarantines the bad file; the retry lists the files again
+            raise
+
     total_rows = 0
     sample_rows = 0
     files = 0
     drops: list[pl.DataFrame] = []
     for name in names:
-        one = snapshots.filter(pl.col("instance") == name)
-        rows = one.select(pl.len()).collect().item()
+        rows, result = with_recovery(
+            lake_root, (STATEMENT_SNAPSHOTS, SNAPSHOT_RUNS), lambda name=name: instance_samples(name)
+        )
         total_rows += rows
-        result = samples_from_snapshots(one, runs.filter(pl.col("instance") == name), config)
         drops.append(result.dropped_counts)
         for day, part in _by_end_date(result.samples.drop("instance")):
             if dates is not None and not (dates[0].isoformat() <= day <= dates[1].isoformat()):
                 continue
             sample_rows += part.height
             stem = stem_for(part["interval_end"].max())  # type: ignore[arg-type]
-            written = write_table(out_root, QUERY_SAMPLES, part, {"instance": name, "date": day}, stem)
-            _remove_other_files(written)
+            written = write_table(
+                out_root, QUERY_SAMPLES, part, {"instance": name, "date": day}, stem, config=lake_config
+            )
+            replace_partition(out_root, written)
             files += 1
     dropped = (pl.concat(drops) if drops else SamplesResult(samples=pl.DataFrame()).dropped_counts).sort(
         "instance", "reason"
@@ -318,8 +377,33 @@ def _by_end_date(samples: pl.DataFrame) -> list[tuple[str, pl.DataFrame]]:
     return [(str(day), part.drop("date")) for (day,), part in sorted(split.items())]
 
 
-def _remove_other_files(kept: Path) -> None:
-    """A rebuild replaces the (instance, date) partition: older files beside the new one would duplicate."""
+def is_own_file(path: Path) -> bool:
+    """A file the samples job wrote: its naming, and query_samples in its radar metadata."""
+    if not OWN_FILE_NAME.match(path.name):
+        return False
+    try:
+        return lake.read_file_metadata(path).get("radar.table") == QUERY_SAMPLES.name
+    except (OSError, ValueError):
+        return False
+
+
+def replace_partition(out_root: Path, kept: Path) -> list[Path]:
+    """A rebuild replaces the (instance, date) partition: the job's older files beside the new one would
+    duplicate it and are removed; any other file there is not the job's to delete and is quarantined (moved
+    with a note, named in the run's output). Returns the removed files."""
+    removed = []
     for old in kept.parent.glob("*.parquet"):
-        if old != kept:
+        if old == kept:
+            continue
+        if is_own_file(old):
             old.unlink(missing_ok=True)
+            removed.append(old)
+        else:
+            lake.quarantine_file(
+                out_root,
+                QUERY_SAMPLES,
+                old,
+                "not written by the samples job, in a query_samples partition it rebuilds "
+                "(kept out of the table so it cannot duplicate samples)",
+            )
+    return removed

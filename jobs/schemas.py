@@ -115,7 +115,14 @@ STATEMENT_SNAPSHOTS = TableSchema(
     description="One row per pg_stat_statements entry per snapshot: cumulative counters, never differenced.",
     primary_key=("instance", "captured_at", "userid", "dbid", "queryid", "toplevel"),
     columns=(
-        Column("captured_at", UTC_TS, "server clock (now()) when the snapshot transaction started"),
+        Column(
+            "captured_at", UTC_TS, "server clock (clock_timestamp()) right before pg_stat_statements was read"
+        ),
+        Column(
+            "collector_clock",
+            UTC_TS,
+            "the collector's clock at the midpoint of the server-clock read (skew check)",
+        ),
         Column("system_identifier", pl.Int64(), "pg_control_system().system_identifier"),
         Column("postmaster_start", UTC_TS, "pg_postmaster_start_time(): a restart starts a new incarnation"),
         Column("stats_reset", UTC_TS, "pg_stat_statements_info.stats_reset [14+]"),
@@ -141,8 +148,12 @@ SNAPSHOT_RUNS = TableSchema(
     primary_key=("instance", "captured_at"),
     columns=(
         Column("captured_at", UTC_TS, "server clock, or the collector's clock when the instance failed"),
+        Column("collector_clock", UTC_TS, "the collector's clock at the midpoint of the server-clock read"),
         Column("status", pl.String(), "ok | failed"),
         Column("error", pl.String(), "why the snapshot failed (no secrets)"),
+        Column("failed_phase", pl.String(), "connect | identity | statements | texts | write (failed rows)"),
+        Column("health", pl.String(), "ok | degraded (read, but the server records less than it should)"),
+        Column("warnings", pl.String(), "why the instance is degraded, '; '-separated"),
         Column("system_identifier", pl.Int64()),
         Column("postmaster_start", UTC_TS),
         Column("server_version_num", pl.Int64()),
@@ -156,6 +167,7 @@ SNAPSHOT_RUNS = TableSchema(
         Column("stats_reset", UTC_TS, "pg_stat_statements_info.stats_reset [14+]"),
         Column("statement_rows", pl.Int64(), "rows written to statement_snapshots"),
         Column("explain_rows_dropped", pl.Int64(), "rows whose text starts with EXPLAIN"),
+        Column("own_rows_dropped", pl.Int64(), "rows of the collector's own statements (marker in the text)"),
         Column("insufficient_privilege_rows", pl.Int64(), "rows hidden from this role (NULL queryid)"),
         Column("new_texts", pl.Int64(), "texts fetched this time (only for unseen queryids)"),
         Column("server_ms", pl.Float64(), "time spent in the server's snapshot queries"),
@@ -173,6 +185,7 @@ QUERY_TEXTS = TableSchema(
         Column("userid", pl.Int64()),
         Column("query", pl.String()),
         Column("is_explain", pl.Boolean(), "text starts with EXPLAIN: its statement rows are dropped"),
+        Column("is_radar", pl.Boolean(), "the radar's own statement (marker in the text): rows dropped"),
     ),
 )
 

@@ -192,9 +192,9 @@ def write_weekly_report(
     from jobs.analysis import read_regressions_with_plan_diffs
 
     regressions = read_regressions_with_plan_diffs(lake_root)
-    runs = lake.scan_table(lake_root, SNAPSHOT_RUNS).collect()
-    deploys = lake.scan_table(lake_root, "deploy_events").collect()
-    drift = lake.scan_table(lake_root, "latency_drift").collect()
+    runs = lake.read_table(lake_root, SNAPSHOT_RUNS)
+    deploys = lake.read_table(lake_root, "deploy_events")
+    drift = lake.read_table(lake_root, "latency_drift")
     summary = weekly_summary(week, regressions, runs, deploys, drift)
     out_root = Path(out_root)
     out_root.mkdir(parents=True, exist_ok=True)
@@ -203,8 +203,8 @@ def write_weekly_report(
         plots: dict[int, str] = {}
         shown = summary.regressions.head(config.max_regressions)
         if shown.height:
-            samples = lake.scan_table(lake_root, QUERY_SAMPLES).collect()
-            texts = lake.scan_table(lake_root, QUERY_TEXTS).collect()
+            samples = lake.read_table(lake_root, QUERY_SAMPLES)
+            texts = lake.read_table(lake_root, QUERY_TEXTS)
             for number, row in enumerate(shown.iter_rows(named=True)):
                 series = regression_series(samples, texts, row["instance"], row["fingerprint"])
                 if series.is_empty():

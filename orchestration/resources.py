@@ -6,7 +6,9 @@ from pathlib import Path
 import dagster as dg
 
 from jobs.config import ConfigError, FleetConfig
+from jobs.deploys import DeployInboxConfig
 from jobs.fleet import EmbeddedFleet
+from jobs.redaction import install_log_scrubber
 
 DEFAULT_LAKE_ROOT = os.environ.get("RADAR_LAKE_ROOT", "data/lake")
 DEFAULT_FLEET_FILE = os.environ.get("RADAR_FLEET_FILE", "data/fleet.toml")
@@ -30,18 +32,35 @@ class FleetResource(dg.ConfigurableResource):
     embedded_root: str = DEFAULT_EMBEDDED_ROOT
 
     def load(self) -> FleetConfig:
+        """The fleet; its DSNs' secrets are removed from every log record (and so Dagster's event log)."""
         if self.embedded_root:
             fleet = EmbeddedFleet.load(Path(self.embedded_root))
             if fleet is None:
                 raise ConfigError(f"no embedded fleet at {self.embedded_root} (radar fleet up)")
-            return FleetConfig.from_embedded(fleet)
-        return FleetConfig.load(Path(self.fleet_file))
+            config = FleetConfig.from_embedded(fleet)
+        else:
+            config = FleetConfig.load(Path(self.fleet_file))
+        install_log_scrubber(*config.dsns())
+        return config
+
+    def find(self) -> FleetConfig | None:
+        """The fleet, or None when neither the embedded fleet nor the fleet file exists."""
+        if self.embedded_root:
+            fleet = EmbeddedFleet.load(Path(self.embedded_root))
+            return None if fleet is None else FleetConfig.from_embedded(fleet)
+        return FleetConfig.load(Path(self.fleet_file)) if Path(self.fleet_file).exists() else None
 
 
 class DeployInboxResource(dg.ConfigurableResource):
-    """The folder where deploy tools drop CSV/JSON deploy files."""
+    """The folder where deploy tools drop CSV/JSON deploy files, and whether instance names the fleet
+    does not know are recorded anyway."""
 
     inbox: str = os.environ.get("RADAR_DEPLOY_INBOX", "data/deploys")
+    allow_unknown_instance: bool = False
+
+    @property
+    def config(self) -> DeployInboxConfig:
+        return DeployInboxConfig(allow_unknown_instance=self.allow_unknown_instance)
 
     @property
     def path(self) -> Path:

@@ -1,9 +1,9 @@
-"""The deploy inbox sensor: a new file under data/deploys/ triggers deploy_events."""
-
-import hashlib
+"""The deploy inbox sensor: a new file under data/deploys/ triggers deploy_events (which checks its
+instance names against the fleet)."""
 
 import dagster as dg
 
+from jobs.deploys import inbox_state_key
 from orchestration.jobs import deploy_job
 from orchestration.resources import DeployInboxResource
 
@@ -12,9 +12,7 @@ from orchestration.resources import DeployInboxResource
 def deploy_inbox_sensor(
     context: dg.SensorEvaluationContext, inbox: DeployInboxResource
 ) -> dg.RunRequest | dg.SkipReason:
-    folder = inbox.path
-    files = sorted(p for p in folder.glob("*") if p.is_file() and not p.name.startswith("."))
-    if not files:
-        return dg.SkipReason(f"no deploy files in {folder}")
-    key = hashlib.sha1("|".join(f"{p.name}:{p.stat().st_mtime_ns}" for p in files).encode()).hexdigest()
+    key = inbox_state_key(inbox.path)
+    if key is None:
+        return dg.SkipReason(f"no deploy files in {inbox.path}")
     return dg.RunRequest(run_key=key)

@@ -65,12 +65,81 @@ def test_bad_input_is_a_clear_error_not_a_traceback(
     )
 
 
-def test_snapshot_exits_nonzero_only_when_every_instance_failed(tmp_path: Path) -> None:
-    fleet_file = tmp_path / "fleet.toml"
-    fleet_file.write_text('[[instances]]\nname = "gone"\ndsn = "postgresql://x@127.0.0.1:1/postgres"\n')
-    assert radar("--lake", str(tmp_path / "lake"), "--fleet-file", str(fleet_file), "snapshot") == 1
-    runs = lake.scan_table(tmp_path / "lake", "snapshot_runs").collect()
+UNREACHABLE = '[[instances]]\nname = "gone"\ndsn = "postgresql://x@127.0.0.1:1/postgres"\n'
+
+
+def test_snapshot_exit_codes_0_1_3_and_each_failure_printed_with_its_reason(
+    pg_fleet: EmbeddedFleet, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    good = f'[[instances]]\nname = "alpha"\ndsn = "{pg_fleet.server("alpha").dsn}"\n'
+    cases = {"all_read": (good, 0), "some_failed": (good + UNREACHABLE, 1), "all_failed": (UNREACHABLE, 3)}
+    for label, (text, code) in cases.items():
+        fleet_file = tmp_path / f"{label}.toml"
+        fleet_file.write_text(text)
+        capsys.readouterr()
+        assert radar("--lake", str(tmp_path / label), "--fleet-file", str(fleet_file), "snapshot") == code, (
+            label
+        )
+        out = capsys.readouterr().out
+        assert ("failed gone: instance gone:" in out) is (code != 0), out
+        assert "(phase connect)" in out or code == 0
+    runs = lake.scan_table(tmp_path / "all_failed", "snapshot_runs").collect()
     assert runs["status"].to_list() == ["failed"]
+    assert runs["failed_phase"].to_list() == ["connect"]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[colector]\n" + UNREACHABLE, "unknown tables or keys [colector] (did you mean 'collector'?)"),
+        ('[[instances]]\nname = "a"\ndns = "x"\n', "unknown keys 'dns' (did you mean 'dsn'?)"),
+        ('[[instances]]\nname = "a"\ndsn = 5432\n', "dsn must be a string"),
+        ("[collector]\nstatement_timeout_ms = -1\n" + UNREACHABLE, "statement_timeout_ms must be between"),
+    ],
+)
+def test_a_bad_fleet_file_is_one_clear_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, message: str
+) -> None:
+    fleet_file = tmp_path / "fleet.toml"
+    fleet_file.write_text(text)
+    assert radar("--lake", str(tmp_path / "lake"), "--fleet-file", str(fleet_file), "snapshot") == 2
+    captured = capsys.readouterr()
+    lines = [line for line in captured.out.splitlines() if line.strip()]
+    assert len(lines) == 1, captured.out
+    assert lines[0].startswith("error: fleet file") and str(fleet_file) in lines[0]
+    assert message in lines[0]
+    assert "Traceback" not in captured.out + captured.err
+    assert not (tmp_path / "lake").exists()
+
+
+def test_a_missing_explicit_fleet_file_is_an_error_not_a_fallback(
+    pg_fleet: EmbeddedFleet, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "typo-fleet.toml"
+    args = [
+        "--lake",
+        str(tmp_path / "lake"),
+        "--embedded-root",
+        str(pg_fleet.root),
+        "--fleet-file",
+        str(missing),
+    ]
+    assert radar(*args, "snapshot") == 2
+    assert f"fleet file not found: {missing}" in capsys.readouterr().out
+    assert not (tmp_path / "lake").exists()  # the embedded fleet was not snapshotted instead
+
+
+def test_snapshot_help_documents_the_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        radar("snapshot", "--help")
+    out = capsys.readouterr().out
+    for line in (
+        "0  every instance was read",
+        "1  some instances failed",
+        "2  usage or configuration",
+        "3  every",
+    ):
+        assert line in out
 
 
 def test_views_prints_one_statement_per_view(lake_root: Path, capsys: pytest.CaptureFixture[str]) -> None:

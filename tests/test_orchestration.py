@@ -70,6 +70,31 @@ def test_snapshot_and_samples_assets_materialize_on_real_lake_files(
     assert set(sample_frame["instance"].unique()) <= {"alpha", "beta"}
 
 
+def test_snapshot_asset_names_failed_and_degraded_instances(
+    pg_fleet: EmbeddedFleet, lake_root: Path, tmp_path: Path
+) -> None:
+    alpha = pg_fleet.server("alpha")
+    with psycopg.connect(alpha.dsn, autocommit=True) as conn:
+        conn.execute("DROP ROLE IF EXISTS radar_nobody")
+        conn.execute("CREATE ROLE radar_nobody LOGIN")  # no pg_read_all_stats: rows hidden, degraded
+        conn.execute("SELECT 1")
+    fleet_file = tmp_path / "fleet.toml"
+    fleet_file.write_text(
+        f'[[instances]]\nname = "alpha"\ndsn = "{alpha.dsn_for(user="radar_nobody")}"\n'
+        '[[instances]]\nname = "gone"\ndsn = "postgresql://x@127.0.0.1:1/postgres"\n'
+    )
+    res = {**resources(pg_fleet, lake_root, tmp_path), "fleet": FleetResource(fleet_file=str(fleet_file))}
+    today = datetime.now(UTC).date().isoformat()
+    with dg.instance_for_test() as instance:
+        result = dg.materialize([statement_snapshots], partition_key=today, resources=res, instance=instance)
+    metadata = result.asset_materializations_for_node("statement_snapshots")[0].metadata
+    assert (metadata["instances_ok"].value, metadata["instances_failed"].value) == (1, 1)
+    assert metadata["instances_degraded"].value == 1
+    assert str(metadata["failed_instances"].value).startswith("gone: instance gone:")
+    assert "alpha: " in str(metadata["degraded_instances"].value)
+    assert "pg_read_all_stats" in str(metadata["degraded_instances"].value)
+
+
 def test_snapshot_asset_refuses_a_backfill(pg_fleet: EmbeddedFleet, lake_root: Path, tmp_path: Path) -> None:
     with dg.instance_for_test() as instance:
         result = dg.materialize(
@@ -97,6 +122,16 @@ def test_deploy_inbox_sensor_and_asset(pg_fleet: EmbeddedFleet, lake_root: Path,
     events = lake.scan_table(lake_root, "deploy_events").collect()
     assert events["version"].to_list() == ["v42"]
     assert not (inbox / "release.csv").exists()
+    # The asset checks names against the fleet resource's instances: a typo is rejected, not recorded.
+    (inbox / "typo.csv").write_text("instance,version,deployed_at\nalhpa,v43,2026-11-01T11:00:00Z\n")
+    assert isinstance(
+        deploy_inbox_sensor(dg.build_sensor_context(resources={"inbox": res["inbox"]})), dg.RunRequest
+    )
+    with dg.instance_for_test() as instance:
+        result = dg.materialize([deploy_events], resources=res, instance=instance)
+    assert result.asset_materializations_for_node("deploy_events")[0].metadata["files_rejected"].value == 1
+    assert "unknown instance 'alhpa'" in (inbox / "rejected" / "typo.csv.error.txt").read_text()
+    assert lake.scan_table(lake_root, "deploy_events").collect()["version"].to_list() == ["v42"]
 
 
 def test_schedule_targets_the_ticks_day() -> None:

@@ -71,7 +71,7 @@ def test_auto_explain_records_parsed_and_joined_to_pg_stat_statements(
     count_row = next(r for t, r in by_text.items() if "kind = $1" in t)
     assert count_row["actual_rows"] == 1.0 and count_row["duration_ms"] is not None
     assert "events" in count_row["relations"] and not count_row["is_generic"]
-    assert count_row["query_parameters"] is not None and "$1 = '" in count_row["query_parameters"]
+    assert count_row["query_parameters"] == "$1 = ?", "parameter names are kept, their values never"
     assert snaps.filter(pl.col("queryid") == count_row["queryid"]).height == 1, "3 runs, one shape, one row"
     point = next(r for t, r in by_text.items() if "id = $1" in t)
     assert point["root_node"] in ("Index Scan", "Index Only Scan") and point["indexes"] == ["events_pkey"]

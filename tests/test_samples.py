@@ -232,3 +232,98 @@ def test_job_for_a_date_range_writes_only_its_partitions_and_keeps_the_midnight_
     assert samples["date"].to_list() == ["2026-11-30"]
     assert samples["calls"].to_list() == [10]  # its earlier snapshot was on 11-29, read for continuity
     assert report.sample_rows == 1
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Server time: intervals come from the server's clock; the collector's clock orders snapshots and checks skew
+
+
+def clocked(step: int, calls: int, server_s: float, collector_s: float, **over: Any) -> dict[str, Any]:
+    """A snapshot row whose server clock is T0 + server_s and collector clock T0 + collector_s."""
+    return snap(
+        step,
+        calls,
+        float(calls),
+        captured_at=T0 + timedelta(seconds=server_s),
+        collector_clock=T0 + timedelta(seconds=collector_s),
+        **over,
+    )
+
+
+def test_interval_length_is_the_server_clocks_even_when_the_collector_clock_differs() -> None:
+    rows = [clocked(0, 10, 0.0, 100.0), clocked(1, 20, 10.0, 110.5), clocked(2, 30, 20.0, 120.2)]
+    result = samples_from_snapshots(frame(rows), None)
+    assert result.samples["interval_seconds"].to_list() == [10.0, 10.0]
+    assert result.dropped_counts.height == 0
+
+
+@pytest.mark.parametrize(
+    ("second", "third"),
+    [
+        ((10.0, 10.0), (10.0, 20.0)),  # equal captured_at: a zero-length interval
+        ((10.0, 10.0), (5.0, 20.0)),  # the server clock went back 5 s between two reads
+        ((10.0, 10.0), (23.0, 20.0)),  # the server clock jumped 3 s ahead of the collector's
+        ((10.0, 10.0), (20.0, 17.0)),  # the collector's clock was stepped back 3 s
+    ],
+    ids=["equal", "backward", "server_jumped", "collector_stepped"],
+)
+def test_zero_backward_or_skewed_intervals_are_dropped_as_clock_skew(
+    second: tuple[float, float], third: tuple[float, float]
+) -> None:
+    rows = [
+        clocked(0, 10, 0.0, 0.0),
+        clocked(1, 20, *second),
+        clocked(2, 30, *third),
+        clocked(3, 40, third[0] + 10.0, third[1] + 10.0),
+    ]
+    result = samples_from_snapshots(frame(rows), None)
+    assert dropped(result) == {"clock_skew": 1}
+    assert result.samples["calls"].to_list() == [10, 10]
+    assert (result.samples["interval_seconds"] > 0).all()
+
+
+def test_offset_noise_below_max_clock_skew_is_kept_and_the_threshold_is_a_config_field() -> None:
+    rows = [clocked(0, 10, 0.0, 0.0), clocked(1, 20, 10.0, 11.5), clocked(2, 30, 20.0, 21.5)]
+    assert samples_from_snapshots(frame(rows), None).samples.height == 2
+    strict = samples_from_snapshots(frame(rows), None, SampleConfig(max_clock_skew_s=1.0))
+    assert dropped(strict) == {"clock_skew": 1}
+
+
+def test_snapshots_with_one_captured_at_never_overwrite_each_other_and_rewrites_stay_idempotent(
+    lake_root: Path,
+) -> None:
+    from jobs.collector import InstanceSnapshot, write_instance_snapshot
+
+    def snapshot(calls: int, collector_s: float, server_s: float = 10.0) -> InstanceSnapshot:
+        row = clocked(0, calls, server_s, collector_s)
+        run = {
+            "captured_at": row["captured_at"],
+            "collector_clock": row["collector_clock"],
+            "status": "ok",
+            "system_identifier": 7,
+            "statement_rows": 1,
+            "dealloc": 0,
+        }
+        statements = frame([row]).drop("instance")
+        return InstanceSnapshot("alpha", row["captured_at"], run, statements, pl.DataFrame())
+
+    first = snapshot(10, 0.0, server_s=0.0)
+    a, b = snapshot(20, 10.0), snapshot(30, 11.0)  # one captured_at, two different reads
+    for snap_ in (first, a, b, b):  # b twice: the same snapshot again is idempotent
+        write_instance_snapshot(lake_root, snap_)
+    files = lake_files(lake_root, STATEMENT_SNAPSHOTS)
+    assert len(files) == 3
+    assert len(lake_files(lake_root, SNAPSHOT_RUNS)) == 3
+    kept = scan_table(lake_root, STATEMENT_SNAPSHOTS).collect().sort("collector_clock")
+    assert kept["calls"].to_list() == [10, 20, 30]
+    report = run_samples_job(lake_root)
+    assert dict(zip(report.dropped_counts["reason"], report.dropped_counts["count"], strict=True)) == {
+        "clock_skew": 1
+    }
+    assert scan_table(lake_root, QUERY_SAMPLES).collect()["calls"].to_list() == [10]
+
+
+def lake_files(lake_root: Path, table: Any) -> list[Path]:
+    from jobs.lake import table_files
+
+    return table_files(lake_root, table)

@@ -20,7 +20,6 @@ import numpy as np
 import psycopg
 from psycopg import RawCursor
 
-from jobs.config import redact_dsn, scrub_secrets
 from jobs.gate.config import GateConfig
 from jobs.gate.stats import (
     ALL_FAILED,
@@ -43,6 +42,7 @@ from jobs.gate.verdict import (
 from jobs.gate.workload import GateQuery, GateWorkload, load_workload
 from jobs.plandiff import diff_plans
 from jobs.plans.shape import PlanFormatError, plan_root, plan_shape_hash
+from jobs.redaction import redact_dsn, scrub
 from jobs.sqlfiles import load_sql
 
 BASELINE, CANDIDATE = "baseline", "candidate"
@@ -65,7 +65,7 @@ class _Side:
 
     def error(self, exc: BaseException) -> str:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        return scrub_secrets(first, self.dsn)
+        return scrub(first, self.dsn)
 
 
 def _open(role: str, dsn: str, config: GateConfig) -> Conn:
@@ -80,7 +80,7 @@ def _open(role: str, dsn: str, config: GateConfig) -> Conn:
             prepare_threshold=None,  # every call parsed and planned with its parameters: like the EXPLAIN
         )
     except psycopg.Error as exc:
-        message = scrub_secrets(str(exc).strip(), dsn)
+        message = scrub(str(exc).strip(), dsn)
         raise GateError(f"{role}: cannot connect to {redact_dsn(dsn)}: {message}") from None
 
 

@@ -7,27 +7,37 @@ with ``log_analyze``, actual rows (and times with ``log_timing``). A record is k
 ``query_id`` (the top-level statement's pg_stat_statements queryid).
 
 The reader takes a directory: the server's own ``log/`` folder for a local fleet, or a mounted or shipped
-copy for a remote one. Progress is remembered per file (name, inode, byte offset) in
-``<lake_root>/_state/auto_explain/<instance>.json`` (written atomically after the lake write, so a crash
-re-reads rather than loses; re-read plans are absorbed by the shape dedupe). A file whose inode changed or
-that shrank is read from the start (rotation, truncation); a renamed file keeps its offset; a partial last
-line is left for the next run.
+copy for a remote one. Progress is remembered per file in ``<lake_root>/_state/auto_explain/<instance>.json``
+(written atomically after the lake write, so a crash re-reads rather than loses; re-read plans are absorbed
+by the shape dedupe): the byte offset read up to, the file's (device, inode) and a fingerprint of its head
+(the SHA-256 of its first ``fingerprint_bytes`` bytes, and how many bytes it covers). A file is the same
+file as a remembered one when (device, inode) and head agree, wherever it was renamed to (create-mode
+rotation); a file with another inode whose head matches a remembered file is a copy of it (copytruncate's
+``X.1``: read from the old offset, so lines logged after the last read and before the copy are kept);
+a remembered inode whose head no longer matches (inode reuse, truncate-and-rewrite) or a file that
+shrank below its offset is read from the start. A partial last line is left for the next run.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
-from jobs.collect.texts import is_explain_text
+from jobs.collect.texts import (
+    check_query_text_mode,
+    is_explain_text,
+    redact_plan,
+    redact_query_parameters,
+)
 from jobs.plans.history import snapshot_stem, store_snapshot_rows
 from jobs.plans.shape import PlanFormatError, plan_facts, plan_root, plan_shape_hash
 from jobs.schemas import PLAN_SNAPSHOTS
@@ -47,6 +57,10 @@ class AutoExplainConfig:
     max_bytes_per_run: int = 512 * 1024 * 1024
     read_chunk_bytes: int = 8 * 1024 * 1024
     max_shapes_per_query: int = 5
+    query_text: str = "normalized"
+    """Literal values never reach the lake: "normalized" keeps parameter names and redacted expressions,
+    "withheld" keeps no parameter and no expression text (jobs.collect.texts)."""
+    fingerprint_bytes: int = 4096
 
 
 @dataclass
@@ -117,8 +131,12 @@ def decode_auto_explain_record(record: dict[str, Any]) -> DecodedPlan | str | No
     )
 
 
-def auto_explain_row(plan: DecodedPlan, log_file: str | None = None) -> dict[str, Any]:
-    """The plan_snapshots row for one decoded auto_explain plan."""
+def auto_explain_row(
+    plan: DecodedPlan, log_file: str | None = None, query_text: str = "normalized"
+) -> dict[str, Any]:
+    """The plan_snapshots row for one decoded auto_explain plan: facts and shape from the plan as logged,
+    the stored plan and parameters without any literal value (``Query Text`` is never stored)."""
+    check_query_text_mode(query_text)
     facts = plan_facts(plan.root)
     return {
         "captured_at": parse_log_timestamp(str(plan.record["timestamp"])),
@@ -138,9 +156,9 @@ def auto_explain_row(plan: DecodedPlan, log_file: str | None = None) -> dict[str
         "node_types": facts.node_types,
         "relations": facts.relations,
         "indexes": facts.indexes,
-        "query_parameters": plan.document.get("Query Parameters"),
+        "query_parameters": redact_query_parameters(plan.document.get("Query Parameters"), query_text),
         "log_file": log_file,
-        "plan_json": json.dumps(plan.root, separators=(",", ":")),
+        "plan_json": json.dumps(redact_plan(plan.root, query_text), separators=(",", ":")),
     }
 
 
@@ -160,6 +178,7 @@ def parse_jsonlog_lines(
     log_file: str,
     result: IngestResult,
     last_shapes: dict[int, str] | None = None,
+    query_text: str = "normalized",
 ) -> list[dict[str, Any]]:
     """Complete jsonlog lines → plan rows, one per run of a shape per queryid (``last_shapes`` carries the
     previous shape across calls); lines that are not auto_explain plans are skipped before JSON parsing."""
@@ -180,7 +199,7 @@ def parse_jsonlog_lines(
                 continue
             if last_shapes.get(decoded.queryid) == decoded.shape_hash:
                 continue  # same shape as this query's previous record: nothing new to store
-            rows.append(auto_explain_row(decoded, log_file))
+            rows.append(auto_explain_row(decoded, log_file, query_text))
             last_shapes[decoded.queryid] = decoded.shape_hash
         except (json.JSONDecodeError, PlanFormatError, LogTimestampError, KeyError, ValueError) as exc:
             result.error_count += 1
@@ -193,7 +212,7 @@ def state_path(lake_root: Path, instance: str) -> Path:
     return Path(lake_root) / "_state" / "auto_explain" / f"{instance}.json"
 
 
-def load_offsets(lake_root: Path, instance: str) -> dict[str, dict[str, int]]:
+def load_offsets(lake_root: Path, instance: str) -> dict[str, dict[str, Any]]:
     path = state_path(lake_root, instance)
     if not path.exists():
         return {}
@@ -203,7 +222,7 @@ def load_offsets(lake_root: Path, instance: str) -> dict[str, dict[str, int]]:
         raise ValueError(f"instance {instance}: unreadable auto_explain offsets file {path}: {exc}") from exc
 
 
-def save_offsets(lake_root: Path, instance: str, files: dict[str, dict[str, int]]) -> None:
+def save_offsets(lake_root: Path, instance: str, files: dict[str, dict[str, Any]]) -> None:
     """Atomic write (temp + rename) of the per-file offsets."""
     path = state_path(lake_root, instance)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -212,15 +231,111 @@ def save_offsets(lake_root: Path, instance: str, files: dict[str, dict[str, int]
     os.replace(tmp, path)
 
 
-def start_offset(name: str, inode: int, size: int, known: dict[str, dict[str, int]]) -> int:
-    """Where to resume in a file: same name+inode → its offset; a renamed inode → its offset; else 0."""
-    entry = known.get(name)
-    if entry is None or entry.get("inode") != inode:
-        entry = next((e for e in known.values() if e.get("inode") == inode), None)
-    if entry is None:
-        return 0
-    offset = int(entry.get("offset", 0))
-    return offset if offset <= size else 0
+@dataclass(frozen=True)
+class LogFile:
+    """One log file as found now: its name, (device, inode), size and first ``fingerprint_bytes`` bytes."""
+
+    path: Path
+    device: int
+    inode: int
+    size: int
+    head: bytes
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return (self.device, self.inode)
+
+    def state(self, offset: int) -> dict[str, Any]:
+        return {
+            "device": self.device,
+            "inode": self.inode,
+            "offset": offset,
+            "head_len": len(self.head),
+            "head_sha": hashlib.sha256(self.head).hexdigest(),
+        }
+
+
+def head_matches(entry: dict[str, Any], head: bytes, digests: dict[int, str] | None = None) -> bool:
+    """Does a file whose first bytes are ``head`` start like the remembered file? An entry without a
+    fingerprint (written by an older radar) matches any head: its inode is all there is to go on.
+    ``digests`` caches this head's hashes by length covered."""
+    if "head_sha" not in entry:
+        return True
+    covered = int(entry.get("head_len", 0))
+    if len(head) < covered:
+        return False
+    cache = {} if digests is None else digests
+    if covered not in cache:
+        cache[covered] = hashlib.sha256(head[:covered]).hexdigest()
+    return cache[covered] == entry["head_sha"]
+
+
+def _same_inode(entry: dict[str, Any], found: LogFile) -> bool:
+    device = entry.get("device")
+    return entry.get("inode") == found.inode and (device is None or device == found.device)
+
+
+def resume_offsets(found: list[LogFile], known: dict[str, dict[str, Any]]) -> list[int]:
+    """Where to resume in each file found (pure). Each remembered entry is used at most once:
+
+    1. same (device, inode) and the same head, not shrunk below the offset: the same file, perhaps
+       renamed (create-mode rotation) → its offset;
+    2. else another inode whose head matches a remembered, unclaimed entry: a copy of that file
+       (copytruncate's ``X.1``) → its offset;
+    3. else 0: a new file, a reused inode, a truncated or shrunk file.
+    """
+    entries = list(known.values())
+    digests: list[dict[int, str]] = [{} for _ in found]
+    claimed: set[int] = set()
+    offsets: list[int | None] = [None] * len(found)
+
+    def fits(number: int, index: int) -> bool:
+        entry, file = entries[number], found[index]
+        return (
+            number not in claimed
+            and int(entry.get("offset", 0)) <= file.size
+            and head_matches(entry, file.head, digests[index])
+        )
+
+    for index, file in enumerate(found):
+        number = next((n for n, e in enumerate(entries) if _same_inode(e, file) and fits(n, index)), None)
+        if number is not None:
+            offsets[index] = int(entries[number].get("offset", 0))
+            claimed.add(number)
+    for index in range(len(found)):
+        if offsets[index] is not None:
+            continue
+        copies = [
+            (int(entry.get("offset", 0)), number)
+            for number, entry in enumerate(entries)
+            if "head_sha" in entry and int(entry.get("head_len", 0)) > 0 and fits(number, index)
+        ]
+        if copies:
+            offset, number = max(copies)
+            offsets[index] = offset
+            claimed.add(number)
+    return [offset or 0 for offset in offsets]
+
+
+def find_log_files(log_dir: Path, config: AutoExplainConfig, result: IngestResult) -> list[LogFile]:
+    """The files matching the glob, oldest first, each once (a second name of one inode is skipped);
+    files that vanish while listed (rotated away) are skipped, unreadable ones are named in the errors."""
+    found: dict[tuple[int, int], tuple[float, LogFile]] = {}
+    for path in log_dir.glob(config.file_glob):
+        try:
+            with open(path, "rb") as handle:
+                info = os.fstat(handle.fileno())
+                head = handle.read(config.fingerprint_bytes)
+        except (FileNotFoundError, IsADirectoryError):
+            continue
+        except OSError as exc:
+            result.error_count += 1
+            result.errors.append(f"{path.name}: cannot be read: {exc}")
+            continue
+        file = LogFile(path, info.st_dev, info.st_ino, info.st_size, head)
+        if file.key not in found or path.name < found[file.key][1].path.name:
+            found[file.key] = (info.st_mtime, file)
+    return [file for _, file in sorted(found.values(), key=lambda item: (item[0], item[1].path.name))]
 
 
 def ingest_auto_explain_logs(
@@ -233,23 +348,16 @@ def ingest_auto_explain_logs(
         raise FileNotFoundError(f"instance {instance}: auto_explain log directory {log_dir} does not exist")
     result = IngestResult(instance=instance)
     known = load_offsets(lake_root, instance)
-    files = sorted(log_dir.glob(config.file_glob), key=lambda p: (p.stat().st_mtime, p.name))
-    new_state: dict[str, dict[str, int]] = {}
+    found = find_log_files(log_dir, config, result)
+    new_state: dict[str, dict[str, Any]] = {}
     rows: list[dict[str, Any]] = []
     last_shapes: dict[int, str] = {}
     budget = config.max_bytes_per_run
-    for path in files:
-        try:
-            info = path.stat()
-        except FileNotFoundError:
-            continue  # rotated away between listing and reading
-        offset = start_offset(path.name, info.st_ino, info.st_size, known)
-        if offset < info.st_size and budget > 0:
-            offset, used = _read_file(
-                path, offset, min(info.st_size, offset + budget), config, rows, result, last_shapes
-            )
+    for file, offset in zip(found, resume_offsets(found, known), strict=True):
+        if budget > 0:
+            file, offset, used = _read_file(file, offset, budget, config, rows, result, last_shapes)
             budget -= used
-        new_state[path.name] = {"inode": info.st_ino, "offset": offset}
+        new_state[file.path.name] = file.state(offset)
     if rows:
         frame = pl.DataFrame(rows, schema=PLAN_SNAPSHOTS.polars_schema)
         ingest_time = datetime.now(UTC)
@@ -266,18 +374,31 @@ def ingest_auto_explain_logs(
 
 
 def _read_file(
-    path: Path,
+    file: LogFile,
     offset: int,
-    end: int,
+    budget: int,
     config: AutoExplainConfig,
     rows: list[dict[str, Any]],
     result: IngestResult,
     last_shapes: dict[int, str],
-) -> tuple[int, int]:
-    """Parse complete lines in [offset, end); returns the new offset (after the last newline) and bytes."""
+) -> tuple[LogFile, int, int]:
+    """Parse complete lines from ``offset`` on, at most ``budget`` bytes of them; returns the file (its
+    head fingerprint extended if it was short and has grown), the new offset (after the last newline) and
+    the bytes consumed. Reads the file found, not whatever now has its name: a file renamed or replaced
+    since it was listed is left for the next run."""
     consumed = 0
-    result.files_read += 1
-    with open(path, "rb") as handle:
+    try:
+        handle = open(file.path, "rb")  # noqa: SIM115 - closed by the with below
+    except FileNotFoundError:
+        return file, offset, 0  # renamed away since it was listed: found by its inode and head next run
+    with handle:
+        info = os.fstat(handle.fileno())
+        if (info.st_dev, info.st_ino) != file.key or info.st_size < offset:
+            return file, offset, 0
+        end = min(info.st_size, offset + budget)
+        if offset >= end:
+            return file, offset, 0
+        result.files_read += 1
         handle.seek(offset)
         pending = b""
         position = offset
@@ -292,7 +413,15 @@ def _read_file(
                 pending = data
                 continue
             complete, pending = data[: cut + 1], data[cut + 1 :]
-            rows.extend(parse_jsonlog_lines(complete.splitlines(), path.name, result, last_shapes))
+            rows.extend(
+                parse_jsonlog_lines(
+                    complete.splitlines(), file.path.name, result, last_shapes, config.query_text
+                )
+            )
             consumed += len(complete)
+        if len(file.head) < config.fingerprint_bytes:
+            head = os.pread(handle.fileno(), config.fingerprint_bytes, 0)
+            if head.startswith(file.head):  # grown, not rewritten, since it was listed
+                file = replace(file, head=head, size=max(file.size, len(head)))
     result.bytes_read += consumed
-    return offset + consumed, consumed
+    return file, offset + consumed, consumed

@@ -24,7 +24,7 @@ from typing import Any
 import polars as pl
 import psycopg
 
-from jobs.collect.texts import is_radar_text
+from jobs.collect.texts import is_radar_text, redact_plan
 from jobs.lake import stem_for, write_table
 from jobs.plans.generic import ExplainFailed, classify_statement
 from jobs.plans.history import SnapshotWrite, snapshot_stem, store_snapshot_rows
@@ -39,6 +39,7 @@ from jobs.plans.safety import (
 )
 from jobs.plans.shape import PlanFormatError, plan_facts, plan_root
 from jobs.plans.store_plans import StorePlansGate, read_store_plans, store_plans_gate
+from jobs.redaction import scrub
 from jobs.schemas import PLAN_CAPTURE_LOG, PLAN_SNAPSHOTS
 from jobs.sqlfiles import load_sql
 
@@ -76,6 +77,8 @@ class PlanCaptureConfig:
     use_generic_explain: bool = True
     max_shapes_per_query: int = 5
     application_name: str = "pg-regression-radar plan capture"
+    query_text: str = "normalized"
+    """Plan JSON keeps no literal value either way; "withheld" also replaces every expression string."""
     explain_mode: str = EXPLAIN_MODE_HELPER
     """helper: through the SECURITY DEFINER helper (radar setup-sql); session: as the session role."""
     explain_helper: str = "radar.explain_generic"
@@ -148,8 +151,9 @@ def _snapshot_row(
     *,
     dbname: str | None,
     planid: int | None = None,
+    query_text: str = "normalized",
 ) -> dict[str, Any]:
-    facts = plan_facts(root)
+    facts = plan_facts(root)  # shape and facts of the plan as the server gave it: redaction keeps both
     return {
         "captured_at": captured_at,
         "queryid": candidate["queryid"],
@@ -168,7 +172,7 @@ def _snapshot_row(
         "relations": facts.relations,
         "indexes": facts.indexes,
         "planid": planid,
-        "plan_json": json.dumps(root, separators=(",", ":")),
+        "plan_json": json.dumps(redact_plan(root, query_text), separators=(",", ":")),
     }
 
 
@@ -223,7 +227,7 @@ def capture_plans(
                 "dbid": cand.get("dbid"),
                 "source": source,
                 "status": status,
-                "reason": reason,
+                "reason": scrub(reason, dsn) if reason else reason,
                 "shape_hash": shape,
                 "elapsed_ms": (time.perf_counter() - started) * 1000.0,
             }
@@ -241,7 +245,9 @@ def capture_plans(
             rolnames = dict(main.execute(load_sql("plans_roles"), {"userids": userids}).fetchall())
         except psycopg.Error as exc:
             # Filed under every source this session was needed for: both read through it.
-            reason = f"instance {instance}: cannot open the plan capture session: {_first_line(exc)}"
+            reason = scrub(
+                f"instance {instance}: cannot open the plan capture session: {_first_line(exc)}", dsn
+            )
             now = time.perf_counter()
             sources = [SOURCE_STORE_PLANS] * config.use_store_plans + [
                 SOURCE_GENERIC
@@ -314,7 +320,7 @@ def capture_plans(
             dbname = databases.get(cand.get("dbid"))
             if config.use_store_plans:
                 answered = _try_store_plans(
-                    cand, gate, stored, store_error, captured_at, dbname, plans, record, started
+                    cand, gate, stored, store_error, captured_at, dbname, plans, record, started, config
                 )
                 if answered:
                     continue
@@ -354,10 +360,17 @@ def capture_plans(
             except (ExplainFailed, PlanFormatError, psycopg.Error) as exc:
                 record(cand, SOURCE_GENERIC, "failed", _first_line(exc), started)
                 continue
-            row = _snapshot_row(captured_at, cand, SOURCE_GENERIC, root, dbname=dbname or conn.info.dbname)
+            row = _snapshot_row(
+                captured_at,
+                cand,
+                SOURCE_GENERIC,
+                root,
+                dbname=dbname or conn.info.dbname,
+                query_text=config.query_text,
+            )
             plans.append(row)
             record(cand, SOURCE_GENERIC, "captured", None, started, row["shape_hash"])
-    return _frames(instance, plans, log_rows, problems)
+    return _frames(instance, plans, log_rows, [scrub(problem, dsn) for problem in problems])
 
 
 def _read_store_plans_safely(
@@ -395,6 +408,7 @@ def _try_store_plans(
     plans: list[dict[str, Any]],
     record: Callable[..., None],
     started: float,
+    config: PlanCaptureConfig,
 ) -> bool:
     if not gate.trusted:
         record(cand, SOURCE_STORE_PLANS, "untrusted", gate.reason, started)
@@ -418,7 +432,15 @@ def _try_store_plans(
         reason = f"{exc}; pg_store_plans.plan_format must be json (text/yaml/xml/raw are not parsed)"
         record(cand, SOURCE_STORE_PLANS, "failed", reason, started)
         return False
-    snap = _snapshot_row(captured_at, cand, SOURCE_STORE_PLANS, root, dbname=dbname, planid=row["planid"])
+    snap = _snapshot_row(
+        captured_at,
+        cand,
+        SOURCE_STORE_PLANS,
+        root,
+        dbname=dbname,
+        planid=row["planid"],
+        query_text=config.query_text,
+    )
     plans.append(snap)
     record(cand, SOURCE_STORE_PLANS, "captured", None, started, snap["shape_hash"])
     return True

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import polars as pl
 
-from jobs.lake import scan_table, stem_for, table_files, write_table
+from jobs.lake import read_file, read_table, stem_for, usable_files, write_table
 from jobs.schemas import PLAN_SNAPSHOTS
 
 HISTORY_KEY: tuple[str, ...] = ("instance", "queryid", "source")
@@ -87,11 +87,10 @@ _KEY_COLUMNS = ["instance", "queryid", "source", "captured_at", "shape_hash"]
 
 
 def stored_snapshot_keys(lake_root: Path, instance: str) -> pl.DataFrame:
-    return (
-        scan_table(lake_root, PLAN_SNAPSHOTS)
-        .filter(pl.col("instance") == instance)
-        .select(_KEY_COLUMNS)
-        .collect()
+    return read_table(
+        lake_root,
+        PLAN_SNAPSHOTS,
+        lambda plans: plans.filter(pl.col("instance") == instance).select(_KEY_COLUMNS),
     )
 
 
@@ -127,10 +126,12 @@ def _prune_history(lake_root: Path, instance: str, max_shapes: int) -> int:
     dropped = keys.join(kept, on=_KEY_COLUMNS, how="anti", nulls_equal=True).drop("instance")
     removed = 0
     folder_mark = f"instance={instance}"
-    for path in table_files(lake_root, PLAN_SNAPSHOTS):
+    for path in usable_files(lake_root, PLAN_SNAPSHOTS):
         if path.parent.parent.name != folder_mark:
             continue
-        frame = pl.read_parquet(path, hive_partitioning=False)
+        frame = read_file(lake_root, PLAN_SNAPSHOTS, path)
+        if frame is None:  # unreadable: quarantined, like any bad lake file
+            continue
         left = frame.join(dropped, on=_KEY_COLUMNS[1:], how="anti", nulls_equal=True)
         if left.height == frame.height:
             continue

@@ -3,25 +3,32 @@
 import dagster as dg
 
 from jobs.deploys import ingest_deploy_files, load_deploy_events
-from orchestration.resources import DeployInboxResource, LakeResource
+from orchestration.resources import DeployInboxResource, FleetResource, LakeResource
 
 
 @dg.asset(
     group_name="collect",
     kinds={"parquet"},
-    description="Every deploy marker once; malformed inbox files are moved to rejected/ with their line.",
+    description="Every deploy marker once; bad inbox files (malformed, too big, out-of-range times, "
+    "instances the fleet does not know) are moved to rejected/ with their line.",
 )
 def deploy_events(
-    context: dg.AssetExecutionContext, inbox: DeployInboxResource, lake: LakeResource
+    context: dg.AssetExecutionContext, inbox: DeployInboxResource, lake: LakeResource, fleet: FleetResource
 ) -> dg.MaterializeResult:
-    report = ingest_deploy_files(inbox.path, lake.path)
+    known = fleet.find()
+    report = ingest_deploy_files(
+        inbox.path, lake.path, inbox.config, None if known is None else known.instance_names
+    )
     for path, why in report.rejected.items():
         context.log.warning(f"rejected deploy file {path}: {why}")
+    for path, why in report.failed.items():
+        context.log.error(f"deploy file {path} not recorded: {why}")
     events = load_deploy_events(lake.path)
     return dg.MaterializeResult(
         metadata={
             "files_processed": len(report.processed),
             "files_rejected": len(report.rejected),
+            "files_failed": len(report.failed),
             "events_recorded": len(report.events),
             "events_total": events.height,
         }

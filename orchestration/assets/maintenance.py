@@ -3,7 +3,9 @@
 import dagster as dg
 
 from jobs.compaction import compact_lake
+from jobs.lake import incident_mark
 from orchestration.resources import LakeResource
+from orchestration.tables import lake_incident_metadata
 
 
 @dg.asset(
@@ -13,12 +15,14 @@ from orchestration.resources import LakeResource
     description="Closed days of the per-snapshot tables compacted to one file per instance, swapped in "
     "atomically (renameat2 RENAME_EXCHANGE) so readers never see duplicates.",
 )
-def compacted_lake(lake: LakeResource) -> dg.MaterializeResult:
+def compacted_lake(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.MaterializeResult:
+    mark = incident_mark()
     done = compact_lake(lake.path)
     return dg.MaterializeResult(
         metadata={
             "partitions_compacted": len(done),
             "files_merged": sum(d.files_before for d in done),
             "rows": sum(d.rows for d in done),
+            **lake_incident_metadata(mark, context.log),
         }
     )

@@ -7,7 +7,7 @@ from jobs import lake as lake_io
 from jobs.analysis import DetectionConfig, run_detection
 from jobs.regressions import DETECTED
 from orchestration.resources import LakeResource
-from orchestration.tables import markdown_table
+from orchestration.tables import lake_incident_metadata, markdown_table
 
 
 @dg.multi_asset(
@@ -29,6 +29,7 @@ from orchestration.tables import markdown_table
     ]
 )
 def regressions_and_plan_diffs(lake: LakeResource):
+    mark = lake_io.incident_mark()
     outcome = run_detection(lake.path, DetectionConfig(rebuild_samples=False))
     detected = pl.concat([outcome.regressions, outcome.unannounced], how="diagonal_relaxed").filter(
         pl.col("status") == DETECTED
@@ -48,6 +49,7 @@ def regressions_and_plan_diffs(lake: LakeResource):
         metadata={
             "analysed": outcome.regressions.height + outcome.unannounced.height,
             "detected": detected.height,
+            **lake_incident_metadata(mark),
             "regressions": dg.MetadataValue.md(markdown_table(shown)),
         },
     )
@@ -58,10 +60,14 @@ def regressions_and_plan_diffs(lake: LakeResource):
     asset="performance_regressions", description="Detected rows are complete and unique per query."
 )
 def detected_regressions_are_consistent(lake: LakeResource) -> dg.AssetCheckResult:
-    files = lake_io.table_files(lake.path, "performance_regressions")
-    if not files:
+    files = lake_io.usable_files(lake.path, "performance_regressions")
+    latest = (
+        lake_io.read_file(lake.path, "performance_regressions", max(files, key=lambda p: p.name))
+        if files
+        else None
+    )
+    if latest is None:
         return dg.AssetCheckResult(passed=True, metadata={"rows": 0})
-    latest = pl.read_parquet(max(files, key=lambda p: p.name))
     detected = latest.filter(pl.col("status") == DETECTED)
     incomplete = detected.filter(
         pl.any_horizontal(

@@ -4,10 +4,11 @@ from datetime import date
 
 import dagster as dg
 
+from jobs.lake import incident_mark
 from jobs.samples import SampleConfig, run_samples_job
 from orchestration.partitions import daily
 from orchestration.resources import LakeResource
-from orchestration.tables import markdown_table
+from orchestration.tables import lake_incident_metadata, markdown_table
 
 
 class SamplesRunConfig(dg.Config):
@@ -27,6 +28,7 @@ def query_samples(
 ) -> dg.MaterializeResult:
     # A single-run backfill covers a range of days; a normal run covers its one day.
     first, last = context.partition_key_range.start, context.partition_key_range.end
+    mark = incident_mark()
     report = run_samples_job(
         lake.path,
         SampleConfig(min_executions=config.min_executions),
@@ -41,5 +43,6 @@ def query_samples(
             "files_written": report.files_written,
             "seconds": round(report.seconds, 3),
             "dropped": dg.MetadataValue.md(markdown_table(report.dropped_counts)),
+            **lake_incident_metadata(mark, context.log),
         }
     )

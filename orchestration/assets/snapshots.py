@@ -6,9 +6,10 @@ import dagster as dg
 import polars as pl
 
 from jobs.collector import snapshot_fleet
+from jobs.lake import incident_mark
 from orchestration.partitions import daily
 from orchestration.resources import FleetResource, LakeResource
-from orchestration.tables import markdown_table
+from orchestration.tables import lake_incident_metadata, markdown_table
 
 
 @dg.asset(
@@ -27,18 +28,24 @@ def statement_snapshots(
             f"statement_snapshots reads live counters: partition {context.partition_key} cannot be "
             f"backfilled (today is {today})"
         )
+    mark = incident_mark()
     result = snapshot_fleet(fleet.load(), lake.path)
     for failed in result.failed:
-        context.log.warning(f"snapshot failed: {failed.error}")
+        context.log.warning(f"snapshot failed: {failed.reason}")
+    for degraded in result.degraded:
+        context.log.warning(f"snapshot degraded: {degraded.instance}: {degraded.reason}")
     if not result.ok:
-        raise dg.Failure(f"every instance failed: {'; '.join(r.error or r.instance for r in result.failed)}")
+        raise dg.Failure(f"every instance failed: {'; '.join(r.reason for r in result.failed)}")
     return dg.MaterializeResult(
         metadata={
             "instances_ok": len(result.ok),
             "instances_failed": len(result.failed),
-            "failed_instances": ", ".join(r.instance for r in result.failed) or "none",
+            "instances_degraded": len(result.degraded),
+            "failed_instances": "; ".join(f"{r.instance}: {r.reason}" for r in result.failed) or "none",
+            "degraded_instances": "; ".join(f"{r.instance}: {r.reason}" for r in result.degraded) or "none",
             "statement_rows": sum(r.statement_rows for r in result.results),
             "bytes_written": sum(r.bytes_written for r in result.results),
             "per_instance": dg.MetadataValue.md(markdown_table(pl.DataFrame(result.summary_rows()))),
+            **lake_incident_metadata(mark, context.log),
         }
     )

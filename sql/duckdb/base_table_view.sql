@@ -1,5 +1,6 @@
 -- Template for one lake table's view (filled in by jobs/duckdb_views.py from jobs/schemas.py):
--- hive partitions pruned by folder, files of different versions merged by column name.
+-- hive partitions pruned by folder, files of different versions merged by column name. The files are a quoted
+-- glob, or a list of the good files when a bad one could not be moved to the quarantine.
 CREATE OR REPLACE VIEW {table} AS
 SELECT {columns}
-FROM read_parquet('{glob}', hive_partitioning = true, union_by_name = true, hive_types = {hive_types})
+FROM read_parquet({files}, hive_partitioning = true, union_by_name = true, hive_types = {hive_types})

@@ -1,5 +1,5 @@
 -- pg_stat_statements 1.10 (PostgreSQL 15-16): adds temp block times and JIT counters.
-SELECT
+SELECT /* pg-regression-radar */
     userid::bigint AS userid,
     dbid::bigint AS dbid,
     toplevel,

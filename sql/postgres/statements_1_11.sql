@@ -1,6 +1,6 @@
 -- pg_stat_statements 1.11 (PostgreSQL 17): blk_*_time renamed shared_blk_*_time; local block times,
 -- JIT deform, stats_since and minmax_stats_since added.
-SELECT
+SELECT /* pg-regression-radar */
     userid::bigint AS userid,
     dbid::bigint AS dbid,
     toplevel,

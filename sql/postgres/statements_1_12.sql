@@ -1,5 +1,5 @@
 -- pg_stat_statements 1.12 (PostgreSQL 18): adds wal_buffers_full and parallel worker counters.
-SELECT
+SELECT /* pg-regression-radar */
     userid::bigint AS userid,
     dbid::bigint AS dbid,
     toplevel,

@@ -1,5 +1,5 @@
 -- pg_stat_statements 1.8 (PostgreSQL 13): no toplevel, blk_*_time, no JIT/temp timings.
-SELECT
+SELECT /* pg-regression-radar */
     userid::bigint AS userid,
     dbid::bigint AS dbid,
     queryid,

@@ -1,5 +1,5 @@
 -- pg_stat_statements 1.9 (PostgreSQL 14): adds toplevel.
-SELECT
+SELECT /* pg-regression-radar */
     userid::bigint AS userid,
     dbid::bigint AS dbid,
     toplevel,
