@@ -292,6 +292,16 @@ def cmd_sql(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_setup_sql(args: argparse.Namespace) -> int:
+    """Print the SQL that creates the monitoring and explain roles and the EXPLAIN helper (psql-ready)."""
+    from jobs.plans.setup_sql import SetupRoles, setup_script, setup_steps
+
+    roles = SetupRoles(monitor_role=args.monitor_role, explain_role=args.explain_role, helper=args.helper)
+    steps = setup_steps(args.server_version_num, args.database or ["postgres"], roles)
+    sys.stdout.write(setup_script(steps, args.server_version_num))
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from jobs.demo import DemoConfig, run_demo
 
@@ -410,6 +420,20 @@ def build_parser() -> argparse.ArgumentParser:
     sql.add_argument("query")
     sql.add_argument("--max-rows", type=int, default=40)
     sql.set_defaults(func=cmd_sql)
+
+    setup = sub.add_parser(
+        "setup-sql", help="print the SQL for the monitoring login, the explain role and the EXPLAIN helper"
+    )
+    setup.add_argument(
+        "--server-version-num", type=int, default=180000, help="target server (default: %(default)s)"
+    )
+    setup.add_argument(
+        "--database", action="append", help="database to install the helper in (repeatable; default postgres)"
+    )
+    setup.add_argument("--monitor-role", default="radar_monitor", help="login role (default: %(default)s)")
+    setup.add_argument("--explain-role", default="radar_explain", help="NOLOGIN role EXPLAINs run as")
+    setup.add_argument("--helper", default="radar.explain_generic", help="schema.function of the helper")
+    setup.set_defaults(func=cmd_setup_sql)
 
     demo = sub.add_parser("demo", help="embedded fleet + workload + a real regression found and explained")
     demo.add_argument("--seconds", type=float, default=75.0, help="workload duration")

@@ -252,7 +252,9 @@ class FleetConfig:
         """The config of a jobs.fleet.EmbeddedFleet (tests, demo, benchmarks)."""
         return cls(
             instances=tuple(
-                InstanceConfig(name=s.name, dsn=s.dsn, tags={"env": "embedded"}, log_dir=str(s.log_dir))
+                InstanceConfig(
+                    name=s.name, dsn=s.monitor_dsn, tags={"env": "embedded"}, log_dir=str(s.log_dir)
+                )
                 for s in fleet.servers
             ),
             collector=collector or CollectorConfig(),

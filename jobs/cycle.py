@@ -87,6 +87,10 @@ def capture_fleet_plans(
                 )
                 write_plan_snapshots(lake_root, instance.name, captured_at, captured, plans_config)
                 result.plans_captured[instance.name] = captured.plans.height
+                if captured.problems:  # every candidate also has its plan_capture_log row saying so
+                    result.plan_errors[instance.name] = (
+                        f"instance {instance.name}: plan capture: " + "; ".join(captured.problems)
+                    )
             except Exception as exc:  # plans are best effort: the snapshot is already safe in the lake
                 result.plan_errors[instance.name] = scrub(
                     f"instance {instance.name}: plan capture failed: {exc}", instance.dsn, _resolved(instance)

@@ -25,6 +25,8 @@ from pathlib import Path
 
 SERVICE_USER = "pgradar"
 SUPERUSER = "postgres"
+# The recommended setup (`radar setup-sql`): the collector and the plan capture log in as this role.
+MONITOR_USER = "radar_monitor"
 
 # Settings every fleet server gets; callers add or override through ``extra_settings``.
 BASE_SETTINGS: dict[str, str] = {
@@ -159,7 +161,8 @@ def _chown_to_service_user(path: Path) -> None:
 
 @dataclass
 class EmbeddedServer:
-    """One local server: a data folder, a TCP port on loopback, a superuser with trust auth."""
+    """One local server: a data folder, a TCP port on loopback, a superuser and the monitoring login
+    (``radar_monitor``, set up as ``radar setup-sql`` recommends) with trust auth."""
 
     name: str
     port: int
@@ -175,6 +178,11 @@ class EmbeddedServer:
     @property
     def dsn(self) -> str:
         return f"postgresql://{SUPERUSER}@127.0.0.1:{self.port}/postgres"
+
+    @property
+    def monitor_dsn(self) -> str:
+        """The monitoring login (pg_monitor, EXECUTE on the EXPLAIN helper, nothing else)."""
+        return self.dsn_for(user=MONITOR_USER)
 
     @property
     def log_dir(self) -> Path:
@@ -224,13 +232,20 @@ class EmbeddedServer:
         self.bootstrap()
 
     def bootstrap(self) -> None:
-        """Create the extension so the view is readable from the first snapshot on."""
+        """Create the extension (the view is readable from the first snapshot on) and the recommended
+        setup: the monitoring and explain roles and, in ``postgres``, the EXPLAIN helper."""
         import psycopg
 
+        from jobs.plans.setup_sql import setup_steps
         from jobs.sqlfiles import load_sql
 
         with psycopg.connect(self.dsn, autocommit=True, connect_timeout=10) as conn:
             conn.execute(load_sql("fleet_bootstrap"))
+            version = conn.info.server_version
+            for step in setup_steps(version, databases=["postgres"]):
+                if step.database not in (None, conn.info.dbname):
+                    raise FleetError(f"{self.name}: setup step {step.name} is for database {step.database}")
+                conn.execute(step.sql)
 
     def stop(self, mode: str = "fast") -> None:
         if self.is_running():
@@ -386,7 +401,7 @@ class EmbeddedFleet:
             lines += [
                 "[[instances]]",
                 f'name = "{server.name}"',
-                f'dsn = "{server.dsn}"',
+                f'dsn = "{server.monitor_dsn}"',
                 'tags = { env = "embedded" }',
                 f'log_dir = "{server.log_dir}"',
                 "",

@@ -33,7 +33,7 @@ from tests.conftest import FleetFactory
 
 pytestmark = pytest.mark.postgres
 
-ROLE = "radar_monitor"
+ROLE = "radar_pgmon"  # not the fleet's own radar_monitor: this one starts with pg_monitor only
 COLLECTOR_SQL = (
     "server_identity",
     "collector_privileges",

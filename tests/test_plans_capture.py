@@ -95,7 +95,12 @@ def test_capture_adds_no_pg_stat_statements_rows_under_track_all(server: Embedde
         before = conn.execute(count_sql).fetchone()
         assert conn.execute(count_sql).fetchone() == before, "counting twice adds nothing"
         result = capture_plans(server.dsn, "plans", candidates, datetime.now(UTC))
-        assert (result.log["status"] == "captured").sum() >= 2
+        generic = result.log.filter(pl.col("source") == "generic_explain")
+        statuses = dict(zip(candidates["query"], generic["status"], strict=True))
+        assert statuses["SELECT sum(amount) FROM orders WHERE customer_id = $1"] == "captured"
+        # Planned through the helper as radar_explain, which may not run the reset function.
+        reset = generic.filter(pl.col("reason").str.contains("pg_stat_statements_reset", literal=True))
+        assert reset["status"].to_list() == ["failed"] and "permission denied" in reset["reason"][0]
         after = conn.execute(count_sql).fetchone()
         explains = conn.execute(
             "SELECT count(*) FROM pg_stat_statements WHERE query ILIKE '%%EXPLAIN%%' "
@@ -106,10 +111,11 @@ def test_capture_adds_no_pg_stat_statements_rows_under_track_all(server: Embedde
 
 
 def test_capture_session_is_read_only_with_timeout(server: EmbeddedServer) -> None:
-    config = PlanCaptureConfig(statement_timeout_ms=1234)
+    config = PlanCaptureConfig(statement_timeout_ms=1234, lock_timeout_ms=55)
     with open_capture_session(server.dsn, config) as conn:
         assert conn.execute("SHOW transaction_read_only").fetchone() == ("on",)
         assert conn.execute("SHOW statement_timeout").fetchone() == ("1234ms",)
+        assert conn.execute("SHOW lock_timeout").fetchone() == ("55ms",)
         assert conn.execute("SHOW pg_stat_statements.track").fetchone() == ("none",)
 
 
@@ -257,8 +263,9 @@ def test_capture_prefers_store_plans_fixture_and_falls_back_on_unparseable_plan(
     assert failed["status"].to_list() == ["failed"] and "plan_format must be json" in failed["reason"][0]
 
 
-def test_role_that_cannot_silence_pg_stat_statements_gets_a_clear_failure(server: EmbeddedServer) -> None:
-    """No EXPLAIN runs when the session cannot set pg_stat_statements.track = none; the reason says why."""
+def test_login_without_helper_access_is_refused_with_a_clear_reason(server: EmbeddedServer) -> None:
+    """A plain login (no pg_monitor, no EXECUTE on the helper) connects with no refused startup option
+    (it used to fail with FATAL for pg_stat_statements.track); its generic plans are refused, saying why."""
     with psycopg.connect(server.dsn, autocommit=True) as conn:
         conn.execute("DROP ROLE IF EXISTS radar_plain")
         conn.execute("CREATE ROLE radar_plain LOGIN")
@@ -266,6 +273,8 @@ def test_role_that_cannot_silence_pg_stat_statements_gets_a_clear_failure(server
         {"queryid": [1, 2], "dbid": [None, None], "userid": [None, None], "query": ["select 1"] * 2}
     )
     result = capture_plans(server.dsn_for(user="radar_plain"), "plans", candidates, datetime.now(UTC))
-    assert result.plans.is_empty() and result.log["status"].to_list() == ["failed", "failed"]
-    reason = result.log["reason"][0]
-    assert "instance plans" in reason and "pg_stat_statements.track" in reason
+    generic = result.log.filter(pl.col("source") == "generic_explain")
+    assert result.plans.is_empty() and generic["status"].to_list() == ["refused", "refused"]
+    reason = generic["reason"][0]
+    assert "radar_plain may not EXECUTE radar.explain_generic" in reason and "radar setup-sql" in reason
+    assert result.problems == (reason,), "the instance-level problem is reported once"

@@ -86,10 +86,14 @@ def test_plan_root_accepts_every_wrapper_and_rejects_non_plans() -> None:
     [
         ("select * from t where id = $1", True),
         ("with x as (select $1) select * from x", True),
-        ("insert into t values ($1, $2)", True),
-        ("update t set v = $1 where id = $2", True),
-        ("delete from t where id = $1", True),
-        ("merge into t using s on t.id = s.id when matched then delete", True),
+        # Writes need write privilege to be EXPLAINed at all; the explain role has none: refused up front.
+        ("insert into t values ($1, $2)", False),
+        ("update t set v = $1 where id = $2", False),
+        ("delete from t where id = $1", False),
+        ("merge into t using s on t.id = s.id when matched then delete", False),
+        ("with x as (delete from t returning *) select * from x", False),
+        ("select * from t where id = $1 for update", False),
+        ("select * from t where id = $1 for key share", False),
         ("select 1; drop table t", False),
         ("drop table t", False),
         ("explain analyze select 1", False),

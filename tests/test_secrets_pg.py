@@ -217,12 +217,16 @@ def test_plan_capture_log_reasons_and_log_records_show_no_password(
     with caplog.at_level(logging.INFO):
         for bad in CORPUS:
             captured = capture_plans(bad.dsn, bad.label, candidates, now)
-            assert captured.log["status"].to_list() == ["failed"]
+            # One failed row per source the session was needed for (pg_store_plans, generic_explain).
+            assert captured.log["status"].to_list() == ["failed", "failed"]
+            assert all(bad.label in p for p in captured.problems)
+            assert_no_corpus_fragment(" ".join(captured.problems))
             write_plan_snapshots(lake_root, bad.label, now, captured)
     reasons = lake.scan_table(lake_root, "plan_capture_log").collect()
-    assert reasons.height == len(CORPUS)
+    assert reasons.height == 2 * len(CORPUS)
     for row in reasons.iter_rows(named=True):
-        assert row["reason"].startswith(f"instance {row['instance']}: cannot open the capture session")
+        prefix = f"instance {row['instance']}: cannot open the plan capture session"
+        assert row["reason"].startswith(prefix)
         assert_no_corpus_fragment(row["reason"])
     assert len(caplog.records) >= len(CORPUS)
     for record in caplog.records:

@@ -4,7 +4,9 @@ Order: pg_store_plans (the real plan, only when its queryid is trustworthy) → 
 (PG16+, an estimate). auto_explain is passive and ingested from the server logs
 (``jobs.plans.auto_explain``). Every source tried for every candidate leaves one ``plan_capture_log``
 row (captured / failed / refused / unsupported / untrusted / no_plan, with the reason); a failure on one
-query is recorded and the next one goes on.
+query is recorded and the next one goes on. Problems of a whole instance or database (a session that
+cannot be opened, an EXPLAIN role that is refused) are also returned in ``PlanCaptureResult.problems``
+and logged once per instance. How the sessions and the EXPLAIN role are made safe: ``jobs.plans.safety``.
 """
 
 from __future__ import annotations
@@ -12,8 +14,8 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -22,10 +24,19 @@ from typing import Any
 import polars as pl
 import psycopg
 
-from jobs.collect.texts import redact_plan
+from jobs.collect.texts import is_radar_text, redact_plan
 from jobs.lake import stem_for, write_table
-from jobs.plans.generic import ExplainFailed, classify_statement, explain_generic
+from jobs.plans.generic import ExplainFailed, classify_statement
 from jobs.plans.history import SnapshotWrite, snapshot_stem, store_snapshot_rows
+from jobs.plans.safety import (
+    EXPLAIN_MODE_HELPER,
+    EXPLAIN_MODES,
+    ExplainTarget,
+    explain_in_target,
+    explain_target,
+    open_capture_session,
+    search_path_for,
+)
 from jobs.plans.shape import PlanFormatError, plan_facts, plan_root
 from jobs.plans.store_plans import StorePlansGate, read_store_plans, store_plans_gate
 from jobs.redaction import scrub
@@ -37,8 +48,11 @@ log = logging.getLogger(__name__)
 SOURCE_STORE_PLANS = "pg_store_plans"
 SOURCE_GENERIC = "generic_explain"
 SOURCE_AUTO_EXPLAIN = "auto_explain"
+# What pg_store_plans shows instead of another role's plan to a login without pg_read_all_stats.
+STORE_PLANS_HIDDEN = "<insufficient privilege>"
 
 _UNSUPPORTED_LOGGED: set[str] = set()
+_PROBLEMS_LOGGED: set[tuple[str, str]] = set()
 
 
 @dataclass(frozen=True)
@@ -47,6 +61,11 @@ class PlanCaptureConfig:
 
     top_n: int = 500
     statement_timeout_ms: int = 2000
+    lock_timeout_ms: int = 100
+    """A migration's ACCESS EXCLUSIVE lock costs each EXPLAIN one short wait, never a queue behind it."""
+    idle_in_transaction_timeout_ms: int = 10000
+    watchdog_grace_ms: int = 2000
+    """An EXPLAIN still running this long after its statement_timeout has its backend terminated."""
     connect_timeout_s: int = 10
     store_plans_min_version: str = "1.6"
     store_plans_min_server_version_num: int = 140000
@@ -60,6 +79,19 @@ class PlanCaptureConfig:
     application_name: str = "pg-regression-radar plan capture"
     query_text: str = "normalized"
     """Plan JSON keeps no literal value either way; "withheld" also replaces every expression string."""
+    explain_mode: str = EXPLAIN_MODE_HELPER
+    """helper: through the SECURITY DEFINER helper (radar setup-sql); session: as the session role."""
+    explain_helper: str = "radar.explain_generic"
+    explain_search_path: str = '"$user", public'
+    """search_path a captured text is planned with; $user is the role that ran it (its default path)."""
+    unsafe_allow_privileged_explain: bool = False
+    """DANGER: EXPLAIN as a superuser / writing role (or without the helper): planned functions run so."""
+
+    def __post_init__(self) -> None:
+        if self.explain_mode not in EXPLAIN_MODES:
+            raise ValueError(f"explain_mode {self.explain_mode!r} must be one of {', '.join(EXPLAIN_MODES)}")
+        if self.lock_timeout_ms <= 0 or self.statement_timeout_ms <= 0:
+            raise ValueError("lock_timeout_ms and statement_timeout_ms must be positive (0 means no limit)")
 
 
 @dataclass(frozen=True)
@@ -68,6 +100,8 @@ class PlanCaptureResult:
 
     plans: pl.DataFrame
     log: pl.DataFrame
+    problems: tuple[str, ...] = ()
+    """Instance- or database-wide reasons no plan could be taken (cannot connect, refused EXPLAIN role)."""
 
 
 def select_plan_candidates(statements: pl.DataFrame, texts: pl.DataFrame, top_n: int = 500) -> pl.DataFrame:
@@ -93,7 +127,8 @@ def select_plan_candidates(statements: pl.DataFrame, texts: pl.DataFrame, top_n:
         usable.select("queryid", "query").filter(pl.col("query").is_not_null()).unique("queryid", keep="last")
     )
     joined = ranked.join(text_cols, on="queryid", how="inner").filter(
-        ~pl.col("query").str.strip_chars_start().str.to_lowercase().str.starts_with("explain")
+        ~pl.col("query").str.strip_chars_start().str.to_lowercase().str.starts_with("explain"),
+        ~pl.col("query").map_elements(is_radar_text, return_dtype=pl.Boolean),
     )
     return (
         joined.sort(["total_exec_time", "queryid"], descending=[True, False])
@@ -106,38 +141,6 @@ def select_plan_candidates(statements: pl.DataFrame, texts: pl.DataFrame, top_n:
             pl.col("total_exec_time").cast(pl.Float64),
         )
     )
-
-
-def _session_options(config: PlanCaptureConfig) -> str:
-    # Set at connection start, so not even the session's own first statement is tracked; auto_explain
-    # would otherwise log every EXPLAIN this session runs as if it were a real execution.
-    return " ".join(
-        [
-            "-c pg_stat_statements.track=none",
-            "-c auto_explain.log_min_duration=-1",
-            "-c default_transaction_read_only=on",
-            f"-c statement_timeout={int(config.statement_timeout_ms)}",
-            "-c pg_store_plans.plan_format=json",
-        ]
-    )
-
-
-@contextmanager
-def open_capture_session(
-    dsn: str, config: PlanCaptureConfig, dbname: str | None = None
-) -> Iterator[psycopg.Connection[Any]]:
-    """A session that adds no pg_stat_statements rows, is read-only and has a statement_timeout."""
-    kwargs: dict[str, Any] = {
-        "autocommit": True,
-        "connect_timeout": config.connect_timeout_s,
-        "options": _session_options(config),
-        "application_name": config.application_name,
-        "client_encoding": "UTF8",  # texts go through libpq as UTF-8 bytes
-    }
-    if dbname is not None:
-        kwargs["dbname"] = dbname
-    with psycopg.connect(dsn, **kwargs) as conn:
-        yield conn
 
 
 def _snapshot_row(
@@ -173,12 +176,22 @@ def _snapshot_row(
     }
 
 
-def _frames(instance: str, plans: list[dict[str, Any]], log_rows: list[dict[str, Any]]) -> PlanCaptureResult:
+def _frames(
+    instance: str,
+    plans: list[dict[str, Any]],
+    log_rows: list[dict[str, Any]],
+    problems: list[str] | None = None,
+) -> PlanCaptureResult:
     plan_schema = {"instance": pl.String(), **dict(PLAN_SNAPSHOTS.polars_schema)}
     log_schema = {"instance": pl.String(), **dict(PLAN_CAPTURE_LOG.polars_schema)}
     plan_frame = pl.DataFrame([{**p, "instance": instance} for p in plans], schema=plan_schema)
     log_frame = pl.DataFrame([{**r, "instance": instance} for r in log_rows], schema=log_schema)
-    return PlanCaptureResult(plans=plan_frame, log=log_frame)
+    unique = tuple(dict.fromkeys(problems or []))
+    for problem in unique:
+        if (instance, problem) not in _PROBLEMS_LOGGED:
+            _PROBLEMS_LOGGED.add((instance, problem))
+            log.warning("instance %s: plan capture: %s", instance, problem)
+    return PlanCaptureResult(plans=plan_frame, log=log_frame, problems=unique)
 
 
 def _first_line(exc: BaseException) -> str:
@@ -222,22 +235,32 @@ def capture_plans(
 
     if not wanted:
         return _frames(instance, plans, log_rows)
+    problems: list[str] = []
     with ExitStack() as stack:
         try:
-            main = stack.enter_context(open_capture_session(dsn, config))
+            main = stack.enter_context(open_capture_session(dsn, config, instance=instance))
             info = main.execute(load_sql("plans_server_info")).fetchone()
             databases = dict(main.execute(load_sql("plans_databases")).fetchall())
+            userids = sorted({c["userid"] for c in wanted if c.get("userid") is not None})
+            rolnames = dict(main.execute(load_sql("plans_roles"), {"userids": userids}).fetchall())
         except psycopg.Error as exc:
-            reason = f"instance {instance}: cannot open the capture session: {_first_line(exc)}"
-            log.warning(scrub(reason, dsn))
+            # Filed under every source this session was needed for: both read through it.
+            reason = scrub(
+                f"instance {instance}: cannot open the plan capture session: {_first_line(exc)}", dsn
+            )
             now = time.perf_counter()
+            sources = [SOURCE_STORE_PLANS] * config.use_store_plans + [
+                SOURCE_GENERIC
+            ] * config.use_generic_explain
             for cand in wanted:
-                record(cand, SOURCE_GENERIC, "failed", reason, now)
-            return _frames(instance, plans, log_rows)
+                for source in sources:
+                    record(cand, source, "failed", reason, now)
+            return _frames(instance, plans, log_rows, [reason])
         assert info is not None
-        server_version_num, compute_query_id, store_version, _superuser = info
+        server_version_num, compute_query_id, store_version, store_format = info
         main_db = main.info.dbname
         sessions: dict[str, psycopg.Connection[Any]] = {main_db: main}
+        targets: dict[str, ExplainTarget] = {}
         session_errors: dict[str, str] = {}
 
         gate = store_plans_gate(
@@ -249,7 +272,7 @@ def capture_plans(
         )
         if config.store_plans_assume_trusted:
             gate = StorePlansGate(True, None)
-        stored, store_error = _read_store_plans_safely(main, wanted, gate, config)
+        stored, store_error = _read_store_plans_safely(main, wanted, gate, config, store_format)
         generic_supported = int(server_version_num) >= config.generic_plan_min_server_version_num
         unsupported = config.use_generic_explain and not generic_supported and not gate.trusted
         if unsupported and instance not in _UNSUPPORTED_LOGGED:
@@ -263,19 +286,34 @@ def capture_plans(
                 gate.reason,
             )
 
-        def session_for(dbid: int | None) -> psycopg.Connection[Any]:
+        def session_for(dbid: int | None) -> tuple[psycopg.Connection[Any], ExplainTarget]:
+            """The database's session and who its EXPLAINs run as (checked once per database)."""
             dbname = databases.get(dbid, main_db) if dbid is not None else main_db
             if dbname in session_errors:
                 raise ExplainFailed(session_errors[dbname])
             conn = sessions.get(dbname)
             if conn is None or conn.closed or conn.broken:
                 try:
-                    conn = stack.enter_context(open_capture_session(dsn, config, dbname=dbname))
+                    conn = stack.enter_context(
+                        open_capture_session(dsn, config, dbname=dbname, instance=instance)
+                    )
                 except psycopg.Error as exc:
-                    session_errors[dbname] = f"cannot connect to database {dbname}: {_first_line(exc)}"
+                    session_errors[dbname] = f"database {dbname}: cannot connect: {_first_line(exc)}"
+                    problems.append(session_errors[dbname])
                     raise ExplainFailed(session_errors[dbname]) from None
                 sessions[dbname] = conn
-            return conn
+            if dbname not in targets:
+                try:
+                    targets[dbname] = explain_target(conn, config)
+                except psycopg.Error as exc:
+                    session_errors[dbname] = (
+                        f"database {dbname}: cannot check the EXPLAIN role: {_first_line(exc)}"
+                    )
+                    problems.append(session_errors[dbname])
+                    raise ExplainFailed(session_errors[dbname]) from None
+                if targets[dbname].refused is not None:
+                    problems.append(str(targets[dbname].refused))
+            return conn, targets[dbname]
 
         for cand in wanted:
             started = time.perf_counter()
@@ -308,8 +346,16 @@ def capture_plans(
                 record(cand, SOURCE_GENERIC, "refused", check.reason, started)
                 continue
             try:
-                conn = session_for(cand.get("dbid"))
-                explained = explain_generic(conn, text)
+                conn, target = session_for(cand.get("dbid"))
+            except ExplainFailed as exc:
+                record(cand, SOURCE_GENERIC, "failed", str(exc), started)
+                continue
+            if target.refused is not None:
+                record(cand, SOURCE_GENERIC, "refused", target.refused, started)
+                continue
+            search_path = search_path_for(config.explain_search_path, rolnames.get(cand.get("userid")))
+            try:
+                explained = explain_in_target(conn, target, config, text, search_path, dsn=dsn)
                 root = plan_root(explained)
             except (ExplainFailed, PlanFormatError, psycopg.Error) as exc:
                 record(cand, SOURCE_GENERIC, "failed", _first_line(exc), started)
@@ -324,7 +370,7 @@ def capture_plans(
             )
             plans.append(row)
             record(cand, SOURCE_GENERIC, "captured", None, started, row["shape_hash"])
-    return _frames(instance, plans, log_rows)
+    return _frames(instance, plans, log_rows, [scrub(problem, dsn) for problem in problems])
 
 
 def _read_store_plans_safely(
@@ -332,9 +378,16 @@ def _read_store_plans_safely(
     wanted: list[dict[str, Any]],
     gate: StorePlansGate,
     config: PlanCaptureConfig,
+    plan_format: str | None = None,
 ) -> tuple[dict[tuple[int | None, int], dict[str, Any]], str | None]:
     if not (config.use_store_plans and gate.trusted):
         return {}, None
+    if plan_format is not None and plan_format.lower() != "json":
+        # The session asks for json at startup (user-settable); a server forcing another format is named.
+        return {}, (
+            f"pg_store_plans.plan_format is {plan_format} in the capture session, not json: "
+            "text/yaml/xml/raw plans are not parsed"
+        )
     try:
         frame = read_store_plans(conn, [c["queryid"] for c in wanted], config.store_plans_relation)
     except (psycopg.Error, ValueError) as exc:
@@ -366,6 +419,12 @@ def _try_store_plans(
     row = stored.get((cand.get("dbid"), cand["queryid"]))
     if row is None:
         record(cand, SOURCE_STORE_PLANS, "no_plan", "no pg_store_plans row for this (dbid, queryid)", started)
+        return False
+    if (row["plan"] or "").strip() == STORE_PLANS_HIDDEN:
+        reason = (
+            "pg_store_plans hides this plan from the capture login: grant it pg_read_all_stats (pg_monitor)"
+        )
+        record(cand, SOURCE_STORE_PLANS, "failed", reason, started)
         return False
     try:
         root = plan_root(row["plan"])

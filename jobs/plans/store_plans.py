@@ -1,8 +1,11 @@
 """pg_store_plans: when its queryid can be trusted, and reading the plan it recorded for a queryid.
 
 pg_store_plans (NTT ossc-db) keeps one row per (userid, dbid, queryid, planid) with the plan as text in
-the format of ``pg_store_plans.plan_format`` (text by default; json, yaml, xml, raw). The capture session
-sets ``plan_format = json``; any other text (or the shortened "raw" JSON) is reported, not guessed at.
+the format of ``pg_store_plans.plan_format`` (text by default; json, yaml, xml, raw). The parameter is
+user-settable (PGC_USERSET in its source), so the plain monitoring login's read-only capture session
+asks for ``json`` at connection start; any other text (or the shortened "raw" JSON) is reported, not
+guessed at. Other roles' plans are shown only to members of pg_read_all_stats (pg_monitor has it);
+anyone else reads "<insufficient privilege>", which the capture reports as such.
 Its ``queryid`` equals pg_stat_statements' only from extension 1.6, on PG14+, with ``compute_query_id``
 not off. The reader takes the relation name so the tests can point it at a fixture view
 (``radar_fixture.pg_store_plans``) with the documented columns: the extension is not installable here.
