@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from jobs import lake
-from jobs.deploys import load_deploy_events
+from jobs.collect.deploys import load_deploy_events
 from jobs.lake import LakeConfig
 from jobs.plandiff import PlanDiffConfig, attach_plan_diffs, plan_diffs_for_regressions, write_plan_diffs
 from jobs.regressions import (

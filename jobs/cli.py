@@ -110,7 +110,7 @@ def cmd_fleet(args: argparse.Namespace) -> int:
 
 
 def cmd_snapshot(args: argparse.Namespace) -> int:
-    from jobs.collector import snapshot_fleet
+    from jobs.collect.collector import snapshot_fleet
 
     fleet = load_fleet(args)
     with console.status(f"snapshotting {len(fleet.instances)} instances"):
@@ -136,7 +136,7 @@ def snapshot_exit_code(ok: int, failed: int) -> int:
 
 
 def cmd_deploy(args: argparse.Namespace) -> int:
-    from jobs.deploys import DeployInboxConfig, ingest_deploy_files, mark_deploy
+    from jobs.collect.deploys import DeployInboxConfig, ingest_deploy_files, mark_deploy
 
     # Instance names are checked against the fleet when one is known (a fleet file or embedded fleet).
     fleet = find_fleet(args)
@@ -226,7 +226,7 @@ def cmd_gate(args: argparse.Namespace) -> int:
 
 
 def cmd_drift(args: argparse.Namespace) -> int:
-    from jobs.deploys import parse_timestamp
+    from jobs.collect.deploys import parse_timestamp
     from jobs.drift import DriftConfig, anchor_baseline, run_drift
 
     if args.action == "anchor":

@@ -20,9 +20,9 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from jobs import duckdb_views, lake
 from jobs.analysis import DetectionConfig, print_detection, run_detection
+from jobs.collect.cycle import CycleConfig, run_cycle
+from jobs.collect.deploys import mark_deploy
 from jobs.config import FleetConfig
-from jobs.cycle import CycleConfig, run_cycle
-from jobs.deploys import mark_deploy
 from jobs.fleet import EmbeddedFleet
 from jobs.regressions import RegressionConfig
 from jobs.workload import LockContention, WorkloadRunner, create_demo_schema, drop_orders_index

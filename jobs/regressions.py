@@ -26,7 +26,7 @@ import polars as pl
 from scipy import stats
 
 from jobs.changepoint import ChangePointConfig, most_significant_change_points, segment_change_points
-from jobs.deploys import deploys_for_instances
+from jobs.collect.deploys import deploys_for_instances
 from jobs.fingerprint import attach_fingerprints, fingerprint_texts
 from jobs.schemas import PERFORMANCE_REGRESSIONS
 

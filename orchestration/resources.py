@@ -5,8 +5,8 @@ from pathlib import Path
 
 import dagster as dg
 
+from jobs.collect.deploys import DeployInboxConfig
 from jobs.config import ConfigError, FleetConfig
-from jobs.deploys import DeployInboxConfig
 from jobs.fleet import EmbeddedFleet
 from jobs.redaction import install_log_scrubber
 

@@ -3,7 +3,7 @@ instance names against the fleet)."""
 
 import dagster as dg
 
-from jobs.deploys import inbox_state_key
+from jobs.collect.deploys import inbox_state_key
 from orchestration.jobs import deploy_job
 from orchestration.resources import DeployInboxResource
 

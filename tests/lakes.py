@@ -9,7 +9,7 @@ import numpy as np
 import polars as pl
 
 from jobs import lake
-from jobs.deploys import mark_deploy
+from jobs.collect.deploys import mark_deploy
 
 
 def write_step_change_lake(lake_root: Path) -> datetime:

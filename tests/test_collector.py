@@ -17,7 +17,7 @@ from pglast.visitors import Visitor
 from psycopg.types.numeric import Int4
 
 from jobs import lake
-from jobs.collector import STATEMENT_SQL_BY_VERSION, snapshot_fleet, statements_sql_for
+from jobs.collect.collector import STATEMENT_SQL_BY_VERSION, snapshot_fleet, statements_sql_for
 from jobs.config import CollectorConfig, FleetConfig, InstanceConfig
 from jobs.fleet import EmbeddedFleet
 from jobs.schemas import STATEMENT_COUNTERS, STATEMENT_SNAPSHOTS
@@ -192,7 +192,7 @@ def test_column_mapping_reads_only_columns_the_version_has(version: str) -> None
 
 
 def test_older_versions_leave_missing_columns_null_not_zero() -> None:
-    from jobs.collector import statements_frame
+    from jobs.collect.collector import statements_frame
 
     row = {"userid": 10, "dbid": 5, "queryid": 42, "calls": 3, "total_exec_time": 1.5}
     identity = {"captured_at": None, "system_identifier": 1, "postmaster_start": None}

@@ -21,9 +21,9 @@ import pytest
 from psycopg.types.numeric import Int4
 
 from jobs import lake
+from jobs.collect.collector import STATEMENT_SQL_BY_VERSION, snapshot_fleet
 from jobs.collect.session import Watchdog, load_privileges, state_path
 from jobs.collect.texts import is_marked_where_kept, is_radar_text
-from jobs.collector import STATEMENT_SQL_BY_VERSION, snapshot_fleet
 from jobs.config import CollectorConfig, FleetConfig, InstanceConfig
 from jobs.fleet import EmbeddedFleet, EmbeddedServer
 from jobs.samples import run_samples_job

@@ -9,9 +9,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from jobs import deploys
 from jobs.cli import main
-from jobs.deploys import (
+from jobs.collect import deploys
+from jobs.collect.deploys import (
     DeployError,
     DeployEvent,
     DeployInboxConfig,

@@ -15,7 +15,7 @@ from scipy.spatial.distance import jensenshannon
 from scipy.stats import wasserstein_distance
 
 from jobs import duckdb_views, lake
-from jobs.deploys import DeployEvent, events_frame
+from jobs.collect.deploys import DeployEvent, events_frame
 from jobs.drift import (
     DriftConfig,
     anchor_baseline,

@@ -19,7 +19,7 @@ import pytest
 
 from jobs import duckdb_views, lake
 from jobs.cli import EXIT_LOCKED, main
-from jobs.collector import snapshot_fleet
+from jobs.collect.collector import snapshot_fleet
 from jobs.compaction import compact_lake
 from jobs.config import FleetConfig
 from jobs.fleet import EmbeddedFleet

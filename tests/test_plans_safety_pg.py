@@ -23,8 +23,8 @@ import pytest
 from psycopg.types.numeric import Int4
 
 from jobs import lake
+from jobs.collect.cycle import CycleConfig, run_cycle
 from jobs.config import FleetConfig, InstanceConfig
-from jobs.cycle import CycleConfig, run_cycle
 from jobs.fleet import MONITOR_USER, EmbeddedServer
 from jobs.plans.capture import PlanCaptureConfig, capture_plans, select_plan_candidates
 from jobs.plans.safety import (

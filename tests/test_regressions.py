@@ -12,7 +12,7 @@ from scipy import stats
 
 from jobs import duckdb_views
 from jobs.changepoint import ChangePointConfig
-from jobs.deploys import DeployEvent, events_frame, load_deploy_events, mark_deploy
+from jobs.collect.deploys import DeployEvent, events_frame, load_deploy_events, mark_deploy
 from jobs.lake import write_table
 from jobs.regressions import (
     RegressionConfig,

@@ -18,9 +18,9 @@ import pytest
 from psycopg.types.numeric import Int4
 
 from jobs import lake
-from jobs.collector import snapshot_fleet
+from jobs.collect.collector import snapshot_fleet
+from jobs.collect.deploys import load_deploy_events, mark_deploy
 from jobs.config import FleetConfig
-from jobs.deploys import load_deploy_events, mark_deploy
 from jobs.fleet import EmbeddedFleet
 from jobs.regressions import RegressionConfig, detect_regressions
 from jobs.samples import samples_from_snapshots

@@ -292,7 +292,7 @@ def test_offset_noise_below_max_clock_skew_is_kept_and_the_threshold_is_a_config
 def test_snapshots_with_one_captured_at_never_overwrite_each_other_and_rewrites_stay_idempotent(
     lake_root: Path,
 ) -> None:
-    from jobs.collector import InstanceSnapshot, write_instance_snapshot
+    from jobs.collect.collector import InstanceSnapshot, write_instance_snapshot
 
     def snapshot(calls: int, collector_s: float, server_s: float = 10.0) -> InstanceSnapshot:
         row = clocked(0, calls, server_s, collector_s)

@@ -20,9 +20,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from jobs import cli, lake
-from jobs.collector import snapshot_fleet
+from jobs.collect.collector import snapshot_fleet
+from jobs.collect.cycle import CycleConfig, capture_fleet_plans
 from jobs.config import CollectorConfig, FleetConfig
-from jobs.cycle import CycleConfig, capture_fleet_plans
 from jobs.fleet import EmbeddedFleet
 from jobs.plans.auto_explain import AutoExplainConfig, decode_auto_explain_record, ingest_auto_explain_logs
 from jobs.plans.capture import capture_plans, write_plan_snapshots

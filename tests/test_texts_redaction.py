@@ -11,6 +11,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from jobs.collect.collector import texts_frame
 from jobs.collect.texts import (
     RADAR_COMMENT,
     QueryTextModeError,
@@ -21,7 +22,6 @@ from jobs.collect.texts import (
     redact_query_parameters,
     storable_query_text,
 )
-from jobs.collector import texts_frame
 from jobs.fingerprint import fingerprint_text
 from jobs.plans.auto_explain import auto_explain_row, decode_auto_explain_record
 from jobs.plans.shape import plan_root, plan_shape_hash

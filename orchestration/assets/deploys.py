@@ -2,7 +2,7 @@
 
 import dagster as dg
 
-from jobs.deploys import ingest_deploy_files, load_deploy_events
+from jobs.collect.deploys import ingest_deploy_files, load_deploy_events
 from orchestration.resources import DeployInboxResource, FleetResource, LakeResource
 
 

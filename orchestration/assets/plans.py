@@ -2,7 +2,7 @@
 
 import dagster as dg
 
-from jobs.cycle import CycleConfig, capture_fleet_plans, latest_snapshot_times
+from jobs.collect.cycle import CycleConfig, capture_fleet_plans, latest_snapshot_times
 from jobs.plans.capture import PlanCaptureConfig
 from orchestration.resources import FleetResource, LakeResource, PlanCaptureResource
 

@@ -5,7 +5,7 @@ from datetime import UTC, datetime
 import dagster as dg
 import polars as pl
 
-from jobs.collector import snapshot_fleet
+from jobs.collect.collector import snapshot_fleet
 from jobs.lake import incident_mark
 from orchestration.partitions import daily
 from orchestration.resources import FleetResource, LakeResource

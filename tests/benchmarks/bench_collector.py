@@ -17,7 +17,7 @@ from pathlib import Path
 import psycopg
 from psycopg.types.numeric import Int4
 
-from jobs.collector import snapshot_fleet
+from jobs.collect.collector import snapshot_fleet
 from jobs.config import FleetConfig
 from jobs.fleet import EmbeddedFleet
 from tests.benchmarks.common import fresh_bench_folder

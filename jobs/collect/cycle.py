@@ -13,7 +13,7 @@ from pathlib import Path
 import polars as pl
 
 from jobs import lake
-from jobs.collector import FleetSnapshotResult, snapshot_fleet
+from jobs.collect.collector import FleetSnapshotResult, snapshot_fleet
 from jobs.config import ConfigError, FleetConfig, InstanceConfig
 from jobs.plans.auto_explain import AutoExplainConfig, ingest_auto_explain_logs
 from jobs.plans.capture import PlanCaptureConfig, capture_plans, select_plan_candidates, write_plan_snapshots
