@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from jobs.collect.deploys import DeployInboxConfig
 from jobs.config import ConfigError, FleetConfig
 from jobs.lake import LakeConfig, LakeLockError, incident_mark, incidents_since
 from jobs.redaction import install_log_scrubber, registered_dsns, scrub
@@ -143,7 +144,11 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     known = None if fleet is None else fleet.instance_names
     if known is None and not args.fleet:
         console.print("[dim]no fleet file or embedded fleet: instance names are not checked[/dim]")
-    config = DeployInboxConfig(allow_unknown_instance=args.allow_unknown_instance)
+    config = DeployInboxConfig(
+        allow_unknown_instance=args.allow_unknown_instance,
+        max_file_bytes=args.max_file_bytes,
+        max_events_per_file=args.max_events_per_file,
+    )
     if args.action == "mark":
         events = mark_deploy(
             Path(args.lake),
@@ -361,6 +366,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--allow-unknown-instance",
         action="store_true",
         help="record instance names the fleet does not know (default: refuse them)",
+    )
+    deploy.add_argument(
+        "--max-file-bytes",
+        type=int,
+        default=DeployInboxConfig.max_file_bytes,
+        help="refuse an inbox file bigger than this, unread (default: %(default)s)",
+    )
+    deploy.add_argument(
+        "--max-events-per-file",
+        type=int,
+        default=DeployInboxConfig.max_events_per_file,
+        help="refuse an inbox file with more deploy events (default: %(default)s)",
     )
     deploy.set_defaults(func=cmd_deploy)
 

@@ -8,6 +8,7 @@ import dagster as dg
 from jobs.collect.deploys import DeployInboxConfig
 from jobs.config import ConfigError, FleetConfig
 from jobs.fleet import EmbeddedFleet
+from jobs.plans.capture import PlanCaptureConfig
 from jobs.redaction import install_log_scrubber
 
 DEFAULT_LAKE_ROOT = os.environ.get("RADAR_LAKE_ROOT", "data/lake")
@@ -57,10 +58,18 @@ class DeployInboxResource(dg.ConfigurableResource):
 
     inbox: str = os.environ.get("RADAR_DEPLOY_INBOX", "data/deploys")
     allow_unknown_instance: bool = False
+    max_file_bytes: int = DeployInboxConfig.max_file_bytes
+    max_events_per_file: int = DeployInboxConfig.max_events_per_file
+    max_future_s: float = DeployInboxConfig.max_future_s
 
     @property
     def config(self) -> DeployInboxConfig:
-        return DeployInboxConfig(allow_unknown_instance=self.allow_unknown_instance)
+        return DeployInboxConfig(
+            allow_unknown_instance=self.allow_unknown_instance,
+            max_file_bytes=self.max_file_bytes,
+            max_events_per_file=self.max_events_per_file,
+            max_future_s=self.max_future_s,
+        )
 
     @property
     def path(self) -> Path:
@@ -71,8 +80,24 @@ class PlanCaptureResource(dg.ConfigurableResource):
     """Whether the snapshot schedule also captures plans (off by default: EXPLAIN costs server time)."""
 
     capture_plans: bool = os.environ.get("RADAR_CAPTURE_PLANS", "0") == "1"
-    top_n: int = 500
+    top_n: int = PlanCaptureConfig.top_n
     ingest_auto_explain: bool = True
+    statement_timeout_ms: int = PlanCaptureConfig.statement_timeout_ms
+    lock_timeout_ms: int = PlanCaptureConfig.lock_timeout_ms
+    explain_mode: str = PlanCaptureConfig.explain_mode
+    explain_helper: str = PlanCaptureConfig.explain_helper
+    unsafe_allow_privileged_explain: bool = False
+
+    @property
+    def config(self) -> PlanCaptureConfig:
+        return PlanCaptureConfig(
+            top_n=self.top_n,
+            statement_timeout_ms=self.statement_timeout_ms,
+            lock_timeout_ms=self.lock_timeout_ms,
+            explain_mode=self.explain_mode,
+            explain_helper=self.explain_helper,
+            unsafe_allow_privileged_explain=self.unsafe_allow_privileged_explain,
+        )
 
 
 class ReportResource(dg.ConfigurableResource):

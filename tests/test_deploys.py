@@ -363,3 +363,20 @@ def test_cli_mark_and_ingest_check_names_against_the_fleet(
     nofleet = ["--lake", str(lake), "--embedded-root", str(tmp_path)]
     assert main([*nofleet, "deploy", "mark", "--version", "v4", "--instance", "typo"]) == 0
     assert "instance names are not checked" in capsys.readouterr().out
+
+
+def test_inbox_limits_are_cli_flags(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    inbox, lake = tmp_path / "inbox", tmp_path / "lake"
+    inbox.mkdir()
+    (inbox / "two.jsonl").write_text(
+        '{"version": "v1", "at": "2026-11-02T10:00:00Z", "fleet": true}\n'
+        '{"version": "v2", "at": "2026-11-02T11:00:00Z", "fleet": true}\n'
+    )
+    base = ["--lake", str(lake), "--embedded-root", str(tmp_path), "deploy", "ingest", "--inbox", str(inbox)]
+    assert main([*base, "--max-events-per-file", "1"]) == 1
+    assert "two.jsonl" in capsys.readouterr().out
+    (inbox / "rejected" / "two.jsonl").rename(inbox / "again.jsonl")
+    assert main([*base, "--max-file-bytes", "10"]) == 1
+    assert "again.jsonl" in capsys.readouterr().out
+    (inbox / "rejected" / "again.jsonl").rename(inbox / "last.jsonl")
+    assert main(base) == 0

@@ -232,3 +232,14 @@ def test_samples_and_analysis_schedules() -> None:
         "weekly_report_schedule",
         "compaction_schedule",
     }
+
+
+def test_capture_and_inbox_thresholds_are_resource_fields() -> None:
+    from orchestration.resources import DeployInboxResource, PlanCaptureResource
+
+    plans = PlanCaptureResource(lock_timeout_ms=250, statement_timeout_ms=1500, top_n=20).config
+    assert (plans.lock_timeout_ms, plans.statement_timeout_ms, plans.top_n) == (250, 1500, 20)
+    assert PlanCaptureResource().config.lock_timeout_ms == 100
+    inbox = DeployInboxResource(max_file_bytes=1000, max_events_per_file=5).config
+    assert (inbox.max_file_bytes, inbox.max_events_per_file) == (1000, 5)
+    assert DeployInboxResource().config.max_file_bytes == 10 * 1024 * 1024

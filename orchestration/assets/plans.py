@@ -3,7 +3,6 @@
 import dagster as dg
 
 from jobs.collect.cycle import CycleConfig, capture_fleet_plans, latest_snapshot_times
-from jobs.plans.capture import PlanCaptureConfig
 from orchestration.resources import FleetResource, LakeResource, PlanCaptureResource
 
 
@@ -20,7 +19,7 @@ def plan_snapshots(
     config = CycleConfig(
         capture_plans=True,
         ingest_auto_explain=plans.ingest_auto_explain,
-        plans=PlanCaptureConfig(top_n=plans.top_n),
+        plans=plans.config,
     )
     result = capture_fleet_plans(fleet.load(), lake.path, latest_snapshot_times(lake.path), config)
     for error in result.plan_errors.values():
