@@ -271,3 +271,11 @@ def test_alert_payloads_never_carry_a_literal_even_from_a_lake_written_before(la
     for payload in payloads:
         assert "old.lake@example.org" not in payload["query"] and "4711" not in payload["query"]
     assert any(p["query"] == "select * from orders where customer_id = $1 and email = $2" for p in payloads)
+
+
+def test_plan_redaction_keeps_every_shape_key() -> None:
+    """Redaction never touches a key the shape hash reads, so a plan's shape survives redaction."""
+    from jobs.collect.texts import PLAN_IDENTIFIER_KEYS
+    from jobs.plans.shape import SHAPE_KEYS
+
+    assert set(SHAPE_KEYS) <= PLAN_IDENTIFIER_KEYS
