@@ -279,6 +279,35 @@ def test_unannounced_p_values_are_benjamini_hochberg_adjusted_across_the_fleet()
     assert out["fdr_method"][0] == "benjamini-hochberg q=0.05 over 3 candidate steps"
 
 
+def test_unannounced_significant_speed_up_is_not_a_step_up() -> None:
+    """2 ms -> 1 ms: a located, very significant change, but only increases are candidates. (Here too a
+    fall is never material, so the status alone cannot tell the two gates apart; the reason does.)"""
+    values = np.concatenate([level(40, 2.0, 82), level(60, 1.0, 83)])
+    out = detect_unannounced_regressions(
+        samples_for(values, first=-100), texts_for([("alpha", 7, QUERY)]), CONFIG
+    )
+    row = out.row(0, named=True)
+    assert row["changepoint_index"] == 40 and row["p_value"] < 1e-50
+    assert row["latency_change"] == pytest.approx(-0.5, abs=0.02)
+    assert verdict(row) == ("no_regression", "below_latency_change_threshold")
+    assert row["p_adjusted"] is None or np.isnan(row["p_adjusted"])  # not a candidate of the adjustment
+
+
+@pytest.mark.parametrize(
+    ("calls", "expected"),
+    [(CALLS, ("no_regression", "below_materiality_threshold")), (1_000_000, ("detected", "detected"))],
+)
+def test_unannounced_materiality_is_the_same_rule(calls: int, expected: tuple[str, str]) -> None:
+    """0.01 -> 0.03 ms: 2 ms/s of extra work at 100 calls/s is not reported, 2,000 ms/s at 100,000 is."""
+    values = np.concatenate([level(40, 0.01, 80), level(60, 0.03, 81)])
+    out = detect_unannounced_regressions(
+        samples_for(values, calls=calls, first=-100), texts_for([("alpha", 7, QUERY)]), CONFIG
+    )
+    row = out.row(0, named=True)
+    assert row["changepoint_index"] == 40 and row["p_value"] < 1e-50
+    assert verdict(row) == expected
+
+
 def test_unannounced_step_that_came_back_is_recovered_unless_ongoing_is_not_required() -> None:
     """4x for 30 samples, then back to +10% of the level before (below the 20% that stays a step)."""
     values = np.concatenate([level(40, 1.0, 70), level(30, 4.0, 71), level(40, 1.1, 72)])
