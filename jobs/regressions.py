@@ -486,7 +486,7 @@ def _changepoint_and_welch(series: pl.DataFrame, keys: list[str], config: Regres
         piece[lo:hi] = dump
         piece[lo + pair.before] = 2 * g
         piece[lo + pair.after] = 2 * g + 1
-        change_start[g] = lo + (cut if pair.transition is None else min(cut, pair.transition))
+        change_start[g] = lo + cut
     segmented_groups = set(stepped)
     for g, point in enumerate(single):
         if g in segmented_groups or point.index is None:
