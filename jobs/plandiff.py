@@ -4,8 +4,9 @@
 estimated cost moved beyond a ratio, row-estimate errors where actual rows exist (auto_explain), and a
 caution whenever a side is a generic plan (an estimate, not what ran). ``plan_diffs_for_regressions``
 picks, for each detected regression, the snapshot closest before ``detected_change_at`` (captured_at <=
-it: the snapshot at the start of the first regressed interval shows the old plan) and the latest one after
-(see ``choose_before_after`` for the tolerance around a change point located a little late).
+it: the snapshot at the start of the first regressed interval shows the old plan) and the FIRST one after
+(the plan the change brought; see ``plan_sides`` for the tolerance around a change point located a little
+late), and names the latest plan too when its shape differs from that first-after plan.
 """
 
 from __future__ import annotations
@@ -210,27 +211,70 @@ def _pick(snaps: list[dict[str, Any]], preference: tuple[str, ...]) -> dict[str,
     return max(snaps, key=lambda s: (s["captured_at"], -rank.get(s["source"], len(rank))))
 
 
+def _pick_first(snaps: list[dict[str, Any]], preference: tuple[str, ...]) -> dict[str, Any] | None:
+    """The earliest snapshot; on equal times the preferred source."""
+    if not snaps:
+        return None
+    rank = {s: i for i, s in enumerate(preference)}
+    return min(snaps, key=lambda s: (s["captured_at"], rank.get(s["source"], len(rank))))
+
+
+@dataclass(frozen=True)
+class PlanSides:
+    """The plans around one change: in effect before it, the first after it, and the latest of all."""
+
+    before: dict[str, Any] | None
+    after: dict[str, Any] | None
+    latest: dict[str, Any] | None = None
+    """The latest snapshot captured after ``after`` (None when ``after`` is the latest)."""
+
+
 def _sides(
     snaps: list[dict[str, Any]], change_at: datetime, tolerance: timedelta, preference: tuple[str, ...]
-) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+) -> PlanSides:
     def first_of_its_source(snap: dict[str, Any]) -> bool:
         return not any(
             o["source"] == snap["source"] and o["captured_at"] < snap["captured_at"] for o in snaps
         )
 
-    # A row up to `tolerance` before the change point counts only if it is a shape change (it has an
-    # earlier row of its source), not the first capture of the query.
-    late = [
+    # A row captured in the `tolerance` before the change point (exclusive of it: the snapshot at the
+    # change point shows the plan it ran under) counts as the first after only if it is a shape change
+    # (it has an earlier row of its source), not the first capture of the query; it wins over any row
+    # after the change point (the change point was located late; a later row is a later change).
+    shortly_before = [
         s
         for s in snaps
-        if s["captured_at"] > change_at
-        or (s["captured_at"] > change_at - tolerance and not first_of_its_source(s))
+        if change_at - tolerance < s["captured_at"] < change_at and not first_of_its_source(s)
     ]
-    after = _pick(late, preference)
+    after = _pick_first(shortly_before, preference) or _pick_first(
+        [s for s in snaps if s["captured_at"] > change_at], preference
+    )
     if after is None:
-        return _pick([s for s in snaps if s["captured_at"] <= change_at], preference), None
+        return PlanSides(_pick([s for s in snaps if s["captured_at"] <= change_at], preference), None)
     earlier = [s for s in snaps if s["captured_at"] < after["captured_at"] and s["captured_at"] <= change_at]
-    return _pick(earlier, preference), after
+    latest = _pick([s for s in snaps if s["captured_at"] > after["captured_at"]], preference)
+    return PlanSides(_pick(earlier, preference), after, latest)
+
+
+def plan_sides(
+    snaps: list[dict[str, Any]],
+    change_at: datetime,
+    preference: tuple[str, ...],
+    tolerance: timedelta = timedelta(0),
+) -> PlanSides:
+    """The plans around a change; one source holding both sides is preferred (in preference order).
+
+    after is the FIRST snapshot captured after ``change_at`` (a row is stored only when the shape changes,
+    so it is the plan the change brought, not one of a later change such as a restore and a re-drop), or
+    a shape change captured less than ``tolerance`` before ``change_at`` (a change point located a little
+    late); before is the latest snapshot captured before it and not after ``change_at``; latest is the
+    latest snapshot after ``after``, for telling the reader when the plan has moved on since.
+    """
+    for source in preference:
+        sides = _sides([s for s in snaps if s["source"] == source], change_at, tolerance, preference)
+        if sides.before is not None and sides.after is not None:
+            return sides
+    return _sides(snaps, change_at, tolerance, preference)
 
 
 def choose_before_after(
@@ -239,17 +283,9 @@ def choose_before_after(
     preference: tuple[str, ...],
     tolerance: timedelta = timedelta(0),
 ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-    """(before, after) around a change; one source holding both sides is preferred (in preference order).
-
-    after is the latest snapshot captured after ``change_at - tolerance`` (a row is stored only when the
-    shape changes, so it marks a shape change up to ``tolerance`` before a change point that was located
-    a little late); before is the latest snapshot captured before it and not after ``change_at``.
-    """
-    for source in preference:
-        before, after = _sides([s for s in snaps if s["source"] == source], change_at, tolerance, preference)
-        if before is not None and after is not None:
-            return before, after
-    return _sides(snaps, change_at, tolerance, preference)
+    """(before, after) of ``plan_sides``."""
+    sides = plan_sides(snaps, change_at, preference, tolerance)
+    return sides.before, sides.after
 
 
 def _real_plan_after(
@@ -272,7 +308,8 @@ def _diff_row(reg: dict[str, Any], snaps: list[dict[str, Any]], config: PlanDiff
         return {**row, "diff_status": "no_change_time", "plan_diff_summary": "No change time: no plan diff."}
     if not snaps:
         return {**row, "diff_status": "no_plans", "plan_diff_summary": "No plan captured for this query."}
-    before, after = choose_before_after(snaps, change_at, config.source_preference, config.change_tolerance)
+    sides = plan_sides(snaps, change_at, config.source_preference, config.change_tolerance)
+    before, after = sides.before, sides.after
     for side, snap in (("before", before), ("after", after)):
         if snap is not None:
             row[f"{side}_captured_at"] = snap["captured_at"]
@@ -324,6 +361,21 @@ def _diff_row(reg: dict[str, Any], snaps: list[dict[str, Any]], config: PlanDiff
             "captured_at": real["captured_at"].isoformat(),
             "same_shape_as_after": same,
             "duration_ms": real.get("duration_ms"),
+        }
+    latest = sides.latest
+    if latest is not None and latest["shape_hash"] != after["shape_hash"]:
+        labels = "; ".join(_scan_labels(plan_root(latest["plan_json"])))
+        again = " (the plan before the change again)" if latest["shape_hash"] == before["shape_hash"] else ""
+        note = (
+            f"The plan has changed since: latest ({latest['source']}, "
+            f"{latest['captured_at']:%Y-%m-%d %H:%M:%S}) is {labels}{again}."
+        )
+        summary += " " + note
+        structured["latest_plan"] = {
+            "captured_at": latest["captured_at"].isoformat(),
+            "source": latest["source"],
+            "shape_hash": latest["shape_hash"],
+            "same_shape_as_before": latest["shape_hash"] == before["shape_hash"],
         }
     structured.update(
         before_source=before["source"],

@@ -7,10 +7,12 @@ analysed once, and reported under the queryid that most recently received a samp
 
 Deploy-aware analysis, per (deploy, instance, query) in the window around the deploy, batched over the fleet:
   stage 0  naive pre/post means; a relative change below ``latency_change_threshold`` is rejected at once;
-  stage 1  E-divisive means (jobs.changepoint) locates the single most significant change point and tests
-           it; none, or one farther than the tolerance from the deploy, is a no_regression with that reason;
-  stage 2  Welch's t-test on the two segments the change point defines (not the deploy split);
-           p < ``p_value_threshold`` and a higher mean after → detected at the change point's time.
+  stage 1  hierarchical E-divisive means (jobs.changepoint) finds every significant change point of the
+           window and keeps the one nearest the deploy (an earlier step never hides the deploy's own);
+           none, or one farther than the tolerance from the deploy, is a no_regression with that reason;
+  stage 2  Welch's t-test on the segments around that change point, bounded by its neighbouring change
+           points, without the sample whose interval straddles the deploy (it mixes both regimes; see
+           ``segments_around``); p < ``p_value_threshold`` and a higher mean after → detected.
 Unannounced analysis: hierarchical E-divisive over a longer history finds several change points per series
 (plan flips, data growth), every increase is Welch-tested against its neighbouring segment, and the
 p-values of all candidates of the fleet are Benjamini-Hochberg adjusted (reported in the output).
@@ -25,7 +27,12 @@ import numpy as np
 import polars as pl
 from scipy import stats
 
-from jobs.changepoint import ChangePointConfig, most_significant_change_points, segment_change_points
+from jobs.changepoint import (
+    ChangePoint,
+    ChangePointConfig,
+    most_significant_change_points,
+    segment_change_points,
+)
 from jobs.collect.deploys import deploys_for_instances
 from jobs.fingerprint import attach_fingerprints, fingerprint_texts
 from jobs.schemas import PERFORMANCE_REGRESSIONS
@@ -71,6 +78,11 @@ class RegressionConfig:
     unannounced_changepoint: ChangePointConfig = field(default_factory=ChangePointConfig)
     """Change point test of the unannounced analysis: no deploy prior, so trends and walks are the main
     false alarm and the module's serially corrected default applies."""
+    deploy_max_change_points: int = 5
+    """Deploy analysis: change points per window at most (hierarchical segmentation; the one nearest the
+    deploy is analysed). Five covers a drop, a restore and a re-drop inside one window with room to spare;
+    each further split needs 2 * min_segment samples, so a 60-minute window of 1-minute samples holds
+    at most 5 anyway."""
     history: timedelta = timedelta(days=7)
     """Unannounced analysis: history analysed, counted back from the latest sample of the input."""
     max_change_points: int = 5
@@ -87,6 +99,8 @@ class RegressionConfig:
             raise ValueError("window_before and window_after must be positive")
         if self.min_samples_per_side < self.changepoint.min_segment:
             raise ValueError("min_samples_per_side must be >= changepoint.min_segment")
+        if self.deploy_max_change_points < 1:
+            raise ValueError("deploy_max_change_points must be >= 1")
         if self.min_added_load_ms_per_s < 0 or self.min_latency_increase_ms < 0:
             raise ValueError("min_added_load_ms_per_s and min_latency_increase_ms must be >= 0")
         for name in ("changepoint_tolerance", "p_value_threshold", "fdr_q"):
@@ -358,8 +372,64 @@ def detect_regressions(
     )
 
 
+def _nearest_change_point(cuts: list[ChangePoint], starts_us: np.ndarray, deployed_us: int) -> ChangePoint:
+    """The change point whose first new-regime sample starts nearest the deploy (ties: lower p, earlier)."""
+    return min(
+        cuts,
+        key=lambda c: (abs(int(starts_us[c.index or 0]) - deployed_us), c.p_value, c.index or 0),
+    )
+
+
+@dataclass(frozen=True)
+class SegmentPair:
+    """The samples (indices into one series) Welch compares around one change point."""
+
+    before: np.ndarray
+    after: np.ndarray
+    transition: int | None
+    """The sample whose interval straddles the deploy at the change point: in neither mean."""
+
+
+def segments_around(
+    cut: int,
+    previous_cut: int,
+    next_cut: int,
+    starts_us: np.ndarray,
+    ends_us: np.ndarray,
+    deployed_us: int,
+) -> SegmentPair:
+    """Before = [previous_cut, cut), after = [cut, next_cut), each without the samples of a transition.
+
+    The only change time known below sample resolution is the deploy's: when the interval of one of the
+    two samples adjacent to the cut has interval_start < deployed_at < interval_end, that sample mixes
+    both regimes and is excluded (whichever side E-divisive put it on). At a neighbouring change point
+    (previous_cut > 0, next_cut < size) the change time inside its intervals is unknown, so the one
+    sample of this segment adjacent to it (previous_cut, resp. next_cut - 1) is excluded: the mixed
+    sample there is either that one or one outside the segment.
+    """
+    transition = None
+    for j in (cut - 1, cut):
+        if 0 <= j < starts_us.shape[0] and starts_us[j] < deployed_us < ends_us[j]:
+            transition = j
+    size = starts_us.shape[0]
+    before = np.arange(previous_cut + (1 if previous_cut > 0 else 0), cut)
+    after = np.arange(cut, next_cut - (1 if next_cut < size else 0))
+    if transition is not None:
+        before = before[before != transition]
+        after = after[after != transition]
+    return SegmentPair(before=before, after=after, transition=transition)
+
+
 def _changepoint_and_welch(series: pl.DataFrame, keys: list[str], config: RegressionConfig) -> pl.DataFrame:
-    """Most significant change point of each series, then Welch on the segments it defines."""
+    """Change point nearest the deploy of each series, then Welch on the segments around it.
+
+    Every significant change point of the window comes from hierarchical E-divisive (the unannounced
+    analysis' segmentation, here with ``config.changepoint`` and per-split significance
+    ``max_p_value``); its first round is the single most significant split, so a series with one step
+    gets the same change point as before. Of several, the one nearest the deploy is kept, so an earlier
+    step (an index dropped, restored, dropped again at this deploy) never hides the deploy's own. Welch
+    compares the segments it bounds with its neighbouring change points (see ``segments_around``).
+    """
     columns = {
         "changepoint_index": pl.Int64,
         "detected_change_at": pl.Datetime("us", "UTC"),
@@ -374,33 +444,74 @@ def _changepoint_and_welch(series: pl.DataFrame, keys: list[str], config: Regres
         "added_load_ms_per_s": pl.Float64,
         "immaterial": pl.Boolean,
     }
-    groups = series.group_by(keys, maintain_order=True).agg(pl.len().alias("size"))
+    groups = series.group_by(keys, maintain_order=True).agg(
+        pl.len().alias("size"), pl.col("deployed_at").first().dt.epoch("us").alias("deployed_us")
+    )
     if groups.height == 0:
         return pl.DataFrame(schema={**{k: pl.String for k in keys}, **columns})
     values = series["value"].to_numpy().astype(np.float64)
+    starts_us = series["interval_start"].dt.epoch("us").to_numpy()
+    ends_us = series["interval_end"].dt.epoch("us").to_numpy()
     sizes = groups["size"].to_numpy().astype(np.int64)
+    deployed_us = groups["deployed_us"].to_numpy()
     offsets = group_offsets(sizes)
-    points = most_significant_change_points(split_values(values, offsets), config.changepoint)
-    index = np.array([-1 if p.index is None else p.index for p in points], dtype=np.int64)
+    pieces_of = split_values(values, offsets)
+    single = most_significant_change_points(pieces_of, config.changepoint)
+    stepped = [g for g, point in enumerate(single) if point.significant]
+    segmented = segment_change_points(
+        [pieces_of[g] for g in stepped], config.changepoint, max_change_points=config.deploy_max_change_points
+    )
+    chosen = list(single)
+    # Piece 2g = before the change point, 2g + 1 = from it on, 2G = in neither mean; without a change
+    # point the whole series is piece 2g (stage 1 rejects it; its mean is reported as before_mean).
+    dump = 2 * sizes.shape[0]
+    piece = np.full(values.shape[0], dump, dtype=np.int64)
+    change_start = np.full(sizes.shape[0], -1, dtype=np.int64)
+    for g in range(sizes.shape[0]):
+        piece[offsets[g] : offsets[g + 1]] = 2 * g
+    for g, cuts in zip(stepped, segmented, strict=True):
+        if not cuts:  # cannot happen (its first round is ``single``), but never index an empty list
+            continue
+        lo, hi = int(offsets[g]), int(offsets[g + 1])
+        point = _nearest_change_point(cuts, starts_us[lo:hi], int(deployed_us[g]))
+        chosen[g] = point
+        cut = int(point.index or 0)
+        at = [int(c.index or 0) for c in cuts]
+        position = at.index(cut)
+        previous_cut = at[position - 1] if position > 0 else 0
+        next_cut = at[position + 1] if position + 1 < len(at) else hi - lo
+        pair = segments_around(
+            cut, previous_cut, next_cut, starts_us[lo:hi], ends_us[lo:hi], int(deployed_us[g])
+        )
+        piece[lo:hi] = dump
+        piece[lo + pair.before] = 2 * g
+        piece[lo + pair.after] = 2 * g + 1
+        change_start[g] = lo + cut
+    segmented_groups = set(stepped)
+    for g, point in enumerate(single):
+        if g in segmented_groups or point.index is None:
+            continue
+        lo = int(offsets[g])
+        piece[lo + point.index : int(offsets[g + 1])] = 2 * g + 1
+        change_start[g] = lo + point.index
+    index = np.array([-1 if p.index is None else p.index for p in chosen], dtype=np.int64)
     located = index >= 0
-    # Piece 2g = before the change point, 2g + 1 = from it on; series without a change point: all before.
-    group_of = np.repeat(np.arange(sizes.shape[0]), sizes)
-    position = np.arange(values.shape[0]) - offsets[group_of]
-    piece = 2 * group_of + ((position >= index[group_of]) & located[group_of])
-    count, mean, squares = piece_statistics(values, piece, 2 * sizes.shape[0])
-    welch = welch_tests(count[0::2], mean[0::2], squares[0::2], count[1::2], mean[1::2], squares[1::2])
-    rate = calls_per_second(series, piece, 2 * sizes.shape[0])[1::2]
+    count, mean, squares = piece_statistics(values, piece, dump + 1)
+    welch = welch_tests(
+        count[0:dump:2], mean[0:dump:2], squares[0:dump:2], count[1:dump:2], mean[1:dump:2], squares[1:dump:2]
+    )
+    rate = calls_per_second(series, piece, dump + 1)[1:dump:2]
     added_load = (welch.after_mean - welch.before_mean) * rate
     small = immaterial(welch.before_mean, welch.after_mean, rate, config)
     starts = series["interval_start"]
-    change_at = [starts[int(offsets[g] + index[g])] if located[g] else None for g in range(sizes.shape[0])]
+    change_at = [starts[int(change_start[g])] if located[g] else None for g in range(sizes.shape[0])]
     return (
-        groups.drop("size")
+        groups.drop("size", "deployed_us")
         .with_columns(
             pl.Series("changepoint_index", [int(i) if i >= 0 else None for i in index], dtype=pl.Int64),
             pl.Series("detected_change_at", change_at, dtype=pl.Datetime("us", "UTC")),
-            pl.Series("changepoint_p_value", [p.p_value for p in points], dtype=pl.Float64),
-            pl.Series("changepoint_significant", [p.significant for p in points], dtype=pl.Boolean),
+            pl.Series("changepoint_p_value", [p.p_value for p in chosen], dtype=pl.Float64),
+            pl.Series("changepoint_significant", [p.significant for p in chosen], dtype=pl.Boolean),
             pl.Series("before_mean_ms", welch.before_mean),
             pl.Series("after_mean_ms", np.where(located, welch.after_mean, np.nan)),
             pl.Series("before_count", welch.before_count),
@@ -410,7 +521,11 @@ def _changepoint_and_welch(series: pl.DataFrame, keys: list[str], config: Regres
             pl.Series("added_load_ms_per_s", np.where(located, added_load, np.nan)),
             pl.Series("immaterial", located & small, dtype=pl.Boolean),
         )
-        .with_columns(pl.col("after_mean_ms", "t_statistic", "p_value", "added_load_ms_per_s").fill_nan(None))
+        .with_columns(
+            pl.col(
+                "before_mean_ms", "after_mean_ms", "t_statistic", "p_value", "added_load_ms_per_s"
+            ).fill_nan(None)
+        )
     )
 
 

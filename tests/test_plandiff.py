@@ -280,3 +280,106 @@ def test_a_real_auto_explain_plan_after_the_change_confirms_the_generic_estimate
     )
     summary = plan_diffs_for_regressions(regressions, other)["plan_diff_summary"][0]
     assert "differs from the generic estimate" in summary and "Confirmed" not in summary
+
+
+def test_each_finding_of_a_drop_restore_redrop_diffs_the_plan_just_before_against_the_first_after() -> None:
+    """Plans: INDEX before t1, SEQ after t1 (index dropped), INDEX after t2 (restored), SEQ after t3.
+
+    With the latest plan as the "after" side, the t1 finding compared INDEX (t2, restored) with SEQ (t3)
+    or, before t3, said "unchanged"; it must be INDEX → SEQ of t1 itself, and so must the t3 finding.
+    """
+    t1 = datetime(2026, 11, 30, 9, 40, tzinfo=UTC)
+    t2, t3 = t1 + timedelta(minutes=7), t1 + timedelta(minutes=13)
+    seconds = timedelta(seconds=15)
+    snaps = _snapshots(
+        [
+            (11, t1 - timedelta(minutes=30), "generic_explain", INDEX),
+            (11, t1 + seconds, "generic_explain", SEQ),
+            (11, t2 + seconds, "generic_explain", INDEX),
+            (11, t3 + seconds, "generic_explain", SEQ),
+        ]
+    )
+    regressions = pl.DataFrame(
+        {
+            "instance": ["alpha", "alpha"],
+            "queryid": [11, 11],
+            "fingerprint": ["fp", "fp"],
+            "status": ["detected", "detected"],
+            "detected_change_at": [t1, t3],
+        }
+    )
+    diffs = plan_diffs_for_regressions(regressions, snaps)
+    first, second = diffs.row(0, named=True), diffs.row(1, named=True)
+    assert first["diff_status"] == second["diff_status"] == "changed"
+    assert (first["before_captured_at"], first["after_captured_at"]) == (
+        t1 - timedelta(minutes=30),
+        t1 + seconds,
+    )
+    assert (second["before_captured_at"], second["after_captured_at"]) == (t2 + seconds, t3 + seconds)
+    for row in (first, second):
+        assert "Bitmap Heap Scan on orders" in row["plan_diff_summary"].split("→")[0]
+        assert "Seq Scan on orders" in row["plan_diff_summary"].split("→")[1]
+        assert json.loads(row["plan_diff"])["indexes_removed"] == ["orders_customer_idx"]
+        # The latest plan (t3's SEQ) has the first-after plan's shape: nothing more to say.
+        assert "changed since" not in row["plan_diff_summary"]
+        assert "latest_plan" not in json.loads(row["plan_diff"])
+
+
+def test_a_latest_plan_of_another_shape_than_the_first_after_is_named() -> None:
+    """After the restore the latest plan is the old one again: the t1 diff still says INDEX → SEQ and
+    adds that the plan has since gone back."""
+    t1 = datetime(2026, 11, 30, 9, 40, tzinfo=UTC)
+    snaps = _snapshots(
+        [
+            (11, t1 - timedelta(minutes=30), "generic_explain", INDEX),
+            (11, t1 + timedelta(seconds=15), "generic_explain", SEQ),
+            (11, t1 + timedelta(minutes=7), "generic_explain", INDEX),
+        ]
+    )
+    regression = pl.DataFrame(
+        {
+            "instance": ["alpha"],
+            "queryid": [11],
+            "fingerprint": ["fp"],
+            "status": ["detected"],
+            "detected_change_at": [t1],
+        }
+    )
+    row = plan_diffs_for_regressions(regression, snaps).row(0, named=True)
+    assert row["diff_status"] == "changed"
+    assert row["after_captured_at"] == t1 + timedelta(seconds=15)
+    assert (
+        "The plan has changed since: latest (generic_explain, 2026-11-30 09:47:00) is Bitmap Heap Scan on "
+        "orders (the plan before the change again)." in row["plan_diff_summary"]
+    )
+    latest = json.loads(row["plan_diff"])["latest_plan"]
+    assert latest["same_shape_as_before"] is True and latest["captured_at"] == "2026-11-30T09:47:00+00:00"
+
+
+def test_a_shape_change_shortly_before_a_late_change_point_wins_over_a_later_restore() -> None:
+    t = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+    snaps = _snapshots(
+        [
+            (1, t - timedelta(minutes=30), "generic_explain", INDEX),
+            (1, t - timedelta(seconds=20), "generic_explain", SEQ),  # the change, located 20 s late
+            (1, t + timedelta(minutes=5), "generic_explain", INDEX),  # restored later
+        ]
+    )
+    regression = pl.DataFrame(
+        {
+            "instance": ["alpha"],
+            "queryid": [1],
+            "fingerprint": ["a"],
+            "status": ["detected"],
+            "detected_change_at": [t],
+        }
+    )
+    row = plan_diffs_for_regressions(
+        regression, snaps, PlanDiffConfig(change_tolerance=timedelta(minutes=1))
+    ).row(0, named=True)
+    assert row["diff_status"] == "changed"
+    assert (row["before_captured_at"], row["after_captured_at"]) == (
+        t - timedelta(minutes=30),
+        t - timedelta(seconds=20),
+    )
+    assert "(the plan before the change again)" in row["plan_diff_summary"]

@@ -190,3 +190,39 @@ def test_stats_reset_mid_window_makes_no_false_sample(
     assert samples.filter(pl.col("queryid").is_in(ours))["calls"].sum() <= calls_made
     verdict = detect_regressions(samples, texts, load_deploy_events(lake_root), CONFIG)
     assert verdict.filter(pl.col("status") == "detected").height == 0
+
+
+def test_index_dropped_restored_and_dropped_again_at_two_deploys_is_found_at_each(
+    alpha: tuple[str, FleetConfig], lake_root: Path
+) -> None:
+    """The real-server case of issue 8: drop at deploy v1, restore, drop again at deploy v2 a few seconds
+    later, all inside both deploys' windows. Each deploy's finding lies at its own step."""
+    dsn, config = alpha
+    setup_orders(dsn, "radar_redrop", index=True)
+    sql = "select count(*), sum(amount) from radar_redrop where customer_id = %s"
+    deployed = {}
+    with Workload(dsn, sql), psycopg.connect(dsn, autocommit=True) as conn:
+        snapshot_phase(config, lake_root)
+        deployed["v1"] = mark_deploy(lake_root, version="v1", instances=["alpha"])[0].deployed_at
+        conn.execute("drop index radar_redrop_customer")
+        snapshot_phase(config, lake_root)
+        conn.execute("create index radar_redrop_customer on radar_redrop (customer_id)")
+        snapshot_phase(config, lake_root)
+        deployed["v2"] = mark_deploy(lake_root, version="v2", instances=["alpha"])[0].deployed_at
+        conn.execute("drop index radar_redrop_customer")
+        snapshot_phase(config, lake_root)
+    ours = verdicts_for(lake_root, "radar_redrop")
+    assert sorted(ours["deploy_version"].to_list()) == ["v1", "v2"]
+    for row in ours.iter_rows(named=True):
+        version = row["deploy_version"]
+        assert row["status"] == "detected", (
+            version,
+            row["reason"],
+            row["changepoint_p_value"],
+            row["p_value"],
+        )
+        # Its own step, not the other deploy's (they are SNAPSHOTS_PER_PHASE * 2 snapshots apart).
+        assert abs(row["detected_change_at"] - deployed[version]) <= timedelta(seconds=4 * SNAPSHOT_EVERY + 1)
+        assert row["after_mean_ms"] > 5 * row["before_mean_ms"]
+        # Each side is one regime: v1's after side stops at the restore, v2's before side starts at it.
+        assert row["after_count"] < 2 * SNAPSHOTS_PER_PHASE and row["before_count"] < 2 * SNAPSHOTS_PER_PHASE
