@@ -172,13 +172,15 @@ def _verdict(detected: pl.DataFrame, console: Console) -> int:
         & pl.col("query").str.contains("demo_orders WHERE customer_id")
     )
     beta_hits = detected.filter(pl.col("instance") == "beta")
-    if alpha_hit.height == 1 and beta_hits.height == 0 and alpha_hit["plan_diff_summary"][0]:
+    # The "why" is part of the verdict: the diff must say the plan changed to a sequential scan.
+    explained = alpha_hit.height == 1 and "→ Seq Scan" in (alpha_hit["plan_diff_summary"][0] or "")
+    if alpha_hit.height == 1 and beta_hits.height == 0 and explained:
         console.print(
             "[green]✓ the index-drop regression on alpha was found; beta's bump was not reported[/green]"
         )
         return 0
     console.print(
-        f"[red]✗ expected exactly alpha's orders query: alpha hits {alpha_hit.height}, "
-        f"beta hits {beta_hits.height}[/red]"
+        f"[red]✗ expected exactly alpha's orders query with a plan change to a Seq Scan: alpha hits "
+        f"{alpha_hit.height} (plan change explained: {explained}), beta hits {beta_hits.height}[/red]"
     )
     return 1

@@ -237,17 +237,22 @@ def _sides(
             o["source"] == snap["source"] and o["captured_at"] < snap["captured_at"] for o in snaps
         )
 
-    # A row captured in the `tolerance` before the change point (exclusive of it: the snapshot at the
-    # change point shows the plan it ran under) counts as the first after only if it is a shape change
-    # (it has an earlier row of its source), not the first capture of the query; it wins over any row
-    # after the change point (the change point was located late; a later row is a later change).
+    # A shape change (a row with an earlier row of its source, not the query's first capture) captured in
+    # the `tolerance` before the change point counts as the first after, and wins over any row after it
+    # (the change point was located late; a later row is a later change). Otherwise the first row after
+    # the change point. Otherwise a shape change stamped exactly at the change point: plans are captured
+    # just after their snapshot, so that capture may show either plan; it is the new one only when
+    # nothing later says otherwise (seen in make demo: the Seq Scan captured in the change point's cycle).
     shortly_before = [
         s
         for s in snaps
         if change_at - tolerance < s["captured_at"] < change_at and not first_of_its_source(s)
     ]
-    after = _pick_first(shortly_before, preference) or _pick_first(
-        [s for s in snaps if s["captured_at"] > change_at], preference
+    at_change = [s for s in snaps if s["captured_at"] == change_at and not first_of_its_source(s)]
+    after = (
+        _pick_first(shortly_before, preference)
+        or _pick_first([s for s in snaps if s["captured_at"] > change_at], preference)
+        or _pick_first(at_change, preference)
     )
     if after is None:
         return PlanSides(_pick([s for s in snaps if s["captured_at"] <= change_at], preference), None)

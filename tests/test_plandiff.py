@@ -383,3 +383,29 @@ def test_a_shape_change_shortly_before_a_late_change_point_wins_over_a_later_res
         t - timedelta(seconds=20),
     )
     assert "(the plan before the change again)" in row["plan_diff_summary"]
+
+
+def test_a_shape_change_stamped_at_the_change_point_is_the_after_plan_when_nothing_later_is() -> None:
+    """Plans are captured just after their snapshot: the capture stamped with the change point's snapshot
+    time can already show the new plan (make demo: the Seq Scan captured in the cycle of the change)."""
+    t = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+    snaps = _snapshots(
+        [
+            (11, t - timedelta(minutes=10), "generic_explain", INDEX),
+            (11, t, "generic_explain", SEQ),
+        ]
+    )
+    regressions = pl.DataFrame(
+        {
+            "instance": ["alpha"],
+            "queryid": [11],
+            "queryids": ["11"],
+            "fingerprint": ["fp1"],
+            "status": ["detected"],
+            "detected_change_at": [t],
+        }
+    )
+    row = plan_diffs_for_regressions(regressions, snaps).row(0, named=True)
+    assert row["diff_status"] == "changed", row["plan_diff_summary"]
+    assert row["before_captured_at"] == t - timedelta(minutes=10) and row["after_captured_at"] == t
+    assert "Seq Scan on orders" in row["plan_diff_summary"]
