@@ -51,3 +51,41 @@ def write_step_change_lake(lake_root: Path) -> datetime:
     lake.write_table(lake_root, "query_texts", texts, {"instance": "db1", "date": "2026-11-02"}, "t")
     mark_deploy(lake_root, version="v9", instances=["db1"], at=deploy_at.isoformat())
     return deploy_at
+
+
+# Inline interval series for the detector's pure tests (tests/test_regressions.py, test_regression_gates.py)
+SERIES_DEPLOY_AT = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+SERIES_STEP = timedelta(seconds=10)
+SERIES_CALLS = 1000  # per 10 s sample: 100 calls/s, so every step of these tests is material unless said
+
+
+def series_samples(
+    values: np.ndarray,
+    *,
+    calls: int = SERIES_CALLS,
+    instance: str = "alpha",
+    queryid: int = 7,
+    first: int = -30,
+) -> pl.DataFrame:
+    """One sample per 10 s interval ending at SERIES_DEPLOY_AT + (first + i + 1) * 10 s, mean values[i]."""
+    ends = [SERIES_DEPLOY_AT + (first + i + 1) * SERIES_STEP for i in range(len(values))]
+    return pl.DataFrame(
+        {
+            "instance": instance,
+            "queryid": queryid,
+            "interval_start": [e - SERIES_STEP for e in ends],
+            "interval_end": ends,
+            "calls": calls,
+            "total_exec_time": np.asarray(values, dtype=np.float64) * calls,
+        },
+        schema_overrides={
+            "interval_start": pl.Datetime("us", "UTC"),
+            "interval_end": pl.Datetime("us", "UTC"),
+        },
+    )
+
+
+def series_texts(pairs: list[tuple[str, int, str]]) -> pl.DataFrame:
+    return pl.DataFrame(
+        pairs, schema={"instance": pl.String, "queryid": pl.Int64, "query": pl.String}, orient="row"
+    )

@@ -9,7 +9,7 @@ of a series is k * 10 s after the deploy. The deploy window is 5 min before + 10
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import numpy as np
 import polars as pl
@@ -18,9 +18,10 @@ from scipy import stats
 
 from jobs.collect.deploys import DeployEvent, events_frame
 from jobs.regressions import RegressionConfig, detect_regressions, detect_unannounced_regressions
+from tests.lakes import SERIES_DEPLOY_AT, SERIES_STEP, series_samples, series_texts
 
-DEPLOY_AT = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
-STEP = timedelta(seconds=10)
+DEPLOY_AT = SERIES_DEPLOY_AT
+STEP = SERIES_STEP
 WINDOW = {"window_before": timedelta(minutes=5), "window_after": timedelta(minutes=10)}
 CONFIG = RegressionConfig(**WINDOW)
 QUERY = "select total from invoices where account_id = $1"
@@ -30,28 +31,11 @@ CALLS = 1000  # per 10 s sample: 100 calls/s, so a +0.1 ms step adds 10 ms/s (ma
 def samples_for(
     values: np.ndarray, *, calls: int = CALLS, instance: str = "alpha", queryid: int = 7, first: int = -30
 ) -> pl.DataFrame:
-    """One sample per 10 s interval ending at DEPLOY_AT + (first + i + 1) * 10 s, mean latency values[i]."""
-    ends = [DEPLOY_AT + (first + i + 1) * STEP for i in range(len(values))]
-    return pl.DataFrame(
-        {
-            "instance": instance,
-            "queryid": queryid,
-            "interval_start": [e - STEP for e in ends],
-            "interval_end": ends,
-            "calls": calls,
-            "total_exec_time": np.asarray(values, dtype=np.float64) * calls,
-        },
-        schema_overrides={
-            "interval_start": pl.Datetime("us", "UTC"),
-            "interval_end": pl.Datetime("us", "UTC"),
-        },
-    )
+    """tests.lakes.series_samples with this file's default queryid."""
+    return series_samples(values, calls=calls, instance=instance, queryid=queryid, first=first)
 
 
-def texts_for(pairs: list[tuple[str, int, str]]) -> pl.DataFrame:
-    return pl.DataFrame(
-        pairs, schema={"instance": pl.String, "queryid": pl.Int64, "query": pl.String}, orient="row"
-    )
+texts_for = series_texts
 
 
 def level(n: int, mean: float, seed: int, spread: float = 0.02) -> np.ndarray:

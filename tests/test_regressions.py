@@ -23,9 +23,10 @@ from jobs.regressions import (
     welch_tests,
 )
 from jobs.schemas import PERFORMANCE_REGRESSIONS, QUERY_SAMPLES, QUERY_TEXTS
+from tests.lakes import SERIES_DEPLOY_AT, SERIES_STEP, series_samples, series_texts
 
-DEPLOY_AT = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
-STEP = timedelta(seconds=10)
+DEPLOY_AT = SERIES_DEPLOY_AT
+STEP = SERIES_STEP
 CONFIG = RegressionConfig(window_before=timedelta(minutes=5), window_after=timedelta(minutes=10))
 QUERY = "select sum(amount) from orders where customer_id = $1"
 CALLS = 1000
@@ -34,31 +35,11 @@ CALLS = 1000
 def samples_for(
     values: np.ndarray | list[float], *, instance: str = "alpha", queryid: int = 11, first: int = -30
 ) -> pl.DataFrame:
-    """One sample per 10 s interval ending at DEPLOY_AT + (first + i + 1) * 10 s; 1,000 calls each.
-
-    100 calls/s makes every step of these tests material (see the materiality tests for the opposite).
-    """
-    ends = [DEPLOY_AT + (first + i + 1) * STEP for i in range(len(values))]
-    return pl.DataFrame(
-        {
-            "instance": instance,
-            "queryid": queryid,
-            "interval_start": [e - STEP for e in ends],
-            "interval_end": ends,
-            "calls": CALLS,
-            "total_exec_time": np.asarray(values, dtype=np.float64) * CALLS,
-        },
-        schema_overrides={
-            "interval_start": pl.Datetime("us", "UTC"),
-            "interval_end": pl.Datetime("us", "UTC"),
-        },
-    )
+    """tests.lakes.series_samples with this file's default queryid."""
+    return series_samples(values, instance=instance, queryid=queryid, first=first)
 
 
-def texts_for(pairs: list[tuple[str, int, str]]) -> pl.DataFrame:
-    return pl.DataFrame(
-        pairs, schema={"instance": pl.String, "queryid": pl.Int64, "query": pl.String}, orient="row"
-    )
+texts_for = series_texts
 
 
 def deploy(instance: str | None = "alpha", at: datetime = DEPLOY_AT) -> pl.DataFrame:
