@@ -187,6 +187,18 @@ def server_state(srv: EmbeddedServer) -> tuple[Any, ...]:
         )
 
 
+def new_database(server: EmbeddedServer, name: str, *setup_sql: str) -> int:
+    """Create a database (as the superuser), run ``setup_sql`` inside it, return its oid (the dbid)."""
+    with psycopg.connect(server.dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+        row = conn.execute("SELECT oid::bigint FROM pg_database WHERE datname = %s", [name]).fetchone()
+    assert row is not None
+    with psycopg.connect(server.dsn_for(name), autocommit=True) as conn:
+        for statement in setup_sql:
+            conn.execute(statement)  # type: ignore[arg-type]
+    return int(row[0])
+
+
 def test_hostile_functions_run_as_the_read_only_role_and_nothing_they_try_sticks(
     server: EmbeddedServer, no_touched_file: None
 ) -> None:
@@ -251,14 +263,9 @@ def test_the_hostile_fixture_is_real_a_privileged_explain_runs_it(
 
 
 def test_superuser_session_is_refused_without_helper_or_in_session_mode(server: EmbeddedServer) -> None:
-    with psycopg.connect(server.dsn, autocommit=True) as conn:
-        conn.execute("CREATE DATABASE nohelper")
-    with psycopg.connect(server.dsn_for("nohelper"), autocommit=True) as conn:
-        conn.execute("CREATE TABLE t (id int PRIMARY KEY)")
-        dbid = conn.execute("SELECT oid::bigint FROM pg_database WHERE datname = 'nohelper'").fetchone()
-    assert dbid is not None
+    dbid = new_database(server, "nohelper", "CREATE TABLE t (id int PRIMARY KEY)")
     candidates = pl.DataFrame(
-        {"queryid": [1, 2], "dbid": [dbid[0]] * 2, "userid": [10, 10], "query": ["SELECT * FROM t"] * 2}
+        {"queryid": [1, 2], "dbid": [dbid] * 2, "userid": [10, 10], "query": ["SELECT * FROM t"] * 2}
     )
     result = capture_plans(server.dsn, "safety", candidates, datetime.now(UTC), CONFIG)
     generic = result.log.filter(pl.col("source") == "generic_explain")
@@ -302,18 +309,9 @@ def test_helper_owned_by_a_privileged_role_is_refused(
     """Each privilege that would let a planned function write or reach the server's OS refuses the helper."""
     tag = uuid.uuid4().hex[:8]
     database, role = f"priv_{tag}", f"radar_explain_{tag}"
-    with psycopg.connect(server.dsn, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {database}")
-    with psycopg.connect(server.dsn_for(database), autocommit=True) as conn:
-        conn.execute("CREATE TABLE t (id int PRIMARY KEY)")
-        dbid = conn.execute(
-            "SELECT oid::bigint FROM pg_database WHERE datname = current_database()"
-        ).fetchone()
+    dbid = new_database(server, database, "CREATE TABLE t (id int PRIMARY KEY)")
     install_helper(server, database, SetupRoles(explain_role=role))
-    assert dbid is not None
-    candidates = pl.DataFrame(
-        {"queryid": [1], "dbid": [dbid[0]], "userid": [10], "query": ["SELECT * FROM t"]}
-    )
+    candidates = pl.DataFrame({"queryid": [1], "dbid": [dbid], "userid": [10], "query": ["SELECT * FROM t"]})
     ok = capture_plans(server.monitor_dsn, "safety", candidates, datetime.now(UTC), CONFIG)
     assert ok.log.filter(pl.col("source") == "generic_explain")["status"].to_list() == ["captured"]
     with psycopg.connect(server.dsn_for(database), autocommit=True) as conn:
@@ -504,12 +502,7 @@ def test_the_store_plans_session_is_plain_and_read_only(server: EmbeddedServer) 
 
 def test_setup_sql_script_runs_with_psql_and_installs_a_working_helper(server: EmbeddedServer) -> None:
     """`radar setup-sql --database shop` as printed, run with psql: the helper works in that database."""
-    with psycopg.connect(server.dsn, autocommit=True) as conn:
-        conn.execute("CREATE DATABASE shop")
-    with psycopg.connect(server.dsn_for("shop"), autocommit=True) as conn:
-        conn.execute("CREATE TABLE orders (id int PRIMARY KEY)")
-        dbid = conn.execute("SELECT oid::bigint FROM pg_database WHERE datname = 'shop'").fetchone()
-    assert dbid is not None
+    dbid = new_database(server, "shop", "CREATE TABLE orders (id int PRIMARY KEY)")
     script = setup_script(setup_steps(180000, ["shop"]), 180000)
     done = subprocess.run(
         ["/usr/bin/psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", server.dsn],
@@ -521,7 +514,7 @@ def test_setup_sql_script_runs_with_psql_and_installs_a_working_helper(server: E
     )
     assert done.returncode == 0, done.stderr
     candidates = pl.DataFrame(
-        {"queryid": [1], "dbid": [dbid[0]], "userid": [10], "query": ["SELECT * FROM orders WHERE id = $1"]}
+        {"queryid": [1], "dbid": [dbid], "userid": [10], "query": ["SELECT * FROM orders WHERE id = $1"]}
     )
     result = capture_plans(server.monitor_dsn, "safety", candidates, datetime.now(UTC), CONFIG)
     assert result.log.filter(pl.col("source") == "generic_explain")["status"].to_list() == ["captured"]
@@ -541,14 +534,10 @@ def test_a_session_that_cannot_be_opened_is_filed_under_the_sources_it_was_for(
     ]
     assert gone.log["reason"].str.contains("cannot open the plan capture session", literal=True).all()
     assert len(gone.problems) == 1 and "no_such_login" in gone.problems[0]
+    dbid = new_database(server, "closed")
     with psycopg.connect(server.dsn, autocommit=True) as conn:
-        conn.execute("CREATE DATABASE closed")
         conn.execute("REVOKE CONNECT ON DATABASE closed FROM PUBLIC")
-        dbid = conn.execute("SELECT oid::bigint FROM pg_database WHERE datname = 'closed'").fetchone()
-    assert dbid is not None
-    two = pl.DataFrame(
-        {"queryid": [1, 2], "dbid": [dbid[0]] * 2, "userid": [10, 10], "query": ["SELECT 1"] * 2}
-    )
+    two = pl.DataFrame({"queryid": [1, 2], "dbid": [dbid] * 2, "userid": [10, 10], "query": ["SELECT 1"] * 2})
     closed = capture_plans(server.monitor_dsn, "safety", two, datetime.now(UTC), CONFIG)
     generic = closed.log.filter(pl.col("source") == "generic_explain")
     assert generic["status"].to_list() == ["failed", "failed"]
