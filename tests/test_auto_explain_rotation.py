@@ -88,15 +88,29 @@ def logrotate(log: Path, work: Path, directives: str) -> None:
     assert done.returncode == 0, done.stderr
 
 
+def shift_rotated(log: Path, keep: int) -> None:
+    """X.1 → X.2 … up to ``keep``, as logrotate numbers its copies."""
+    for n in range(keep - 1, 0, -1):
+        if rotated(log, n).exists():
+            rotated(log, n).rename(rotated(log, n + 1))
+
+
+def rotation_server(fleet_factory: FleetFactory) -> tuple[EmbeddedServer, Path]:
+    """A server logging to one jsonlog file, with a table per stage (its plans name the stage)."""
+    server = fleet_factory(["rot"], ROTATION_SETTINGS).server("rot")
+    with psycopg.connect(server.dsn, autocommit=True) as conn:
+        for n in STAGES:
+            conn.execute(f"CREATE TABLE {table(n)} (x int)")  # type: ignore[arg-type]
+    return server, server.log_dir / "postgresql.json"
+
+
 def copytruncate(log: Path, keep: int, tool: str, work: Path) -> None:
     """Shift X.1 → X.2 …, copy X to X.1 (a new inode: the old content and any line logged since the
     last read), then truncate X in place; the server goes on appending to X from 0 (O_APPEND)."""
     if tool == "logrotate":
         logrotate(log, work, f"    copytruncate\n    rotate {keep}")
         return
-    for n in range(keep - 1, 0, -1):
-        if rotated(log, n).exists():
-            rotated(log, n).rename(rotated(log, n + 1))
+    shift_rotated(log, keep)
     shutil.copyfile(log, rotated(log, 1))
     with log.open("r+b") as handle:
         handle.truncate(0)
@@ -111,9 +125,7 @@ def create_rotate(server: EmbeddedServer, log: Path, keep: int, tool: str, work:
         directives = f"    create 0644 {SERVICE_USER} {SERVICE_USER}\n    rotate {keep}\n"
         logrotate(log, work, f"{directives}    postrotate\n        {psql} >/dev/null\n    endscript")
     else:
-        for n in range(keep - 1, 0, -1):
-            if rotated(log, n).exists():
-                rotated(log, n).rename(rotated(log, n + 1))
+        shift_rotated(log, keep)
         log.rename(rotated(log, 1))
         with psycopg.connect(server.dsn, autocommit=True) as conn:
             conn.execute(between)  # type: ignore[arg-type]
@@ -134,11 +146,7 @@ TOOLS = [
 def test_copytruncate_rotation_of_a_live_log_loses_no_record(
     fleet_factory: FleetFactory, lake_root: Path, tmp_path: Path, tool: str
 ) -> None:
-    server = fleet_factory(["rot"], ROTATION_SETTINGS).server("rot")
-    log = server.log_dir / "postgresql.json"
-    with psycopg.connect(server.dsn, autocommit=True) as conn:
-        for n in STAGES:
-            conn.execute(f"CREATE TABLE {table(n)} (x int)")  # type: ignore[arg-type]
+    server, log = rotation_server(fleet_factory)
     results: list[IngestResult] = []
 
     def ingest() -> None:
@@ -171,11 +179,7 @@ def test_copytruncate_rotation_of_a_live_log_loses_no_record(
 def test_create_mode_rotation_of_a_live_log_loses_no_record(
     fleet_factory: FleetFactory, lake_root: Path, tmp_path: Path, tool: str
 ) -> None:
-    server = fleet_factory(["rot"], ROTATION_SETTINGS).server("rot")
-    log = server.log_dir / "postgresql.json"
-    with psycopg.connect(server.dsn, autocommit=True) as conn:
-        for n in STAGES:
-            conn.execute(f"CREATE TABLE {table(n)} (x int)")  # type: ignore[arg-type]
+    server, log = rotation_server(fleet_factory)
     results: list[IngestResult] = []
 
     def ingest() -> None:
