@@ -21,6 +21,8 @@ series gives byte-identical output whatever else is in the batch.
 
 from __future__ import annotations
 
+import functools
+import math
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -38,8 +40,12 @@ __all__ = [
     "energy_statistic_reference",
     "energy_statistics",
     "most_significant_change_points",
+    "seeded_intervals",
     "segment_change_points",
 ]
+
+
+_EXACT_RANK_LIMIT = 64  # C(64, 32) < 2^63: the exact Mann-Whitney null counts fit int64
 
 
 @dataclass(frozen=True)
@@ -51,8 +57,12 @@ class ChangePointConfig:
     test: Literal["rank", "permutation"] = "rank"  # rank: ~1 location pass; permutation: ~permutations+1
     permutations: int = 199  # permutation test only
     serial_correction: bool = True  # rank test: widen its variance by the serial correlation (trends)
+    serial_white_z: float = 2.0  # rank test: a lag-1 correlation below z / sqrt(n) is white noise's spread
+    exact_rank_max_n: int = 60  # rank test: exact Mann-Whitney tail for tie-free series of at most this n
     seed: int = 0  # permutation test only; mixed with a hash of each series so results ignore batch makeup
     batch_elements: int = 1 << 17  # values per chunk: small enough for the scatters to stay in cache
+    segmentation: Literal["seeded", "binary"] = "seeded"  # segment_change_points: seeded or plain binary
+    seeded_decay: float = 0.5  # seeded: each scale's interval length is this fraction of the previous one
 
     def __post_init__(self) -> None:
         if self.min_segment < 2:
@@ -63,6 +73,14 @@ class ChangePointConfig:
             raise ValueError(f"unknown test {self.test!r}")
         if self.permutations < 1:
             raise ValueError("permutations must be >= 1")
+        if self.serial_white_z < 0:
+            raise ValueError("serial_white_z must be >= 0")
+        if not 0 <= self.exact_rank_max_n <= _EXACT_RANK_LIMIT:
+            raise ValueError(f"exact_rank_max_n must be in [0, {_EXACT_RANK_LIMIT}] (int64 null counts)")
+        if self.segmentation not in ("seeded", "binary"):
+            raise ValueError(f"unknown segmentation {self.segmentation!r}")
+        if not 0.5 <= self.seeded_decay < 1.0:
+            raise ValueError("seeded_decay must be in [0.5, 1): larger gaps between scales can miss steps")
 
 
 @dataclass(frozen=True)
@@ -318,6 +336,40 @@ def _local_mean(values: np.ndarray, config: ChangePointConfig) -> np.ndarray:
     return (prefix[upper] - prefix[lower]) / (upper - lower)[:, None]
 
 
+@functools.lru_cache(maxsize=4096)
+def _mann_whitney_lower_tail(m: int, k: int) -> np.ndarray:
+    """P(U <= u) for u = 0..m k of the exact Mann-Whitney null (no ties), from its generating function.
+
+    The counts of U are the Gaussian binomial [m + k choose m]_q = prod_{i=1..m} (1 - q^(k+i)) / (1 - q^i);
+    each factor is one shifted subtraction and one strided running sum over int64 coefficients (exact up
+    to m + k = 64).
+    """
+    counts = np.zeros(m * k + 1, dtype=np.int64)
+    counts[0] = 1
+    for i in range(1, m + 1):
+        shift = k + i
+        if shift <= m * k:
+            counts[shift:] -= counts[:-shift].copy()
+        rows = -(-(m * k + 1) // i)
+        padded = np.zeros(rows * i, dtype=np.int64)
+        padded[: m * k + 1] = counts
+        counts = np.cumsum(padded.reshape(rows, i), axis=0).reshape(-1)[: m * k + 1]
+    total = float(special.comb(m + k, m, exact=True))
+    return np.cumsum(counts).astype(np.float64) / total
+
+
+def _exact_two_sided(m: np.ndarray, k: np.ndarray, deviation: np.ndarray) -> np.ndarray:
+    """2 P(U <= m k / 2 - deviation) under the exact null, per row (a Python loop over distinct m only)."""
+    out = np.ones(m.shape[0])
+    for left in np.unique(m).tolist():
+        rows = np.flatnonzero(m == left)
+        right = int(k[rows[0]])
+        tail = _mann_whitney_lower_tail(int(left), right)
+        at = np.floor(left * right / 2.0 - deviation[rows] + 1e-9).astype(np.int64)
+        out[rows] = np.where(at >= 0, 2.0 * tail[np.clip(at, 0, None)], 0.0)
+    return np.minimum(out, 1.0)
+
+
 def _rank_p_values(
     stack: np.ndarray, energy: _EnergyPass, split: np.ndarray, config: ChangePointConfig
 ) -> np.ndarray:
@@ -330,6 +382,10 @@ def _rank_p_values(
     autocorrelation of the ranks around (a) their two segment means and (b) a centred moving mean of
     2 min_segment + 1 points: a random walk or a smooth curve stays correlated around both (rho near 1) and
     is not a step, while independent noise around one step (a) or several steps (b) keeps rho near 0.
+    A rho below ``serial_white_z / sqrt(n)`` is within white noise's sampling spread (sd 1 / sqrt(n)) and
+    widens nothing: at 10 points a side that spread (about 0.2) alone pushed one clean step in eight
+    above the level. Tie-free series of at most ``exact_rank_max_n`` points take the exact Mann-Whitney
+    tail (at the deviation shrunk by the serial factor): the normal tail is 17x too heavy at 10 + 10.
     """
     batch, n = stack.shape
     m = split.astype(np.float64)
@@ -346,6 +402,7 @@ def _rank_p_values(
     left_rank_sum = (ranks * before_split).sum(axis=0)
     u = left_rank_sum - m * (m + 1) / 2.0
     variance = m * k / 12.0 * ((n + 1) - tie_term / (n * (n - 1)))
+    inflation = np.ones(batch)
     if config.serial_correction:
         left_mean = left_rank_sum / m
         right_mean = (n * (n + 1) / 2.0 - left_rank_sum) / k
@@ -354,12 +411,17 @@ def _rank_p_values(
         rho = np.minimum(
             _lag_one_correlation(residual), _lag_one_correlation(ranks - _local_mean(ranks, config))
         )
-        rho = np.clip(rho, 0.0, 0.999)
-        variance = variance * (1.0 + rho) / (1.0 - rho)
+        rho = np.where(rho < config.serial_white_z / np.sqrt(n), 0.0, np.clip(rho, 0.0, 0.999))
+        inflation = (1.0 + rho) / (1.0 - rho)
+    variance = variance * inflation
     deviation = np.maximum(np.abs(u - m * k / 2.0) - 0.5, 0.0)
     positive = variance > 0
     z = np.where(positive, deviation / np.sqrt(np.where(positive, variance, 1.0)), 0.0)
     two_sided = 2.0 * special.ndtr(-z)
+    exact = (tie_term == 0) if n <= config.exact_rank_max_n else np.zeros(batch, dtype=bool)
+    if exact.any():
+        shrunk = np.abs(u - m * k / 2.0)[exact] / np.sqrt(inflation[exact])
+        two_sided[exact] = _exact_two_sided(split[exact].astype(np.int64), n - split[exact], shrunk)
     candidates = n - 2 * config.min_segment + 1
     return np.minimum(1.0, two_sided * candidates)
 
@@ -421,12 +483,18 @@ def change_point_arrays(
     return ChangePointArrays(index=index, statistic=statistic, p_value=p_value, significant=significant)
 
 
-def _locate_chunk(stack: np.ndarray, config: ChangePointConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(index, statistic, p) of an equal-length (B, n) chunk with n >= 2 * min_segment."""
+def _locate_chunk(
+    stack: np.ndarray, config: ChangePointConfig, at: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(index, statistic, p) of an equal-length (B, n) chunk with n >= 2 * min_segment.
+
+    The split of each row is its energy maximum, or ``at`` (indices in [min_segment, n - min_segment])
+    when given: the test of a known split, whose p keeps the Bonferroni factor of the whole segment.
+    """
     batch = stack.shape[0]
     stack = np.ascontiguousarray(stack)
     energy = _energy_pass(stack, config.min_segment)
-    best_row = np.argmax(energy.statistic, axis=0)
+    best_row = np.argmax(energy.statistic, axis=0) if at is None else at - config.min_segment
     columns = np.arange(batch)
     best = energy.statistic[best_row, columns]
     split = best_row + config.min_segment
@@ -498,14 +566,27 @@ def segment_change_points(
     max_change_points: int = 10,
     fdr_q: float | None = None,
 ) -> list[list[ChangePoint]]:
-    """Every significant change point of each series by hierarchical E-divisive (binary segmentation).
+    """Every significant change point of each series, by ``config.segmentation``.
 
-    Each round tests the current segments of all series in one batched call and splits the significant
-    ones; a segment shorter than 2 * min_segment cannot split. Points come back sorted by index, with
-    indices into the whole series. With ``fdr_q`` set, each round's candidates across the whole batch
-    are accepted by Benjamini-Hochberg at fdr_q instead of p <= max_p_value (reported in ``q_value``).
+    "seeded" (default): seeded binary segmentation (see ``_seeded_segmentation``), which finds every
+    step of fast-slow-fast-slow; "binary": plain hierarchical E-divisive, whose first split of such a
+    series is mixed and often insignificant, so nothing is split at all. Points come back sorted by
+    index, with indices into the whole series, at most ``max_change_points`` per series (the most
+    significant). With ``fdr_q`` set, significance is Benjamini-Hochberg at fdr_q across the whole batch
+    (each binary round; each seeded confirmation round) instead of p <= max_p_value, reported in
+    ``q_value``; without it, the result of a series does not depend on the rest of the batch.
     """
     arrays = [np.asarray(values, dtype=np.float64).reshape(-1) for values in series]
+    if config.segmentation == "binary":
+        return _binary_segmentation(arrays, config, max_change_points, fdr_q)
+    return _seeded_segmentation(arrays, config, max_change_points, fdr_q)
+
+
+def _binary_segmentation(
+    arrays: list[np.ndarray], config: ChangePointConfig, max_change_points: int, fdr_q: float | None
+) -> list[list[ChangePoint]]:
+    """Hierarchical E-divisive: each round tests the current segments of all series in one batched call
+    and splits the significant ones; a segment shorter than 2 * min_segment cannot split."""
     found: list[list[ChangePoint]] = [[] for _ in arrays]
     open_segments: list[tuple[int, int, int]] = [(s, 0, a.shape[0]) for s, a in enumerate(arrays)]
     while open_segments:
@@ -525,3 +606,137 @@ def segment_change_points(
             found[s].append(replace(point, index=split))
             open_segments.extend([(s, start, split), (s, split, end)])
     return [sorted(points, key=lambda p: p.index or 0) for points in found]
+
+
+def seeded_intervals(n: int, min_length: int, decay: float) -> list[tuple[int, int]]:
+    """The seeded intervals [start, end) of a series of n points (Kovacs, Li, Buhlmann & Munk 2020).
+
+    Scale k = 0, 1, ... has intervals of one length round(n decay^k) (at least ``min_length``), 2
+    ceil(decay^-k) - 1 of them evenly spread from 0 to n: consecutive ones overlap by about half, so every
+    step lies well inside an interval of every scale, and a scale short enough to hold no other step
+    isolates it. Deterministic, O(n / min_length / (1 - decay)) intervals in all.
+    """
+    intervals: list[tuple[int, int]] = []
+    if n < min_length:
+        return intervals
+    scale = 0
+    while True:
+        length = max(min_length, round(n * decay**scale))
+        count = 2 * math.ceil(decay**-scale - 1e-9) - 1
+        shift = (n - length) / (count - 1) if count > 1 else 0.0
+        starts = sorted({round(i * shift) for i in range(count)})
+        intervals.extend((start, start + length) for start in starts)
+        if length <= min_length:
+            return intervals
+        scale += 1
+
+
+def _tests_at(
+    pieces: list[np.ndarray], at: list[int], config: ChangePointConfig
+) -> tuple[np.ndarray, np.ndarray]:
+    """(statistic, p) of the change point test at a given split of each piece, batched by piece length."""
+    statistic = np.zeros(len(pieces))
+    p_value = np.ones(len(pieces))
+    by_length: dict[int, list[int]] = {}
+    for position, piece in enumerate(pieces):
+        by_length.setdefault(piece.shape[0], []).append(position)
+    for length, positions in sorted(by_length.items()):
+        stack = np.stack([pieces[p] for p in positions])
+        splits = np.array([at[p] for p in positions], dtype=np.int64)
+        chunk = max(1, config.batch_elements // length)
+        for begin in range(0, len(positions), chunk):
+            rows = slice(begin, begin + chunk)
+            _, q, p = _locate_chunk(stack[rows], config, at=splits[rows])
+            statistic[positions[rows]] = q
+            p_value[positions[rows]] = p
+    return statistic, p_value
+
+
+def _seeded_segmentation(
+    arrays: list[np.ndarray], config: ChangePointConfig, max_change_points: int, fdr_q: float | None
+) -> list[list[ChangePoint]]:
+    """Seeded binary segmentation with greedy selection and a confirmation of every accepted point.
+
+    1. Candidates: the most significant split of every seeded interval (``seeded_intervals``); all
+       intervals of one length, over every series, form one stack and one ``change_point_arrays`` call.
+    2. Greedy selection per series: the most significant candidate first (ties: the narrower interval,
+       then the earlier), skipping any whose interval contains an accepted point (it would straddle two
+       regimes); candidates need p <= max_p_value (p <= fdr_q with FDR control).
+    3. Confirmation: each accepted point is tested again at its split on the segment bounded by its
+       accepted neighbours (so its p carries that segment's Bonferroni factor); while a series has a
+       point that fails, the least significant failing one is dropped and the rest are tested again.
+       A series with one point thus keeps it only if the whole series' test at that split passes, which
+       is what keeps the false-positive rate of plain segmentation with the many seeded intervals.
+    """
+    min_length = 2 * config.min_segment
+    by_length: dict[int, list[tuple[int, int]]] = {}
+    for s, values in enumerate(arrays):
+        for start, end in seeded_intervals(values.shape[0], min_length, config.seeded_decay):
+            by_length.setdefault(end - start, []).append((s, start))
+    screen = config.max_p_value if fdr_q is None else fdr_q
+    candidates: list[list[tuple[float, int, int, int, int]]] = [[] for _ in arrays]
+    for length, members in sorted(by_length.items()):
+        stack = np.stack([arrays[s][start : start + length] for s, start in members])
+        found = change_point_arrays(stack, config)
+        keep = np.flatnonzero((found.index >= 0) & (found.p_value <= screen)).tolist()
+        p_value, index = found.p_value.tolist(), found.index.tolist()
+        for row in keep:
+            s, start = members[row]
+            candidates[s].append((p_value[row], length, start, start + index[row], start + length))
+    accepted: list[list[int]] = []
+    for options in candidates:
+        chosen: list[int] = []
+        for _p, _length, start, split, end in sorted(options):
+            if all(not start < c < end for c in chosen):
+                chosen.append(split)
+        accepted.append(sorted(chosen))
+    return _confirm(arrays, accepted, config, max_change_points, fdr_q)
+
+
+def _confirm(
+    arrays: list[np.ndarray],
+    accepted: list[list[int]],
+    config: ChangePointConfig,
+    max_change_points: int,
+    fdr_q: float | None,
+) -> list[list[ChangePoint]]:
+    """Test every point on the segment between its neighbours; drop the weakest failing one per series
+    and test again until every point passes, then cap each series at its most significant points."""
+    points = [list(cuts) for cuts in accepted]
+    while True:
+        owners = [(s, j) for s, cuts in enumerate(points) for j in range(len(cuts))]
+        if not owners:
+            return [[] for _ in arrays]
+        pieces, at = [], []
+        for s, j in owners:
+            bounds = [0, *points[s], arrays[s].shape[0]]
+            pieces.append(arrays[s][bounds[j] : bounds[j + 2]])
+            at.append(bounds[j + 1] - bounds[j])
+        statistic, p_value = _tests_at(pieces, at, config)
+        if fdr_q is None:
+            q_value = None
+            passed = p_value <= config.max_p_value
+        else:
+            q_value = stats.false_discovery_control(p_value, method="bh")
+            passed = q_value <= fdr_q
+        worst: dict[int, tuple[float, int]] = {}
+        for row, (s, j) in enumerate(owners):
+            failing = not passed[row] or len(points[s]) > max_change_points
+            if failing and (s not in worst or p_value[row] > worst[s][0]):
+                worst[s] = (float(p_value[row]), j)
+        if not worst:
+            break
+        for s, (_p, j) in worst.items():
+            del points[s][j]
+    out: list[list[ChangePoint]] = [[] for _ in arrays]
+    for row, (s, j) in enumerate(owners):
+        out[s].append(
+            ChangePoint(
+                index=points[s][j],
+                statistic=float(statistic[row]),
+                p_value=float(p_value[row]),
+                significant=True,
+                q_value=None if q_value is None else float(q_value[row]),
+            )
+        )
+    return out

@@ -423,12 +423,15 @@ def segments_around(
 def _changepoint_and_welch(series: pl.DataFrame, keys: list[str], config: RegressionConfig) -> pl.DataFrame:
     """Change point nearest the deploy of each series, then Welch on the segments around it.
 
-    Every significant change point of the window comes from hierarchical E-divisive (the unannounced
-    analysis' segmentation, here with ``config.changepoint`` and per-split significance
-    ``max_p_value``); its first round is the single most significant split, so a series with one step
-    gets the same change point as before. Of several, the one nearest the deploy is kept, so an earlier
-    step (an index dropped, restored, dropped again at this deploy) never hides the deploy's own. Welch
-    compares the segments it bounds with its neighbouring change points (see ``segments_around``).
+    Every significant change point of the window comes from ``segment_change_points`` (seeded binary
+    segmentation by default, ``config.changepoint.segmentation``), run on every window: not only on
+    those whose single most significant split is significant, since the global split of
+    fast-slow-fast-slow is mixed and often insignificant although each step is plain. Of several, the
+    one nearest the deploy is kept, so an earlier step (an index dropped, restored, dropped again at
+    this deploy) never hides the deploy's own; changepoint_p_value is that point's (tested on the
+    segment between its neighbours). Welch compares the segments it bounds with its neighbouring change
+    points (see ``segments_around``). A window without any significant change point reports its most
+    significant split, which stage 1 then rejects.
     """
     columns = {
         "changepoint_index": pl.Int64,
@@ -457,9 +460,8 @@ def _changepoint_and_welch(series: pl.DataFrame, keys: list[str], config: Regres
     offsets = group_offsets(sizes)
     pieces_of = split_values(values, offsets)
     single = most_significant_change_points(pieces_of, config.changepoint)
-    stepped = [g for g, point in enumerate(single) if point.significant]
     segmented = segment_change_points(
-        [pieces_of[g] for g in stepped], config.changepoint, max_change_points=config.deploy_max_change_points
+        pieces_of, config.changepoint, max_change_points=config.deploy_max_change_points
     )
     chosen = list(single)
     # Piece 2g = before the change point, 2g + 1 = from it on, 2G = in neither mean; without a change
@@ -469,10 +471,16 @@ def _changepoint_and_welch(series: pl.DataFrame, keys: list[str], config: Regres
     change_start = np.full(sizes.shape[0], -1, dtype=np.int64)
     for g in range(sizes.shape[0]):
         piece[offsets[g] : offsets[g + 1]] = 2 * g
-    for g, cuts in zip(stepped, segmented, strict=True):
-        if not cuts:  # cannot happen (its first round is ``single``), but never index an empty list
-            continue
+    for g, cuts in enumerate(segmented):
         lo, hi = int(offsets[g]), int(offsets[g + 1])
+        if not cuts:
+            # No significant change point anywhere: the window's most significant split is reported
+            # (stage 1 rejects it unless significant; then it is the one split, Welch on both sides).
+            point = single[g]
+            if point.index is not None:
+                piece[lo + point.index : hi] = 2 * g + 1
+                change_start[g] = lo + point.index
+            continue
         point = _nearest_change_point(cuts, starts_us[lo:hi], int(deployed_us[g]))
         chosen[g] = point
         cut = int(point.index or 0)
@@ -487,13 +495,6 @@ def _changepoint_and_welch(series: pl.DataFrame, keys: list[str], config: Regres
         piece[lo + pair.before] = 2 * g
         piece[lo + pair.after] = 2 * g + 1
         change_start[g] = lo + cut
-    segmented_groups = set(stepped)
-    for g, point in enumerate(single):
-        if g in segmented_groups or point.index is None:
-            continue
-        lo = int(offsets[g])
-        piece[lo + point.index : int(offsets[g + 1])] = 2 * g + 1
-        change_start[g] = lo + point.index
     index = np.array([-1 if p.index is None else p.index for p in chosen], dtype=np.int64)
     located = index >= 0
     count, mean, squares = piece_statistics(values, piece, dump + 1)

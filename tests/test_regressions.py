@@ -367,10 +367,13 @@ def test_the_interval_straddling_the_deploy_belongs_to_neither_mean() -> None:
     rows = {r["deploy_version"]: r for r in out.iter_rows(named=True)}
     v1, v2 = rows["v1"], rows["v2"]
     assert (v1["status"], v2["status"]) == ("detected", "detected")
-    # The change is dated where E-divisive put the cut: at the straddling sample (v1) or just after it
-    # (v2); the same date as the unannounced analysis gives, so one_row_per_finding can merge the two.
+    # The change is dated where E-divisive put the cut: here at the straddling sample for both (its mix is
+    # 1/3 fast, 2/3 slow); the same date as the unannounced analysis gives, so one_row_per_finding can
+    # merge the two.
     assert v1["detected_change_at"] == STEPS_START + T1 * SAMPLE
-    assert v2["detected_change_at"] == STEPS_START + (T3 + 1) * SAMPLE
+    assert v2["detected_change_at"] == STEPS_START + T3 * SAMPLE
+    unannounced = detect_unannounced_regressions(samples, texts, STEPS_CONFIG)
+    assert unannounced["detected_change_at"].to_list() == [v2["detected_change_at"]]
     # v1's window: samples ending after deployed_at - 30 min, i.e. from sample T1 - 120 on.
     assert v1["before_count"] == 120 and v1["before_mean_ms"] == pytest.approx(
         pure[T1 - 120 : T1].mean(), rel=1e-9
