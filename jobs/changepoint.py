@@ -616,18 +616,24 @@ def seeded_intervals(n: int, min_length: int, decay: float) -> list[tuple[int, i
     step lies well inside an interval of every scale, and a scale short enough to hold no other step
     isolates it. Deterministic, O(n / min_length / (1 - decay)) intervals in all.
     """
-    intervals: list[tuple[int, int]] = []
+    return [
+        (start, start + length) for length, starts in _seeded_scales(n, min_length, decay) for start in starts
+    ]
+
+
+def _seeded_scales(n: int, min_length: int, decay: float) -> list[tuple[int, list[int]]]:
+    """(interval length, starts) of each scale of ``seeded_intervals``, largest first."""
+    scales: list[tuple[int, list[int]]] = []
     if n < min_length:
-        return intervals
+        return scales
     scale = 0
     while True:
         length = max(min_length, round(n * decay**scale))
         count = 2 * math.ceil(decay**-scale - 1e-9) - 1
         shift = (n - length) / (count - 1) if count > 1 else 0.0
-        starts = sorted({round(i * shift) for i in range(count)})
-        intervals.extend((start, start + length) for start in starts)
+        scales.append((length, sorted({round(i * shift) for i in range(count)})))
         if length <= min_length:
-            return intervals
+            return scales
         scale += 1
 
 
@@ -669,19 +675,26 @@ def _seeded_segmentation(
        is what keeps the false-positive rate of plain segmentation with the many seeded intervals.
     """
     min_length = 2 * config.min_segment
-    by_length: dict[int, list[tuple[int, int]]] = {}
+    level = config.max_p_value if fdr_q is None else fdr_q
+    # Per interval length: (series, start, screen); the screen is the level over the scale's interval count.
+    by_length: dict[int, list[tuple[int, int, float]]] = {}
     for s, values in enumerate(arrays):
-        for start, end in seeded_intervals(values.shape[0], min_length, config.seeded_decay):
-            by_length.setdefault(end - start, []).append((s, start))
-    screen = config.max_p_value if fdr_q is None else fdr_q
+        for length, starts in _seeded_scales(values.shape[0], min_length, config.seeded_decay):
+            screen = level / len(starts)
+            by_length.setdefault(length, []).extend((s, start, screen) for start in starts)
     candidates: list[list[tuple[float, int, int, int, int]]] = [[] for _ in arrays]
+    whole_p: list[float | None] = [None] * len(arrays)  # the whole-series test: scale 0
     for length, members in sorted(by_length.items()):
-        stack = np.stack([arrays[s][start : start + length] for s, start in members])
+        stack = np.stack([arrays[s][start : start + length] for s, start, _ in members])
         found = change_point_arrays(stack, config)
-        keep = np.flatnonzero((found.index >= 0) & (found.p_value <= screen)).tolist()
+        screens = np.array([screen for _, _, screen in members])
+        keep = np.flatnonzero((found.index >= 0) & (found.p_value <= screens)).tolist()
         p_value, index = found.p_value.tolist(), found.index.tolist()
+        for row, (s, _start, _) in enumerate(members):
+            if length == arrays[s].shape[0] and index[row] >= 0:
+                whole_p[s] = p_value[row]
         for row in keep:
-            s, start = members[row]
+            s, start, _ = members[row]
             candidates[s].append((p_value[row], length, start, start + index[row], start + length))
     accepted: list[list[int]] = []
     for options in candidates:
@@ -690,18 +703,24 @@ def _seeded_segmentation(
             if all(not start < c < end for c in chosen):
                 chosen.append(split)
         accepted.append(sorted(chosen))
-    return _confirm(arrays, accepted, config, max_change_points, fdr_q)
+    return _confirm(arrays, accepted, whole_p, config, max_change_points, fdr_q)
 
 
 def _confirm(
     arrays: list[np.ndarray],
     accepted: list[list[int]],
+    whole_p: list[float | None],
     config: ChangePointConfig,
     max_change_points: int,
     fdr_q: float | None,
 ) -> list[list[ChangePoint]]:
     """Test every point on the segment between its neighbours; drop the weakest failing one per series
-    and test again until every point passes, then cap each series at its most significant points."""
+    and test again until every point passes, then cap each series at its most significant points.
+
+    With ``fdr_q``, each round's Benjamini-Hochberg runs over the points under test plus, for every other
+    series, its whole-series test (a non-discovery): the population binary segmentation's first round
+    has, not only the series that happened to yield candidates.
+    """
     points = [list(cuts) for cuts in accepted]
     while True:
         owners = [(s, j) for s, cuts in enumerate(points) for j in range(len(cuts))]
@@ -717,17 +736,41 @@ def _confirm(
             q_value = None
             passed = p_value <= config.max_p_value
         else:
-            q_value = stats.false_discovery_control(p_value, method="bh")
+            holding = {s for s, _ in owners}
+            others = [p for s, p in enumerate(whole_p) if p is not None and s not in holding]
+            population = np.concatenate([p_value, np.array(others, dtype=np.float64)])
+            q_value = stats.false_discovery_control(population, method="bh")[: p_value.shape[0]]
             passed = q_value <= fdr_q
-        worst: dict[int, tuple[float, int]] = {}
-        for row, (s, j) in enumerate(owners):
-            failing = not passed[row] or len(points[s]) > max_change_points
-            if failing and (s not in worst or p_value[row] > worst[s][0]):
-                worst[s] = (float(p_value[row]), j)
-        if not worst:
+        # Drop each failing point that is weaker than its failing neighbours (ties: the later one goes):
+        # far-apart drops do not change each other's segments, so a long series does not need one round
+        # per drop. Over the cap, every point counts as failing: the weakest go first.
+        rows_of = [[] for _ in arrays]  # type: list[list[int]]
+        for row, (s, _j) in enumerate(owners):
+            rows_of[s].append(row)
+        dropped = False
+        for s, rows in enumerate(rows_of):
+            if not rows:
+                continue
+            over_cap = len(rows) > max_change_points
+            failing = [over_cap or not bool(passed[row]) for row in rows]
+            drop = []
+            for j, row in enumerate(rows):
+                if not failing[j]:
+                    continue
+                key = (float(p_value[row]), j)
+                weaker_neighbour = any(
+                    0 <= k < len(rows) and failing[k] and (float(p_value[rows[k]]), k) > key
+                    for k in (j - 1, j + 1)
+                )
+                if not weaker_neighbour:
+                    drop.append(j)
+            if over_cap:  # only the single weakest, so that the cap keeps the strongest points
+                drop = [max(range(len(rows)), key=lambda j: (float(p_value[rows[j]]), j))]
+            for j in sorted(drop, reverse=True):
+                del points[s][j]
+            dropped = dropped or bool(drop)
+        if not dropped:
             break
-        for s, (_p, j) in worst.items():
-            del points[s][j]
     out: list[list[ChangePoint]] = [[] for _ in arrays]
     for row, (s, j) in enumerate(owners):
         out[s].append(

@@ -216,12 +216,9 @@ def test_index_dropped_restored_and_dropped_again_at_two_deploys_is_found_at_eac
     assert sorted(ours["deploy_version"].to_list()) == ["v1", "v2"]
     for row in ours.iter_rows(named=True):
         version = row["deploy_version"]
-        if version == "v1" and row["reason"] == "no_significant_change_point":
-            # A known power limit, not a wrong answer: v1's window holds fast-slow-fast-slow, and binary
-            # segmentation's first split of such a series is mixed; on a busy host its rank test lands
-            # just above 0.01 in about one run in five (0.0109 seen). The issue's case is v2 (before:
-            # change_point_outside_tolerance, every time), which is asserted in full.
-            continue
+        # Both windows hold fast-slow-fast-slow, whose single global split is mixed (binary segmentation
+        # found nothing in v2's window in CI, p 0.162, and in v1's one run in five); seeded segmentation
+        # finds each step, and each deploy gets its own.
         assert row["status"] == "detected", (
             version,
             row["reason"],

@@ -16,7 +16,7 @@ import os
 import platform
 import time
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
@@ -31,10 +31,13 @@ from jobs.changepoint import (
 )
 from tests.benchmarks.cp_data import (
     LENGTHS,
+    MULTI_STEP_PATTERNS,
     generate_labeled,
+    generate_multi_step,
     load_tcpd,
     margin_for,
     score_single,
+    score_steps,
     tcpd_f1,
     values_hash,
 )
@@ -149,6 +152,80 @@ def main() -> None:
         mean_ms = float(np.mean(list(scores["ms_per_series"].values()))) / 1e3  # type: ignore[union-attr]
         print(_row(name, scores, mean_ms))  # type: ignore[arg-type]
     report["ours_all"] = accuracy
+
+    # ---- segmentation (every change point) on the labelled set: binary vs seeded ----------------------
+    segmentation: dict[str, dict[str, object]] = {}
+    multi = generate_multi_step(150 if QUICK else 600)
+    multi_series = [item.values for item in multi]
+    for mode in ("binary", "seeded"):  # warm-up: the exact rank tables are built once per (m, k)
+        segment_change_points(series[:60] + multi_series[:60], ChangePointConfig(segmentation=mode))
+    print(f"\nall {count} series, segment_change_points (a series is flagged when any point is found):")
+    print(_header())
+    seconds_of: dict[str, float] = {}
+    for mode in ("binary", "seeded"):
+        for label, config, fdr_q in (
+            (f"{mode} segmentation, defaults", ChangePointConfig(segmentation=mode), None),
+            (
+                f"{mode} segmentation, no serial corr.",
+                ChangePointConfig(segmentation=mode, serial_correction=False),
+                None,
+            ),
+            (f"{mode} segmentation, BH q={FDR_Q}", ChangePointConfig(segmentation=mode), FDR_Q),
+        ):
+            found_all, took = _timed(lambda c=config, q=fdr_q: segment_change_points(series, c, fdr_q=q))
+            seconds_of.setdefault(mode, took)
+            predicted = [[p.index for p in points if p.index is not None] for points in found_all]  # type: ignore[union-attr]
+            scores = asdict(score_single(truth, lengths, predicted))
+            segmentation[label] = {**scores, "seconds": took}
+            print(_row(label, scores, took / count))
+    report["segmentation_labeled"] = segmentation
+
+    # ---- multi-step series: recall of every step, binary vs seeded, and their speed --------------------
+    multi_truth = [item.changes for item in multi]
+    multi_lengths = [len(item.values) for item in multi]
+    multi_scores: dict[str, dict[str, object]] = {}
+    print(
+        f"\nmulti-step: {len(multi)} series (n 60/120/240; patterns {', '.join(MULTI_STEP_PATTERNS)}), "
+        "a step found within max(5, 5% of n):"
+    )
+    print(f"{'segmentation':44s} {'step recall':>11s} {'precision':>9s} {'all found':>9s} {'s total':>8s}")
+    multi_seconds: dict[str, float] = {}
+    for mode in ("binary", "seeded", "seeded decay 0.71"):
+        base = ChangePointConfig(segmentation="binary" if mode == "binary" else "seeded")
+        if mode == "seeded decay 0.71":
+            base = replace(base, seeded_decay=0.71)
+        for label, config in (
+            (f"{mode}, defaults", base),
+            (
+                f"{mode}, no serial corr. (deploy stage 1)",
+                replace(base, serial_correction=False),
+            ),
+        ):
+            found_all, took = _timed(lambda c=config: segment_change_points(multi_series, c))
+            multi_seconds.setdefault(mode, took)
+            predicted = [[p.index for p in points if p.index is not None] for points in found_all]  # type: ignore[union-attr]
+            overall = score_steps(multi_truth, multi_lengths, predicted)
+            by_pattern = {
+                pattern: score_steps(
+                    [t for t, m in zip(multi_truth, multi, strict=True) if m.pattern == pattern],
+                    [n for n, m in zip(multi_lengths, multi, strict=True) if m.pattern == pattern],
+                    [p for p, m in zip(predicted, multi, strict=True) if m.pattern == pattern],
+                )["step_recall"]
+                for pattern in MULTI_STEP_PATTERNS
+            }
+            multi_scores[label] = {**overall, "step_recall_by_pattern": by_pattern, "seconds": took}
+            print(
+                f"{label:44s} {overall['step_recall']:11.3f} {overall['point_precision']:9.3f} "
+                f"{overall['all_steps_found']:9.3f} {took:8.3f}"
+            )
+            print("    step recall by pattern: " + ", ".join(f"{k} {v:.3f}" for k, v in by_pattern.items()))
+    ratio_labeled = seconds_of["seeded"] / seconds_of["binary"]
+    ratio_multi = multi_seconds["seeded"] / multi_seconds["binary"]
+    print(
+        f"speed, same run: seeded / binary segmentation time = {ratio_labeled:.1f}x on the labelled set, "
+        f"{ratio_multi:.1f}x on the multi-step set"
+    )
+    report["multi_step"] = {"scores": multi_scores, "seeded_over_binary_time": [ratio_labeled, ratio_multi]}
 
     # ---- subset comparison with the peers ------------------------------------------------------------
     subset = [i for n in LENGTHS for i in [j for j, s in enumerate(series) if len(s) == n][:PEER_SUBSET]]
