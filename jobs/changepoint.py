@@ -22,6 +22,7 @@ series gives byte-identical output whatever else is in the batch.
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import zlib
 from collections.abc import Sequence
@@ -62,7 +63,7 @@ class ChangePointConfig:
     seed: int = 0  # permutation test only; mixed with a hash of each series so results ignore batch makeup
     batch_elements: int = 1 << 17  # values per chunk: small enough for the scatters to stay in cache
     segmentation: Literal["seeded", "binary"] = "seeded"  # segment_change_points: seeded or plain binary
-    seeded_decay: float = 0.5  # seeded: each scale's interval length is this fraction of the previous one
+    seeded_decay: float = 0.71  # seeded: interval length of each scale over the previous one (~1/sqrt 2)
 
     def __post_init__(self) -> None:
         if self.min_segment < 2:
@@ -667,12 +668,17 @@ def _seeded_segmentation(
        intervals of one length, over every series, form one stack and one ``change_point_arrays`` call.
     2. Greedy selection per series: the most significant candidate first (ties: the narrower interval,
        then the earlier), skipping any whose interval contains an accepted point (it would straddle two
-       regimes); candidates need p <= max_p_value (p <= fdr_q with FDR control).
+       regimes). A candidate of a scale with c intervals needs p <= max_p_value / c (fdr_q / c with FDR
+       control): Bonferroni over the scale, so that noise scanned by many short intervals seldom yields
+       candidates, and the whole series (c = 1) is screened as in binary segmentation.
     3. Confirmation: each accepted point is tested again at its split on the segment bounded by its
        accepted neighbours (so its p carries that segment's Bonferroni factor); while a series has a
        point that fails, the least significant failing one is dropped and the rest are tested again.
        A series with one point thus keeps it only if the whole series' test at that split passes, which
        is what keeps the false-positive rate of plain segmentation with the many seeded intervals.
+    4. Refinement: every segment between confirmed points is tested as binary segmentation would, and
+       its significant splits are confirmed with the rest, until nothing new is found: seeded finds what
+       binary finds, and the steps binary cannot reach.
     """
     min_length = 2 * config.min_segment
     level = config.max_p_value if fdr_q is None else fdr_q
@@ -703,7 +709,33 @@ def _seeded_segmentation(
             if all(not start < c < end for c in chosen):
                 chosen.append(split)
         accepted.append(sorted(chosen))
-    return _confirm(arrays, accepted, whole_p, config, max_change_points, fdr_q)
+    confirmed = _confirm(arrays, accepted, whole_p, config, max_change_points, fdr_q)
+    # 4. Refinement: what binary segmentation would still split. A weak step next to a strong one may
+    #    have no interval of its own that passes the scale's screen, yet its segment between confirmed
+    #    points does; each segment is tested once (by its bounds), new points are confirmed with the rest.
+    tested: set[tuple[int, int, int]] = set()
+    while True:
+        open_segments = []
+        for s, points in enumerate(confirmed):
+            if len(points) >= max_change_points:
+                continue
+            bounds = [0, *(int(p.index or 0) for p in points), arrays[s].shape[0]]
+            for start, end in itertools.pairwise(bounds):
+                if end - start >= min_length and (s, start, end) not in tested:
+                    open_segments.append((s, start, end))
+        if not open_segments:
+            return confirmed
+        tested.update(open_segments)
+        found = most_significant_change_points([arrays[s][a:b] for s, a, b in open_segments], config, fdr_q)
+        added = [[int(p.index or 0) for p in points] for points in confirmed]
+        grew = False
+        for (s, start, _end), point in zip(open_segments, found, strict=True):
+            if point.index is not None and point.significant:
+                added[s].append(start + point.index)
+                grew = True
+        if not grew:
+            return confirmed
+        confirmed = _confirm(arrays, [sorted(a) for a in added], whole_p, config, max_change_points, fdr_q)
 
 
 def _confirm(
