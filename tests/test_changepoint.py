@@ -325,3 +325,26 @@ def test_new_thresholds_are_config_fields_with_their_defaults() -> None:
         ChangePointConfig(seeded_decay=0.3)
     with pytest.raises(ValueError):
         ChangePointConfig(exact_rank_max_n=65)
+
+
+def test_scale_screen_keeps_short_intervals_from_adding_points_inside_a_regime() -> None:
+    # 200 quiet up-down-up series of 4 x 40: without the screen's Bonferroni over each scale's intervals,
+    # chance perfect separations in 20-point intervals add 8 points inside regimes (in 6 series); with it 4.
+    rng = np.random.default_rng(8)
+    series = [np.repeat([1.0, 2.0, 1.0, 2.0], 40) * rng.lognormal(0.0, 0.05, 160) for _ in range(200)]
+    found = segment_change_points(series, ChangePointConfig(serial_correction=False), max_change_points=5)
+    inside = [p.index for points in found for p in points if min(abs(p.index - c) for c in (40, 80, 120)) > 1]
+    assert all(any(abs(p.index - c) <= 1 for p in points) for points in found for c in (40, 80, 120))
+    assert len(inside) <= 4, inside
+
+
+def test_fdr_confirmation_counts_every_series_not_only_those_with_candidates() -> None:
+    # 30 clear steps among 300 noise series: BH over the confirmed points alone would be dominated by the
+    # 30 tiny p-values and let 3 noise series through at q = 0.05; over every series' test it lets none.
+    rng = np.random.default_rng(9)
+    steps = [np.r_[rng.lognormal(0, 0.1, 50), 2 * rng.lognormal(0, 0.1, 50)] for _ in range(30)]
+    noise = [rng.lognormal(0, 0.3, int(rng.integers(30, 200))) for _ in range(300)]
+    found = segment_change_points(steps + noise, fdr_q=0.05)
+    assert [len(points) for points in found[:30]] == [1] * 30
+    assert all(points[0].q_value is not None and points[0].q_value <= 0.05 for points in found[:30])
+    assert sum(map(len, found[30:])) == 0
