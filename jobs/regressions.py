@@ -6,7 +6,9 @@ search_path) and of every database, user and nesting level are merged per interv
 analysed once, and reported under the queryid that most recently received a sample.
 
 Deploy-aware analysis, per (deploy, instance, query) in the window around the deploy, batched over the fleet:
-  stage 0  naive pre/post means; a relative change below ``latency_change_threshold`` is rejected at once;
+  stage 0  naive pre/post means; a relative change below ``latency_change_threshold`` is rejected at once
+           (unless the few samples next to the deploy changed that much: an earlier episode may lift the
+           naive pre-mean);
   stage 1  hierarchical E-divisive means (jobs.changepoint) finds every significant change point of the
            window and keeps the one nearest the deploy (an earlier step never hides the deploy's own);
            none, or one farther than the tolerance from the deploy, is a no_regression with that reason;
@@ -53,7 +55,12 @@ class RegressionConfig:
     window_after: timedelta = timedelta(minutes=30)
     """How much history after a deploy is compared."""
     latency_change_threshold: float = 0.20
-    """Stage 0: a relative change of the naive pre/post means below this is rejected without more work."""
+    """Stage 0: a relative change of the naive pre/post means below this is rejected without more work,
+    unless the ``local_change_samples`` samples on each side of the deploy changed by this much."""
+    local_change_samples: int = 5
+    """Stage 0: samples next to the deploy on each side whose means are compared too: an earlier, slower
+    episode in the window (an index dropped, restored, dropped again at this deploy) can lift the naive
+    pre-mean above the new level, and the deploy's own step must still reach stage 1."""
     changepoint_tolerance: float = 0.20
     """Stage 1: how far the change point may lie from the deploy, as a fraction of the analysis window..."""
     changepoint_tolerance_floor: timedelta = timedelta(minutes=2)
@@ -99,6 +106,8 @@ class RegressionConfig:
             raise ValueError("window_before and window_after must be positive")
         if self.min_samples_per_side < self.changepoint.min_segment:
             raise ValueError("min_samples_per_side must be >= changepoint.min_segment")
+        if self.local_change_samples < 1:
+            raise ValueError("local_change_samples must be >= 1")
         if self.deploy_max_change_points < 1:
             raise ValueError("deploy_max_change_points must be >= 1")
         if self.min_added_load_ms_per_s < 0 or self.min_latency_increase_ms < 0:
@@ -312,9 +321,26 @@ def detect_regressions(
             pl.col("value").filter(pl.col("after_deploy")).mean().alias("post_mean"),
             pl.col("after_deploy").not_().sum().alias("pre_count"),
             pl.col("after_deploy").sum().alias("post_count"),
+            # The deploy's own step shows in the samples next to it even when an earlier, slower
+            # episode in the window lifts the naive pre-mean above the new level (issue 8, re-drop).
+            pl.col("value")
+            .sort_by("interval_end")
+            .filter(~pl.col("after_deploy").sort_by("interval_end"))
+            .tail(config.local_change_samples)
+            .mean()
+            .alias("pre_local_mean"),
+            pl.col("value")
+            .sort_by("interval_end")
+            .filter(pl.col("after_deploy").sort_by("interval_end"))
+            .head(config.local_change_samples)
+            .mean()
+            .alias("post_local_mean"),
         )
         .with_columns(
-            ((pl.col("post_mean") - pl.col("pre_mean")) / pl.col("pre_mean")).alias("latency_change")
+            ((pl.col("post_mean") - pl.col("pre_mean")) / pl.col("pre_mean")).alias("latency_change"),
+            ((pl.col("post_local_mean") - pl.col("pre_local_mean")) / pl.col("pre_local_mean")).alias(
+                "local_change"
+            ),
         )
     )
     enough = (pl.col("pre_count") >= config.min_samples_per_side) & (
@@ -325,7 +351,10 @@ def detect_regressions(
         .then(pl.lit("too_few_samples"))
         .when(
             pl.col("latency_change").fill_nan(None).is_null()
-            | (pl.col("latency_change") < config.latency_change_threshold)
+            | (
+                (pl.col("latency_change") < config.latency_change_threshold)
+                & ~(pl.col("local_change").fill_nan(None) >= config.latency_change_threshold).fill_null(False)
+            )
         )
         .then(pl.lit("below_latency_change_threshold"))
         .otherwise(pl.lit(None, dtype=pl.String))

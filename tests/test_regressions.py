@@ -460,3 +460,21 @@ def test_unannounced_finds_short_steps_in_a_fleet_and_leaves_steady_series_unrep
     found = out.filter(pl.col("queryid") >= 1000).sort("queryid")
     assert found["changepoint_index"].to_list() == [10, 10, 12]
     assert (found["p_adjusted"] < 0.05).all()
+
+
+def test_an_earlier_slower_episode_in_the_window_does_not_hide_the_deploy_own_step() -> None:
+    """Index dropped (300 ms), restored, dropped again at the deploy (100 ms: the table is warmer): the
+    naive pre-mean of the window (~100 ms) equals the new level, so stage 0 alone said
+    below_latency_change_threshold; the samples next to the deploy go 0.14 -> 100 ms (seen on a real
+    server under CPU load, tests/test_regressions_pg.py)."""
+    samples, _pure = stepped_series([(40, 300.0), (80, FAST_MS), (120, 100.0)], 160, seed=4)
+    texts = texts_for([("alpha", 11, QUERY)])
+    out = detect_regressions(samples, texts, deploys_at(120), STEPS_CONFIG)
+    row = out.row(0, named=True)
+    assert abs(row["latency_change"]) < STEPS_CONFIG.latency_change_threshold  # the premise
+    assert (row["status"], row["reason"]) == ("detected", "detected"), row
+    assert row["detected_change_at"] == STEPS_START + 120 * SAMPLE
+    assert row["before_mean_ms"] == pytest.approx(FAST_MS, rel=0.1)
+    assert row["after_mean_ms"] == pytest.approx(100.0, rel=0.1)
+    with pytest.raises(ValueError):
+        RegressionConfig(local_change_samples=0)
