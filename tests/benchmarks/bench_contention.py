@@ -22,7 +22,6 @@ import json
 import os
 import platform
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +39,7 @@ from tests.benchmarks.contention_data import (
     frames_hash,
     generate,
 )
+from tests.detection_frames import Frames, as_frames
 
 QUICK = os.environ.get("CONTENTION_BENCH_QUICK") == "1"
 RESULTS = Path(__file__).resolve().parents[2] / ".bench" / "results" / "contention.json"
@@ -48,33 +48,6 @@ INSTANCES = 300
 # SHA-256 of the generated frames (numpy PCG64): a changed generator or numpy must not go unnoticed.
 EXPECTED_HASH = "31ff7f6316de1a29cb2aa195f3a78dd5c90fd0c9c6251c54c216e47cd1c0979a"
 GOAL_EPISODES_REPORTED = 0.01
-
-
-@dataclass(frozen=True)
-class Frames:
-    """What detect_from_frames returned, old shape or new; the new tables are None when absent."""
-
-    regressions: pl.DataFrame
-    unannounced: pl.DataFrame
-    plan_diffs: pl.DataFrame
-    resource_regressions: pl.DataFrame | None
-    instance_slowdowns: pl.DataFrame | None
-    shape: str
-
-
-def as_frames(result: object) -> Frames:
-    """Adapter: the 3-tuple of main before issue 8, or the DetectionFrames dataclass after it."""
-    if isinstance(result, tuple):
-        regressions, unannounced, diffs = result
-        return Frames(regressions, unannounced, diffs, None, None, "tuple")
-    return Frames(
-        result.regressions,  # type: ignore[attr-defined]
-        result.unannounced,  # type: ignore[attr-defined]
-        result.plan_diffs,  # type: ignore[attr-defined]
-        getattr(result, "resource_regressions", None),
-        getattr(result, "instance_slowdowns", None),
-        type(result).__name__,
-    )
 
 
 def _share(numerator: int, denominator: int) -> float | None:
