@@ -266,6 +266,11 @@ def one_row_per_finding(frame: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def _known_columns(result: pl.DataFrame) -> list[str]:
+    """The table's columns this step computed; later steps' columns (work evidence, kind) start null."""
+    return [c for c in PERFORMANCE_REGRESSIONS.column_names if c in result.columns]
+
+
 def _empty_result() -> pl.DataFrame:
     return PERFORMANCE_REGRESSIONS.empty()
 
@@ -382,7 +387,7 @@ def detect_regressions(
         pl.lit(None, dtype=pl.Float64).alias("p_adjusted"),
         pl.lit(None, dtype=pl.String).alias("fdr_method"),
     )
-    return PERFORMANCE_REGRESSIONS.conform(result.select(PERFORMANCE_REGRESSIONS.column_names)).sort(
+    return PERFORMANCE_REGRESSIONS.conform(result.select(_known_columns(result))).sort(
         "deployed_at", "deploy_id", "instance", "fingerprint"
     )
 
@@ -756,6 +761,6 @@ def detect_unannounced_regressions(
         (1.0 - pl.col("p_adjusted")).alias("confidence"),
         pl.lit(fdr_text).alias("fdr_method"),
     )
-    return PERFORMANCE_REGRESSIONS.conform(result.select(PERFORMANCE_REGRESSIONS.column_names)).sort(
+    return PERFORMANCE_REGRESSIONS.conform(result.select(_known_columns(result))).sort(
         "instance", "fingerprint"
     )
