@@ -1,4 +1,4 @@
-"""performance_regressions and plan_diffs: one detection pass over the whole fleet."""
+"""performance_regressions, resource_regressions and plan_diffs: one detection pass over the whole fleet."""
 
 import dagster as dg
 import polars as pl
@@ -18,6 +18,14 @@ from orchestration.tables import lake_incident_metadata, markdown_table
             group_name="analyse",
             kinds={"polars", "parquet"},
             description="Every analysed (deploy, instance, query) and unannounced series, detected or not.",
+        ),
+        dg.AssetSpec(
+            "resource_regressions",
+            deps=["query_samples", "deploy_events"],
+            group_name="analyse",
+            kinds={"polars", "parquet"},
+            description="Work per call (temp blocks, shared blocks, rows, WAL, planning) of every analysed "
+            "series: stepped up (a resource regression) or why not.",
         ),
         dg.AssetSpec(
             "plan_diffs",
@@ -51,6 +59,17 @@ def regressions_and_plan_diffs(lake: LakeResource):
             "detected": detected.height,
             **lake_incident_metadata(mark),
             "regressions": dg.MetadataValue.md(markdown_table(shown)),
+        },
+    )
+    resources = outcome.resource_detected
+    yield dg.MaterializeResult(
+        asset_key="resource_regressions",
+        metadata={
+            "analysed": outcome.resource_regressions.height,
+            "detected": resources.height,
+            "regressions": dg.MetadataValue.md(
+                markdown_table(resources.select("analysis", "instance", "query", "summary"))
+            ),
         },
     )
     yield dg.MaterializeResult(asset_key="plan_diffs", metadata={"diffs": outcome.plan_diffs.height})

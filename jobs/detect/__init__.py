@@ -1,0 +1,1 @@
+"""Detection steps after the latency detector: regressions of work, contention vs regression (issue 8)."""
