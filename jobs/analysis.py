@@ -1,8 +1,8 @@
-"""The detection pipeline: samples → deploy-aware and unannounced regressions → plan diffs.
+"""The detection pipeline: samples → deploy-aware and unannounced regressions → contention → plan diffs.
 
 ``detect_from_frames`` is pure (frames in, frames out); ``run_detection`` reads the lake, calls it and
-writes ``performance_regressions`` and ``plan_diffs``. The CLI (`radar detect`), the demo and the Dagster
-assets all go through here, so they cannot disagree.
+writes ``performance_regressions``, ``instance_slowdowns`` and ``plan_diffs``. The CLI (`radar detect`),
+the demo and the Dagster assets all go through here, so they cannot disagree.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from rich.table import Table
 
 from jobs import lake
 from jobs.collect.deploys import load_deploy_events
+from jobs.detect.contention import separate_contention
 from jobs.lake import LakeConfig
 from jobs.plandiff import PlanDiffConfig, attach_plan_diffs, plan_diffs_for_regressions, write_plan_diffs
 from jobs.regressions import (
@@ -27,7 +28,15 @@ from jobs.regressions import (
     one_row_per_finding,
 )
 from jobs.samples import SampleConfig, SamplesJobReport, run_samples_job
-from jobs.schemas import PERFORMANCE_REGRESSIONS, PLAN_DIFFS, PLAN_SNAPSHOTS, QUERY_SAMPLES, QUERY_TEXTS
+from jobs.schemas import (
+    INSTANCE_SLOWDOWNS,
+    PERFORMANCE_REGRESSIONS,
+    PLAN_DIFFS,
+    PLAN_SNAPSHOTS,
+    QUERY_SAMPLES,
+    QUERY_TEXTS,
+    TableSchema,
+)
 
 
 @dataclass(frozen=True)
@@ -43,12 +52,28 @@ class DetectionConfig:
     """Lock wait and temp-file rules of the samples rebuild."""
 
 
+@dataclass(frozen=True)
+class DetectionFrames:
+    """What detect_from_frames found, one frame per output table."""
+
+    regressions: pl.DataFrame
+    """Deploy-aware results (every analysed series), plan_diff_summary attached to detected rows."""
+    unannounced: pl.DataFrame
+    plan_diffs: pl.DataFrame
+    resource_regressions: pl.DataFrame = field(default_factory=pl.DataFrame)
+    """Regressions of work per call (jobs.detect.work); empty until that step is wired in."""
+    instance_slowdowns: pl.DataFrame = field(default_factory=INSTANCE_SLOWDOWNS.empty)
+    """Episodes of many queries of one instance slowing together (jobs.detect.contention)."""
+
+
 @dataclass
 class DetectionOutcome:
     regressions: pl.DataFrame
     """Deploy-aware results (every analysed series), plan_diff_summary attached to detected rows."""
     unannounced: pl.DataFrame
     plan_diffs: pl.DataFrame
+    resource_regressions: pl.DataFrame = field(default_factory=pl.DataFrame)
+    instance_slowdowns: pl.DataFrame = field(default_factory=INSTANCE_SLOWDOWNS.empty)
     samples_report: SamplesJobReport | None = None
     files: list[Path] = field(default_factory=list)
 
@@ -63,20 +88,35 @@ def detect_from_frames(
     deploys: pl.DataFrame,
     plan_snapshots: pl.DataFrame,
     config: DetectionConfig = DetectionConfig(),
-) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
-    """(deploy-aware regressions with plan diffs, unannounced regressions with plan diffs, plan diffs)."""
+) -> DetectionFrames:
+    """Deploy-aware and unannounced regressions (contention separated, plan diffs attached), plan diffs,
+    instance slowdowns."""
     regressions = detect_regressions(samples, texts, deploys, config.regression)
     unannounced = (
         detect_unannounced_regressions(samples, texts, config.regression)
         if config.unannounced
         else PERFORMANCE_REGRESSIONS.empty()
     )
+    # Both analyses in one call: a deploy and an unannounced change are different moments (episodes).
+    both, slowdowns = separate_contention(
+        pl.concat([regressions, unannounced], how="diagonal_relaxed"),
+        samples,
+        texts,
+        config.regression.contention,
+    )
+    regressions = both.filter(pl.col("analysis") == "deploy")
+    unannounced = both.filter(pl.col("analysis") == "unannounced")
     # One diff per finding: both analyses often find the same change.
     detected = one_row_per_finding(
         pl.concat([regressions, unannounced], how="diagonal_relaxed").filter(pl.col("status") == DETECTED)
     )
     diffs = plan_diffs_for_regressions(detected, plan_snapshots, config.plan_diff)
-    return attach_plan_diffs(regressions, diffs), attach_plan_diffs(unannounced, diffs), diffs
+    return DetectionFrames(
+        regressions=attach_plan_diffs(regressions, diffs),
+        unannounced=attach_plan_diffs(unannounced, diffs),
+        plan_diffs=diffs,
+        instance_slowdowns=slowdowns,
+    )
 
 
 def read_inputs(lake_root: Path) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame]:
@@ -94,18 +134,25 @@ def read_regressions_with_plan_diffs(lake_root: Path) -> pl.DataFrame:
     return attach_plan_diffs(regressions, diffs) if diffs.height else regressions
 
 
-def write_regressions(lake_root: Path, frame: pl.DataFrame, computed_at: datetime) -> Path | None:
-    """One performance_regressions file per analysis run, partitioned by the run's date."""
+def write_analysis_table(
+    lake_root: Path, table: TableSchema, frame: pl.DataFrame, computed_at: datetime
+) -> Path | None:
+    """One file of a date-partitioned analysis table per analysis run, partitioned by the run's date."""
     if frame.is_empty():
         return None
-    columns = [c for c in frame.columns if c in PERFORMANCE_REGRESSIONS.column_names]
+    columns = [c for c in frame.columns if c in table.column_names]
     return lake.write_table(
         lake_root,
-        PERFORMANCE_REGRESSIONS,
+        table,
         frame.select(columns),
         {"date": computed_at.strftime("%Y-%m-%d")},
         lake.stem_for(computed_at),
     )
+
+
+def write_regressions(lake_root: Path, frame: pl.DataFrame, computed_at: datetime) -> Path | None:
+    """One performance_regressions file per analysis run, partitioned by the run's date."""
+    return write_analysis_table(lake_root, PERFORMANCE_REGRESSIONS, frame, computed_at)
 
 
 def run_detection(
@@ -116,18 +163,29 @@ def run_detection(
     if config.rebuild_samples:
         report = run_samples_job(lake_root, config.samples, lake_config=config.lake)
     samples, texts, deploys, plans = read_inputs(lake_root)
-    regressions, unannounced, diffs = detect_from_frames(samples, texts, deploys, plans, config)
+    found = detect_from_frames(samples, texts, deploys, plans, config)
     files = [
         path
         for path in (
             write_regressions(
-                lake_root, pl.concat([regressions, unannounced], how="diagonal_relaxed"), computed_at
+                lake_root,
+                pl.concat([found.regressions, found.unannounced], how="diagonal_relaxed"),
+                computed_at,
             ),
-            write_plan_diffs(lake_root, diffs, computed_at),
+            write_analysis_table(lake_root, INSTANCE_SLOWDOWNS, found.instance_slowdowns, computed_at),
+            write_plan_diffs(lake_root, found.plan_diffs, computed_at),
         )
         if path is not None
     ]
-    return DetectionOutcome(regressions, unannounced, diffs, report, files)
+    return DetectionOutcome(
+        found.regressions,
+        found.unannounced,
+        found.plan_diffs,
+        resource_regressions=found.resource_regressions,
+        instance_slowdowns=found.instance_slowdowns,
+        samples_report=report,
+        files=files,
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -140,7 +198,7 @@ def _ms(value: float | None) -> str:
 
 def detected_table(frame: pl.DataFrame, title: str) -> Table:
     table = Table(title=title, show_lines=True)
-    for name in ("instance", "query", "before → after", "began at", "p", "deploy", "plan change"):
+    for name in ("instance", "query", "before → after", "began at", "p", "deploy", "kind", "plan change"):
         table.add_column(name, overflow="fold")
     for row in frame.to_dicts():
         began = row.get("detected_change_at")
@@ -151,7 +209,36 @@ def detected_table(frame: pl.DataFrame, title: str) -> Table:
             began.strftime("%H:%M:%S") if began else "-",
             f"{row['p_value']:.2g}" if row.get("p_value") is not None else "-",
             str(row.get("deploy_version") or "unannounced"),
+            _kind_text(row),
             str(row.get("plan_diff_summary") or "no plans captured"),
+        )
+    return table
+
+
+def _kind_text(row: dict) -> str:
+    """plan_or_work, or both with how far the query's slowdown exceeds its instance's common one."""
+    kind = row.get("kind") or "-"
+    ratio, excess = row.get("instance_slowdown_ratio"), row.get("slowdown_excess")
+    if kind == "both" and ratio is not None:
+        excess_text = f", own ×{excess:.1f} of it" if excess is not None else ""
+        return f"both (instance ×{ratio:.2f}{excess_text})"
+    return str(kind)
+
+
+def slowdowns_table(frame: pl.DataFrame) -> Table:
+    table = Table(title="Instance slowdowns", show_lines=True)
+    for name in ("instance", "began at", "deploy", "queries", "median → max ratio", "calls/s", "summary"):
+        table.add_column(name, overflow="fold")
+    for row in frame.to_dicts():
+        began = row.get("began_at")
+        table.add_row(
+            str(row["instance"]),
+            began.strftime("%H:%M:%S") if began else "-",
+            str(row.get("deploy_version") or "unannounced"),
+            f"{row['queries']} of {row['series_compared']}",
+            f"×{row['median_ratio']:.2f} → ×{row['max_ratio']:.2f}",
+            f"{row['calls_per_s_before']:.1f} → {row['calls_per_s_after']:.1f}",
+            str(row.get("summary") or ""),
         )
     return table
 
@@ -166,6 +253,8 @@ def print_detection(outcome: DetectionOutcome, console: Console, show_all: bool 
     if unannounced.height:
         method = unannounced["fdr_method"][0] or "no false discovery control"
         console.print(detected_table(unannounced, f"Unannounced regressions ({method})"))
+    if outcome.instance_slowdowns.height:
+        console.print(slowdowns_table(outcome.instance_slowdowns))
     for label, frame in (("at deploys", outcome.regressions), ("unannounced", outcome.unannounced)):
         rejected = frame.filter(pl.col("status") != DETECTED)
         if not rejected.height:

@@ -34,6 +34,7 @@ from jobs.changepoint import (
     segment_change_points,
 )
 from jobs.collect.deploys import deploys_for_instances
+from jobs.detect.contention import ContentionConfig
 from jobs.fingerprint import attach_fingerprints, fingerprint_texts
 from jobs.schemas import PERFORMANCE_REGRESSIONS
 
@@ -89,6 +90,8 @@ class RegressionConfig:
     """Unannounced analysis: change points per series at most."""
     fdr_q: float = 0.05
     """Unannounced analysis: Benjamini-Hochberg false discovery rate across all candidates of the fleet."""
+    contention: ContentionConfig = field(default_factory=ContentionConfig)
+    """Contention vs regression (jobs.detect.contention): when the instance slowed as a whole."""
 
     def tolerance(self) -> timedelta:
         window = self.window_before + self.window_after
@@ -367,7 +370,7 @@ def detect_regressions(
         pl.lit(None, dtype=pl.Float64).alias("p_adjusted"),
         pl.lit(None, dtype=pl.String).alias("fdr_method"),
     )
-    return PERFORMANCE_REGRESSIONS.conform(result.select(PERFORMANCE_REGRESSIONS.column_names)).sort(
+    return PERFORMANCE_REGRESSIONS.conform(result.select(PERFORMANCE_REGRESSIONS.columns_of(result))).sort(
         "deployed_at", "deploy_id", "instance", "fingerprint"
     )
 
@@ -677,6 +680,6 @@ def detect_unannounced_regressions(
         (1.0 - pl.col("p_adjusted")).alias("confidence"),
         pl.lit(fdr_text).alias("fdr_method"),
     )
-    return PERFORMANCE_REGRESSIONS.conform(result.select(PERFORMANCE_REGRESSIONS.column_names)).sort(
+    return PERFORMANCE_REGRESSIONS.conform(result.select(PERFORMANCE_REGRESSIONS.columns_of(result))).sort(
         "instance", "fingerprint"
     )
