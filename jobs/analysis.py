@@ -1,5 +1,5 @@
 """The detection pipeline: samples → deploy-aware and unannounced regressions → work evidence → resource
-regressions → plan diffs.
+regressions → contention → plan diffs.
 
 ``detect_from_frames`` is pure (frames in, frames out); ``run_detection`` reads the lake, calls it and
 writes ``performance_regressions``, ``resource_regressions``, ``instance_slowdowns`` and ``plan_diffs``.
@@ -18,6 +18,7 @@ from rich.table import Table
 
 from jobs import lake
 from jobs.collect.deploys import load_deploy_events
+from jobs.detect.contention import separate_contention
 from jobs.detect.work import attach_work_evidence, detect_resource_regressions
 from jobs.lake import LakeConfig
 from jobs.plandiff import PlanDiffConfig, attach_plan_diffs, plan_diffs_for_regressions, write_plan_diffs
@@ -59,15 +60,16 @@ class DetectionFrames:
     """What one detection pass over the fleet found (``detect_from_frames``)."""
 
     regressions: pl.DataFrame
-    """Deploy-aware latency results (every analysed series): work evidence and plan diff summary attached."""
+    """Deploy-aware latency results (every analysed series): work evidence, contention kind and plan diff
+    summary attached."""
     unannounced: pl.DataFrame
     """Unannounced latency results, the same columns."""
     plan_diffs: pl.DataFrame
-    resource_regressions: pl.DataFrame
+    resource_regressions: pl.DataFrame = field(default_factory=RESOURCE_REGRESSIONS.empty)
     """Work per call (temp blocks, shared blocks, rows, WAL, planning) of every analysed series, both
     analyses (jobs.detect.work)."""
-    instance_slowdowns: pl.DataFrame
-    """Instance-wide slowdown episodes (contention); empty until the contention step runs."""
+    instance_slowdowns: pl.DataFrame = field(default_factory=INSTANCE_SLOWDOWNS.empty)
+    """Episodes of many queries of one instance slowing together (jobs.detect.contention)."""
 
 
 @dataclass
@@ -97,7 +99,8 @@ def detect_from_frames(
     plan_snapshots: pl.DataFrame,
     config: DetectionConfig = DetectionConfig(),
 ) -> DetectionFrames:
-    """Latency findings of both analyses with their work evidence and plan diffs, resource regressions."""
+    """Latency findings of both analyses with their work evidence, contention separated and plan diffs
+    attached; resource regressions; instance slowdowns."""
     regressions = detect_regressions(samples, texts, deploys, config.regression)
     unannounced = (
         detect_unannounced_regressions(samples, texts, config.regression)
@@ -109,6 +112,15 @@ def detect_from_frames(
     resources = detect_resource_regressions(
         samples, texts, deploys, config.regression, unannounced=config.unannounced
     )
+    # Both analyses in one call: a deploy and an unannounced change are different moments (episodes).
+    both, slowdowns = separate_contention(
+        pl.concat([regressions, unannounced], how="diagonal_relaxed"),
+        samples,
+        texts,
+        config.regression.contention,
+    )
+    regressions = both.filter(pl.col("analysis") == "deploy")
+    unannounced = both.filter(pl.col("analysis") == "unannounced")
     # One diff per finding: both analyses often find the same change.
     detected = one_row_per_finding(
         pl.concat([regressions, unannounced], how="diagonal_relaxed").filter(pl.col("status") == DETECTED)
@@ -119,7 +131,7 @@ def detect_from_frames(
         unannounced=attach_plan_diffs(unannounced, diffs),
         plan_diffs=diffs,
         resource_regressions=resources,
-        instance_slowdowns=INSTANCE_SLOWDOWNS.empty(),
+        instance_slowdowns=slowdowns,
     )
 
 
@@ -200,7 +212,17 @@ def _ms(value: float | None) -> str:
 
 def detected_table(frame: pl.DataFrame, title: str) -> Table:
     table = Table(title=title, show_lines=True)
-    for name in ("instance", "query", "before → after", "began at", "p", "deploy", "plan change", "work"):
+    for name in (
+        "instance",
+        "query",
+        "before → after",
+        "began at",
+        "p",
+        "deploy",
+        "kind",
+        "plan change",
+        "work",
+    ):
         table.add_column(name, overflow="fold")
     for row in frame.to_dicts():
         began = row.get("detected_change_at")
@@ -211,6 +233,7 @@ def detected_table(frame: pl.DataFrame, title: str) -> Table:
             began.strftime("%H:%M:%S") if began else "-",
             f"{row['p_value']:.2g}" if row.get("p_value") is not None else "-",
             str(row.get("deploy_version") or "unannounced"),
+            _kind_text(row),
             str(row.get("plan_diff_summary") or "no plans captured"),
             str(row.get("work_evidence") or "-"),
         )
@@ -235,6 +258,34 @@ def resource_table(frame: pl.DataFrame, title: str = "Resource regressions") -> 
     return table
 
 
+def _kind_text(row: dict) -> str:
+    """plan_or_work, or both with how far the query's slowdown exceeds its instance's common one."""
+    kind = row.get("kind") or "-"
+    ratio, excess = row.get("instance_slowdown_ratio"), row.get("slowdown_excess")
+    if kind == "both" and ratio is not None:
+        excess_text = f", own ×{excess:.1f} of it" if excess is not None else ""
+        return f"both (instance ×{ratio:.2f}{excess_text})"
+    return str(kind)
+
+
+def slowdowns_table(frame: pl.DataFrame) -> Table:
+    table = Table(title="Instance slowdowns", show_lines=True)
+    for name in ("instance", "began at", "deploy", "queries", "median → max ratio", "calls/s", "summary"):
+        table.add_column(name, overflow="fold")
+    for row in frame.to_dicts():
+        began = row.get("began_at")
+        table.add_row(
+            str(row["instance"]),
+            began.strftime("%H:%M:%S") if began else "-",
+            str(row.get("deploy_version") or "unannounced"),
+            f"{row['queries']} of {row['series_compared']}",
+            f"×{row['median_ratio']:.2f} → ×{row['max_ratio']:.2f}",
+            f"{row['calls_per_s_before']:.1f} → {row['calls_per_s_after']:.1f}",
+            str(row.get("summary") or ""),
+        )
+    return table
+
+
 def print_detection(outcome: DetectionOutcome, console: Console, show_all: bool = False) -> None:
     detected = outcome.detected
     if detected.height:
@@ -254,6 +305,8 @@ def print_detection(outcome: DetectionOutcome, console: Console, show_all: bool 
         console.print(resource_table(shown))
     else:
         console.print("No resource regression (work per call) found.")
+    if outcome.instance_slowdowns.height:
+        console.print(slowdowns_table(outcome.instance_slowdowns))
     for label, frame in (
         ("at deploys", outcome.regressions),
         ("unannounced", outcome.unannounced),

@@ -34,6 +34,7 @@ from jobs.changepoint import (
     segment_change_points,
 )
 from jobs.collect.deploys import deploys_for_instances
+from jobs.detect.contention import ContentionConfig
 from jobs.detect.work_config import ResourceConfig
 from jobs.fingerprint import attach_fingerprints, fingerprint_texts
 from jobs.schemas import PERFORMANCE_REGRESSIONS
@@ -92,6 +93,8 @@ class RegressionConfig:
     """Unannounced analysis: Benjamini-Hochberg false discovery rate across all candidates of the fleet."""
     resource: ResourceConfig = field(default_factory=ResourceConfig)
     """Regressions of work (jobs.detect.work): ratio threshold and absolute floors per call."""
+    contention: ContentionConfig = field(default_factory=ContentionConfig)
+    """Contention vs regression (jobs.detect.contention): when the instance slowed as a whole."""
 
     def tolerance(self) -> timedelta:
         window = self.window_before + self.window_after

@@ -48,6 +48,11 @@ class TableSchema:
         extra = {key: self.partition_dtypes.get(key, pl.String()) for key in self.partition_by}
         return pl.Schema({**extra, **dict(self.polars_schema)})
 
+    def columns_of(self, frame: pl.DataFrame) -> list[str]:
+        """This table's columns that ``frame`` has, in table order (a step later in the pipeline may fill
+        the others; ``conform`` makes them null)."""
+        return [c for c in self.column_names if c in frame.columns]
+
     def conform(self, frame: pl.DataFrame) -> pl.DataFrame:
         """Cast to the schema: missing columns become null (never zero), unknown columns are an error."""
         unknown = [c for c in frame.columns if c not in self.polars_schema and c not in self.partition_by]
@@ -275,6 +280,19 @@ PERFORMANCE_REGRESSIONS = TableSchema(
             pl.String(),
             "per-call work before vs after the change point ('shared blocks per call ×74, rows unchanged')",
         ),
+        Column(
+            "kind",
+            pl.String(),
+            "plan_or_work | contention | both (jobs.detect.contention); null for rows never detected",
+        ),
+        Column(
+            "instance_slowdown_ratio",
+            pl.Float64(),
+            "median latency ratio (after/before) of the instance's other queries then; null: no episode",
+        ),
+        Column(
+            "slowdown_excess", pl.Float64(), "this query's latency ratio / the common ratio of the others"
+        ),
     ),
 )
 
@@ -324,22 +342,30 @@ RESOURCE_REGRESSIONS = TableSchema(
 
 INSTANCE_SLOWDOWNS = TableSchema(
     name="instance_slowdowns",
-    description="One row per instance-wide slowdown episode: many queries slower together (contention).",
+    description="One row per episode: many queries of one instance slowed together at one moment.",
     partition_by=("date",),
     primary_key=("analysis", "deploy_id", "instance", "began_at"),
     columns=(
         Column("instance", pl.String()),
-        Column("analysis", pl.String(), "deploy | unannounced"),
-        Column("deploy_id", pl.String()),
+        Column("analysis", pl.String(), "deploy | unannounced: which analysis' moment was tested"),
+        Column("deploy_id", pl.String(), "the deploy at which the instance slowed (null: unannounced)"),
         Column("deploy_version", pl.String()),
-        Column("began_at", UTC_TS),
-        Column("queries", pl.Int64(), "how many series slowed together"),
-        Column("queryids", pl.String(), "comma separated, sorted"),
-        Column("fingerprints", pl.String(), "comma separated, sorted"),
-        Column("median_ratio", pl.Float64()),
+        Column("began_at", UTC_TS, "the moment tested: the deploy, or the earliest change of the findings"),
+        Column("queries", pl.Int64(), "how many series slowed together (ratio >= 1 + shift threshold)"),
+        Column("series_compared", pl.Int64(), "series of the instance with enough samples on both sides"),
+        Column("queryids", pl.String(), "queryids of the slowed series, comma separated, sorted"),
+        Column("fingerprints", pl.String(), "fingerprints of the slowed series, comma separated, sorted"),
+        Column(
+            "median_ratio", pl.Float64(), "median latency ratio (after/before) over every series compared"
+        ),
         Column("max_ratio", pl.Float64()),
-        Column("work_unchanged", pl.Boolean()),
-        Column("calls_per_s_before", pl.Float64()),
+        Column(
+            "work_unchanged",
+            pl.Boolean(),
+            "no finding of the episode changed its work per call (null: work not measured)",
+        ),
+        Column("findings_suppressed", pl.Int64(), "detected findings reported as this episode instead"),
+        Column("calls_per_s_before", pl.Float64(), "calls per second of the compared series, summed"),
         Column("calls_per_s_after", pl.Float64()),
         Column("summary", pl.String()),
     ),

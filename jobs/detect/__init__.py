@@ -1,1 +1,1 @@
-"""Detection steps after the latency detector: regressions of work, contention vs regression (issue 8)."""
+"""Detection steps after the latency detector: work per call (work.py), contention (contention.py)."""
