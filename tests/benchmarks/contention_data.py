@@ -138,7 +138,7 @@ def _series_arrays(
     latency_factor: float,
     calls_factor: float,
     blocks_factor: float,
-    temp_after: float,
+    temp_after: float | None,
 ) -> dict[str, np.ndarray]:
     """One series' per-interval deltas; ``factor``s apply from ``change`` (the first interval partly)."""
     n = INTERVALS
@@ -171,7 +171,9 @@ def _series_arrays(
     def total(level: np.ndarray) -> np.ndarray:
         return np.rint(level * calls).astype(np.int64)
 
-    temp = np.where(regime > 0, temp_before + regime * (temp_after - temp_before), temp_before)
+    # A sort that starts spilling goes from temp_before to temp_after; every other series keeps its level.
+    spill = temp_before if temp_after is None else temp_after
+    temp = temp_before + regime * (spill - temp_before)
     temp_written = total(temp * rng.lognormal(0.0, work_sigma, n)) if temp.any() else np.zeros(n, np.int64)
     shared = per_call(blocks, blocks_factor)
     out = {
@@ -233,12 +235,10 @@ def generate(instances: int = 300, seed: int = 20261201) -> ContentionData:
             contended = episode and (k == culprit or rng.random() < affected_share)
             spread = float(rng.lognormal(0.0, 0.12)) if contended else 1.0
             common = factor * spread if contended and factor else 1.0
-            latency_factor, calls_factor, blocks_factor, temp_after = (
-                common,
-                common ** -rng.uniform(0.3, 0.8),
-                1.0,
-                0.0,
-            )
+            latency_factor = common
+            calls_factor = common ** -rng.uniform(0.3, 0.8)
+            blocks_factor = 1.0
+            temp_after: float | None = None  # unchanged
             if k == culprit:
                 if kind == INDEX_DROP:
                     latency_factor, blocks_factor = common * 20.0, 50.0
