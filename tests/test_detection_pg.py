@@ -110,10 +110,11 @@ def mix_rows(frames: Frames, version: str) -> pl.DataFrame:
 
 
 def assert_contended(mix: pl.DataFrame) -> None:
-    """The premise: the neighbour really slowed the light queries down (stage 0 naive before/after)."""
+    """The premise: the neighbour slowed most of the mix by the detector's own threshold (stage 0, naive
+    before/after means), so the slowdown is instance-wide; on a busy shared host it sometimes is not."""
     assert mix.height == len(MIX_HEAVY) + len(MIX_LIGHT), shown(mix)
-    slowed = mix.filter(pl.col("latency_change") >= 0.3)
-    assert slowed.height >= 4, shown(mix)
+    slowed = mix.filter(pl.col("latency_change") >= CONFIG.regression.latency_change_threshold)
+    assert slowed.height > mix.height / 2, shown(mix)
 
 
 def slowdowns_at(frames: Frames, version: str) -> pl.DataFrame:
