@@ -106,7 +106,7 @@ class CpuNeighbour:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         for thread in self._threads:
-            if thread.is_alive() or thread.ident is not None:
+            if thread.ident is not None:  # started
                 thread.join(timeout=30)
         assert not self.errors, f"CPU neighbour failed: {self.errors[0]!r}"
 

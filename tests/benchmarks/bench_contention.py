@@ -171,6 +171,24 @@ def score(data: ContentionData, frames: Frames) -> dict[str, Any]:
             rows.filter(pl.col("kind").is_not_null()).group_by("kind", "status").len().sort("kind", "status")
         )
         report["kinds"] = [dict(zip(("kind", "status", "rows"), r, strict=True)) for r in kinds.rows()]
+        # Why the false reports inside episodes were reported: which kind, and whether an episode was
+        # found at their moment (instance_slowdown_ratio set) or not.
+        false_rows = rows.filter(pl.col("status") == "detected").filter(
+            pl.struct("instance", "queryid").map_elements(
+                lambda k: (
+                    truth_by_instance[k["instance"]].episode
+                    and (k["instance"], k["queryid"]) not in true_keys
+                ),
+                return_dtype=pl.Boolean,
+            )
+        )
+        causes = false_rows.group_by(
+            "analysis", "kind", pl.col("instance_slowdown_ratio").is_not_null().alias("episode_found")
+        ).len()
+        report["false_reports_in_episodes_by_cause"] = [
+            dict(zip(("analysis", "kind", "episode_found", "rows"), r, strict=True))
+            for r in causes.sort("analysis", "kind", "episode_found").rows()
+        ]
     return report
 
 
@@ -196,7 +214,7 @@ def print_report(report: dict[str, Any], seconds: float, shape: str) -> None:
         f"({r['true_positives']} of {r['reported_queries']} reported queries are true regressions)"
     )
     print(f"missed true regressions, by their analysis' reason: {r['missed_true_regressions_by_reason']}")
-    for key in ("instance_slowdowns", "resource_regressions", "kinds"):
+    for key in ("instance_slowdowns", "resource_regressions", "kinds", "false_reports_in_episodes_by_cause"):
         if key in r:
             print(f"{key}: {r[key]}")
 
