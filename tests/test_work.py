@@ -94,6 +94,12 @@ def test_work_mem_cut_spills_more_and_is_a_resource_regression_the_latency_detec
     assert set(others["metric"]) == {"shared_blocks", "rows", "wal_bytes"}  # planning untracked: no row
 
 
+def test_summary_says_a_large_latency_change_as_a_factor() -> None:
+    frame = samples(step(1.0, 12.0), shared_blks_hit=step(100.0, 3000.0))
+    row = deploy_row(frame, "shared_blocks")
+    assert row["summary"] == "shared blocks per call ×30 (100 → 3,000) at deploy v42, latency ×12"
+
+
 def test_ratio_below_the_threshold_is_rejected_even_with_a_large_absolute_increase() -> None:
     frame = samples(step(1.0, 1.0), temp_blks_written=step(1000.0, 1800.0))
     row = deploy_row(frame, "temp_blocks")
