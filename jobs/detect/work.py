@@ -39,6 +39,7 @@ from jobs.regressions import (
     NO_REGRESSION,
     SERIES_KEY,
     RegressionConfig,
+    RegressionInputError,
     _changepoint_and_welch,
     consecutive_segment_tests,
     deploy_window_points,
@@ -89,8 +90,24 @@ def _work_sums(points: pl.DataFrame) -> tuple[pl.DataFrame, tuple[str, ...]]:
             pl.when(known).then(numerator).otherwise(0.0).alias(f"work:{metric.name}"),
             pl.when(known).then(tracking).otherwise(0.0).alias(f"tracking:{metric.name}"),
         ]
-    frame = _with_work_columns(points).with_columns(exprs)
+    frame = _with_work_columns(points)
+    _check_work_values(frame)
+    frame = frame.with_columns(exprs)
     return frame, tuple(e.meta.output_name() for e in exprs)
+
+
+def _check_work_values(frame: pl.DataFrame) -> None:
+    """Work deltas are finite and >= 0 (jobs.samples drops intervals where a counter went backwards)."""
+    for column in WORK_COLUMNS:
+        value = pl.col(column).cast(pl.Float64)
+        bad = frame.filter(value.is_not_null() & ~(value.is_finite() & (value >= 0)))
+        if bad.height:
+            row = bad.row(0, named=True)
+            raise RegressionInputError(
+                f"samples: instance {row['instance']} queryid {row['queryid']} at {row['interval_end']}: "
+                f"{column} = {row[column]}; work deltas must be finite and >= 0 (build samples with "
+                "jobs.samples)"
+            )
 
 
 def work_per_call(series_samples: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
