@@ -585,7 +585,9 @@ def attach_work_evidence(
         "after_count",
         "deployed_at",
     )
-    windowed = points.join(splits.select("finding", *SERIES_KEY, "window_start", "window_end"), on=SERIES_KEY)
+    windowed = points.join(
+        splits.select("finding", *SERIES_KEY, "window_start", "window_end"), on=list(SERIES_KEY)
+    )
     windowed = windowed.filter(
         (pl.col("interval_end") > pl.col("window_start")) & (pl.col("interval_end") <= pl.col("window_end"))
     )
