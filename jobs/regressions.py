@@ -147,14 +147,16 @@ def fingerprinted_samples(samples: pl.DataFrame, texts: pl.DataFrame) -> pl.Data
     return out
 
 
-def merge_intervals(frame: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
-    """One point per (keys, interval_end): calls-weighted mean latency over the merged queryids."""
+def merge_intervals(frame: pl.DataFrame, keys: list[str], sums: tuple[str, ...] = ()) -> pl.DataFrame:
+    """One point per (keys, interval_end): calls-weighted mean latency over the merged queryids (and the
+    totals of the ``sums`` columns, for per-call work)."""
     return (
         frame.group_by([*keys, "interval_end"])
         .agg(
             pl.col("interval_start").min(),
             pl.col("calls").sum(),
             pl.col("total_exec_time").sum(),
+            *(pl.col(c).sum() for c in sums),
         )
         .with_columns(
             ((pl.col("interval_end") - pl.col("interval_start")).dt.total_microseconds() / 1e6).alias(

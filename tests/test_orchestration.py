@@ -169,7 +169,7 @@ def test_regressions_asset_and_its_check_on_real_lake_files(lake_root: Path) -> 
     resources = lake.scan_table(lake_root, "resource_regressions").collect()
     found = resources.filter((pl.col("status") == "detected") & (pl.col("analysis") == "deploy"))
     assert found.select("queryid", "metric").rows() == [(111, "shared_blocks")]
-    assert found["summary"][0].startswith("shared blocks per call ×10 (75 → 750) at deploy v9, latency +")
+    assert found["summary"][0].startswith("shared blocks per call ×10 (75 → 750) at deploy v9, latency ×")
 
 
 def test_plan_snapshots_asset_captures_generic_plans(

@@ -8,8 +8,10 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
+from rich.console import Console
 
 from jobs import duckdb_views
+from jobs.analysis import print_detection, run_detection
 from jobs.collect.deploys import DeployEvent, events_frame
 from jobs.detect.work import (
     WORK_METRICS,
@@ -19,9 +21,15 @@ from jobs.detect.work import (
     work_per_call,
 )
 from jobs.lake import write_table
-from jobs.regressions import RegressionConfig, detect_regressions, fingerprinted_samples
+from jobs.regressions import (
+    RegressionConfig,
+    RegressionInputError,
+    detect_regressions,
+    detect_unannounced_regressions,
+    fingerprinted_samples,
+)
 from jobs.schemas import RESOURCE_REGRESSIONS
-from tests.lakes import SERIES_DEPLOY_AT, series_samples, series_texts
+from tests.lakes import SERIES_DEPLOY_AT, series_samples, series_texts, write_step_change_lake
 
 CONFIG = RegressionConfig(window_before=timedelta(minutes=5), window_after=timedelta(minutes=10))
 QUERY = "select * from orders order by amount"
@@ -92,6 +100,12 @@ def test_work_mem_cut_spills_more_and_is_a_resource_regression_the_latency_detec
     others = resource_rows(frame, unannounced=False).filter(pl.col("metric") != "temp_blocks")
     assert set(others["status"]) == {"no_regression"}
     assert set(others["metric"]) == {"shared_blocks", "rows", "wal_bytes"}  # planning untracked: no row
+
+
+def test_summary_says_a_large_latency_change_as_a_factor() -> None:
+    frame = samples(step(1.0, 12.0), shared_blks_hit=step(100.0, 3000.0))
+    row = deploy_row(frame, "shared_blocks")
+    assert row["summary"] == "shared blocks per call ×30 (100 → 3,000) at deploy v42, latency ×12"
 
 
 def test_ratio_below_the_threshold_is_rejected_even_with_a_large_absolute_increase() -> None:
@@ -302,3 +316,42 @@ def test_an_unannounced_step_below_the_ratio_or_the_floor_is_not_reported() -> N
     assert small_ratio["changepoint_index"] == 60  # a clear step, but only ×1.5
     small_step = unannounced(step(0.5, 5.0, 60, 60))
     assert (small_step["status"], small_step["reason"]) == ("no_regression", "below_absolute_floor")
+
+
+def test_a_negative_or_nan_work_delta_is_a_clear_error_naming_the_sample() -> None:
+    bad = step(120.0, 576.0)
+    bad[40] = -3.0
+    with pytest.raises(RegressionInputError, match=r"instance alpha queryid 11 at .*temp_blks_written"):
+        resource_rows(samples(step(1.0, 1.0), temp_blks_written=bad))
+    bad[40] = np.nan
+    with pytest.raises(RegressionInputError, match="must be finite"):
+        resource_rows(samples(step(1.0, 1.0), temp_blks_written=bad))
+
+
+def test_unannounced_latency_findings_carry_work_evidence_too() -> None:
+    frame = series_samples(
+        step(1.0, 5.0, 60, 60),
+        queryid=11,
+        first=-200,
+        work={**QUIET, "shared_blks_read": step(10, 900, 60, 60)},
+    )
+    found = detect_regressions(frame, TEXTS, deploys(), CONFIG)
+    assert found.height == 0  # nothing in the deploy's window
+    unannounced = detect_unannounced_regressions(frame, TEXTS, CONFIG)
+    row = attach_work_evidence(unannounced, frame, TEXTS, CONFIG).row(0, named=True)
+    assert row["status"] == "detected"
+    assert row["work_evidence"] == "shared blocks per call ×19, rows unchanged"  # (40 + 10) → (40 + 900)
+
+
+def test_radar_detect_prints_resource_regressions_and_writes_them(tmp_path: Path) -> None:
+    lake_root = tmp_path / "lake"
+    write_step_change_lake(lake_root)
+    outcome = run_detection(lake_root)
+    console = Console(record=True, width=220)
+    print_detection(outcome, console)
+    text = console.export_text()
+    assert "Resource regressions" in text
+    assert "shared blocks per call ×10 (75 → 750) at deploy v9, latency ×" in text
+    assert "shared blocks per call ×10, rows unchanged" in text  # the latency finding's work column
+    assert "series analysed for work per call and not reported" in text
+    assert any(p.parts[-3] == "resource_regressions" for p in outcome.files)

@@ -39,6 +39,7 @@ from jobs.regressions import (
     NO_REGRESSION,
     SERIES_KEY,
     RegressionConfig,
+    RegressionInputError,
     _changepoint_and_welch,
     consecutive_segment_tests,
     deploy_window_points,
@@ -76,20 +77,37 @@ def _with_work_columns(points: pl.DataFrame) -> pl.DataFrame:
     return points.with_columns(pl.lit(None, dtype=pl.Float64).alias(c) for c in missing)
 
 
-def _metric_frame(points: pl.DataFrame, metric: WorkMetric, keys: list[str]) -> pl.DataFrame:
-    numerator = pl.sum_horizontal(pl.col(c).cast(pl.Float64) for c in metric.columns)
-    known = pl.all_horizontal(pl.col(c).is_not_null() for c in metric.columns)
-    tracking = pl.col(metric.tracked_by).cast(pl.Float64).fill_null(0.0) if metric.tracked_by else pl.lit(1.0)
-    return points.select(
-        *keys,
-        pl.lit(metric.name).alias("metric"),
-        "interval_start",
-        "interval_end",
-        "calls",
-        "total_exec_time",
-        pl.when(known).then(numerator).otherwise(0.0).alias("work"),
-        pl.when(known).then(tracking).otherwise(0.0).alias("tracking"),
-    )
+def _work_sums(points: pl.DataFrame) -> tuple[pl.DataFrame, tuple[str, ...]]:
+    """Per sample and metric: its numerator (0 where a column is null) and its tracking counter."""
+    exprs: list[pl.Expr] = []
+    for metric in WORK_METRICS:
+        known = pl.all_horizontal(pl.col(c).is_not_null() for c in metric.columns)
+        numerator = pl.sum_horizontal(pl.col(c).cast(pl.Float64) for c in metric.columns)
+        tracking = (
+            pl.col(metric.tracked_by).cast(pl.Float64).fill_null(0.0) if metric.tracked_by else pl.lit(1.0)
+        )
+        exprs += [
+            pl.when(known).then(numerator).otherwise(0.0).alias(f"work:{metric.name}"),
+            pl.when(known).then(tracking).otherwise(0.0).alias(f"tracking:{metric.name}"),
+        ]
+    frame = _with_work_columns(points)
+    _check_work_values(frame)
+    frame = frame.with_columns(exprs)
+    return frame, tuple(e.meta.output_name() for e in exprs)
+
+
+def _check_work_values(frame: pl.DataFrame) -> None:
+    """Work deltas are finite and >= 0 (jobs.samples drops intervals where a counter went backwards)."""
+    for column in WORK_COLUMNS:
+        value = pl.col(column).cast(pl.Float64)
+        bad = frame.filter(value.is_not_null() & ~(value.is_finite() & (value >= 0)))
+        if bad.height:
+            row = bad.row(0, named=True)
+            raise RegressionInputError(
+                f"samples: instance {row['instance']} queryid {row['queryid']} at {row['interval_end']}: "
+                f"{column} = {row[column]}; work deltas must be finite and >= 0 (build samples with "
+                "jobs.samples)"
+            )
 
 
 def work_per_call(series_samples: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
@@ -99,20 +117,27 @@ def work_per_call(series_samples: pl.DataFrame, keys: list[str]) -> pl.DataFrame
     the analysed window, with ``keys`` naming a series. Also per row: ``latency_ms`` (Σ exec / Σ calls),
     ``tracking`` (Σ of the metric's tracking counter, 0 where its columns are null: not tracked) and
     ``position`` (0-based index of the interval in its series, the detector's ``changepoint_index`` scale).
-    The merge is ``merge_intervals``' own, with the metric in place of the execution time.
+    Intervals are merged once, by ``merge_intervals`` (the latency series' own merge); rows come sorted by
+    (metric in WORK_METRICS order, keys, interval_end), so each series is contiguous.
     """
-    points = _with_work_columns(series_samples)
-    long = pl.concat([_metric_frame(points, m, keys) for m in WORK_METRICS], how="vertical_relaxed")
-    metric_keys = [*keys, "metric"]
-    merged = merge_intervals(long.with_columns(pl.col("work").alias("total_exec_time")), metric_keys)
-    extra = long.group_by([*metric_keys, "interval_end"]).agg(
-        pl.col("tracking").sum(),
-        (pl.col("total_exec_time").sum() / pl.col("calls").sum()).alias("latency_ms"),
+    frame, sums = _work_sums(series_samples)
+    merged = merge_intervals(frame, keys, sums).with_columns(
+        pl.col("value").alias("latency_ms"),
+        pl.int_range(pl.len(), dtype=pl.Int64).over(keys).alias("position"),
     )
-    return (
-        merged.join(extra, on=[*metric_keys, "interval_end"], how="left")
-        .sort([*metric_keys, "interval_end"])
-        .with_columns(pl.int_range(pl.len(), dtype=pl.Int64).over(metric_keys).alias("position"))
+    common = [*keys, "interval_start", "interval_end", "interval_seconds", "calls", "latency_ms", "position"]
+    return pl.concat(
+        [
+            merged.select(
+                *keys,
+                pl.lit(m.name).alias("metric"),
+                *common[len(keys) :],
+                (pl.col(f"work:{m.name}") / pl.col("calls")).alias("value"),
+                pl.col(f"tracking:{m.name}").alias("tracking"),
+            )
+            for m in WORK_METRICS
+        ],
+        how="vertical",
     )
 
 
@@ -239,8 +264,7 @@ def deploy_resource_regressions(
     deploy_info = targets.drop("instance").unique("deploy_id")
     series = (
         work_per_call(windowed, keys)
-        .join(deploy_info.select("deploy_id", "deployed_at"), on="deploy_id")
-        .sort([*metric_keys, "interval_end"])
+        .join(deploy_info.select("deploy_id", "deployed_at"), on="deploy_id", maintain_order="left")
         .with_columns((pl.col("interval_end") > pl.col("deployed_at")).alias("after_deploy"))
     )
     pre, post = ~pl.col("after_deploy"), pl.col("after_deploy")
@@ -368,7 +392,7 @@ def _times(ratio: float) -> str:
 
 
 def resource_summary(row: dict) -> str:
-    """'temp blocks per call ×4.8 (120 → 576) at deploy v42, latency +9%'."""
+    """'temp blocks per call ×4.8 (120 → 576) at deploy v42, latency +9%' (doubled or more: 'latency ×5')."""
     metric = WORK_METRIC_BY_NAME[row["metric"]]
     before, after, ratio = row["before_per_call"], row["after_per_call"], row["ratio"]
     change = (
@@ -385,7 +409,13 @@ def resource_summary(row: dict) -> str:
         else "(unannounced)"
     )
     latency = row["latency_change"]
-    latency_text = "latency unknown" if latency is None else f"latency {latency * 100:+.0f}%"
+    latency_text = (
+        "latency unknown"
+        if latency is None
+        else f"latency {_times(1.0 + latency)}"
+        if latency >= 1.0
+        else f"latency {latency * 100:+.0f}%"
+    )
     return f"{metric.display} per call {change} {where}, {latency_text}"
 
 
@@ -406,9 +436,7 @@ def unannounced_resource_regressions(
     identity = series_identity(points, keys)
     series = work_per_call(points, keys)
     tracked = series.group_by(metric_keys).agg(pl.col("tracking").sum()).filter(pl.col("tracking") > 0)
-    series = series.join(tracked.select(metric_keys), on=metric_keys, how="semi").sort(
-        [*metric_keys, "interval_end"]
-    )
+    series = series.join(tracked.select(metric_keys), on=metric_keys, how="semi", maintain_order="left")
     groups = (
         series.group_by(metric_keys, maintain_order=True)
         .agg(pl.len().alias("size"))
@@ -557,7 +585,9 @@ def attach_work_evidence(
         "after_count",
         "deployed_at",
     )
-    windowed = points.join(splits.select("finding", *SERIES_KEY, "window_start", "window_end"), on=SERIES_KEY)
+    windowed = points.join(
+        splits.select("finding", *SERIES_KEY, "window_start", "window_end"), on=list(SERIES_KEY)
+    )
     windowed = windowed.filter(
         (pl.col("interval_end") > pl.col("window_start")) & (pl.col("interval_end") <= pl.col("window_end"))
     )
