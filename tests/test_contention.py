@@ -25,13 +25,19 @@ BEFORE, AFTER = 30, 60
 
 
 def instance_frames(
-    factors: list[float], *, instance: str = "alpha", seed: int = 0, first: int = -BEFORE
+    factors: list[float],
+    *,
+    instance: str = "alpha",
+    seed: int = 0,
+    first: int = -BEFORE,
+    levels: list[float] | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """One query per factor on ``instance``: latency ×factor from the deploy on (queryids 100, 101, ...)."""
+    """One query per factor on ``instance``: latency ×factor from the deploy on (queryids 100, 101, ...),
+    ``levels`` ms before it (default 2 ms, 3 ms, ...: all above min_compared_latency_ms)."""
     rng = np.random.default_rng(seed)
     samples, texts = [], []
     for i, factor in enumerate(factors):
-        level = 1.0 + i  # distinct levels: 1 ms, 2 ms, ...
+        level = levels[i] if levels else 2.0 + i
         before = level * rng.lognormal(0.0, 0.1, BEFORE)
         after = level * factor * rng.lognormal(0.0, 0.1, AFTER)
         samples.append(
@@ -105,7 +111,7 @@ def test_a_query_whose_slowdown_clearly_exceeds_the_common_one_is_kept_as_both()
 
 
 def test_a_query_only_somewhat_slower_than_the_common_shift_is_contention() -> None:
-    samples, texts = instance_frames([2.0] * 7 + [2.6])  # ×1.3 the common one: below excess_factor 1.5
+    samples, texts = instance_frames([2.0] * 7 + [3.4])  # ×1.7 the common one: below excess_factor 2
     out, _ = run(samples, texts)
     assert by_queryid(out)[107]["kind"] == "contention"
 
@@ -169,6 +175,22 @@ def test_the_finding_itself_is_left_out_of_the_common_shift() -> None:
     assert rows[106]["kind"] == "both"
     # Its common shift is the median of the six others (1 1 1 2 2 2 → ×1.41), not of all seven (×2).
     assert rows[106]["instance_slowdown_ratio"] == pytest.approx(2**0.5, rel=0.12)
+
+
+def test_sub_millisecond_series_are_not_compared_but_are_judged() -> None:
+    # Four 2-5 ms queries ×2 and six flat 0.05 ms ones (CPU contention barely reaches those), plus a
+    # 0.05 ms query that lost its index (×100).
+    factors = [2.0] * 4 + [1.0] * 6 + [100.0]
+    levels = [2.0, 3.0, 4.0, 5.0] + [0.05] * 7
+    samples, texts = instance_frames(factors, levels=levels)
+    out, slowdowns = run(samples, texts)
+    assert slowdowns["series_compared"].to_list() == [4] and slowdowns["queries"].to_list() == [4]
+    rows = by_queryid(out)
+    assert (rows[110]["status"], rows[110]["kind"]) == ("detected", "both")  # below the floor, still judged
+    assert all(rows[q]["kind"] == "contention" for q in range(100, 104))
+    # Without the floor the flat tiny queries dilute the episode away (4 of 11 shifted).
+    _, diluted = run(samples, texts, config=ContentionConfig(min_compared_latency_ms=0.0))
+    assert diluted.height == 0
 
 
 def test_other_instances_do_not_count() -> None:
@@ -239,11 +261,12 @@ def test_every_threshold_is_a_config_field_with_its_default() -> None:
         "window_samples": 10,
         "max_window": timedelta(minutes=30),
         "min_samples_per_side": 5,
+        "min_compared_latency_ms": 1.0,
         "shift_threshold": 0.20,
         "min_series": 4,
         "min_shifted_series": 3,
         "min_shifted_share": 0.5,
-        "excess_factor": 1.5,
+        "excess_factor": 2.0,
         "spread_factor": 2.0,
         "same_moment_within": timedelta(minutes=2),
     }
