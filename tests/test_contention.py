@@ -233,12 +233,7 @@ def test_detect_from_frames_and_run_detection_carry_the_slowdowns(lake_root: Pat
     assert found.unannounced.filter(pl.col("status") == "detected")["kind"].to_list() == ["both"]
 
     # The same through the lake: run_detection writes instance_slowdowns, DuckDB has a view of it.
-    part = {"instance": "alpha", "date": "2026-11-29"}
-    lake.write_table(lake_root, "query_samples", samples.drop("instance"), part, "s")
-    lake.write_table(
-        lake_root, "query_texts", texts.drop("instance").with_columns(dbid=5, userid=10), part, "t"
-    )
-    mark_deploy(lake_root, version="v7", instances=["alpha"], at=SERIES_DEPLOY_AT.isoformat())
+    contention_lake(lake_root)
     outcome = run_detection(lake_root, DetectionConfig(rebuild_samples=False))
     assert outcome.instance_slowdowns.height >= 1
     written = lake.scan_table(lake_root, INSTANCE_SLOWDOWNS).collect()
@@ -253,6 +248,54 @@ def test_detect_from_frames_and_run_detection_carry_the_slowdowns(lake_root: Pat
     shown = console.export_text()
     assert "Instance slowdowns" in shown and "7 of 7 queries on alpha" not in shown  # 8 compared
     assert "both (instance ×" in shown and "× no_regression: instance_slowdown" in shown
+
+
+def contention_lake(lake_root: Path) -> None:
+    """query_samples + texts + a deploy in the lake: seven queries ×2 at the deploy, one ×10."""
+    samples, texts = instance_frames([2.0] * 7 + [10.0])
+    part = {"instance": "alpha", "date": "2026-11-29"}
+    lake.write_table(lake_root, "query_samples", samples.drop("instance"), part, "s")
+    lake.write_table(
+        lake_root, "query_texts", texts.drop("instance").with_columns(dbid=5, userid=10), part, "t"
+    )
+    mark_deploy(lake_root, version="v7", instances=["alpha"], at=SERIES_DEPLOY_AT.isoformat())
+
+
+def test_the_regressions_asset_materializes_instance_slowdowns(lake_root: Path) -> None:
+    import dagster as dg
+
+    from orchestration.assets.regressions import (
+        detected_regressions_are_consistent,
+        regressions_and_plan_diffs,
+    )
+    from orchestration.definitions import defs
+    from orchestration.resources import LakeResource
+
+    contention_lake(lake_root)
+    with dg.instance_for_test() as instance:
+        result = dg.materialize(
+            [regressions_and_plan_diffs, detected_regressions_are_consistent],
+            resources={"lake": LakeResource(root=str(lake_root))},
+            instance=instance,
+        )
+        assert result.success
+        assert [c.passed for c in result.get_asset_check_evaluations()] == [True]
+        materialized = {m.asset_key.to_user_string(): m for m in result.get_asset_materialization_events()}
+    assert {"performance_regressions", "instance_slowdowns", "plan_diffs"} <= set(materialized)
+    metadata = materialized["instance_slowdowns"].materialization.metadata
+    assert metadata["episodes"].value == 2  # the deploy's and the unannounced analysis' moment
+    assert metadata["findings_suppressed"].value == 14  # seven queries, in both analyses
+    written = lake.scan_table(lake_root, INSTANCE_SLOWDOWNS).collect()
+    assert written.height == 2 and set(written["instance"]) == {"alpha"}
+    detected = (
+        lake.scan_table(lake_root, "performance_regressions").collect().filter(pl.col("status") == "detected")
+    )
+    assert set(detected["queryid"]) == {107} and set(detected["kind"]) == {"both"}
+    assert "instance_slowdowns" in {
+        k.to_user_string() for k in defs.resolve_asset_graph().get_all_asset_keys()
+    }
+    analysis = defs.resolve_job_def("analysis_job")
+    assert "instance_slowdowns" in {k.to_user_string() for k in analysis.asset_layer.executable_asset_keys}
 
 
 def test_every_threshold_is_a_config_field_with_its_default() -> None:
