@@ -193,6 +193,61 @@ def test_sub_millisecond_series_are_not_compared_but_are_judged() -> None:
     assert diluted.height == 0
 
 
+def test_in_an_uneven_episode_the_most_sensitive_query_is_not_a_regression() -> None:
+    # The others slowed ×1.3 to ×5 (long queries suffer more preemption): their median is ×2.45, and a
+    # ×6 query is 2.4× that, above excess_factor 2 — but well inside their spread.
+    samples, texts = instance_frames([1.3, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0])
+    out, slowdowns = run(samples, texts)
+    row = by_queryid(out)[106]
+    assert row["slowdown_excess"] > ContentionConfig().excess_factor  # the premise
+    assert (row["status"], row["kind"]) == ("no_regression", "contention")
+    assert slowdowns.height == 1
+
+
+def test_the_interval_straddling_the_moment_is_on_neither_side() -> None:
+    from jobs.detect.contention import series_shifts
+
+    # 20 intervals of 10 s, offset 5 s from the moment: the tenth runs from -5 s to +5 s.
+    ends = [SERIES_DEPLOY_AT + timedelta(seconds=10 * (i - 9) + 5) for i in range(20)]
+    series = pl.DataFrame(
+        {
+            "instance": "alpha",
+            "fingerprint": "f",
+            "queryid": 1,
+            "interval_start": [e - SERIES_STEP for e in ends],
+            "interval_end": ends,
+            "calls": 10,
+            "interval_seconds": 10.0,
+            "value": [1.0] * 9 + [50.0] + [2.0] * 10,
+        },
+        schema_overrides={
+            "interval_start": pl.Datetime("us", "UTC"),
+            "interval_end": pl.Datetime("us", "UTC"),
+        },
+    )
+    moments = pl.DataFrame(
+        {"moment": [0], "instance": ["alpha"], "at": [SERIES_DEPLOY_AT]},
+        schema_overrides={"moment": pl.Int64, "at": pl.Datetime("us", "UTC")},
+    )
+    shift = series_shifts(series, moments, ContentionConfig(window_samples=20)).row(0, named=True)
+    assert (shift["before_n"], shift["after_n"]) == (9, 10)
+    assert shift["log_ratio"] == pytest.approx(np.log(2.0))
+
+
+def test_a_chain_of_unannounced_change_times_is_judged_at_its_median() -> None:
+    # Seven queries ×2 at the deploy time (no deploy marked), one more ×2 100 s earlier: one chain (within
+    # same_moment_within). At its earliest time the seven were still flat; at its median they all stepped.
+    samples, texts = instance_frames([2.0] * 7)
+    early = 20.0 * np.concatenate([np.ones(20), 2.0 * np.ones(70)])
+    samples = pl.concat([samples, series_samples(early, queryid=200)])
+    texts = pl.concat([texts, series_texts([("alpha", 200, "select early from e where id = $1")])])
+    found = detect_unannounced_regressions(samples, texts, CONFIG)
+    assert found.filter(pl.col("status") == "detected").height == 8
+    out, slowdowns = separate_contention(found, samples, texts)
+    assert slowdowns["began_at"].to_list() == [SERIES_DEPLOY_AT]
+    assert out.filter(pl.col("queryid") != 200)["reason"].unique().to_list() == ["instance_slowdown"]
+
+
 def test_other_instances_do_not_count() -> None:
     alpha, alpha_texts = instance_frames([2.0] * 2 + [1.0], instance="alpha")
     beta, beta_texts = instance_frames([2.0] * 8, instance="beta", seed=1)
