@@ -350,7 +350,9 @@ INSTANCE_SLOWDOWNS = TableSchema(
         Column("analysis", pl.String(), "deploy | unannounced: which analysis' moment was tested"),
         Column("deploy_id", pl.String(), "the deploy at which the instance slowed (null: unannounced)"),
         Column("deploy_version", pl.String()),
-        Column("began_at", UTC_TS, "the moment tested: the deploy, or the earliest change of the findings"),
+        Column(
+            "began_at", UTC_TS, "the moment tested: the deploy, or the median change time of the findings"
+        ),
         Column("queries", pl.Int64(), "how many series slowed together (ratio >= 1 + shift threshold)"),
         Column("series_compared", pl.Int64(), "series of the instance with enough samples on both sides"),
         Column("queryids", pl.String(), "queryids of the slowed series, comma separated, sorted"),

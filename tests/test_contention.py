@@ -25,13 +25,19 @@ BEFORE, AFTER = 30, 60
 
 
 def instance_frames(
-    factors: list[float], *, instance: str = "alpha", seed: int = 0, first: int = -BEFORE
+    factors: list[float],
+    *,
+    instance: str = "alpha",
+    seed: int = 0,
+    first: int = -BEFORE,
+    levels: list[float] | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """One query per factor on ``instance``: latency ×factor from the deploy on (queryids 100, 101, ...)."""
+    """One query per factor on ``instance``: latency ×factor from the deploy on (queryids 100, 101, ...),
+    ``levels`` ms before it (default 2 ms, 3 ms, ...: all above min_compared_latency_ms)."""
     rng = np.random.default_rng(seed)
     samples, texts = [], []
     for i, factor in enumerate(factors):
-        level = 1.0 + i  # distinct levels: 1 ms, 2 ms, ...
+        level = levels[i] if levels else 2.0 + i
         before = level * rng.lognormal(0.0, 0.1, BEFORE)
         after = level * factor * rng.lognormal(0.0, 0.1, AFTER)
         samples.append(
@@ -105,7 +111,7 @@ def test_a_query_whose_slowdown_clearly_exceeds_the_common_one_is_kept_as_both()
 
 
 def test_a_query_only_somewhat_slower_than_the_common_shift_is_contention() -> None:
-    samples, texts = instance_frames([2.0] * 7 + [2.6])  # ×1.3 the common one: below excess_factor 1.5
+    samples, texts = instance_frames([2.0] * 7 + [3.4])  # ×1.7 the common one: below excess_factor 2
     out, _ = run(samples, texts)
     assert by_queryid(out)[107]["kind"] == "contention"
 
@@ -171,6 +177,77 @@ def test_the_finding_itself_is_left_out_of_the_common_shift() -> None:
     assert rows[106]["instance_slowdown_ratio"] == pytest.approx(2**0.5, rel=0.12)
 
 
+def test_sub_millisecond_series_are_not_compared_but_are_judged() -> None:
+    # Four 2-5 ms queries ×2 and six flat 0.05 ms ones (CPU contention barely reaches those), plus a
+    # 0.05 ms query that lost its index (×100).
+    factors = [2.0] * 4 + [1.0] * 6 + [100.0]
+    levels = [2.0, 3.0, 4.0, 5.0] + [0.05] * 7
+    samples, texts = instance_frames(factors, levels=levels)
+    out, slowdowns = run(samples, texts)
+    assert slowdowns["series_compared"].to_list() == [4] and slowdowns["queries"].to_list() == [4]
+    rows = by_queryid(out)
+    assert (rows[110]["status"], rows[110]["kind"]) == ("detected", "both")  # below the floor, still judged
+    assert all(rows[q]["kind"] == "contention" for q in range(100, 104))
+    # Without the floor the flat tiny queries dilute the episode away (4 of 11 shifted).
+    _, diluted = run(samples, texts, config=ContentionConfig(min_compared_latency_ms=0.0))
+    assert diluted.height == 0
+
+
+def test_in_an_uneven_episode_the_most_sensitive_query_is_not_a_regression() -> None:
+    # The others slowed ×1.3 to ×5 (long queries suffer more preemption): their median is ×2.45, and a
+    # ×6 query is 2.4× that, above excess_factor 2 — but well inside their spread.
+    samples, texts = instance_frames([1.3, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0])
+    out, slowdowns = run(samples, texts)
+    row = by_queryid(out)[106]
+    assert row["slowdown_excess"] > ContentionConfig().excess_factor  # the premise
+    assert (row["status"], row["kind"]) == ("no_regression", "contention")
+    assert slowdowns.height == 1
+
+
+def test_the_interval_straddling_the_moment_is_on_neither_side() -> None:
+    from jobs.detect.contention import series_shifts
+
+    # 20 intervals of 10 s, offset 5 s from the moment: the tenth runs from -5 s to +5 s.
+    ends = [SERIES_DEPLOY_AT + timedelta(seconds=10 * (i - 9) + 5) for i in range(20)]
+    series = pl.DataFrame(
+        {
+            "instance": "alpha",
+            "fingerprint": "f",
+            "queryid": 1,
+            "interval_start": [e - SERIES_STEP for e in ends],
+            "interval_end": ends,
+            "calls": 10,
+            "interval_seconds": 10.0,
+            "value": [1.0] * 9 + [50.0] + [2.0] * 10,
+        },
+        schema_overrides={
+            "interval_start": pl.Datetime("us", "UTC"),
+            "interval_end": pl.Datetime("us", "UTC"),
+        },
+    )
+    moments = pl.DataFrame(
+        {"moment": [0], "instance": ["alpha"], "at": [SERIES_DEPLOY_AT]},
+        schema_overrides={"moment": pl.Int64, "at": pl.Datetime("us", "UTC")},
+    )
+    shift = series_shifts(series, moments, ContentionConfig(window_samples=20)).row(0, named=True)
+    assert (shift["before_n"], shift["after_n"]) == (9, 10)
+    assert shift["log_ratio"] == pytest.approx(np.log(2.0))
+
+
+def test_a_chain_of_unannounced_change_times_is_judged_at_its_median() -> None:
+    # Seven queries ×2 at the deploy time (no deploy marked), one more ×2 100 s earlier: one chain (within
+    # same_moment_within). At its earliest time the seven were still flat; at its median they all stepped.
+    samples, texts = instance_frames([2.0] * 7)
+    early = 20.0 * np.concatenate([np.ones(20), 2.0 * np.ones(70)])
+    samples = pl.concat([samples, series_samples(early, queryid=200)])
+    texts = pl.concat([texts, series_texts([("alpha", 200, "select early from e where id = $1")])])
+    found = detect_unannounced_regressions(samples, texts, CONFIG)
+    assert found.filter(pl.col("status") == "detected").height == 8
+    out, slowdowns = separate_contention(found, samples, texts)
+    assert slowdowns["began_at"].to_list() == [SERIES_DEPLOY_AT]
+    assert out.filter(pl.col("queryid") != 200)["reason"].unique().to_list() == ["instance_slowdown"]
+
+
 def test_other_instances_do_not_count() -> None:
     alpha, alpha_texts = instance_frames([2.0] * 2 + [1.0], instance="alpha")
     beta, beta_texts = instance_frames([2.0] * 8, instance="beta", seed=1)
@@ -211,12 +288,7 @@ def test_detect_from_frames_and_run_detection_carry_the_slowdowns(lake_root: Pat
     assert found.unannounced.filter(pl.col("status") == "detected")["kind"].to_list() == ["both"]
 
     # The same through the lake: run_detection writes instance_slowdowns, DuckDB has a view of it.
-    part = {"instance": "alpha", "date": "2026-11-29"}
-    lake.write_table(lake_root, "query_samples", samples.drop("instance"), part, "s")
-    lake.write_table(
-        lake_root, "query_texts", texts.drop("instance").with_columns(dbid=5, userid=10), part, "t"
-    )
-    mark_deploy(lake_root, version="v7", instances=["alpha"], at=SERIES_DEPLOY_AT.isoformat())
+    contention_lake(lake_root)
     outcome = run_detection(lake_root, DetectionConfig(rebuild_samples=False))
     assert outcome.instance_slowdowns.height >= 1
     written = lake.scan_table(lake_root, INSTANCE_SLOWDOWNS).collect()
@@ -233,17 +305,66 @@ def test_detect_from_frames_and_run_detection_carry_the_slowdowns(lake_root: Pat
     assert "both (instance ×" in shown and "× no_regression: instance_slowdown" in shown
 
 
+def contention_lake(lake_root: Path) -> None:
+    """query_samples + texts + a deploy in the lake: seven queries ×2 at the deploy, one ×10."""
+    samples, texts = instance_frames([2.0] * 7 + [10.0])
+    part = {"instance": "alpha", "date": "2026-11-29"}
+    lake.write_table(lake_root, "query_samples", samples.drop("instance"), part, "s")
+    lake.write_table(
+        lake_root, "query_texts", texts.drop("instance").with_columns(dbid=5, userid=10), part, "t"
+    )
+    mark_deploy(lake_root, version="v7", instances=["alpha"], at=SERIES_DEPLOY_AT.isoformat())
+
+
+def test_the_regressions_asset_materializes_instance_slowdowns(lake_root: Path) -> None:
+    import dagster as dg
+
+    from orchestration.assets.regressions import (
+        detected_regressions_are_consistent,
+        regressions_and_plan_diffs,
+    )
+    from orchestration.definitions import defs
+    from orchestration.resources import LakeResource
+
+    contention_lake(lake_root)
+    with dg.instance_for_test() as instance:
+        result = dg.materialize(
+            [regressions_and_plan_diffs, detected_regressions_are_consistent],
+            resources={"lake": LakeResource(root=str(lake_root))},
+            instance=instance,
+        )
+        assert result.success
+        assert [c.passed for c in result.get_asset_check_evaluations()] == [True]
+        materialized = {m.asset_key.to_user_string(): m for m in result.get_asset_materialization_events()}
+    assert {"performance_regressions", "instance_slowdowns", "plan_diffs"} <= set(materialized)
+    metadata = materialized["instance_slowdowns"].materialization.metadata
+    assert metadata["episodes"].value == 2  # the deploy's and the unannounced analysis' moment
+    assert metadata["findings_suppressed"].value == 14  # seven queries, in both analyses
+    written = lake.scan_table(lake_root, INSTANCE_SLOWDOWNS).collect()
+    assert written.height == 2 and set(written["instance"]) == {"alpha"}
+    detected = (
+        lake.scan_table(lake_root, "performance_regressions").collect().filter(pl.col("status") == "detected")
+    )
+    assert set(detected["queryid"]) == {107} and set(detected["kind"]) == {"both"}
+    assert "instance_slowdowns" in {
+        k.to_user_string() for k in defs.resolve_asset_graph().get_all_asset_keys()
+    }
+    analysis = defs.resolve_job_def("analysis_job")
+    assert "instance_slowdowns" in {k.to_user_string() for k in analysis.asset_layer.executable_asset_keys}
+
+
 def test_every_threshold_is_a_config_field_with_its_default() -> None:
     defaults = {f.name: f.default for f in fields(ContentionConfig)}
     assert defaults == {
         "window_samples": 10,
         "max_window": timedelta(minutes=30),
         "min_samples_per_side": 5,
+        "min_compared_latency_ms": 1.0,
         "shift_threshold": 0.20,
         "min_series": 4,
         "min_shifted_series": 3,
         "min_shifted_share": 0.5,
-        "excess_factor": 1.5,
+        "excess_factor": 2.0,
         "spread_factor": 2.0,
         "same_moment_within": timedelta(minutes=2),
     }
