@@ -1,8 +1,9 @@
-"""The detection pipeline: samples → deploy-aware and unannounced regressions → plan diffs.
+"""The detection pipeline: samples → deploy-aware and unannounced regressions → work evidence → resource
+regressions → contention → plan diffs.
 
 ``detect_from_frames`` is pure (frames in, frames out); ``run_detection`` reads the lake, calls it and
-writes ``performance_regressions`` and ``plan_diffs``. The CLI (`radar detect`), the demo and the Dagster
-assets all go through here, so they cannot disagree.
+writes ``performance_regressions``, ``resource_regressions``, ``instance_slowdowns`` and ``plan_diffs``.
+The CLI (`radar detect`), the demo and the Dagster assets all go through here, so they cannot disagree.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from rich.table import Table
 
 from jobs import lake
 from jobs.collect.deploys import load_deploy_events
+from jobs.detect.contention import separate_contention
+from jobs.detect.work import attach_work_evidence, detect_resource_regressions
 from jobs.lake import LakeConfig
 from jobs.plandiff import PlanDiffConfig, attach_plan_diffs, plan_diffs_for_regressions, write_plan_diffs
 from jobs.regressions import (
@@ -27,7 +30,16 @@ from jobs.regressions import (
     one_row_per_finding,
 )
 from jobs.samples import SampleConfig, SamplesJobReport, run_samples_job
-from jobs.schemas import PERFORMANCE_REGRESSIONS, PLAN_DIFFS, PLAN_SNAPSHOTS, QUERY_SAMPLES, QUERY_TEXTS
+from jobs.schemas import (
+    INSTANCE_SLOWDOWNS,
+    PERFORMANCE_REGRESSIONS,
+    PLAN_DIFFS,
+    PLAN_SNAPSHOTS,
+    QUERY_SAMPLES,
+    QUERY_TEXTS,
+    RESOURCE_REGRESSIONS,
+    TableSchema,
+)
 
 
 @dataclass(frozen=True)
@@ -43,6 +55,23 @@ class DetectionConfig:
     """Lock wait and temp-file rules of the samples rebuild."""
 
 
+@dataclass(frozen=True)
+class DetectionFrames:
+    """What one detection pass over the fleet found (``detect_from_frames``)."""
+
+    regressions: pl.DataFrame
+    """Deploy-aware latency results (every analysed series): work evidence, contention kind and plan diff
+    summary attached."""
+    unannounced: pl.DataFrame
+    """Unannounced latency results, the same columns."""
+    plan_diffs: pl.DataFrame
+    resource_regressions: pl.DataFrame = field(default_factory=RESOURCE_REGRESSIONS.empty)
+    """Work per call (temp blocks, shared blocks, rows, WAL, planning) of every analysed series, both
+    analyses (jobs.detect.work)."""
+    instance_slowdowns: pl.DataFrame = field(default_factory=INSTANCE_SLOWDOWNS.empty)
+    """Episodes of many queries of one instance slowing together (jobs.detect.contention)."""
+
+
 @dataclass
 class DetectionOutcome:
     regressions: pl.DataFrame
@@ -51,10 +80,16 @@ class DetectionOutcome:
     plan_diffs: pl.DataFrame
     samples_report: SamplesJobReport | None = None
     files: list[Path] = field(default_factory=list)
+    resource_regressions: pl.DataFrame = field(default_factory=RESOURCE_REGRESSIONS.empty)
+    instance_slowdowns: pl.DataFrame = field(default_factory=INSTANCE_SLOWDOWNS.empty)
 
     @property
     def detected(self) -> pl.DataFrame:
         return self.regressions.filter(pl.col("status") == DETECTED)
+
+    @property
+    def resource_detected(self) -> pl.DataFrame:
+        return self.resource_regressions.filter(pl.col("status") == DETECTED)
 
 
 def detect_from_frames(
@@ -63,20 +98,41 @@ def detect_from_frames(
     deploys: pl.DataFrame,
     plan_snapshots: pl.DataFrame,
     config: DetectionConfig = DetectionConfig(),
-) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
-    """(deploy-aware regressions with plan diffs, unannounced regressions with plan diffs, plan diffs)."""
+) -> DetectionFrames:
+    """Latency findings of both analyses with their work evidence, contention separated and plan diffs
+    attached; resource regressions; instance slowdowns."""
     regressions = detect_regressions(samples, texts, deploys, config.regression)
     unannounced = (
         detect_unannounced_regressions(samples, texts, config.regression)
         if config.unannounced
         else PERFORMANCE_REGRESSIONS.empty()
     )
+    regressions = attach_work_evidence(regressions, samples, texts, config.regression)
+    unannounced = attach_work_evidence(unannounced, samples, texts, config.regression)
+    resources = detect_resource_regressions(
+        samples, texts, deploys, config.regression, unannounced=config.unannounced
+    )
+    # Both analyses in one call: a deploy and an unannounced change are different moments (episodes).
+    both, slowdowns = separate_contention(
+        pl.concat([regressions, unannounced], how="diagonal_relaxed"),
+        samples,
+        texts,
+        config.regression.contention,
+    )
+    regressions = both.filter(pl.col("analysis") == "deploy")
+    unannounced = both.filter(pl.col("analysis") == "unannounced")
     # One diff per finding: both analyses often find the same change.
     detected = one_row_per_finding(
         pl.concat([regressions, unannounced], how="diagonal_relaxed").filter(pl.col("status") == DETECTED)
     )
     diffs = plan_diffs_for_regressions(detected, plan_snapshots, config.plan_diff)
-    return attach_plan_diffs(regressions, diffs), attach_plan_diffs(unannounced, diffs), diffs
+    return DetectionFrames(
+        regressions=attach_plan_diffs(regressions, diffs),
+        unannounced=attach_plan_diffs(unannounced, diffs),
+        plan_diffs=diffs,
+        resource_regressions=resources,
+        instance_slowdowns=slowdowns,
+    )
 
 
 def read_inputs(lake_root: Path) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame]:
@@ -94,18 +150,25 @@ def read_regressions_with_plan_diffs(lake_root: Path) -> pl.DataFrame:
     return attach_plan_diffs(regressions, diffs) if diffs.height else regressions
 
 
-def write_regressions(lake_root: Path, frame: pl.DataFrame, computed_at: datetime) -> Path | None:
-    """One performance_regressions file per analysis run, partitioned by the run's date."""
+def write_run_table(
+    lake_root: Path, table: TableSchema, frame: pl.DataFrame, computed_at: datetime
+) -> Path | None:
+    """One file of ``table`` per analysis run, partitioned by the run's date; nothing for an empty frame."""
     if frame.is_empty():
         return None
-    columns = [c for c in frame.columns if c in PERFORMANCE_REGRESSIONS.column_names]
+    columns = [c for c in frame.columns if c in table.column_names]
     return lake.write_table(
         lake_root,
-        PERFORMANCE_REGRESSIONS,
+        table,
         frame.select(columns),
         {"date": computed_at.strftime("%Y-%m-%d")},
         lake.stem_for(computed_at),
     )
+
+
+def write_regressions(lake_root: Path, frame: pl.DataFrame, computed_at: datetime) -> Path | None:
+    """One performance_regressions file per analysis run, partitioned by the run's date."""
+    return write_run_table(lake_root, PERFORMANCE_REGRESSIONS, frame, computed_at)
 
 
 def run_detection(
@@ -116,18 +179,27 @@ def run_detection(
     if config.rebuild_samples:
         report = run_samples_job(lake_root, config.samples, lake_config=config.lake)
     samples, texts, deploys, plans = read_inputs(lake_root)
-    regressions, unannounced, diffs = detect_from_frames(samples, texts, deploys, plans, config)
+    found = detect_from_frames(samples, texts, deploys, plans, config)
+    latency = pl.concat([found.regressions, found.unannounced], how="diagonal_relaxed")
     files = [
         path
         for path in (
-            write_regressions(
-                lake_root, pl.concat([regressions, unannounced], how="diagonal_relaxed"), computed_at
-            ),
-            write_plan_diffs(lake_root, diffs, computed_at),
+            write_regressions(lake_root, latency, computed_at),
+            write_run_table(lake_root, RESOURCE_REGRESSIONS, found.resource_regressions, computed_at),
+            write_run_table(lake_root, INSTANCE_SLOWDOWNS, found.instance_slowdowns, computed_at),
+            write_plan_diffs(lake_root, found.plan_diffs, computed_at),
         )
         if path is not None
     ]
-    return DetectionOutcome(regressions, unannounced, diffs, report, files)
+    return DetectionOutcome(
+        found.regressions,
+        found.unannounced,
+        found.plan_diffs,
+        report,
+        files,
+        resource_regressions=found.resource_regressions,
+        instance_slowdowns=found.instance_slowdowns,
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -140,7 +212,17 @@ def _ms(value: float | None) -> str:
 
 def detected_table(frame: pl.DataFrame, title: str) -> Table:
     table = Table(title=title, show_lines=True)
-    for name in ("instance", "query", "before → after", "began at", "p", "deploy", "plan change"):
+    for name in (
+        "instance",
+        "query",
+        "before → after",
+        "began at",
+        "p",
+        "deploy",
+        "kind",
+        "plan change",
+        "work",
+    ):
         table.add_column(name, overflow="fold")
     for row in frame.to_dicts():
         began = row.get("detected_change_at")
@@ -151,7 +233,55 @@ def detected_table(frame: pl.DataFrame, title: str) -> Table:
             began.strftime("%H:%M:%S") if began else "-",
             f"{row['p_value']:.2g}" if row.get("p_value") is not None else "-",
             str(row.get("deploy_version") or "unannounced"),
+            _kind_text(row),
             str(row.get("plan_diff_summary") or "no plans captured"),
+            str(row.get("work_evidence") or "-"),
+        )
+    return table
+
+
+def resource_table(frame: pl.DataFrame, title: str = "Resource regressions") -> Table:
+    """Detected resource regressions: e.g.: "temp blocks per call ×4.8 at deploy v42, latency +9%"."""
+    table = Table(title=title, show_lines=True)
+    for name in ("instance", "query", "regression", "began at", "p"):
+        table.add_column(name, overflow="fold")
+    for row in frame.to_dicts():
+        began = row.get("detected_change_at")
+        p_value = row.get("p_adjusted") if row.get("p_adjusted") is not None else row.get("p_value")
+        table.add_row(
+            str(row["instance"]),
+            str(row.get("query") or row.get("queryid"))[:90],
+            str(row.get("summary") or row.get("metric")),
+            began.strftime("%H:%M:%S") if began else "-",
+            f"{p_value:.2g}" if p_value is not None else "-",
+        )
+    return table
+
+
+def _kind_text(row: dict) -> str:
+    """plan_or_work, or both with how far the query's slowdown exceeds its instance's common one."""
+    kind = row.get("kind") or "-"
+    ratio, excess = row.get("instance_slowdown_ratio"), row.get("slowdown_excess")
+    if kind == "both" and ratio is not None:
+        excess_text = f", own ×{excess:.1f} of it" if excess is not None else ""
+        return f"both (instance ×{ratio:.2f}{excess_text})"
+    return str(kind)
+
+
+def slowdowns_table(frame: pl.DataFrame) -> Table:
+    table = Table(title="Instance slowdowns", show_lines=True)
+    for name in ("instance", "began at", "deploy", "queries", "median → max ratio", "calls/s", "summary"):
+        table.add_column(name, overflow="fold")
+    for row in frame.to_dicts():
+        began = row.get("began_at")
+        table.add_row(
+            str(row["instance"]),
+            began.strftime("%H:%M:%S") if began else "-",
+            str(row.get("deploy_version") or "unannounced"),
+            f"{row['queries']} of {row['series_compared']}",
+            f"×{row['median_ratio']:.2f} → ×{row['max_ratio']:.2f}",
+            f"{row['calls_per_s_before']:.1f} → {row['calls_per_s_after']:.1f}",
+            str(row.get("summary") or ""),
         )
     return table
 
@@ -166,7 +296,22 @@ def print_detection(outcome: DetectionOutcome, console: Console, show_all: bool 
     if unannounced.height:
         method = unannounced["fdr_method"][0] or "no false discovery control"
         console.print(detected_table(unannounced, f"Unannounced regressions ({method})"))
-    for label, frame in (("at deploys", outcome.regressions), ("unannounced", outcome.unannounced)):
+    resources = outcome.resource_detected
+    if resources.height:
+        # The unannounced analysis often finds a deploy's step again: show each (query, metric, time) once.
+        shown = resources.sort(pl.col("analysis") != "deploy", maintain_order=True).unique(
+            ["instance", "fingerprint", "metric", "detected_change_at"], keep="first", maintain_order=True
+        )
+        console.print(resource_table(shown))
+    else:
+        console.print("No resource regression (work per call) found.")
+    if outcome.instance_slowdowns.height:
+        console.print(slowdowns_table(outcome.instance_slowdowns))
+    for label, frame in (
+        ("at deploys", outcome.regressions),
+        ("unannounced", outcome.unannounced),
+        ("for work per call", outcome.resource_regressions),
+    ):
         rejected = frame.filter(pl.col("status") != DETECTED)
         if not rejected.height:
             continue

@@ -36,6 +36,8 @@ from jobs.changepoint import (
     segment_change_points,
 )
 from jobs.collect.deploys import deploys_for_instances
+from jobs.detect.contention import ContentionConfig
+from jobs.detect.work_config import ResourceConfig
 from jobs.fingerprint import attach_fingerprints, fingerprint_texts
 from jobs.schemas import PERFORMANCE_REGRESSIONS
 
@@ -96,6 +98,10 @@ class RegressionConfig:
     """Unannounced analysis: change points per series at most."""
     fdr_q: float = 0.05
     """Unannounced analysis: Benjamini-Hochberg false discovery rate across all candidates of the fleet."""
+    resource: ResourceConfig = field(default_factory=ResourceConfig)
+    """Regressions of work (jobs.detect.work): ratio threshold and absolute floors per call."""
+    contention: ContentionConfig = field(default_factory=ContentionConfig)
+    """Contention vs regression (jobs.detect.contention): when the instance slowed as a whole."""
 
     def tolerance(self) -> timedelta:
         window = self.window_before + self.window_after
@@ -150,14 +156,16 @@ def fingerprinted_samples(samples: pl.DataFrame, texts: pl.DataFrame) -> pl.Data
     return out
 
 
-def merge_intervals(frame: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
-    """One point per (keys, interval_end): calls-weighted mean latency over the merged queryids."""
+def merge_intervals(frame: pl.DataFrame, keys: list[str], sums: tuple[str, ...] = ()) -> pl.DataFrame:
+    """One point per (keys, interval_end): calls-weighted mean latency over the merged queryids (and the
+    totals of the ``sums`` columns, for per-call work)."""
     return (
         frame.group_by([*keys, "interval_end"])
         .agg(
             pl.col("interval_start").min(),
             pl.col("calls").sum(),
             pl.col("total_exec_time").sum(),
+            *(pl.col(c).sum() for c in sums),
         )
         .with_columns(
             ((pl.col("interval_end") - pl.col("interval_start")).dt.total_microseconds() / 1e6).alias(
@@ -272,8 +280,35 @@ def one_row_per_finding(frame: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def _known_columns(result: pl.DataFrame) -> list[str]:
+    """The table's columns this step computed; later steps' columns (work evidence, kind) start null."""
+    return [c for c in PERFORMANCE_REGRESSIONS.column_names if c in result.columns]
+
+
 def _empty_result() -> pl.DataFrame:
     return PERFORMANCE_REGRESSIONS.empty()
+
+
+def deploy_window_points(
+    points: pl.DataFrame, deploys: pl.DataFrame, config: RegressionConfig
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(the samples in each deploy's window, one row per (deploy, instance) with its window bounds).
+
+    A sample is in a window when window_start < interval_end <= window_end; a sample near two deploys is
+    in both windows (one row per deploy, ``deploy_id`` set).
+    """
+    targets = deploys_for_instances(deploys, points["instance"].unique().to_list()).select(
+        "deploy_id",
+        pl.col("version").alias("deploy_version"),
+        "instance",
+        "deployed_at",
+        (pl.col("deployed_at") - config.window_before).alias("window_start"),
+        (pl.col("deployed_at") + config.window_after).alias("window_end"),
+    )
+    windowed = points.join(targets, on="instance", how="inner").filter(
+        (pl.col("interval_end") > pl.col("window_start")) & (pl.col("interval_end") <= pl.col("window_end"))
+    )
+    return windowed, targets
 
 
 def detect_regressions(
@@ -292,17 +327,7 @@ def detect_regressions(
     if samples.height == 0 or deploys.height == 0:
         return _empty_result()
     points = fingerprinted_samples(samples, texts)
-    targets = deploys_for_instances(deploys, points["instance"].unique().to_list()).select(
-        "deploy_id",
-        pl.col("version").alias("deploy_version"),
-        "instance",
-        "deployed_at",
-        (pl.col("deployed_at") - config.window_before).alias("window_start"),
-        (pl.col("deployed_at") + config.window_after).alias("window_end"),
-    )
-    windowed = points.join(targets, on="instance", how="inner").filter(
-        (pl.col("interval_end") > pl.col("window_start")) & (pl.col("interval_end") <= pl.col("window_end"))
-    )
+    windowed, targets = deploy_window_points(points, deploys, config)
     if windowed.height == 0:
         return _empty_result()
     keys = ["deploy_id", "instance", "fingerprint"]
@@ -396,7 +421,7 @@ def detect_regressions(
         pl.lit(None, dtype=pl.Float64).alias("p_adjusted"),
         pl.lit(None, dtype=pl.String).alias("fdr_method"),
     )
-    return PERFORMANCE_REGRESSIONS.conform(result.select(PERFORMANCE_REGRESSIONS.column_names)).sort(
+    return PERFORMANCE_REGRESSIONS.conform(result.select(_known_columns(result))).sort(
         "deployed_at", "deploy_id", "instance", "fingerprint"
     )
 
@@ -563,36 +588,47 @@ def _changepoint_and_welch(series: pl.DataFrame, keys: list[str], config: Regres
 # Unannounced analysis
 
 
-def detect_unannounced_regressions(
-    samples: pl.DataFrame, texts: pl.DataFrame, config: RegressionConfig = RegressionConfig()
-) -> pl.DataFrame:
-    """One row per (instance, query) over the last ``config.history``: its strongest step up, if any.
+@dataclass(frozen=True)
+class SegmentSteps:
+    """Every change point of a batch of series, each Welch-tested against the segment before it.
 
-    Change points come from hierarchical E-divisive with Benjamini-Hochberg across every series of the
-    call at each round; each increase of at least ``latency_change_threshold`` is Welch-tested against
-    the segment before it, and those p-values are Benjamini-Hochberg adjusted across all candidates of
-    the fleet. Detected when the adjusted p is below ``fdr_q``; the output says so in ``fdr_method``.
+    Pieces are the segments between consecutive change points, numbered over the batch (series g owns
+    pieces piece_base[g] .. piece_base[g + 1] - 1); one candidate per change point.
     """
-    if samples.height == 0:
-        return _empty_result()
-    points = fingerprinted_samples(samples, texts)
-    latest = points["interval_end"].max()
-    window_start = latest - config.history  # type: ignore[operator]
-    points = points.filter(pl.col("interval_end") > window_start)
-    keys = list(SERIES_KEY)
-    identity = series_identity(points, keys)
-    series = merge_intervals(points, keys)
-    groups = series.group_by(keys, maintain_order=True).agg(
-        pl.len().alias("size"), pl.col("interval_end").min().alias("first_end")
-    )
-    values = series["value"].to_numpy().astype(np.float64)
-    sizes = groups["size"].to_numpy().astype(np.int64)
+
+    offsets: np.ndarray
+    """Series g is values[offsets[g]:offsets[g + 1]]."""
+    piece: np.ndarray
+    """Piece id of every value."""
+    piece_base: np.ndarray
+    count: np.ndarray
+    mean: np.ndarray
+    """Per piece."""
+    group: np.ndarray
+    """Per candidate: its series."""
+    cut: np.ndarray
+    """Per candidate: first index of the new regime in its series."""
+    changepoint_p_value: np.ndarray
+    after_piece: np.ndarray
+    """Per candidate: the piece from the change point on (the one before it is after_piece - 1)."""
+    last_piece: np.ndarray
+    """Per candidate: the latest piece of its series."""
+    welch: WelchResult
+
+
+def consecutive_segment_tests(
+    values: np.ndarray,
+    sizes: np.ndarray,
+    changepoint: ChangePointConfig,
+    *,
+    max_change_points: int,
+    fdr_q: float | None,
+) -> SegmentSteps:
+    """Hierarchical E-divisive on each series (``values`` concatenated, ``sizes`` per series), then Welch of
+    each segment against the one before it, all series at once."""
     offsets = group_offsets(sizes)
     found = segment_change_points(
-        split_values(values, offsets),
-        config.unannounced_changepoint,
-        max_change_points=config.max_change_points,
-        fdr_q=config.fdr_q,
+        split_values(values, offsets), changepoint, max_change_points=max_change_points, fdr_q=fdr_q
     )
     # Pieces: the segments between consecutive change points of each series, numbered over the fleet.
     cuts = [sorted({p.index for p in cps if p.index is not None}) for cps in found]
@@ -624,12 +660,65 @@ def detect_unannounced_regressions(
         mean[after_piece],
         squares[after_piece],
     )
-    rate = calls_per_second(series, piece, int(piece_base[-1]))[after_piece]
-    added_load = (welch.after_mean - welch.before_mean) * rate
-    small = immaterial(welch.before_mean, welch.after_mean, rate, config)
     last_piece = piece_base[candidate_group] + np.array(
         [len(cuts[g]) for g in candidate_group], dtype=np.int64
     )
+    return SegmentSteps(
+        offsets=offsets,
+        piece=piece,
+        piece_base=piece_base,
+        count=count,
+        mean=mean,
+        group=candidate_group,
+        cut=candidate_cut,
+        changepoint_p_value=candidate_cp_p,
+        after_piece=after_piece,
+        last_piece=last_piece,
+        welch=welch,
+    )
+
+
+def detect_unannounced_regressions(
+    samples: pl.DataFrame, texts: pl.DataFrame, config: RegressionConfig = RegressionConfig()
+) -> pl.DataFrame:
+    """One row per (instance, query) over the last ``config.history``: its strongest step up, if any.
+
+    Change points come from hierarchical E-divisive with Benjamini-Hochberg across every series of the
+    call at each round; each increase of at least ``latency_change_threshold`` is Welch-tested against
+    the segment before it, and those p-values are Benjamini-Hochberg adjusted across all candidates of
+    the fleet. Detected when the adjusted p is below ``fdr_q``; the output says so in ``fdr_method``.
+    """
+    if samples.height == 0:
+        return _empty_result()
+    points = fingerprinted_samples(samples, texts)
+    latest = points["interval_end"].max()
+    window_start = latest - config.history  # type: ignore[operator]
+    points = points.filter(pl.col("interval_end") > window_start)
+    keys = list(SERIES_KEY)
+    identity = series_identity(points, keys)
+    series = merge_intervals(points, keys)
+    groups = series.group_by(keys, maintain_order=True).agg(
+        pl.len().alias("size"), pl.col("interval_end").min().alias("first_end")
+    )
+    steps = consecutive_segment_tests(
+        series["value"].to_numpy().astype(np.float64),
+        groups["size"].to_numpy().astype(np.int64),
+        config.unannounced_changepoint,
+        max_change_points=config.max_change_points,
+        fdr_q=config.fdr_q,
+    )
+    offsets, piece, piece_base, mean, welch = (
+        steps.offsets,
+        steps.piece,
+        steps.piece_base,
+        steps.mean,
+        steps.welch,
+    )
+    candidate_group, candidate_cut, candidate_cp_p = steps.group, steps.cut, steps.changepoint_p_value
+    after_piece, last_piece = steps.after_piece, steps.last_piece
+    rate = calls_per_second(series, piece, int(piece_base[-1]))[after_piece]
+    added_load = (welch.after_mean - welch.before_mean) * rate
+    small = immaterial(welch.before_mean, welch.after_mean, rate, config)
     with np.errstate(divide="ignore", invalid="ignore"):
         change = (welch.after_mean - welch.before_mean) / welch.before_mean
         latest_change = (mean[last_piece] - welch.before_mean) / welch.before_mean
@@ -707,6 +796,6 @@ def detect_unannounced_regressions(
         (1.0 - pl.col("p_adjusted")).alias("confidence"),
         pl.lit(fdr_text).alias("fdr_method"),
     )
-    return PERFORMANCE_REGRESSIONS.conform(result.select(PERFORMANCE_REGRESSIONS.column_names)).sort(
+    return PERFORMANCE_REGRESSIONS.conform(result.select(_known_columns(result))).sort(
         "instance", "fingerprint"
     )

@@ -48,6 +48,11 @@ class TableSchema:
         extra = {key: self.partition_dtypes.get(key, pl.String()) for key in self.partition_by}
         return pl.Schema({**extra, **dict(self.polars_schema)})
 
+    def columns_of(self, frame: pl.DataFrame) -> list[str]:
+        """This table's columns that ``frame`` has, in table order (a step later in the pipeline may fill
+        the others; ``conform`` makes them null)."""
+        return [c for c in self.column_names if c in frame.columns]
+
     def conform(self, frame: pl.DataFrame) -> pl.DataFrame:
         """Cast to the schema: missing columns become null (never zero), unknown columns are an error."""
         unknown = [c for c in frame.columns if c not in self.polars_schema and c not in self.partition_by]
@@ -264,6 +269,107 @@ PERFORMANCE_REGRESSIONS = TableSchema(
         Column(
             "added_load_ms_per_s", pl.Float64(), "(after - before mean) x calls/s after: execution time added"
         ),
+        Column(
+            "work_changed",
+            pl.Boolean(),
+            "some per-call work measure changed at the change point by the resource thresholds (ratio and "
+            "floor); null when not computed (not detected, no change point)",
+        ),
+        Column(
+            "work_evidence",
+            pl.String(),
+            "per-call work before vs after the change point ('shared blocks per call ×74, rows unchanged')",
+        ),
+        Column(
+            "kind",
+            pl.String(),
+            "plan_or_work | contention | both (jobs.detect.contention); null for rows never detected",
+        ),
+        Column(
+            "instance_slowdown_ratio",
+            pl.Float64(),
+            "median latency ratio (after/before) of the instance's other queries then; null: no episode",
+        ),
+        Column(
+            "slowdown_excess", pl.Float64(), "this query's latency ratio / the common ratio of the others"
+        ),
+    ),
+)
+
+RESOURCE_REGRESSIONS = TableSchema(
+    name="resource_regressions",
+    description=(
+        "One row per analysed (analysis, deploy, instance, query fingerprint, work metric): did the query's "
+        "work per call (temp blocks, shared blocks, rows, WAL bytes, planning time) step up, or why not."
+    ),
+    partition_by=("date",),
+    primary_key=("analysis", "deploy_id", "instance", "fingerprint", "metric"),
+    columns=(
+        Column("analysis", pl.String(), "deploy | unannounced"),
+        Column("instance", pl.String()),
+        Column("queryid", pl.Int64(), "the queryid of the query that most recently received a sample"),
+        Column("queryids", pl.String(), "every queryid merged into this series, comma separated, sorted"),
+        Column("fingerprint", pl.String()),
+        Column("query", pl.String()),
+        Column("deploy_id", pl.String()),
+        Column("deploy_version", pl.String()),
+        Column("deployed_at", UTC_TS),
+        Column("metric", pl.String(), "temp_blocks | shared_blocks | rows | wal_bytes | plan_ms"),
+        Column("unit", pl.String(), "blocks | rows | bytes | ms (per call)"),
+        Column("status", pl.String(), "detected | no_regression | insufficient_data"),
+        Column("reason", pl.String()),
+        Column("window_start", UTC_TS),
+        Column("window_end", UTC_TS),
+        Column("naive_ratio", pl.Float64(), "stage 0: post / pre mean per call around the deploy"),
+        Column("changepoint_index", pl.Int64(), "first sample of the new regime in the merged series"),
+        Column("detected_change_at", UTC_TS, "start of the first interval of the new regime"),
+        Column("changepoint_p_value", pl.Float64()),
+        Column("before_per_call", pl.Float64(), "mean work per call of the segment before the change point"),
+        Column("after_per_call", pl.Float64(), "... and of the segment from it on"),
+        Column("ratio", pl.Float64(), "after_per_call / before_per_call (inf when before is 0)"),
+        Column("before_count", pl.Int64()),
+        Column("after_count", pl.Int64()),
+        Column("t_statistic", pl.Float64(), "Welch (unequal variances, ddof = 1)"),
+        Column("p_value", pl.Float64()),
+        Column("p_adjusted", pl.Float64(), "Benjamini-Hochberg adjusted p (unannounced analysis)"),
+        Column("fdr_method", pl.String(), "false discovery control applied, if any"),
+        Column("latency_before_ms", pl.Float64(), "mean latency of the same before segment"),
+        Column("latency_after_ms", pl.Float64(), "... and of the same after segment"),
+        Column("latency_change", pl.Float64(), "latency_after_ms / latency_before_ms - 1"),
+        Column("summary", pl.String(), "e.g. 'temp blocks per call ×4.8 at deploy v42, latency +9%'"),
+    ),
+)
+
+INSTANCE_SLOWDOWNS = TableSchema(
+    name="instance_slowdowns",
+    description="One row per episode: many queries of one instance slowed together at one moment.",
+    partition_by=("date",),
+    primary_key=("analysis", "deploy_id", "instance", "began_at"),
+    columns=(
+        Column("instance", pl.String()),
+        Column("analysis", pl.String(), "deploy | unannounced: which analysis' moment was tested"),
+        Column("deploy_id", pl.String(), "the deploy at which the instance slowed (null: unannounced)"),
+        Column("deploy_version", pl.String()),
+        Column(
+            "began_at", UTC_TS, "the moment tested: the deploy, or the median change time of the findings"
+        ),
+        Column("queries", pl.Int64(), "how many series slowed together (ratio >= 1 + shift threshold)"),
+        Column("series_compared", pl.Int64(), "series of the instance with enough samples on both sides"),
+        Column("queryids", pl.String(), "queryids of the slowed series, comma separated, sorted"),
+        Column("fingerprints", pl.String(), "fingerprints of the slowed series, comma separated, sorted"),
+        Column(
+            "median_ratio", pl.Float64(), "median latency ratio (after/before) over every series compared"
+        ),
+        Column("max_ratio", pl.Float64()),
+        Column(
+            "work_unchanged",
+            pl.Boolean(),
+            "no finding of the episode changed its work per call (null: work not measured)",
+        ),
+        Column("findings_suppressed", pl.Int64(), "detected findings reported as this episode instead"),
+        Column("calls_per_s_before", pl.Float64(), "calls per second of the compared series, summed"),
+        Column("calls_per_s_after", pl.Float64()),
+        Column("summary", pl.String()),
     ),
 )
 
@@ -426,6 +532,8 @@ TABLES: dict[str, TableSchema] = {
         QUERY_SAMPLES,
         DEPLOY_EVENTS,
         PERFORMANCE_REGRESSIONS,
+        RESOURCE_REGRESSIONS,
+        INSTANCE_SLOWDOWNS,
         PLAN_SNAPSHOTS,
         PLAN_CAPTURE_LOG,
         PLAN_DIFFS,

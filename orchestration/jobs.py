@@ -13,7 +13,12 @@ snapshot_job = dg.define_asset_job("snapshot_job", selection=dg.AssetSelection.a
 analysis_job = dg.define_asset_job(
     "analysis_job",
     selection=dg.AssetSelection.assets(
-        "performance_regressions", "plan_diffs", "regression_alerts", "latency_drift"
+        "performance_regressions",
+        "resource_regressions",
+        "instance_slowdowns",
+        "plan_diffs",
+        "regression_alerts",
+        "latency_drift",
     ),
 )
 samples_job = dg.define_asset_job("samples_job", selection=dg.AssetSelection.assets("query_samples"))

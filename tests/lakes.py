@@ -13,7 +13,8 @@ from jobs.collect.deploys import mark_deploy
 
 
 def write_step_change_lake(lake_root: Path) -> datetime:
-    """query_samples + texts + a deploy: a query 10x slower from the deploy on, one unchanged."""
+    """query_samples + texts + a deploy: a query 10x slower from the deploy on (and ×10 shared blocks per
+    call, its plan changed), one unchanged."""
     start = datetime(2026, 11, 2, 10, 0, tzinfo=UTC)
     deploy_at = start + timedelta(minutes=30)
     rng = np.random.default_rng(3)
@@ -22,6 +23,7 @@ def write_step_change_lake(lake_root: Path) -> datetime:
         end = start + timedelta(minutes=i + 1)
         for queryid, slow in ((111, end > deploy_at), (222, False)):
             mean = (10.0 if slow else 1.0) * float(rng.lognormal(0, 0.1))
+            blocks = 500 if slow else 50  # shared blocks per call: ×10 with the slowdown (a plan change)
             rows.append(
                 {
                     "interval_start": end - timedelta(minutes=1),
@@ -34,6 +36,11 @@ def write_step_change_lake(lake_root: Path) -> datetime:
                     "calls": 100,
                     "total_exec_time": mean * 100,
                     "mean_exec_time": mean,
+                    "shared_blks_hit": blocks * 100 * (1 + i % 2),
+                    "shared_blks_read": 0,
+                    "temp_blks_written": 0,
+                    "rows": 100,
+                    "wal_bytes": 0,
                 }
             )
     samples = pl.DataFrame(rows)
@@ -66,9 +73,18 @@ def series_samples(
     instance: str = "alpha",
     queryid: int = 7,
     first: int = -30,
+    work: dict[str, np.ndarray | list[float] | float] | None = None,
 ) -> pl.DataFrame:
-    """One sample per 10 s interval ending at SERIES_DEPLOY_AT + (first + i + 1) * 10 s, mean values[i]."""
+    """One sample per 10 s interval ending at SERIES_DEPLOY_AT + (first + i + 1) * 10 s, mean values[i].
+
+    ``work``: per-call values of query_samples delta columns (``{"temp_blks_written": [...]}``), stored as
+    Σ per interval (value x calls); columns not given are absent (the detector treats them as untracked).
+    """
     ends = [SERIES_DEPLOY_AT + (first + i + 1) * SERIES_STEP for i in range(len(values))]
+    per_call = {
+        column: np.broadcast_to(np.asarray(v, dtype=np.float64), (len(values),)) * calls
+        for column, v in (work or {}).items()
+    }
     return pl.DataFrame(
         {
             "instance": instance,
@@ -77,6 +93,7 @@ def series_samples(
             "interval_end": ends,
             "calls": calls,
             "total_exec_time": np.asarray(values, dtype=np.float64) * calls,
+            **per_call,
         },
         schema_overrides={
             "interval_start": pl.Datetime("us", "UTC"),

@@ -162,6 +162,14 @@ def test_regressions_asset_and_its_check_on_real_lake_files(lake_root: Path) -> 
     assert detected["queryid"].to_list() == [111]
     change = detected["detected_change_at"][0]
     assert abs((change - deploy_at).total_seconds()) <= 120
+    assert detected["work_evidence"][0].startswith("shared blocks per call ×10")
+    metadata = result.asset_materializations_for_node("regressions_and_plan_diffs")
+    by_key = {m.asset_key.to_user_string(): m.metadata for m in metadata}
+    assert by_key["resource_regressions"]["detected"].value == 2  # the deploy's step, found by both analyses
+    resources = lake.scan_table(lake_root, "resource_regressions").collect()
+    found = resources.filter((pl.col("status") == "detected") & (pl.col("analysis") == "deploy"))
+    assert found.select("queryid", "metric").rows() == [(111, "shared_blocks")]
+    assert found["summary"][0].startswith("shared blocks per call ×10 (75 → 750) at deploy v9, latency ×")
 
 
 def test_plan_snapshots_asset_captures_generic_plans(

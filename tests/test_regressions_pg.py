@@ -7,100 +7,36 @@ samples job, fingerprints and detector run on what landed in the lake.
 
 from __future__ import annotations
 
-import threading
-import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import polars as pl
 import psycopg
 import pytest
-from psycopg.types.numeric import Int4
 
-from jobs import lake
-from jobs.collect.collector import snapshot_fleet
 from jobs.collect.deploys import load_deploy_events, mark_deploy
 from jobs.config import FleetConfig
 from jobs.fleet import EmbeddedFleet
 from jobs.regressions import RegressionConfig, detect_regressions
 from jobs.samples import samples_from_snapshots
-from jobs.schemas import QUERY_TEXTS, SNAPSHOT_RUNS, STATEMENT_SNAPSHOTS
+from tests.pg_workload import (
+    SNAPSHOT_EVERY,
+    SNAPSHOTS_PER_PHASE,
+    Workload,
+    lake_frames,
+    one_instance,
+    setup_orders,
+    snapshot_phase,
+)
 
 pytestmark = pytest.mark.postgres
 
-SNAPSHOT_EVERY = 0.2
-SNAPSHOTS_PER_PHASE = 20  # fewer leave the serially corrected rank test short of power
 CONFIG = RegressionConfig(window_before=timedelta(minutes=1), window_after=timedelta(minutes=1))
-
-
-class Workload:
-    """One client running a query with typed (int4) parameters in a loop until stopped."""
-
-    def __init__(self, dsn: str, sql: str) -> None:
-        self.dsn, self.sql = dsn, sql
-        self.calls = 0
-        self.error: BaseException | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        try:
-            with psycopg.connect(self.dsn, autocommit=True, prepare_threshold=None) as conn:
-                while not self._stop.is_set():
-                    conn.execute(self.sql, [Int4(self.calls % 100)])
-                    self.calls += 1
-        except BaseException as exc:  # reported by stop(), in the test's thread
-            self.error = exc
-
-    def __enter__(self) -> Workload:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=30)
-        assert self.error is None, f"workload failed: {self.error!r}"
-        assert self.calls > 0
-
-
-def snapshot_phase(config: FleetConfig, lake_root: Path, count: int = SNAPSHOTS_PER_PHASE) -> None:
-    for _ in range(count):
-        started = time.monotonic()
-        result = snapshot_fleet(config, lake_root)
-        assert not result.failed, [r.error for r in result.failed]
-        time.sleep(max(0.0, SNAPSHOT_EVERY - (time.monotonic() - started)))
-
-
-def lake_frames(lake_root: Path) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
-    snapshots = lake.scan_table(lake_root, STATEMENT_SNAPSHOTS).collect()
-    runs = lake.scan_table(lake_root, SNAPSHOT_RUNS).collect()
-    texts = lake.scan_table(lake_root, QUERY_TEXTS).collect()
-    return snapshots, runs, texts
-
-
-def setup_orders(dsn: str, table: str, *, index: bool, customer_type: str = "int") -> None:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(f"drop table if exists {table}")
-        conn.execute(
-            f"create table {table} (id bigserial primary key, customer_id {customer_type} not null,"
-            " amount numeric)"
-        )
-        conn.execute(
-            f"insert into {table} (customer_id, amount) select g % 5000, g from generate_series(1, 200000) g"
-        )
-        if index:
-            conn.execute(f"create index {table}_customer on {table} (customer_id)")
-        conn.execute(f"analyze {table}")
 
 
 @pytest.fixture
 def alpha(pg_fleet: EmbeddedFleet) -> tuple[str, FleetConfig]:
-    server = pg_fleet.server("alpha")
-    with psycopg.connect(server.dsn, autocommit=True) as conn:
-        conn.execute("select pg_stat_statements_reset()")
-    only_alpha = FleetConfig.from_embedded(pg_fleet)
-    only_alpha = FleetConfig(instances=tuple(i for i in only_alpha.instances if i.name == "alpha"))
-    return server.dsn, only_alpha
+    return one_instance(pg_fleet, "alpha")
 
 
 def verdicts_for(lake_root: Path, table: str) -> pl.DataFrame:

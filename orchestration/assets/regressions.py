@@ -1,4 +1,5 @@
-"""performance_regressions and plan_diffs: one detection pass over the whole fleet."""
+"""performance_regressions, resource_regressions, instance_slowdowns and plan_diffs: one detection pass
+over the whole fleet."""
 
 import dagster as dg
 import polars as pl
@@ -18,6 +19,22 @@ from orchestration.tables import lake_incident_metadata, markdown_table
             group_name="analyse",
             kinds={"polars", "parquet"},
             description="Every analysed (deploy, instance, query) and unannounced series, detected or not.",
+        ),
+        dg.AssetSpec(
+            "resource_regressions",
+            deps=["query_samples", "deploy_events"],
+            group_name="analyse",
+            kinds={"polars", "parquet"},
+            description="Work per call (temp blocks, shared blocks, rows, WAL, planning) of every analysed "
+            "series: stepped up (a resource regression) or why not.",
+        ),
+        dg.AssetSpec(
+            "instance_slowdowns",
+            deps=["query_samples", "deploy_events"],
+            group_name="analyse",
+            kinds={"polars", "parquet"},
+            description="Episodes of many queries of one instance slowing together (contention), reported "
+            "once instead of as query regressions.",
         ),
         dg.AssetSpec(
             "plan_diffs",
@@ -51,6 +68,28 @@ def regressions_and_plan_diffs(lake: LakeResource):
             "detected": detected.height,
             **lake_incident_metadata(mark),
             "regressions": dg.MetadataValue.md(markdown_table(shown)),
+        },
+    )
+    resources = outcome.resource_detected
+    yield dg.MaterializeResult(
+        asset_key="resource_regressions",
+        metadata={
+            "analysed": outcome.resource_regressions.height,
+            "detected": resources.height,
+            "regressions": dg.MetadataValue.md(
+                markdown_table(resources.select("analysis", "instance", "query", "summary"))
+            ),
+        },
+    )
+    slowdowns = outcome.instance_slowdowns
+    yield dg.MaterializeResult(
+        asset_key="instance_slowdowns",
+        metadata={
+            "episodes": slowdowns.height,
+            "findings_suppressed": int(slowdowns["findings_suppressed"].sum()) if slowdowns.height else 0,
+            "episodes_table": dg.MetadataValue.md(
+                markdown_table(slowdowns.select("analysis", "instance", "began_at", "summary"))
+            ),
         },
     )
     yield dg.MaterializeResult(asset_key="plan_diffs", metadata={"diffs": outcome.plan_diffs.height})

@@ -1,0 +1,479 @@
+"""Contention is not a regression of the query: tell "this query changed" from "its instance slowed".
+
+When a CPU-heavy neighbour saturates a host, every query on it gets slower at the same moment, and each
+one is a significant, material step to the latency detector. This step looks, for each instance and each
+moment under test (a deploy; the change time of unannounced findings, the lower median of the change
+times of one instance's findings chained within ``same_moment_within``), at every series of the instance
+with enough samples on both sides, not only the detected ones:
+
+  per series   log latency ratio = median log latency of the ``window_samples`` samples starting at or
+               after the moment - the same of the samples ending at or before it (a sample whose
+               interval straddles the moment is in neither: it mixes both regimes);
+  compared     a series with ``min_samples_per_side`` samples on each side and a median latency before
+               of at least ``min_compared_latency_ms``: CPU contention reaches a query through the
+               scheduler preempting it, which a sub-millisecond query rarely is (on a real server with six
+               CPU-bound neighbours on 2 cores, queries of 0.03-0.6 ms kept ratios 0.86-1.0 while those of
+               3-12 ms went ×1.3-2.9), so tiny queries say nothing about whether the instance slowed;
+  episode      at least ``min_series`` series compared, at least ``min_shifted_series`` of them (and
+               ``min_shifted_share`` of all) slowed by ``1 + shift_threshold`` or more: one
+               ``instance_slowdowns`` row (which queries, how much, calls/s, work per call);
+  per finding  common shift = median log ratio of the *other* series (leave the finding out), spread =
+               1.4826 x their median absolute deviation. Its own slowdown "clearly exceeds" the common
+               one when own - common > max(log ``excess_factor``, ``spread_factor`` x spread).
+
+A detected finding gets ``kind``:
+  plan_or_work  no episode at its moment: reported as before (a query that tripled alone is a regression
+                even with the same work per call: lock waits, CPU-bound plan changes);
+  both          inside an episode, but ``work_changed`` is true or its slowdown clearly exceeds the
+                common one: reported;
+  contention    inside an episode, work not changed (false or unknown) and no clear excess: not reported
+                (status no_regression, reason ``instance_slowdown``), counted in the episode instead.
+``work_changed`` comes from jobs.detect.work (attach_work_evidence); missing or null means unknown, and
+the finding is judged on its latency excess alone.
+
+Pure: frames in, frames out; vectorized with joins and group-bys over the whole fleet.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import timedelta
+
+import polars as pl
+
+from jobs.schemas import INSTANCE_SLOWDOWNS
+
+PLAN_OR_WORK = "plan_or_work"
+CONTENTION = "contention"
+BOTH = "both"
+INSTANCE_SLOWDOWN_REASON = "instance_slowdown"
+
+MAD_TO_SIGMA = 1.4826
+"""Median absolute deviation x this = standard deviation for normal data."""
+_FLOOR_MS = 1e-6
+"""Latency floor before taking logs (an interval of 0 ms execution time)."""
+
+
+@dataclass(frozen=True)
+class ContentionConfig:
+    """Every threshold of the contention step; reached as ``RegressionConfig.contention``."""
+
+    window_samples: int = 10
+    """Samples per side of the moment compared (the nearest ones): short enough that a contention episode
+    of a few samples is not diluted by a long quiet window, long enough for a robust median."""
+    max_window: timedelta = timedelta(minutes=30)
+    """Never look farther than this from the moment (sparse series)."""
+    min_samples_per_side: int = 5
+    """A series with fewer samples than this on either side is not compared."""
+    min_compared_latency_ms: float = 1.0
+    """A series whose median latency before the moment is below this is not compared (CPU contention
+    barely reaches sub-millisecond queries; see the module docstring). A finding below it is still
+    judged: its own ratio is always computed."""
+    shift_threshold: float = 0.20
+    """A series slowed at the moment when its latency ratio is at least 1 + this (the detector's
+    latency_change_threshold)."""
+    min_series: int = 4
+    """An episode needs at least this many series of the instance compared..."""
+    min_shifted_series: int = 3
+    """...at least this many of them slowed (without counting the finding judged)..."""
+    min_shifted_share: float = 0.5
+    """...and this share of all series compared slowed."""
+    excess_factor: float = 2.0
+    """Inside an episode a finding is reported only when its latency ratio / the common ratio is above
+    this (or its work per call changed)... CPU contention slows long queries more than short ones (more
+    preemptions): on a real server the heaviest light query (26 ms) went ×4.0 while the common shift was
+    ×2.45, an excess of 1.64 with no change of its own; a lost index went ×630."""
+    spread_factor: float = 2.0
+    """...and above ``spread_factor`` x the spread of the other series' log ratios (MAD-based), so an
+    episode in which queries slowed unevenly does not pass its most sensitive query off as a regression."""
+    same_moment_within: timedelta = timedelta(minutes=2)
+    """Unannounced findings of one instance whose change times lie this close (chained) are one moment."""
+
+    def __post_init__(self) -> None:
+        if self.window_samples < self.min_samples_per_side or self.min_samples_per_side < 1:
+            raise ValueError("contention: need window_samples >= min_samples_per_side >= 1")
+        if self.min_series < 2 or self.min_shifted_series < 1:
+            raise ValueError("contention: need min_series >= 2 and min_shifted_series >= 1")
+        if not 0.0 < self.min_shifted_share <= 1.0:
+            raise ValueError("contention: min_shifted_share must be in (0, 1]")
+        if self.shift_threshold <= 0 or self.excess_factor <= 1.0 or self.spread_factor < 0:
+            raise ValueError("contention: need shift_threshold > 0, excess_factor > 1, spread_factor >= 0")
+        if self.min_compared_latency_ms < 0:
+            raise ValueError("contention: min_compared_latency_ms must be >= 0")
+        if self.max_window <= timedelta(0) or self.same_moment_within < timedelta(0):
+            raise ValueError("contention: max_window must be positive, same_moment_within >= 0")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Moments under test
+
+
+MOMENT_COLUMNS = {
+    "moment": pl.Int64,
+    "instance": pl.String,
+    "analysis": pl.String,
+    "deploy_id": pl.String,
+    "deploy_version": pl.String,
+    "at": pl.Datetime("us", "UTC"),
+}
+
+
+def moments_of(findings: pl.DataFrame, config: ContentionConfig) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(moments, findings with a ``moment`` id): every (deploy, instance) the deploy analysis looked at,
+    and the change times of detected unannounced findings, chained per instance when close."""
+    rows = findings.with_row_index("_row")
+    deploy = (
+        rows.filter((pl.col("analysis") == "deploy") & pl.col("deployed_at").is_not_null())
+        .select("instance", "analysis", "deploy_id", "deploy_version", pl.col("deployed_at").alias("at"))
+        .unique(["instance", "deploy_id"])
+    )
+    detected_unannounced = rows.filter(
+        (pl.col("analysis") == "unannounced")
+        & (pl.col("status") == "detected")
+        & pl.col("detected_change_at").is_not_null()
+    ).sort("instance", "detected_change_at", "_row")
+    chained = detected_unannounced.with_columns(
+        (
+            (pl.col("instance") != pl.col("instance").shift(1)).fill_null(True)
+            | (
+                (pl.col("detected_change_at") - pl.col("detected_change_at").shift(1))
+                > pl.duration(microseconds=config.same_moment_within // timedelta(microseconds=1))
+            ).fill_null(True)
+        )
+        .cum_sum()
+        .alias("_chain")
+    )
+    unannounced = chained.group_by("_chain").agg(
+        pl.col("instance").first(),
+        pl.lit("unannounced").alias("analysis"),
+        pl.lit(None, dtype=pl.String).alias("deploy_id"),
+        pl.lit(None, dtype=pl.String).alias("deploy_version"),
+        # The lower median of the chain's change times: one series whose change point noise put early
+        # must not move the moment off the step the others share.
+        pl.col("detected_change_at").sort().get((pl.len() - 1) // 2).alias("at"),
+    )
+    moments = (
+        pl.concat(
+            [
+                deploy.select(list(MOMENT_COLUMNS)[1:]).cast(dict(list(MOMENT_COLUMNS.items())[1:])),
+                unannounced.select(list(MOMENT_COLUMNS)[1:]).cast(dict(list(MOMENT_COLUMNS.items())[1:])),
+            ]
+        )
+        .sort("analysis", "instance", "at", "deploy_id", nulls_last=True)
+        .with_row_index("moment")
+        .with_columns(pl.col("moment").cast(pl.Int64))
+    )
+    unannounced_ids = chained.select("_row", "_chain").join(
+        unannounced.select("_chain", "instance", "at"), on="_chain"
+    )
+    unannounced_ids = unannounced_ids.join(
+        moments.filter(pl.col("analysis") == "unannounced").select("moment", "instance", "at"),
+        on=["instance", "at"],
+    ).select("_row", "moment")
+    deploy_ids = (
+        rows.filter(pl.col("analysis") == "deploy")
+        .select("_row", "instance", "deploy_id")
+        .join(
+            moments.filter(pl.col("analysis") == "deploy").select("moment", "instance", "deploy_id"),
+            on=["instance", "deploy_id"],
+        )
+        .select("_row", "moment")
+    )
+    ids = pl.concat([deploy_ids, unannounced_ids])
+    tagged = rows.join(ids, on="_row", how="left").sort("_row").drop("_row")
+    return moments, tagged
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Per-series shifts at each moment
+
+
+SHIFT_COLUMNS = {
+    "moment": pl.Int64,
+    "fingerprint": pl.String,
+    "queryid": pl.Int64,
+    "before_n": pl.UInt32,
+    "after_n": pl.UInt32,
+    "before_ms": pl.Float64,
+    "log_ratio": pl.Float64,
+    "calls_per_s_before": pl.Float64,
+    "calls_per_s_after": pl.Float64,
+    "measured": pl.Boolean,
+    "compared": pl.Boolean,
+}
+
+
+def series_shifts(series: pl.DataFrame, moments: pl.DataFrame, config: ContentionConfig) -> pl.DataFrame:
+    """Per (moment, series of its instance): log latency ratio over the nearest samples on each side.
+
+    ``series``: merged interval series (jobs.regressions.merge_intervals over instance, fingerprint) with
+    ``queryid`` (the latest of the series); ``moments``: moments_of output.
+    """
+    if series.height == 0 or moments.height == 0:
+        return pl.DataFrame(schema=SHIFT_COLUMNS)
+    reach = pl.duration(microseconds=config.max_window // timedelta(microseconds=1))
+    near = (
+        series.join(moments.select("moment", "instance", "at"), on="instance")
+        .filter(
+            (pl.col("interval_end") > pl.col("at") - reach)
+            & (pl.col("interval_start") < pl.col("at") + reach)
+        )
+        .with_columns(
+            pl.when(pl.col("interval_end") <= pl.col("at"))
+            .then(pl.lit("before"))
+            .when(pl.col("interval_start") >= pl.col("at"))
+            .then(pl.lit("after"))
+            .otherwise(pl.lit(None, dtype=pl.String))  # straddles the moment: mixes both regimes
+            .alias("side"),
+            (pl.col("interval_end") - pl.col("at")).abs().alias("distance"),
+            pl.col("value").clip(lower_bound=_FLOOR_MS).log().alias("log_ms"),
+        )
+        .filter(pl.col("side").is_not_null())
+        .with_columns(
+            pl.col("distance").rank("ordinal").over("moment", "fingerprint", "side").alias("nearness")
+        )
+        .filter(pl.col("nearness") <= config.window_samples)
+    )
+    before, after = pl.col("side") == "before", pl.col("side") == "after"
+    shifts = (
+        near.group_by("moment", "fingerprint")
+        .agg(
+            pl.col("queryid").sort_by("interval_end").last(),
+            before.sum().alias("before_n"),
+            after.sum().alias("after_n"),
+            pl.col("log_ms").filter(before).median().exp().alias("before_ms"),
+            (pl.col("log_ms").filter(after).median() - pl.col("log_ms").filter(before).median()).alias(
+                "log_ratio"
+            ),
+            (pl.col("calls").filter(before).sum() / pl.col("interval_seconds").filter(before).sum()).alias(
+                "calls_per_s_before"
+            ),
+            (pl.col("calls").filter(after).sum() / pl.col("interval_seconds").filter(after).sum()).alias(
+                "calls_per_s_after"
+            ),
+        )
+        .with_columns(
+            (
+                (pl.col("before_n") >= config.min_samples_per_side)
+                & (pl.col("after_n") >= config.min_samples_per_side)
+            ).alias("measured")
+        )
+        .with_columns(
+            (pl.col("measured") & (pl.col("before_ms") >= config.min_compared_latency_ms)).alias("compared")
+        )
+        .sort("moment", "fingerprint")
+    )
+    return shifts.select(list(SHIFT_COLUMNS)).cast(SHIFT_COLUMNS)
+
+
+def _shifted(config: ContentionConfig) -> pl.Expr:
+    return pl.col("log_ratio") >= math.log1p(config.shift_threshold)
+
+
+def instance_slowdowns(shifts: pl.DataFrame, moments: pl.DataFrame, config: ContentionConfig) -> pl.DataFrame:
+    """Per moment with an episode: the INSTANCE_SLOWDOWNS row (without the findings' work evidence:
+    ``work_unchanged`` null, ``findings_suppressed`` 0; separate_contention fills them)."""
+    compared = shifts.filter(pl.col("compared"))
+    shifted = _shifted(config)
+    per_moment = compared.group_by("moment").agg(
+        pl.len().alias("series_compared"),
+        shifted.sum().cast(pl.Int64).alias("queries"),
+        pl.col("log_ratio").median().exp().alias("median_ratio"),
+        pl.col("log_ratio").max().exp().alias("max_ratio"),
+        pl.col("queryid").filter(shifted).sort().cast(pl.String).str.join(",").alias("queryids"),
+        pl.col("fingerprint").filter(shifted).sort().str.join(",").alias("fingerprints"),
+        pl.col("calls_per_s_before").sum(),
+        pl.col("calls_per_s_after").sum(),
+    )
+    episodes = per_moment.filter(
+        (pl.col("series_compared") >= config.min_series)
+        & (pl.col("queries") >= config.min_shifted_series)
+        & (pl.col("queries") >= config.min_shifted_share * pl.col("series_compared"))
+    )
+    rows = moments.join(episodes, on="moment", how="inner").with_columns(
+        pl.col("at").alias("began_at"),
+        pl.lit(None, dtype=pl.Boolean).alias("work_unchanged"),
+        pl.lit(0, dtype=pl.Int64).alias("findings_suppressed"),
+        pl.lit(None, dtype=pl.String).alias("summary"),
+    )
+    return rows.select("moment", *INSTANCE_SLOWDOWNS.column_names).sort("moment")
+
+
+def _summary() -> pl.Expr:
+    where = (
+        pl.when(pl.col("deploy_version").is_not_null())
+        .then(pl.lit(" at deploy ") + pl.col("deploy_version"))
+        .otherwise(pl.lit(" from ") + pl.col("began_at").dt.strftime("%Y-%m-%d %H:%M:%S UTC"))
+    )
+    work = (
+        pl.when(pl.col("work_unchanged"))
+        .then(pl.lit("work per call unchanged"))
+        .when(pl.col("work_unchanged").not_())
+        .then(pl.lit("work per call changed for some"))
+        .otherwise(pl.lit("work per call not measured"))
+    )
+    return pl.format(
+        "{} of {} queries on {} {}× slower{}; {}; calls/s {} → {}",
+        pl.col("queries"),
+        pl.col("series_compared"),
+        pl.col("instance"),
+        pl.col("median_ratio").round(2),
+        where,
+        work,
+        pl.col("calls_per_s_before").round(1),
+        pl.col("calls_per_s_after").round(1),
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The step of the pipeline
+
+
+def separate_contention(
+    findings: pl.DataFrame,
+    samples: pl.DataFrame,
+    texts: pl.DataFrame,
+    config: ContentionConfig = ContentionConfig(),
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(findings with kind, instance_slowdown_ratio, slowdown_excess and contention-only detections turned
+    into no_regression / instance_slowdown; the INSTANCE_SLOWDOWNS rows of every episode).
+
+    ``findings``: detect_regressions and/or detect_unannounced_regressions rows (optionally with
+    ``work_changed``); ``samples``/``texts``: the frames the detector was given. Rows keep their order.
+    """
+    # Imported here: jobs.regressions imports this module for ContentionConfig (RegressionConfig field).
+    from jobs.regressions import (
+        DETECTED,
+        NO_REGRESSION,
+        fingerprinted_samples,
+        merge_intervals,
+        series_identity,
+    )
+
+    findings = findings.with_columns(
+        *(
+            pl.lit(None, dtype=dtype).alias(name)
+            for name, dtype in _OUTPUT_COLUMNS.items()
+            if name not in findings.columns
+        )
+    )
+    has_work = "work_changed" in findings.columns
+    work_changed = pl.col("work_changed").cast(pl.Boolean) if has_work else pl.lit(None, dtype=pl.Boolean)
+    if findings.height == 0 or samples.height == 0:
+        return findings, INSTANCE_SLOWDOWNS.empty()
+    moments, tagged = moments_of(findings, config)
+    points = fingerprinted_samples(samples, texts)
+    keys = ["instance", "fingerprint"]
+    series = merge_intervals(points, keys).join(
+        series_identity(points, keys).select(*keys, "queryid"), on=keys, how="left"
+    )
+    shifts = series_shifts(series, moments, config)
+    episodes = instance_slowdowns(shifts, moments, config)
+
+    # Per detected finding: its own log ratio and the leave-one-out common shift of the others.
+    detected = tagged.with_row_index("_row").filter(
+        (pl.col("status") == DETECTED) & pl.col("moment").is_not_null()
+    )
+    own = detected.select("_row", "moment", "fingerprint").join(
+        shifts.filter(pl.col("measured")).select("moment", "fingerprint", pl.col("log_ratio").alias("own")),
+        on=["moment", "fingerprint"],
+        how="left",
+    )
+    others = (
+        detected.select("_row", "moment", "fingerprint")
+        .join(shifts.filter(pl.col("compared")), on="moment", suffix="_other")
+        .filter(pl.col("fingerprint") != pl.col("fingerprint_other"))
+        .group_by("_row")
+        .agg(
+            pl.len().alias("others"),
+            _shifted(config).sum().alias("others_shifted"),
+            pl.col("log_ratio").median().alias("common"),
+            ((pl.col("log_ratio") - pl.col("log_ratio").median()).abs().median() * MAD_TO_SIGMA).alias(
+                "spread"
+            ),
+        )
+    )
+    judged = (
+        own.join(others, on="_row", how="left")
+        .join(episodes.select("moment", pl.lit(True).alias("episode")), on="moment", how="left")
+        .with_columns(
+            (
+                pl.col("episode").fill_null(False)
+                & (pl.col("others_shifted").fill_null(0) >= config.min_shifted_series)
+            ).alias("in_episode"),
+            (
+                (pl.col("own") - pl.col("common"))
+                > pl.max_horizontal(
+                    pl.lit(math.log(config.excess_factor)), config.spread_factor * pl.col("spread")
+                )
+            )
+            .fill_null(False)
+            .alias("exceeds"),
+        )
+        .select("_row", "own", "common", "in_episode", "exceeds")
+    )
+    out = tagged.with_row_index("_row").join(judged, on="_row", how="left").sort("_row")
+    is_detected = pl.col("status") == DETECTED
+    kind = (
+        pl.when(~is_detected)
+        .then(pl.col("kind"))
+        .when(~pl.col("in_episode").fill_null(False))
+        .then(pl.lit(PLAN_OR_WORK))
+        .when(work_changed.fill_null(False) | pl.col("exceeds"))
+        .then(pl.lit(BOTH))
+        .otherwise(pl.lit(CONTENTION))
+    )
+    out = out.with_columns(kind.alias("kind")).with_columns(
+        pl.when(is_detected & pl.col("in_episode").fill_null(False))
+        .then(pl.col("common").exp())
+        .otherwise(pl.col("instance_slowdown_ratio"))
+        .alias("instance_slowdown_ratio"),
+        pl.when(is_detected & pl.col("common").is_not_null())
+        .then((pl.col("own") - pl.col("common")).exp())
+        .otherwise(pl.col("slowdown_excess"))
+        .alias("slowdown_excess"),
+    )
+    suppressed = is_detected & (pl.col("kind") == CONTENTION)
+    # The episode's work evidence, from the findings judged inside it.
+    evidence = (
+        out.filter(is_detected & pl.col("in_episode").fill_null(False))
+        .with_columns(work_changed.alias("_work"))
+        .group_by("moment")
+        .agg(
+            pl.col("_work").fill_null(False).any().alias("_any_changed"),
+            pl.col("_work").is_not_null().any().alias("_any_known"),
+            (pl.col("kind") == CONTENTION).sum().cast(pl.Int64).alias("_suppressed"),
+        )
+        .with_columns(
+            pl.when(pl.col("_any_changed"))
+            .then(pl.lit(False))
+            .when(pl.col("_any_known"))
+            .then(pl.lit(True))
+            .otherwise(pl.lit(None, dtype=pl.Boolean))
+            .alias("_work_unchanged")
+        )
+    )
+    episodes = (
+        episodes.join(evidence, on="moment", how="left")
+        .with_columns(
+            pl.col("_work_unchanged").alias("work_unchanged"),
+            pl.col("_suppressed").fill_null(0).alias("findings_suppressed"),
+        )
+        .with_columns(_summary().alias("summary"))
+        .sort("analysis", "instance", "began_at", "deploy_id", nulls_last=True)
+    )
+    out = out.with_columns(
+        pl.when(suppressed).then(pl.lit(NO_REGRESSION)).otherwise(pl.col("status")).alias("status"),
+        pl.when(suppressed)
+        .then(pl.lit(INSTANCE_SLOWDOWN_REASON))
+        .otherwise(pl.col("reason"))
+        .alias("reason"),
+    )
+    return (
+        out.drop("_row", "moment", "own", "common", "in_episode", "exceeds"),
+        INSTANCE_SLOWDOWNS.conform(episodes.select(INSTANCE_SLOWDOWNS.column_names)),
+    )
+
+
+_OUTPUT_COLUMNS = {"kind": pl.String, "instance_slowdown_ratio": pl.Float64, "slowdown_excess": pl.Float64}

@@ -1,0 +1,650 @@
+"""Regressions of work: a query that now does more per call (temp blocks, shared blocks, rows, WAL, planning).
+
+A work series is, per (instance, query fingerprint) and merged interval, Σ metric / Σ calls over every
+queryid of the fingerprint (``work_per_call``). Work series go through the latency detector's machinery
+unchanged, all (deploy, instance, query, metric) series in one batch:
+
+Deploy analysis (``detect_resource_regressions``), per (deploy, instance, query, metric) in its window:
+  stage 0  naive pre/post means per call: after/before below ``ResourceConfig.ratio_threshold`` →
+           below_ratio_threshold; after - before below the metric's absolute floor → below_absolute_floor;
+  stage 1  the change point nearest the deploy (``jobs.regressions._changepoint_and_welch``, the latency
+           detector's own function, called with the per-call work as the series value): none →
+           no_significant_change_point, too far from the deploy → change_point_outside_tolerance;
+  stage 2  Welch on the segments around it; the ratio and floor gates again on those segment means (the
+           reported figures), p < ``RegressionConfig.p_value_threshold`` → detected.
+Unannounced analysis: hierarchical E-divisive over the history (``consecutive_segment_tests``), each step up
+past both gates Welch-tested against its neighbouring segment, Benjamini-Hochberg over the fleet's candidates.
+
+Decreases of work are never resource regressions. Planning time is analysed only where it is tracked
+(pg_stat_statements.track_planning on: ``plans`` positive before and after the split).
+
+``attach_work_evidence`` gives every detected latency finding its work before vs after its change point,
+over the same segments its Welch test compared: ``work_changed`` and ``work_evidence``
+("shared blocks per call ×74, rows unchanged").
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+
+import numpy as np
+import polars as pl
+from scipy import stats
+
+from jobs.detect.work_config import WORK_METRIC_BY_NAME, WORK_METRICS, ResourceConfig, WorkMetric
+from jobs.regressions import (
+    DETECTED,
+    INSUFFICIENT_DATA,
+    NO_REGRESSION,
+    SERIES_KEY,
+    RegressionConfig,
+    RegressionInputError,
+    _changepoint_and_welch,
+    consecutive_segment_tests,
+    deploy_window_points,
+    fingerprinted_samples,
+    merge_intervals,
+    series_identity,
+)
+from jobs.schemas import RESOURCE_REGRESSIONS
+
+__all__ = [
+    "WORK_METRICS",
+    "ResourceConfig",
+    "WorkMetric",
+    "attach_work_evidence",
+    "detect_resource_regressions",
+    "work_per_call",
+]
+
+DEFAULT_CONFIG = RegressionConfig()
+
+WORK_COLUMNS: tuple[str, ...] = tuple(
+    dict.fromkeys(
+        [c for m in WORK_METRICS for c in m.columns] + [m.tracked_by for m in WORK_METRICS if m.tracked_by]
+    )
+)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Work series
+
+
+def _with_work_columns(points: pl.DataFrame) -> pl.DataFrame:
+    """A work column the input lacks (an old server, inline test series) is null: untracked, never zero."""
+    missing = [c for c in WORK_COLUMNS if c not in points.columns]
+    return points.with_columns(pl.lit(None, dtype=pl.Float64).alias(c) for c in missing)
+
+
+def _work_sums(points: pl.DataFrame) -> tuple[pl.DataFrame, tuple[str, ...]]:
+    """Per sample and metric: its numerator (0 where a column is null) and its tracking counter."""
+    exprs: list[pl.Expr] = []
+    for metric in WORK_METRICS:
+        known = pl.all_horizontal(pl.col(c).is_not_null() for c in metric.columns)
+        numerator = pl.sum_horizontal(pl.col(c).cast(pl.Float64) for c in metric.columns)
+        tracking = (
+            pl.col(metric.tracked_by).cast(pl.Float64).fill_null(0.0) if metric.tracked_by else pl.lit(1.0)
+        )
+        exprs += [
+            pl.when(known).then(numerator).otherwise(0.0).alias(f"work:{metric.name}"),
+            pl.when(known).then(tracking).otherwise(0.0).alias(f"tracking:{metric.name}"),
+        ]
+    frame = _with_work_columns(points)
+    _check_work_values(frame)
+    frame = frame.with_columns(exprs)
+    return frame, tuple(e.meta.output_name() for e in exprs)
+
+
+def _check_work_values(frame: pl.DataFrame) -> None:
+    """Work deltas are finite and >= 0 (jobs.samples drops intervals where a counter went backwards)."""
+    for column in WORK_COLUMNS:
+        value = pl.col(column).cast(pl.Float64)
+        bad = frame.filter(value.is_not_null() & ~(value.is_finite() & (value >= 0)))
+        if bad.height:
+            row = bad.row(0, named=True)
+            raise RegressionInputError(
+                f"samples: instance {row['instance']} queryid {row['queryid']} at {row['interval_end']}: "
+                f"{column} = {row[column]}; work deltas must be finite and >= 0 (build samples with "
+                "jobs.samples)"
+            )
+
+
+def work_per_call(series_samples: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+    """One row per (keys, metric, interval_end): ``value`` = Σ metric / Σ calls of the merged interval.
+
+    ``series_samples``: fingerprinted samples (``jobs.regressions.fingerprinted_samples``), already cut to
+    the analysed window, with ``keys`` naming a series. Also per row: ``latency_ms`` (Σ exec / Σ calls),
+    ``tracking`` (Σ of the metric's tracking counter, 0 where its columns are null: not tracked) and
+    ``position`` (0-based index of the interval in its series, the detector's ``changepoint_index`` scale).
+    Intervals are merged once, by ``merge_intervals`` (the latency series' own merge); rows come sorted by
+    (metric in WORK_METRICS order, keys, interval_end), so each series is contiguous.
+    """
+    frame, sums = _work_sums(series_samples)
+    merged = merge_intervals(frame, keys, sums).with_columns(
+        pl.col("value").alias("latency_ms"),
+        pl.int_range(pl.len(), dtype=pl.Int64).over(keys).alias("position"),
+    )
+    common = [*keys, "interval_start", "interval_end", "interval_seconds", "calls", "latency_ms", "position"]
+    return pl.concat(
+        [
+            merged.select(
+                *keys,
+                pl.lit(m.name).alias("metric"),
+                *common[len(keys) :],
+                (pl.col(f"work:{m.name}") / pl.col("calls")).alias("value"),
+                pl.col(f"tracking:{m.name}").alias("tracking"),
+            )
+            for m in WORK_METRICS
+        ],
+        how="vertical",
+    )
+
+
+def split_means(series: pl.DataFrame, splits: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+    """Per (keys, metric): mean per-call work, latency and tracking on each side of a change point.
+
+    ``splits`` (one row per keys; keys may include ``metric``) holds ``changepoint_index``,
+    ``before_count``, ``after_count`` and ``deployed_at`` (null for unannounced findings). The sides are
+    the segments the detector's Welch test compared: the ``before_count`` samples right before the cut and
+    the ``after_count`` samples from it on, without the sample adjacent to the cut whose interval
+    straddles the deploy (``segments_around``).
+    """
+    cut = pl.col("changepoint_index")
+    joined = series.join(
+        splits.select(*keys, "changepoint_index", "before_count", "after_count", "deployed_at"),
+        on=keys,
+        how="inner",
+    )
+    straddles = (
+        pl.col("deployed_at").is_not_null()
+        & ((pl.col("position") == cut - 1) | (pl.col("position") == cut))
+        & (pl.col("interval_start") < pl.col("deployed_at"))
+        & (pl.col("deployed_at") < pl.col("interval_end"))
+    )
+    per_metric = list(dict.fromkeys([*keys, "metric"]))
+    sides = [*per_metric, "after"]
+    kept = (
+        joined.filter(~straddles)
+        .with_columns((pl.col("position") >= cut).alias("after"))
+        .with_columns(
+            pl.when(pl.col("after"))
+            .then(pl.col("position").rank("ordinal").over(sides))
+            .otherwise(pl.col("position").rank("ordinal", descending=True).over(sides))
+            .alias("rank")
+        )
+        .filter(
+            pl.when(pl.col("after"))
+            .then(pl.col("rank") <= pl.col("after_count"))
+            .otherwise(pl.col("rank") <= pl.col("before_count"))
+        )
+    )
+    before, after = ~pl.col("after"), pl.col("after")
+    return kept.group_by(per_metric, maintain_order=True).agg(
+        pl.col("value").filter(before).mean().alias("before_per_call"),
+        pl.col("value").filter(after).mean().alias("after_per_call"),
+        pl.col("latency_ms").filter(before).mean().alias("latency_before_ms"),
+        pl.col("latency_ms").filter(after).mean().alias("latency_after_ms"),
+        before.sum().alias("count_before"),
+        after.sum().alias("count_after"),
+        pl.col("tracking").filter(before).sum().alias("tracking_before"),
+        pl.col("tracking").filter(after).sum().alias("tracking_after"),
+    )
+
+
+def _thresholds(resource: ResourceConfig) -> pl.DataFrame:
+    return pl.DataFrame(
+        {
+            "metric": [m.name for m in WORK_METRICS],
+            "unit": [m.unit for m in WORK_METRICS],
+            "floor": [resource.floor(m.name) for m in WORK_METRICS],
+        }
+    )
+
+
+def _ratio(after: pl.Expr, before: pl.Expr) -> pl.Expr:
+    """after / before; inf when only before is 0, null when both are (no work either side)."""
+    return (
+        pl.when((before == 0) & (after == 0))
+        .then(pl.lit(None, dtype=pl.Float64))
+        .when(before == 0)
+        .then(pl.lit(math.inf))
+        .otherwise(after / before)
+    )
+
+
+def _untracked(count_a: pl.Expr, tracking_a: pl.Expr, count_b: pl.Expr, tracking_b: pl.Expr) -> pl.Expr:
+    """Samples on a side, but none where the metric is tracked (see WorkMetric.tracked_by): not analysed."""
+    return ((count_a > 0) & (tracking_a <= 0)) | ((count_b > 0) & (tracking_b <= 0))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Resource regressions
+
+
+def detect_resource_regressions(
+    samples: pl.DataFrame,
+    texts: pl.DataFrame,
+    deploys: pl.DataFrame,
+    config: RegressionConfig = DEFAULT_CONFIG,
+    *,
+    unannounced: bool = True,
+) -> pl.DataFrame:
+    """resource_regressions rows: the deploy analysis, then (``unannounced``) the unannounced one.
+
+    Same inputs as ``jobs.regressions.detect_regressions``. Pure and deterministic.
+    """
+    frames = [deploy_resource_regressions(samples, texts, deploys, config)]
+    if unannounced:
+        frames.append(unannounced_resource_regressions(samples, texts, config))
+    return pl.concat(frames, how="vertical")
+
+
+def _empty() -> pl.DataFrame:
+    return RESOURCE_REGRESSIONS.empty()
+
+
+def deploy_resource_regressions(
+    samples: pl.DataFrame,
+    texts: pl.DataFrame,
+    deploys: pl.DataFrame,
+    config: RegressionConfig = DEFAULT_CONFIG,
+) -> pl.DataFrame:
+    """One row per (deploy, instance, query, tracked work metric) with samples in the deploy's window."""
+    if samples.height == 0 or deploys.height == 0:
+        return _empty()
+    resource = config.resource
+    points = fingerprinted_samples(samples, texts)
+    windowed, targets = deploy_window_points(points, deploys, config)
+    if windowed.height == 0:
+        return _empty()
+    keys = ["deploy_id", "instance", "fingerprint"]
+    metric_keys = [*keys, "metric"]
+    identity = series_identity(windowed, keys)
+    deploy_info = targets.drop("instance").unique("deploy_id")
+    series = (
+        work_per_call(windowed, keys)
+        .join(deploy_info.select("deploy_id", "deployed_at"), on="deploy_id", maintain_order="left")
+        .with_columns((pl.col("interval_end") > pl.col("deployed_at")).alias("after_deploy"))
+    )
+    pre, post = ~pl.col("after_deploy"), pl.col("after_deploy")
+    summary = (
+        series.group_by(metric_keys, maintain_order=True)
+        .agg(
+            pl.col("value").filter(pre).mean().alias("pre_mean"),
+            pl.col("value").filter(post).mean().alias("post_mean"),
+            pre.sum().alias("pre_count"),
+            post.sum().alias("post_count"),
+            pl.col("tracking").filter(pre).sum().alias("pre_tracking"),
+            pl.col("tracking").filter(post).sum().alias("post_tracking"),
+        )
+        .join(_thresholds(resource), on="metric", how="left")
+    )
+    # Not tracked (planning time without track_planning, a column the server lacks): not analysed at all.
+    summary = summary.filter(
+        ~_untracked(
+            pl.col("pre_count"), pl.col("pre_tracking"), pl.col("post_count"), pl.col("post_tracking")
+        )
+    )
+    summary = summary.with_columns(_ratio(pl.col("post_mean"), pl.col("pre_mean")).alias("naive_ratio"))
+    enough = (pl.col("pre_count") >= config.min_samples_per_side) & (
+        pl.col("post_count") >= config.min_samples_per_side
+    )
+    summary = summary.with_columns(
+        pl.when(~enough)
+        .then(pl.lit("too_few_samples"))
+        .when(pl.col("naive_ratio").is_null() | (pl.col("naive_ratio") < resource.ratio_threshold))
+        .then(pl.lit("below_ratio_threshold"))
+        .when(pl.col("post_mean") - pl.col("pre_mean") < pl.col("floor"))
+        .then(pl.lit("below_absolute_floor"))
+        .otherwise(pl.lit(None, dtype=pl.String))
+        .alias("reason")
+    )
+
+    # Stages 1 and 2 on the survivors, every metric of every series in one call of the latency machinery.
+    survivors = summary.filter(pl.col("reason").is_null()).select(metric_keys)
+    tested = series.join(survivors, on=metric_keys, how="semi", maintain_order="left")
+    staged = _changepoint_and_welch(tested, metric_keys, config).rename(
+        {"before_mean_ms": "before_per_call", "after_mean_ms": "after_per_call"}
+    )
+    located = staged.filter(pl.col("changepoint_index").is_not_null()).join(
+        deploy_info.select("deploy_id", "deployed_at"), on="deploy_id"
+    )
+    latency = split_means(series, located, metric_keys).select(
+        *metric_keys, "latency_before_ms", "latency_after_ms"
+    )
+    result = (
+        summary.join(staged, on=metric_keys, how="left", maintain_order="left")
+        .join(latency, on=metric_keys, how="left", maintain_order="left")
+        .join(deploy_info, on="deploy_id", how="left")
+        .join(identity, on=keys, how="left")
+        .with_columns(_ratio(pl.col("after_per_call"), pl.col("before_per_call")).alias("ratio"))
+    )
+    tolerance = config.tolerance()
+    reason = (
+        pl.when(pl.col("reason").is_not_null())
+        .then(pl.col("reason"))
+        .when(~pl.col("changepoint_significant").fill_null(False))
+        .then(pl.lit("no_significant_change_point"))
+        .when((pl.col("detected_change_at") - pl.col("deployed_at")).abs() > tolerance)
+        .then(pl.lit("change_point_outside_tolerance"))
+        .when(~(pl.col("after_per_call") > pl.col("before_per_call")))
+        .then(pl.lit("work_not_increased"))
+        .when(pl.col("ratio") < resource.ratio_threshold)
+        .then(pl.lit("below_ratio_threshold"))
+        .when(pl.col("after_per_call") - pl.col("before_per_call") < pl.col("floor"))
+        .then(pl.lit("below_absolute_floor"))
+        .when(~(pl.col("p_value") < config.p_value_threshold))
+        .then(pl.lit("welch_not_significant"))
+        .otherwise(pl.lit(DETECTED))
+    )
+    result = result.with_columns(reason.alias("reason")).with_columns(
+        _status(),
+        pl.lit("deploy").alias("analysis"),
+        pl.lit(None, dtype=pl.Float64).alias("p_adjusted"),
+        pl.lit(None, dtype=pl.String).alias("fdr_method"),
+    )
+    return _finish(result).sort("deployed_at", "deploy_id", "instance", "fingerprint", "metric")
+
+
+def _status() -> pl.Expr:
+    return (
+        pl.when(pl.col("reason") == DETECTED)
+        .then(pl.lit(DETECTED))
+        .when(pl.col("reason") == "too_few_samples")
+        .then(pl.lit(INSUFFICIENT_DATA))
+        .otherwise(pl.lit(NO_REGRESSION))
+        .alias("status")
+    )
+
+
+def _finish(result: pl.DataFrame) -> pl.DataFrame:
+    """Latency change, summary line, the table's columns."""
+    result = result.with_columns(
+        (pl.col("latency_after_ms") / pl.col("latency_before_ms") - 1.0).alias("latency_change")
+    )
+    summaries = [
+        resource_summary(row) if row["status"] == DETECTED else None
+        for row in result.select(
+            "status",
+            "metric",
+            "ratio",
+            "before_per_call",
+            "after_per_call",
+            "latency_change",
+            "analysis",
+            "deploy_version",
+            "detected_change_at",
+        ).iter_rows(named=True)
+    ]  # one line per detected finding, never per sample
+    result = result.with_columns(pl.Series("summary", summaries, dtype=pl.String))
+    return RESOURCE_REGRESSIONS.conform(
+        result.select(c for c in RESOURCE_REGRESSIONS.column_names if c in result.columns)
+    )
+
+
+def _number(value: float) -> str:
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
+def _times(ratio: float) -> str:
+    return f"×{ratio:.0f}" if ratio >= 10 else f"×{ratio:.1f}"
+
+
+def resource_summary(row: dict) -> str:
+    """'temp blocks per call ×4.8 (120 → 576) at deploy v42, latency +9%' (doubled or more: 'latency ×5')."""
+    metric = WORK_METRIC_BY_NAME[row["metric"]]
+    before, after, ratio = row["before_per_call"], row["after_per_call"], row["ratio"]
+    change = (
+        f"{_times(ratio)} ({_number(before)} → {_number(after)})"
+        if ratio is not None and math.isfinite(ratio)
+        else f"{_number(before or 0.0)} → {_number(after)}"
+    )
+    at: datetime | None = row["detected_change_at"]
+    where = (
+        f"at deploy {row['deploy_version']}"
+        if row["analysis"] == "deploy"
+        else f"since {at:%Y-%m-%d %H:%M} UTC (unannounced)"
+        if at
+        else "(unannounced)"
+    )
+    latency = row["latency_change"]
+    latency_text = (
+        "latency unknown"
+        if latency is None
+        else f"latency {_times(1.0 + latency)}"
+        if latency >= 1.0
+        else f"latency {latency * 100:+.0f}%"
+    )
+    return f"{metric.display} per call {change} {where}, {latency_text}"
+
+
+def unannounced_resource_regressions(
+    samples: pl.DataFrame, texts: pl.DataFrame, config: RegressionConfig = DEFAULT_CONFIG
+) -> pl.DataFrame:
+    """One row per (instance, query, tracked work metric) over the last ``config.history``: its strongest
+    step up of work per call, if any (Benjamini-Hochberg over every candidate step of the fleet)."""
+    if samples.height == 0:
+        return _empty()
+    resource = config.resource
+    points = fingerprinted_samples(samples, texts)
+    latest = points["interval_end"].max()
+    window_start = latest - config.history  # type: ignore[operator]
+    points = points.filter(pl.col("interval_end") > window_start)
+    keys = list(SERIES_KEY)
+    metric_keys = [*keys, "metric"]
+    identity = series_identity(points, keys)
+    series = work_per_call(points, keys)
+    tracked = series.group_by(metric_keys).agg(pl.col("tracking").sum()).filter(pl.col("tracking") > 0)
+    series = series.join(tracked.select(metric_keys), on=metric_keys, how="semi", maintain_order="left")
+    groups = (
+        series.group_by(metric_keys, maintain_order=True)
+        .agg(pl.len().alias("size"))
+        .join(_thresholds(resource), on="metric", how="left", maintain_order="left")
+    )
+    steps = consecutive_segment_tests(
+        series["value"].to_numpy().astype(np.float64),
+        groups["size"].to_numpy().astype(np.int64),
+        config.unannounced_changepoint,
+        max_change_points=config.max_change_points,
+        fdr_q=config.fdr_q,
+    )
+    welch = steps.welch
+    pieces = int(steps.piece_base[-1])
+    tracking = np.bincount(steps.piece, weights=series["tracking"].to_numpy(), minlength=pieces)
+    floor = groups["floor"].to_numpy()[steps.group]
+    before, after = welch.before_mean, welch.after_mean
+    latest_mean = steps.mean[steps.last_piece]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(before == 0, np.where(after == 0, np.nan, np.inf), after / before)
+        latest_ratio = np.where(before == 0, np.where(latest_mean == 0, np.nan, np.inf), latest_mean / before)
+    ratio_ok = ratio >= resource.ratio_threshold
+    floor_ok = after - before >= floor
+    both_tracked = (tracking[steps.after_piece - 1] > 0) & (tracking[steps.after_piece] > 0)
+    stepped_up = ratio_ok & floor_ok & both_tracked & np.isfinite(welch.p)
+    still_up = (latest_ratio >= resource.ratio_threshold) & (latest_mean - before >= floor)
+    recovered = config.require_ongoing & ~still_up
+    candidate = stepped_up & ~recovered
+    adjusted = np.full(candidate.shape[0], np.nan)
+    if candidate.any():
+        adjusted[candidate] = stats.false_discovery_control(welch.p[candidate], method="bh")
+    detected = candidate & (adjusted < config.fdr_q)
+    starts = series["interval_start"]
+    candidates = pl.DataFrame(
+        {
+            "group": steps.group,
+            "changepoint_index": steps.cut,
+            "detected_change_at": pl.Series(
+                [starts[int(steps.offsets[g] + i)] for g, i in zip(steps.group, steps.cut, strict=True)],
+                dtype=pl.Datetime("us", "UTC"),
+            ),
+            "changepoint_p_value": steps.changepoint_p_value,
+            "before_per_call": before,
+            "after_per_call": after,
+            "ratio": ratio,
+            "before_count": welch.before_count,
+            "after_count": welch.after_count,
+            "t_statistic": welch.t,
+            "p_value": welch.p,
+            "p_adjusted": adjusted,
+            "ratio_ok": ratio_ok,
+            "floor_ok": floor_ok,
+            "stepped_up": stepped_up,
+            "recovered": stepped_up & recovered,
+            "candidate": candidate,
+            "detected": detected,
+        },
+        schema_overrides={"group": pl.Int64, "changepoint_index": pl.Int64},
+    ).with_columns(pl.col("p_adjusted", "ratio").fill_nan(None))
+    best = candidates.sort(
+        ["group", "detected", "candidate", "stepped_up", "ratio_ok", "p_adjusted", "changepoint_index"],
+        descending=[False, True, True, True, True, False, False],
+        nulls_last=True,
+    ).unique("group", keep="first", maintain_order=True)
+    base = groups.with_row_index("group").with_columns(pl.col("group").cast(pl.Int64))
+    result = base.join(best, on="group", how="left").join(identity, on=keys, how="left")
+    located = result.filter(pl.col("changepoint_index").is_not_null()).with_columns(
+        pl.lit(None, dtype=pl.Datetime("us", "UTC")).alias("deployed_at")
+    )
+    latency = split_means(series, located, metric_keys).select(
+        *metric_keys, "latency_before_ms", "latency_after_ms"
+    )
+    result = result.join(latency, on=metric_keys, how="left", maintain_order="left")
+    tests = int(candidate.sum())
+    too_short = pl.col("size") < 2 * config.unannounced_changepoint.min_segment
+    is_detected = pl.col("detected").fill_null(False)
+    result = result.with_columns(
+        pl.when(is_detected)
+        .then(pl.lit(DETECTED))
+        .when(too_short)
+        .then(pl.lit("too_few_samples"))
+        .when(pl.col("changepoint_index").is_null())
+        .then(pl.lit("no_significant_change_point"))
+        .when(~pl.col("after_per_call").gt(pl.col("before_per_call")))
+        .then(pl.lit("work_not_increased"))
+        .when(~pl.col("ratio_ok"))
+        .then(pl.lit("below_ratio_threshold"))
+        .when(~pl.col("floor_ok"))
+        .then(pl.lit("below_absolute_floor"))
+        .when(~pl.col("stepped_up"))
+        .then(pl.lit("not_tracked"))
+        .when(pl.col("recovered"))
+        .then(pl.lit("recovered"))
+        .otherwise(pl.lit("not_significant_after_fdr"))
+        .alias("reason"),
+        pl.lit("unannounced").alias("analysis"),
+        pl.lit(None, dtype=pl.String).alias("deploy_id"),
+        pl.lit(None, dtype=pl.String).alias("deploy_version"),
+        pl.lit(None, dtype=pl.Datetime("us", "UTC")).alias("deployed_at"),
+        pl.lit(window_start).alias("window_start"),
+        pl.lit(latest).alias("window_end"),
+        pl.lit(f"benjamini-hochberg q={config.fdr_q} over {tests} candidate steps").alias("fdr_method"),
+    )
+    result = result.with_columns(_status())
+    return _finish(result).sort("instance", "fingerprint", "metric")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Work evidence on latency findings
+
+
+def attach_work_evidence(
+    findings: pl.DataFrame,
+    samples: pl.DataFrame,
+    texts: pl.DataFrame,
+    config: RegressionConfig = DEFAULT_CONFIG,
+) -> pl.DataFrame:
+    """performance_regressions rows with ``work_changed`` and ``work_evidence`` set on detected findings.
+
+    For each detected finding: per-call work of the same series before vs after its change point, over the
+    segments its Welch test compared (see ``split_means``). ``work_changed``: some tracked measure moved
+    by the resource thresholds (ratio and floor, up or down). Other rows get nulls. Order is preserved.
+    """
+    columns = [c for c in findings.columns if c not in ("work_changed", "work_evidence")]
+    columns = [*columns, "work_changed", "work_evidence"]
+    if "work_changed" in findings.columns:
+        columns = findings.columns
+    nulls = findings.with_columns(
+        pl.lit(None, dtype=pl.Boolean).alias("work_changed"),
+        pl.lit(None, dtype=pl.String).alias("work_evidence"),
+    ).select(columns)
+    wanted = (pl.col("status") == DETECTED) & pl.col("changepoint_index").is_not_null()
+    targets = findings.with_row_index("finding").filter(wanted)
+    if targets.height == 0 or samples.height == 0:
+        return nulls
+    resource = config.resource
+    points = fingerprinted_samples(samples, texts)
+    splits = targets.select(
+        pl.col("finding").cast(pl.Int64),
+        "instance",
+        "fingerprint",
+        "window_start",
+        "window_end",
+        "changepoint_index",
+        "before_count",
+        "after_count",
+        "deployed_at",
+    )
+    windowed = points.join(
+        splits.select("finding", *SERIES_KEY, "window_start", "window_end"), on=list(SERIES_KEY)
+    )
+    windowed = windowed.filter(
+        (pl.col("interval_end") > pl.col("window_start")) & (pl.col("interval_end") <= pl.col("window_end"))
+    )
+    series = work_per_call(windowed, ["finding"])
+    sides = split_means(series, splits, ["finding"]).join(_thresholds(resource), on="metric", how="left")
+    sides = sides.filter(
+        ~_untracked(
+            pl.col("count_before"), pl.col("tracking_before"), pl.col("count_after"), pl.col("tracking_after")
+        )
+    )
+    evidence: dict[int, tuple[bool, str]] = {}
+    for finding, rows in sides.sort("finding").group_by("finding", maintain_order=True):
+        evidence[int(finding[0])] = work_evidence(rows.to_dicts(), resource)  # type: ignore[arg-type]
+    index = targets["finding"].to_list()
+    changed = pl.Series([evidence.get(i, (None, None))[0] for i in index], dtype=pl.Boolean)
+    text = pl.Series([evidence.get(i, (None, None))[1] for i in index], dtype=pl.String)
+    attached = pl.DataFrame({"finding": targets["finding"], "work_changed": changed, "work_evidence": text})
+    return (
+        nulls.drop("work_changed", "work_evidence")
+        .with_row_index("finding")
+        .join(attached, on="finding", how="left", maintain_order="left")
+        .drop("finding")
+        .select(columns)
+    )
+
+
+def work_evidence(sides: list[dict], resource: ResourceConfig) -> tuple[bool, str]:
+    """(work_changed, text) from one finding's per-metric before/after per call.
+
+    Changed measures first, largest change first ("shared blocks per call ×74", "temp blocks per call
+    fell ×0.2"), then the tracked ones that did not change ("rows unchanged"); a measure that is zero on
+    both sides (WAL of a SELECT) is not mentioned. Nothing changed: "work per call unchanged (largest:
+    shared blocks ×1.3)".
+    """
+    changed: list[tuple[float, str]] = []
+    unchanged: list[tuple[float, str, float]] = []
+    order = {m.name: i for i, m in enumerate(WORK_METRICS)}
+    for row in sorted(sides, key=lambda r: order[r["metric"]]):
+        metric = WORK_METRIC_BY_NAME[row["metric"]]
+        before, after = row["before_per_call"], row["after_per_call"]
+        if before is None or after is None or (before == 0 and after == 0):
+            continue
+        floor = row["floor"]
+        ratio = math.inf if before == 0 else after / before
+        strength = abs(math.log(ratio)) if 0 < ratio < math.inf else math.inf
+        if ratio >= resource.ratio_threshold and after - before >= floor:
+            shown = _times(ratio) if math.isfinite(ratio) else f"0 → {_number(after)}"
+            changed.append((strength, f"{metric.display} per call {shown}"))
+        elif ratio <= 1.0 / resource.ratio_threshold and before - after >= floor:
+            changed.append((strength, f"{metric.display} per call fell ×{ratio:.2g}"))
+        else:
+            unchanged.append((strength, metric.display, ratio))
+    if not changed:
+        if not unchanged:
+            return False, "no work per call recorded"
+        _, name, ratio = max(unchanged)
+        return False, f"work per call unchanged (largest: {name} ×{ratio:.2f})"
+    parts = [text for _, text in sorted(changed, key=lambda c: -c[0])]
+    parts += [f"{name} unchanged" for _, name, _ in unchanged]
+    return True, ", ".join(parts)

@@ -1,0 +1,150 @@
+"""Client workloads, CPU-heavy neighbours and the snapshot loop for the real-server detector tests.
+
+Used by tests/test_regressions_pg.py and tests/test_detection_pg.py: a workload thread runs queries with
+typed (int4) parameters in a loop; the collector snapshots the server every ~0.2 s; what landed in the
+lake is read back as frames.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import polars as pl
+import psycopg
+from psycopg.types.numeric import Int4
+
+from jobs import lake
+from jobs.collect.collector import snapshot_fleet
+from jobs.config import FleetConfig
+from jobs.fleet import EmbeddedFleet
+from jobs.schemas import QUERY_TEXTS, SNAPSHOT_RUNS, STATEMENT_SNAPSHOTS
+
+SNAPSHOT_EVERY = 0.2
+SNAPSHOTS_PER_PHASE = 20  # fewer leave the serially corrected rank test short of power
+
+
+class Workload:
+    """One client running its queries in turn, in a loop until stopped; every ``%s`` of a query gets the
+    same int4 parameter (calls % 100). ``reconnect()`` makes it open a new session (to pick up
+    ALTER DATABASE/ROLE ... SET)."""
+
+    def __init__(self, dsn: str, sql: str | Sequence[str]) -> None:
+        self.dsn = dsn
+        self.queries = [sql] if isinstance(sql, str) else list(sql)
+        self.calls = 0
+        self.sessions = 0
+        self.error: BaseException | None = None
+        self._stop = threading.Event()
+        self._reconnect = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                self._reconnect.clear()
+                with psycopg.connect(self.dsn, autocommit=True, prepare_threshold=None) as conn:
+                    self.sessions += 1
+                    while not self._stop.is_set() and not self._reconnect.is_set():
+                        sql = self.queries[self.calls % len(self.queries)]
+                        conn.execute(sql, [Int4(self.calls % 100)] * sql.count("%s"))
+                        self.calls += 1
+        except BaseException as exc:  # reported by stop(), in the test's thread
+            self.error = exc
+
+    def reconnect(self) -> None:
+        """Close the session after the current statement and open a new one; returns once it has."""
+        sessions = self.sessions
+        self._reconnect.set()
+        deadline = time.monotonic() + 30
+        while self.sessions == sessions and self.error is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert self.sessions > sessions, f"workload did not reconnect: {self.error!r}"
+
+    def __enter__(self) -> Workload:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+        assert self.error is None, f"workload failed: {self.error!r}"
+        assert self.calls > 0
+
+
+class CpuNeighbour:
+    """``sessions`` sessions each running a CPU-bound statement in a loop (a noisy neighbour on the same
+    server) from ``start()`` until the context ends."""
+
+    SQL = "select count(*) from generate_series(1, 3000000)"
+
+    def __init__(self, dsn: str, sessions: int = 4) -> None:
+        self.dsn = dsn
+        self.statements = 0
+        self.errors: list[BaseException] = []
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._run, daemon=True) for _ in range(sessions)]
+
+    def _run(self) -> None:
+        try:
+            with psycopg.connect(self.dsn, autocommit=True) as conn:
+                while not self._stop.is_set():
+                    conn.execute(self.SQL)
+                    self.statements += 1
+        except BaseException as exc:
+            self.errors.append(exc)
+
+    def start(self) -> None:
+        for thread in self._threads:
+            thread.start()
+
+    def __enter__(self) -> CpuNeighbour:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            if thread.ident is not None:  # started
+                thread.join(timeout=30)
+        assert not self.errors, f"CPU neighbour failed: {self.errors[0]!r}"
+
+
+def snapshot_phase(config: FleetConfig, lake_root: Path, count: int = SNAPSHOTS_PER_PHASE) -> None:
+    for _ in range(count):
+        started = time.monotonic()
+        result = snapshot_fleet(config, lake_root)
+        assert not result.failed, [r.error for r in result.failed]
+        time.sleep(max(0.0, SNAPSHOT_EVERY - (time.monotonic() - started)))
+
+
+def lake_frames(lake_root: Path) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    snapshots = lake.scan_table(lake_root, STATEMENT_SNAPSHOTS).collect()
+    runs = lake.scan_table(lake_root, SNAPSHOT_RUNS).collect()
+    texts = lake.scan_table(lake_root, QUERY_TEXTS).collect()
+    return snapshots, runs, texts
+
+
+def setup_orders(dsn: str, table: str, *, index: bool, customer_type: str = "int") -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"drop table if exists {table}")
+        conn.execute(
+            f"create table {table} (id bigserial primary key, customer_id {customer_type} not null,"
+            " amount numeric)"
+        )
+        conn.execute(
+            f"insert into {table} (customer_id, amount) select g % 5000, g from generate_series(1, 200000) g"
+        )
+        if index:
+            conn.execute(f"create index {table}_customer on {table} (customer_id)")
+        conn.execute(f"analyze {table}")
+
+
+def one_instance(fleet: EmbeddedFleet, name: str) -> tuple[str, FleetConfig]:
+    """The server's superuser DSN and a fleet config holding only it, pg_stat_statements reset."""
+    server = fleet.server(name)
+    with psycopg.connect(server.dsn, autocommit=True) as conn:
+        conn.execute("select pg_stat_statements_reset()")
+    config = FleetConfig.from_embedded(fleet)
+    return server.dsn, FleetConfig(instances=tuple(i for i in config.instances if i.name == name))

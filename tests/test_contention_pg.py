@@ -1,0 +1,219 @@
+"""Contention vs regression on a real PostgreSQL 18 server: a CPU-heavy neighbour starts at a deploy.
+
+A mixed workload of seven distinct light queries runs (each client paced, so the server is not saturated by
+it) while the collector snapshots every ~0.2 s; at the deploy, four sessions start running CPU-bound SQL in
+loops. Every light query gets slower at once, with the same work per call. The latency detector alone
+reports them as regressions; the pipeline must report one instance slowdown instead — and, when the deploy
+also dropped an index, only the query that lost its index.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import polars as pl
+import psycopg
+import pytest
+from psycopg.types.numeric import Int4
+
+from jobs import lake
+from jobs.analysis import DetectionConfig, DetectionFrames, detect_from_frames
+from jobs.collect.collector import snapshot_fleet
+from jobs.collect.deploys import load_deploy_events, mark_deploy
+from jobs.config import FleetConfig
+from jobs.fleet import EmbeddedFleet
+from jobs.regressions import DETECTED, RegressionConfig, detect_regressions
+from jobs.samples import samples_from_snapshots
+from jobs.schemas import PLAN_SNAPSHOTS, QUERY_TEXTS, SNAPSHOT_RUNS, STATEMENT_SNAPSHOTS
+from tests.conftest import FleetFactory
+
+pytestmark = pytest.mark.postgres
+
+SNAPSHOT_EVERY = 0.2
+SNAPSHOTS_PER_PHASE = 24
+REGRESSION = RegressionConfig(window_before=timedelta(minutes=1), window_after=timedelta(minutes=1))
+DETECTION = DetectionConfig(regression=REGRESSION, rebuild_samples=False)
+
+# Eight distinct light queries on cached data: seven CPU-bound of 1-10 ms (what CPU contention slows) and
+# one of 0.03 ms (which it barely reaches: see jobs.detect.contention).
+LIGHT = (
+    "select count(*) from radar_mix where v < %s::float8 / 100",
+    "select sum(v) from radar_mix where id between %s and %s + 20000",
+    "select mod(k, 10), count(*) from radar_mix where id < 20000 + %s group by 1",
+    "select count(*) from generate_series(1, 50000 + %s)",
+    "select md5(string_agg(v::text, ',')) from radar_mix where id <= 8000 + %s",
+    "select count(*) from radar_mix a join radar_mix b on b.id = a.id + 1 where a.id < 8000 + %s",
+    "select max(length(repeat(v::text, 20))) from radar_mix where id < 10000 + %s",
+    "select count(*) from radar_mix where k = %s",
+)
+INDEXED = "select count(*), sum(amount) from radar_orders where customer_id = %s"
+NEIGHBOUR = "select count(*) from generate_series(1, 3e6)"
+NEIGHBOURS = 6
+PAUSE = 0.02  # seconds between a light client's calls: the workload alone leaves the CPU idle
+
+
+class Client:
+    """One session running ``sql`` in a loop until stopped, ``pause`` seconds between calls."""
+
+    def __init__(self, dsn: str, sql: str, pause: float) -> None:
+        self.dsn, self.sql, self.pause = dsn, sql, pause
+        self.calls = 0
+        self.error: BaseException | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        try:
+            with psycopg.connect(self.dsn, autocommit=True, prepare_threshold=None) as conn:
+                while not self._stop.is_set():
+                    params = [Int4(self.calls % 100)] * self.sql.count("%s")
+                    conn.execute(self.sql, params)
+                    self.calls += 1
+                    if self.pause:
+                        time.sleep(self.pause)
+        except BaseException as exc:  # reported by stop(), in the test's thread
+            self.error = exc
+
+    def start(self) -> Client:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=60)
+        assert self.error is None, f"{self.sql}: {self.error!r}"
+        assert self.calls > 0, self.sql
+
+
+def snapshot_phase(config: FleetConfig, lake_root: Path, count: int = SNAPSHOTS_PER_PHASE) -> None:
+    for _ in range(count):
+        started = time.monotonic()
+        result = snapshot_fleet(config, lake_root)
+        assert not result.failed, [r.error for r in result.failed]
+        time.sleep(max(0.0, SNAPSHOT_EVERY - (time.monotonic() - started)))
+
+
+@pytest.fixture(scope="module")
+def crowd(fleet_factory: FleetFactory) -> Iterator[tuple[str, FleetConfig]]:
+    fleet: EmbeddedFleet = fleet_factory(["crowd"])
+    server = fleet.server("crowd")
+    with psycopg.connect(server.dsn, autocommit=True) as conn:
+        conn.execute("create table radar_mix (id int primary key, k int not null, v double precision)")
+        conn.execute("insert into radar_mix select g, g % 1000, random() from generate_series(1, 50000) g")
+        conn.execute("create index radar_mix_k on radar_mix (k)")
+        conn.execute("analyze radar_mix")
+    yield server.dsn, FleetConfig.from_embedded(fleet)
+
+
+def setup_orders(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("drop table if exists radar_orders")
+        conn.execute(
+            "create table radar_orders (id bigserial primary key, customer_id int not null, amount numeric)"
+        )
+        conn.execute(
+            "insert into radar_orders (customer_id, amount)"
+            " select g % 5000, g from generate_series(1, 200000) g"
+        )
+        conn.execute("create index radar_orders_customer on radar_orders (customer_id)")
+        conn.execute("analyze radar_orders")
+        conn.execute("select pg_stat_statements_reset()")
+
+
+def reset(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("select pg_stat_statements_reset()")
+
+
+def run_deploy_with_neighbour(
+    dsn: str, config: FleetConfig, lake_root: Path, extra: tuple[str, ...] = (), at_deploy: str | None = None
+) -> None:
+    """Light workload (+ ``extra`` queries) snapshotted; at the deploy the neighbour starts (and
+    ``at_deploy`` runs); snapshotted again."""
+    clients = [Client(dsn, sql, pause=PAUSE).start() for sql in (*LIGHT, *extra)]
+    neighbours: list[Client] = []
+    try:
+        snapshot_phase(config, lake_root)
+        mark_deploy(lake_root, version="v7-noop", instances=["crowd"])
+        if at_deploy:
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute(at_deploy)
+        neighbours = [Client(dsn, NEIGHBOUR, pause=0.0).start() for _ in range(NEIGHBOURS)]
+        snapshot_phase(config, lake_root)
+    finally:
+        for client in [*clients, *neighbours]:
+            client.stop()
+
+
+def analyse(lake_root: Path) -> tuple[pl.DataFrame, DetectionFrames]:
+    """(the latency detector's deploy rows alone, the whole pipeline's frames)."""
+    snapshots = lake.scan_table(lake_root, STATEMENT_SNAPSHOTS).collect()
+    runs = lake.scan_table(lake_root, SNAPSHOT_RUNS).collect()
+    texts = lake.scan_table(lake_root, QUERY_TEXTS).collect()
+    samples = samples_from_snapshots(snapshots, runs).samples
+    deploys = load_deploy_events(lake_root)
+    latency_only = detect_regressions(samples, texts, deploys, REGRESSION)
+    return latency_only, detect_from_frames(samples, texts, deploys, PLAN_SNAPSHOTS.empty(), DETECTION)
+
+
+def show(label: str, latency_only: pl.DataFrame, found: DetectionFrames) -> None:
+    """The figures, for the log (-s): what the detector alone said and what the pipeline reports."""
+    columns = ["query", "before_mean_ms", "after_mean_ms", "p_value", "kind", "slowdown_excess", "reason"]
+    print(f"\n[{label}] latency detector alone:")
+    with pl.Config(tbl_rows=40, fmt_str_lengths=40, tbl_width_chars=200):
+        print(latency_only.select(*columns[:4], "latency_change", "reason"))
+    both = pl.concat([found.regressions, found.unannounced], how="diagonal_relaxed")
+    print(f"[{label}] pipeline, rows that were detected or explained by contention:")
+    print(both.filter(pl.col("kind").is_not_null()).select("analysis", *columns))
+    print(f"[{label}] instance slowdowns:")
+    for row in found.instance_slowdowns.iter_rows(named=True):
+        print("  ", row["analysis"], row["summary"], "max ×", round(row["max_ratio"], 2))
+
+
+def reported(found: DetectionFrames) -> pl.DataFrame:
+    both = pl.concat([found.regressions, found.unannounced], how="diagonal_relaxed")
+    return both.filter(pl.col("status") == DETECTED)
+
+
+def test_noop_deploy_with_a_cpu_heavy_neighbour_is_an_instance_slowdown_not_regressions(
+    crowd: tuple[str, FleetConfig], lake_root: Path
+) -> None:
+    dsn, config = crowd
+    reset(dsn)
+    run_deploy_with_neighbour(dsn, config, lake_root)
+    latency_only, found = analyse(lake_root)
+    show("no-op deploy", latency_only, found)
+    # The premise: the machine really slowed and the latency detector alone reports query regressions.
+    assert latency_only.filter(pl.col("status") == DETECTED).height >= 2
+    assert reported(found).height == 0, reported(found).select("analysis", "query", "kind", "slowdown_excess")
+    at_deploy = found.instance_slowdowns.filter(pl.col("analysis") == "deploy")
+    assert at_deploy.height == 1
+    episode = at_deploy.row(0, named=True)
+    assert episode["deploy_version"] == "v7-noop" and episode["instance"] == "crowd"
+    assert episode["queries"] >= 3 and episode["median_ratio"] >= 1.2
+    assert episode["findings_suppressed"] >= 2
+
+
+def test_index_drop_under_the_same_contention_reports_only_the_query_that_lost_its_index(
+    crowd: tuple[str, FleetConfig], lake_root: Path
+) -> None:
+    dsn, config = crowd
+    setup_orders(dsn)
+    run_deploy_with_neighbour(
+        dsn, config, lake_root, extra=(INDEXED,), at_deploy="drop index radar_orders_customer"
+    )
+    latency_only, found = analyse(lake_root)
+    show("index drop", latency_only, found)
+    hits = reported(found)
+    assert hits.height >= 1, "the query that lost its index must be reported"
+    assert hits["query"].str.contains("from radar_orders where").all(), hits.select(
+        "analysis", "query", "kind"
+    )
+    assert found.regressions.filter(pl.col("status") == DETECTED).height == 1
+    row = found.regressions.filter(pl.col("status") == DETECTED).row(0, named=True)
+    assert row["kind"] in ("both", "plan_or_work")
+    assert row["after_mean_ms"] > 5 * row["before_mean_ms"]
