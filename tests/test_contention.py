@@ -408,6 +408,22 @@ def test_the_regressions_asset_materializes_instance_slowdowns(lake_root: Path) 
     assert "instance_slowdowns" in {k.to_user_string() for k in analysis.asset_layer.executable_asset_keys}
 
 
+def test_bad_findings_are_named_and_a_regression_config_is_accepted() -> None:
+    from jobs.regressions import RegressionInputError
+
+    samples, texts = instance_frames([2.0] * 8)
+    found = detect_regressions(samples, texts, deploy_at(), CONFIG)
+    with pytest.raises(RegressionInputError, match="work_changed must be Boolean"):
+        separate_contention(found.with_columns(work_changed=pl.lit("yes")), samples, texts)
+    with pytest.raises(RegressionInputError, match=r"missing columns \['status'\]"):
+        separate_contention(found.drop("status"), samples, texts)
+    with pytest.raises(RegressionInputError, match="instance alpha queryid 100"):
+        separate_contention(found, samples.with_columns(calls=pl.lit(0)), texts)
+    lowered = RegressionConfig(contention=ContentionConfig(min_series=20))
+    assert separate_contention(found, samples, texts, lowered)[1].height == 0  # its contention field is used
+    assert separate_contention(found, samples, texts, CONFIG)[1].height == 1
+
+
 def test_every_threshold_is_a_config_field_with_its_default() -> None:
     defaults = {f.name: f.default for f in fields(ContentionConfig)}
     assert defaults == {

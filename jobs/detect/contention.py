@@ -39,10 +39,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 import polars as pl
 
 from jobs.schemas import INSTANCE_SLOWDOWNS
+
+if TYPE_CHECKING:
+    from jobs.regressions import RegressionConfig
 
 PLAN_OR_WORK = "plan_or_work"
 CONTENTION = "contention"
@@ -337,22 +341,34 @@ def separate_contention(
     findings: pl.DataFrame,
     samples: pl.DataFrame,
     texts: pl.DataFrame,
-    config: ContentionConfig = ContentionConfig(),
+    config: ContentionConfig | RegressionConfig = ContentionConfig(),
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(findings with kind, instance_slowdown_ratio, slowdown_excess and contention-only detections turned
     into no_regression / instance_slowdown; the INSTANCE_SLOWDOWNS rows of every episode).
 
     ``findings``: detect_regressions and/or detect_unannounced_regressions rows (optionally with
-    ``work_changed``); ``samples``/``texts``: the frames the detector was given. Rows keep their order.
+    ``work_changed``, Boolean, null = not measured); ``samples``/``texts``: the frames the detector was
+    given; ``config``: a ContentionConfig, or a RegressionConfig (its ``contention``). Rows keep their order.
     """
     # Imported here: jobs.regressions imports this module for ContentionConfig (RegressionConfig field).
     from jobs.regressions import (
         DETECTED,
         NO_REGRESSION,
+        RegressionInputError,
         fingerprinted_samples,
         merge_intervals,
         series_identity,
     )
+
+    config = config if isinstance(config, ContentionConfig) else config.contention
+    missing = sorted({"analysis", "instance", "fingerprint", "status", "reason"} - set(findings.columns))
+    if missing:
+        raise RegressionInputError(f"findings: missing columns {missing} (pass detect_regressions output)")
+    work_type = findings.schema.get("work_changed", pl.Null)
+    if work_type not in (pl.Boolean, pl.Null):
+        raise RegressionInputError(
+            f"findings: work_changed must be Boolean (true / false / null), not {work_type}"
+        )
 
     findings = findings.with_columns(
         *(
