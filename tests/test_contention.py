@@ -111,7 +111,7 @@ def test_a_query_whose_slowdown_clearly_exceeds_the_common_one_is_kept_as_both()
 
 
 def test_a_query_only_somewhat_slower_than_the_common_shift_is_contention() -> None:
-    samples, texts = instance_frames([2.0] * 7 + [3.4])  # ×1.7 the common one: below excess_factor 2
+    samples, texts = instance_frames([2.0] * 7 + [5.0])  # ×2.5 the common one: below excess_factor 3
     out, _ = run(samples, texts)
     assert by_queryid(out)[107]["kind"] == "contention"
 
@@ -194,9 +194,9 @@ def test_sub_millisecond_series_are_not_compared_but_are_judged() -> None:
 
 
 def test_in_an_uneven_episode_the_most_sensitive_query_is_not_a_regression() -> None:
-    # The others slowed ×1.3 to ×5 (long queries suffer more preemption): their median is ×2.45, and a
-    # ×6 query is 2.4× that, above excess_factor 2 — but well inside their spread.
-    samples, texts = instance_frames([1.3, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0])
+    # The others slowed ×1.2 to ×6 (long queries suffer more preemption): their median is ×2.45, and a
+    # ×12 query is 4.9× that, above excess_factor 3 — but inside their spread (2 x 1.48 MAD: ×6.6).
+    samples, texts = instance_frames([1.2, 1.4, 2.0, 3.0, 5.0, 6.0, 12.0])
     out, slowdowns = run(samples, texts)
     row = by_queryid(out)[106]
     assert row["slowdown_excess"] > ContentionConfig().excess_factor  # the premise
@@ -246,6 +246,61 @@ def test_a_chain_of_unannounced_change_times_is_judged_at_its_median() -> None:
     out, slowdowns = separate_contention(found, samples, texts)
     assert slowdowns["began_at"].to_list() == [SERIES_DEPLOY_AT]
     assert out.filter(pl.col("queryid") != 200)["reason"].unique().to_list() == ["instance_slowdown"]
+
+
+EPISODES = 100
+
+
+def labelled_episodes(instances: int, seed: int) -> tuple[pl.DataFrame, pl.DataFrame, dict, dict]:
+    """Every instance slows at the deploy by a common factor (×1.3-3); each series by common^U(0.5, 1.5)
+    (long queries suffer more), noise 5-25% per sample; 8% of series are true regressions on top: half
+    with work changed (×1.2-10 more), half latency only (×3-20 more). Table names are letters: the
+    fingerprint treats relation names that differ only in trailing digits as one (t10 = t11)."""
+    rng = np.random.default_rng(seed)
+    samples, texts, truth = [], [], {}
+    for n in range(instances):
+        instance, common, noise = f"i{n}", float(rng.uniform(1.3, 3.0)), float(rng.uniform(0.05, 0.25))
+        for q in range(int(rng.integers(6, 16))):
+            level = float(np.exp(rng.uniform(0.0, np.log(200.0))))
+            own = common ** float(rng.uniform(0.5, 1.5))
+            kind = None
+            if rng.random() < 0.08:
+                kind = "work" if rng.random() < 0.5 else "latency"
+                own *= float(rng.uniform(1.2, 10.0) if kind == "work" else rng.uniform(3.0, 20.0))
+            values = level * np.concatenate(
+                [rng.lognormal(0, noise, BEFORE), own * rng.lognormal(0, noise, AFTER)]
+            )
+            queryid = 1000 * n + q
+            samples.append(series_samples(values, instance=instance, queryid=queryid))
+            texts.append((instance, queryid, f"select {q} from tbl_{chr(97 + q)} where id = $1"))
+            truth[(instance, queryid)] = kind
+    work = {key: kind == "work" for key, kind in truth.items()}
+    return pl.concat(samples), series_texts(texts), truth, work
+
+
+def test_labelled_contention_episodes_report_no_contention_only_query_and_keep_true_ones() -> None:
+    samples, texts, truth, work = labelled_episodes(EPISODES, seed=0)
+    found = detect_regressions(samples, texts, deploy_at(), CONFIG)
+    assert found.filter(pl.col("status") == "detected").height > 0.9 * len(truth)  # N regressions alone
+    keys = pl.DataFrame(
+        {
+            "instance": [k[0] for k in work],
+            "queryid": [k[1] for k in work],
+            "work_changed": list(work.values()),
+        }
+    )
+    out, slowdowns = separate_contention(
+        found.join(keys, on=["instance", "queryid"], how="left"), samples, texts
+    )
+    reported = {
+        (r["instance"], r["queryid"])
+        for r in out.filter(pl.col("status") == "detected").iter_rows(named=True)
+    }
+    assert slowdowns.height == EPISODES
+    false_episodes = {key[0] for key in reported if truth[key] is None}
+    assert len(false_episodes) <= 0.01 * EPISODES, sorted(false_episodes)  # the issue's bar: <= 1%
+    true = [key for key, kind in truth.items() if kind is not None]
+    assert len(reported & set(true)) >= 0.95 * len(true)
 
 
 def test_other_instances_do_not_count() -> None:
@@ -353,6 +408,22 @@ def test_the_regressions_asset_materializes_instance_slowdowns(lake_root: Path) 
     assert "instance_slowdowns" in {k.to_user_string() for k in analysis.asset_layer.executable_asset_keys}
 
 
+def test_bad_findings_are_named_and_a_regression_config_is_accepted() -> None:
+    from jobs.regressions import RegressionInputError
+
+    samples, texts = instance_frames([2.0] * 8)
+    found = detect_regressions(samples, texts, deploy_at(), CONFIG)
+    with pytest.raises(RegressionInputError, match="work_changed must be Boolean"):
+        separate_contention(found.with_columns(work_changed=pl.lit("yes")), samples, texts)
+    with pytest.raises(RegressionInputError, match=r"missing columns \['status'\]"):
+        separate_contention(found.drop("status"), samples, texts)
+    with pytest.raises(RegressionInputError, match="instance alpha queryid 100"):
+        separate_contention(found, samples.with_columns(calls=pl.lit(0)), texts)
+    lowered = RegressionConfig(contention=ContentionConfig(min_series=20))
+    assert separate_contention(found, samples, texts, lowered)[1].height == 0  # its contention field is used
+    assert separate_contention(found, samples, texts, CONFIG)[1].height == 1
+
+
 def test_every_threshold_is_a_config_field_with_its_default() -> None:
     defaults = {f.name: f.default for f in fields(ContentionConfig)}
     assert defaults == {
@@ -364,7 +435,7 @@ def test_every_threshold_is_a_config_field_with_its_default() -> None:
         "min_series": 4,
         "min_shifted_series": 3,
         "min_shifted_share": 0.5,
-        "excess_factor": 2.0,
+        "excess_factor": 3.0,
         "spread_factor": 2.0,
         "same_moment_within": timedelta(minutes=2),
     }
