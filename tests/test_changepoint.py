@@ -318,7 +318,7 @@ def test_short_clean_steps_are_significant_despite_the_serial_correction() -> No
 def test_new_thresholds_are_config_fields_with_their_defaults() -> None:
     config = ChangePointConfig()
     assert config.segmentation == "seeded" and config.seeded_decay == 0.71
-    assert config.serial_white_z == 2.0 and config.exact_rank_max_n == 60
+    assert config.serial_white_z == 2.0 and config.serial_white_max_n == 40 and config.exact_rank_max_n == 60
     with pytest.raises(ValueError):
         ChangePointConfig(segmentation="wild")  # type: ignore[arg-type]
     with pytest.raises(ValueError):

@@ -190,10 +190,10 @@ def main() -> None:
     )
     print(f"{'segmentation':44s} {'step recall':>11s} {'precision':>9s} {'all found':>9s} {'s total':>8s}")
     multi_seconds: dict[str, float] = {}
-    for mode in ("binary", "seeded", "seeded decay 0.71"):
+    for mode in ("binary", "seeded", "seeded decay 0.5"):
         base = ChangePointConfig(segmentation="binary" if mode == "binary" else "seeded")
-        if mode == "seeded decay 0.71":
-            base = replace(base, seeded_decay=0.71)
+        if mode == "seeded decay 0.5":
+            base = replace(base, seeded_decay=0.5)
         for label, config in (
             (f"{mode}, defaults", base),
             (
