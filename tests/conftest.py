@@ -9,8 +9,14 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import pytest
+from hypothesis import settings as hypothesis_settings
 
 from jobs.fleet import EmbeddedFleet
+
+# Property tests draw their examples from a fixed seed (each test's own): the same examples on every run
+# and in CI, so a red property test is reproducible and a green one does not turn red by chance.
+hypothesis_settings.register_profile("radar", derandomize=True)
+hypothesis_settings.load_profile("radar")
 
 # Clusters live outside pytest's tmp_path: its 0700 parents are not traversable by the service user.
 CLUSTER_BASE = Path(tempfile.gettempdir()) / "prr-tests"

@@ -290,7 +290,9 @@ def test_labelled_contention_episodes_report_no_contention_only_query_and_keep_t
         }
     )
     out, slowdowns = separate_contention(
-        found.join(keys, on=["instance", "queryid"], how="left"), samples, texts
+        found.drop("work_changed", strict=False).join(keys, on=["instance", "queryid"], how="left"),
+        samples,
+        texts,
     )
     reported = {
         (r["instance"], r["queryid"])

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from scipy.spatial.distance import jensenshannon
 from scipy.stats import wasserstein_distance
@@ -115,6 +115,10 @@ def test_metrics_match_scipy_and_plain_formulas(seed: int, series: int, bins: in
         edges = np.exp(np.linspace(lo, hi, bins + 1))
         if np.log(val[b].max()) - np.log(val[b].min()) >= np.log1p(config.min_relative_range):
             edges[0], edges[-1] = val[b].min(), val[b].max()  # exact: exp(log(x)) may round past x
+
+        # A value on an inner edge (a one-value baseline with an even bin count sits on the middle one)
+        # is a rounding tie between log-space and value-space binning, not a disagreement to test.
+        assume(not np.any(np.isclose(val[sid == s][:, None], edges[None, 1:-1], rtol=1e-9, atol=0)))
 
         def hist(mask: np.ndarray, edges: np.ndarray = edges) -> np.ndarray:
             inner, _ = np.histogram(val[mask], bins=edges, weights=w[mask])
