@@ -62,7 +62,8 @@ class RegressionConfig:
     local_change_samples: int = 5
     """Stage 0: samples next to the deploy on each side whose means are compared too: an earlier, slower
     episode in the window (an index dropped, restored, dropped again at this deploy) can lift the naive
-    pre-mean above the new level, and the deploy's own step must still reach stage 1."""
+    pre-mean above the new level, and the deploy's own step must still reach stage 1. 0 = issue 3's
+    stage 0 exactly (naive pre/post means only)."""
     changepoint_tolerance: float = 0.20
     """Stage 1: how far the change point may lie from the deploy, as a fraction of the analysis window..."""
     changepoint_tolerance_floor: timedelta = timedelta(minutes=2)
@@ -112,8 +113,8 @@ class RegressionConfig:
             raise ValueError("window_before and window_after must be positive")
         if self.min_samples_per_side < self.changepoint.min_segment:
             raise ValueError("min_samples_per_side must be >= changepoint.min_segment")
-        if self.local_change_samples < 1:
-            raise ValueError("local_change_samples must be >= 1")
+        if self.local_change_samples < 0:
+            raise ValueError("local_change_samples must be >= 0 (0: naive pre/post means only)")
         if self.deploy_max_change_points < 1:
             raise ValueError("deploy_max_change_points must be >= 1")
         if self.min_added_load_ms_per_s < 0 or self.min_latency_increase_ms < 0:
@@ -378,7 +379,12 @@ def detect_regressions(
             pl.col("latency_change").fill_nan(None).is_null()
             | (
                 (pl.col("latency_change") < config.latency_change_threshold)
-                & ~(pl.col("local_change").fill_nan(None) >= config.latency_change_threshold).fill_null(False)
+                & ~(
+                    (pl.col("local_change").fill_nan(None) >= config.latency_change_threshold).fill_null(
+                        False
+                    )
+                    & (config.local_change_samples > 0)
+                )
             )
         )
         .then(pl.lit("below_latency_change_threshold"))

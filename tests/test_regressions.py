@@ -476,5 +476,7 @@ def test_an_earlier_slower_episode_in_the_window_does_not_hide_the_deploy_own_st
     assert row["detected_change_at"] == STEPS_START + 120 * SAMPLE
     assert row["before_mean_ms"] == pytest.approx(FAST_MS, rel=0.1)
     assert row["after_mean_ms"] == pytest.approx(100.0, rel=0.1)
+    exact = detect_regressions(samples, texts, deploys_at(120), replace(STEPS_CONFIG, local_change_samples=0))
+    assert exact.row(0, named=True)["reason"] == "below_latency_change_threshold"  # issue 3's stage 0
     with pytest.raises(ValueError):
-        RegressionConfig(local_change_samples=0)
+        RegressionConfig(local_change_samples=-1)
