@@ -210,6 +210,15 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else (f"{value:.3f} ms" if value < 10 else f"{value:.1f} ms")
 
 
+def _levels_text(row: dict) -> str:
+    """Before → after, and for a finding that came back down when and to what (both levels shown)."""
+    text = f"{_ms(row.get('before_mean_ms'))} → {_ms(row.get('after_mean_ms'))}"
+    recovered = row.get("recovered_at")
+    if recovered is not None:
+        text += f"; recovered at {recovered.strftime('%H:%M:%S')} (now {_ms(row.get('latest_mean_ms'))})"
+    return text
+
+
 def detected_table(frame: pl.DataFrame, title: str) -> Table:
     table = Table(title=title, show_lines=True)
     for name in (
@@ -229,7 +238,7 @@ def detected_table(frame: pl.DataFrame, title: str) -> Table:
         table.add_row(
             str(row["instance"]),
             str(row.get("query") or row.get("queryid"))[:90],
-            f"{_ms(row.get('before_mean_ms'))} → {_ms(row.get('after_mean_ms'))}",
+            _levels_text(row),
             began.strftime("%H:%M:%S") if began else "-",
             f"{row['p_value']:.2g}" if row.get("p_value") is not None else "-",
             str(row.get("deploy_version") or "unannounced"),

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import timedelta
+from itertools import pairwise
 
 import numpy as np
 import polars as pl
@@ -529,6 +530,7 @@ def _changepoint_and_welch(series: pl.DataFrame, keys: list[str], config: Regres
     dump = 2 * sizes.shape[0]
     piece = np.full(values.shape[0], dump, dtype=np.int64)
     change_start = np.full(sizes.shape[0], -1, dtype=np.int64)
+    later: dict[int, list[int]] = {}  # per series: the change points after the chosen one
     for g in range(sizes.shape[0]):
         piece[offsets[g] : offsets[g + 1]] = 2 * g
     for g, cuts in enumerate(segmented):
@@ -555,6 +557,7 @@ def _changepoint_and_welch(series: pl.DataFrame, keys: list[str], config: Regres
         piece[lo + pair.before] = 2 * g
         piece[lo + pair.after] = 2 * g + 1
         change_start[g] = lo + cut
+        later[g] = [c for c in at if c > cut]
     index = np.array([-1 if p.index is None else p.index for p in chosen], dtype=np.int64)
     located = index >= 0
     count, mean, squares = piece_statistics(values, piece, dump + 1)
@@ -566,6 +569,9 @@ def _changepoint_and_welch(series: pl.DataFrame, keys: list[str], config: Regres
     small = immaterial(welch.before_mean, welch.after_mean, rate, config)
     starts = series["interval_start"]
     change_at = [starts[int(change_start[g])] if located[g] else None for g in range(sizes.shape[0])]
+    recovered_at, latest_mean = recovery_after_step(
+        values, offsets, later, welch.before_mean, config.latency_change_threshold
+    )
     return (
         groups.drop("size", "deployed_us")
         .with_columns(
@@ -581,13 +587,55 @@ def _changepoint_and_welch(series: pl.DataFrame, keys: list[str], config: Regres
             pl.Series("p_value", np.where(located, welch.p, np.nan)),
             pl.Series("added_load_ms_per_s", np.where(located, added_load, np.nan)),
             pl.Series("immaterial", located & small, dtype=pl.Boolean),
+            pl.Series(
+                "recovered_at",
+                [None if i < 0 else starts[int(offsets[g]) + int(i)] for g, i in enumerate(recovered_at)],
+                dtype=pl.Datetime("us", "UTC"),
+            ),
+            pl.Series("latest_mean_ms", latest_mean),
         )
         .with_columns(
             pl.col(
-                "before_mean_ms", "after_mean_ms", "t_statistic", "p_value", "added_load_ms_per_s"
+                "before_mean_ms",
+                "after_mean_ms",
+                "t_statistic",
+                "p_value",
+                "added_load_ms_per_s",
+                "latest_mean_ms",
             ).fill_nan(None)
         )
     )
+
+
+def recovery_after_step(
+    values: np.ndarray,
+    offsets: np.ndarray,
+    later: dict[int, list[int]],
+    before_mean: np.ndarray,
+    latency_change_threshold: float,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per series: (index of the first later change point after which the level is back within the
+    latency threshold of the level before the step, or -1; the mean after the window's last change
+    point, NaN when the chosen one is the last). A finding that came back down is still a finding (it
+    happened at that deploy), but it is shown as recovered with both levels instead of an "after" mean
+    that drifts with how much of the recovery a run's window holds."""
+    recovered = np.full(offsets.shape[0] - 1, -1, dtype=np.int64)
+    latest = np.full(offsets.shape[0] - 1, np.nan)
+    for g, cuts in later.items():
+        if not cuts:
+            continue
+        lo, hi = int(offsets[g]), int(offsets[g + 1])
+        bounds = [*cuts, hi - lo]
+        levels = [float(values[lo + a : lo + b].mean()) for a, b in pairwise(bounds)]
+        latest[g] = levels[-1]
+        back = [
+            c
+            for c, level in zip(cuts, levels, strict=True)
+            if level < before_mean[g] * (1 + latency_change_threshold)
+        ]
+        if back:
+            recovered[g] = back[0]
+    return recovered, latest
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -270,6 +270,12 @@ PERFORMANCE_REGRESSIONS = TableSchema(
             "added_load_ms_per_s", pl.Float64(), "(after - before mean) x calls/s after: execution time added"
         ),
         Column(
+            "recovered_at",
+            UTC_TS,
+            "deploy analysis: a later change point after which latency is back within the threshold",
+        ),
+        Column("latest_mean_ms", pl.Float64(), "deploy analysis: mean after the window's last change point"),
+        Column(
             "work_changed",
             pl.Boolean(),
             "some per-call work measure changed at the change point by the resource thresholds (ratio and "
