@@ -440,8 +440,58 @@ def test_every_threshold_is_a_config_field_with_its_default() -> None:
         "excess_factor": 3.0,
         "spread_factor": 2.0,
         "same_moment_within": timedelta(minutes=2),
+        "attach_within": timedelta(minutes=15),
     }
     assert RegressionConfig().contention == ContentionConfig()
     for bad in ({"min_series": 1}, {"excess_factor": 1.0}, {"min_shifted_share": 0.0}, {"window_samples": 2}):
         with pytest.raises(ValueError, match="contention"):
             ContentionConfig(**bad)  # type: ignore[arg-type]
+
+
+def late_step_frames(late_factor: float) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Seven queries ×2 at the deploy time and one more, stepping ×late_factor 4 minutes later (24
+    samples: beyond same_moment_within, within attach_within)."""
+    samples, texts = instance_frames([2.0] * 7)
+    rng = np.random.default_rng(9)
+    late = (
+        10.0
+        * rng.lognormal(0.0, 0.1, BEFORE + AFTER)
+        * np.where(np.arange(BEFORE + AFTER) >= BEFORE + 24, late_factor, 1.0)
+    )
+    samples = pl.concat([samples, series_samples(late, queryid=200, first=-BEFORE)])
+    texts = pl.concat([texts, series_texts([("alpha", 200, "select late from l where id = $1")])])
+    return samples, texts
+
+
+def test_a_finding_minutes_off_an_episode_is_judged_inside_it() -> None:
+    samples, texts = late_step_frames(2.0)
+    found = detect_unannounced_regressions(samples, texts, CONFIG)
+    late = by_queryid(found)[200]
+    assert late["status"] == "detected"
+    assert late["detected_change_at"] == SERIES_DEPLOY_AT + 24 * SERIES_STEP  # its own moment, no episode
+    out, slowdowns = separate_contention(found, samples, texts)
+    assert slowdowns["began_at"].to_list() == [SERIES_DEPLOY_AT]
+    assert (by_queryid(out)[200]["kind"], by_queryid(out)[200]["reason"]) == (
+        "contention",
+        "instance_slowdown",
+    )
+    alone, _ = separate_contention(found, samples, texts, ContentionConfig(attach_within=timedelta(0)))
+    assert (by_queryid(alone)[200]["kind"], by_queryid(alone)[200]["status"]) == ("plan_or_work", "detected")
+
+
+def test_a_query_that_steps_far_beyond_the_others_minutes_after_an_episode_is_still_reported() -> None:
+    samples, texts = late_step_frames(20.0)
+    found = detect_unannounced_regressions(samples, texts, CONFIG)
+    out, _slowdowns = separate_contention(found, samples, texts)
+    late = by_queryid(out)[200]
+    assert (late["status"], late["kind"]) == ("detected", "both")
+
+
+def test_an_episode_row_and_its_findings_agree_when_the_others_alone_are_too_few() -> None:
+    # Five compared series, three ×2 (an episode: 3 of 5). Each ×2 finding has only two shifted others,
+    # fewer than min_shifted_series: judged inside the episode all the same, so none is reported.
+    samples, texts = instance_frames([2.0] * 3 + [1.0] * 2)
+    out, slowdowns = run(samples, texts)
+    assert slowdowns["queries"].to_list() == [3]
+    rows = by_queryid(out)
+    assert all(rows[q]["kind"] == "contention" for q in (100, 101, 102)), [rows[q]["kind"] for q in rows]
