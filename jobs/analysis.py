@@ -329,5 +329,6 @@ def print_detection(outcome: DetectionOutcome, console: Console, show_all: bool 
         for row in counts.head(8).iter_rows(named=True):
             console.print(f"  {row['len']:>4} × {row['status']}: {row['reason']}")
         if show_all:
-            for row in rejected.select("instance", "query", "reason").iter_rows(named=True):
-                console.print(f"       {row['instance']}: {str(row['query'])[:70]} → {row['reason']}")
+            for row in rejected.iter_rows(named=True):
+                metric = f" [{row['metric']}]" if row.get("metric") else ""
+                console.print(f"       {row['instance']}: {str(row['query'])[:70]}{metric} → {row['reason']}")
