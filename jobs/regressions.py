@@ -23,7 +23,7 @@ p-values of all candidates of the fleet are Benjamini-Hochberg adjusted (reporte
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from itertools import pairwise
 
 import numpy as np
@@ -289,6 +289,22 @@ def _known_columns(result: pl.DataFrame) -> list[str]:
 
 def _empty_result() -> pl.DataFrame:
     return PERFORMANCE_REGRESSIONS.empty()
+
+
+def unannounced_columns(
+    window_start: datetime, window_end: datetime, fdr_q: float, tests: int
+) -> list[pl.Expr]:
+    """What every unannounced-analysis row says of itself (latency and resource findings alike): no deploy,
+    the history window it searched, and how the false discovery rate was controlled over its ``tests``."""
+    return [
+        pl.lit("unannounced").alias("analysis"),
+        pl.lit(None, dtype=pl.String).alias("deploy_id"),
+        pl.lit(None, dtype=pl.String).alias("deploy_version"),
+        pl.lit(None, dtype=pl.Datetime("us", "UTC")).alias("deployed_at"),
+        pl.lit(window_start).alias("window_start"),
+        pl.lit(window_end).alias("window_end"),
+        pl.lit(f"benjamini-hochberg q={fdr_q} over {tests} candidate steps").alias("fdr_method"),
+    ]
 
 
 def deploy_window_points(
@@ -819,7 +835,6 @@ def detect_unannounced_regressions(
     ).unique("group", keep="first", maintain_order=True)
     base = groups.with_row_index("group").with_columns(pl.col("group").cast(pl.Int64))
     result = base.join(best, on="group", how="left").join(identity, on=keys, how="left")
-    fdr_text = f"benjamini-hochberg q={config.fdr_q} over {tests} candidate steps"
     result = result.with_columns(
         pl.when(pl.col("detected").fill_null(False))
         .then(pl.lit(DETECTED))
@@ -841,14 +856,8 @@ def detect_unannounced_regressions(
         .then(pl.lit("below_latency_change_threshold"))
         .otherwise(pl.lit("not_significant_after_fdr"))
         .alias("reason"),
-        pl.lit("unannounced").alias("analysis"),
-        pl.lit(None, dtype=pl.String).alias("deploy_id"),
-        pl.lit(None, dtype=pl.String).alias("deploy_version"),
-        pl.lit(None, dtype=pl.Datetime("us", "UTC")).alias("deployed_at"),
-        pl.lit(window_start).alias("window_start"),
-        pl.lit(latest).alias("window_end"),
         (1.0 - pl.col("p_adjusted")).alias("confidence"),
-        pl.lit(fdr_text).alias("fdr_method"),
+        *unannounced_columns(window_start, latest, config.fdr_q, tests),
     )
     return PERFORMANCE_REGRESSIONS.conform(result.select(_known_columns(result))).sort(
         "instance", "fingerprint"

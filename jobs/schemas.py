@@ -234,36 +234,55 @@ DEPLOY_EVENTS = TableSchema(
     ),
 )
 
+# Columns that mean the same in every per-series finding table (performance_regressions: latency;
+# resource_regressions: work per call), spliced into each at its own place (the column order is the lake's).
+# Which finding: the analysis, the merged query series, the deploy (null for the unannounced analysis).
+FINDING_COLUMNS: tuple[Column, ...] = (
+    Column("analysis", pl.String(), "deploy | unannounced"),
+    Column("instance", pl.String()),
+    Column("queryid", pl.Int64(), "the queryid of the query that most recently received a sample"),
+    Column("queryids", pl.String(), "every queryid merged into this series, comma separated, sorted"),
+    Column("fingerprint", pl.String()),
+    Column("query", pl.String()),
+    Column("deploy_id", pl.String()),
+    Column("deploy_version", pl.String()),
+    Column("deployed_at", UTC_TS),
+)
+# The verdict and the window the change was looked for in.
+VERDICT_COLUMNS: tuple[Column, ...] = (
+    Column("status", pl.String(), "detected | no_regression | insufficient_data"),
+    Column("reason", pl.String()),
+    Column("window_start", UTC_TS),
+    Column("window_end", UTC_TS),
+)
+# The change point that splits the series into a before and an after segment.
+CHANGE_POINT_COLUMNS: tuple[Column, ...] = (
+    Column("changepoint_index", pl.Int64(), "first sample of the new regime in the merged series"),
+    Column("detected_change_at", UTC_TS, "start of the first interval of the new regime"),
+    Column("changepoint_p_value", pl.Float64()),
+)
+# The Welch test of the before segment against the after segment.
+SEGMENT_TEST_COLUMNS: tuple[Column, ...] = (
+    Column("before_count", pl.Int64()),
+    Column("after_count", pl.Int64()),
+    Column("t_statistic", pl.Float64(), "Welch (unequal variances, ddof = 1)"),
+    Column("p_value", pl.Float64()),
+    Column("p_adjusted", pl.Float64(), "Benjamini-Hochberg adjusted p (unannounced analysis)"),
+)
+
 PERFORMANCE_REGRESSIONS = TableSchema(
     name="performance_regressions",
     description="One row per analysed (instance, query fingerprint) per analysis: detected or why not.",
     partition_by=("date",),
     primary_key=("analysis", "deploy_id", "instance", "fingerprint"),
     columns=(
-        Column("analysis", pl.String(), "deploy | unannounced"),
-        Column("instance", pl.String()),
-        Column("queryid", pl.Int64(), "the queryid of the query that most recently received a sample"),
-        Column("queryids", pl.String(), "every queryid merged into this series, comma separated, sorted"),
-        Column("fingerprint", pl.String()),
-        Column("query", pl.String()),
-        Column("deploy_id", pl.String()),
-        Column("deploy_version", pl.String()),
-        Column("deployed_at", UTC_TS),
-        Column("status", pl.String(), "detected | no_regression | insufficient_data"),
-        Column("reason", pl.String()),
-        Column("window_start", UTC_TS),
-        Column("window_end", UTC_TS),
+        *FINDING_COLUMNS,
+        *VERDICT_COLUMNS,
         Column("latency_change", pl.Float64(), "stage 0: (post mean - pre mean) / pre mean"),
-        Column("changepoint_index", pl.Int64(), "first sample of the new regime in the merged series"),
-        Column("detected_change_at", UTC_TS, "start of the first interval of the new regime"),
-        Column("changepoint_p_value", pl.Float64()),
+        *CHANGE_POINT_COLUMNS,
         Column("before_mean_ms", pl.Float64()),
         Column("after_mean_ms", pl.Float64()),
-        Column("before_count", pl.Int64()),
-        Column("after_count", pl.Int64()),
-        Column("t_statistic", pl.Float64(), "Welch (unequal variances, ddof = 1)"),
-        Column("p_value", pl.Float64()),
-        Column("p_adjusted", pl.Float64(), "Benjamini-Hochberg adjusted p (unannounced analysis)"),
+        *SEGMENT_TEST_COLUMNS,
         Column("confidence", pl.Float64(), "1 - p (1 - adjusted p for the unannounced analysis)"),
         Column("fdr_method", pl.String(), "false discovery control applied, if any"),
         Column(
@@ -311,33 +330,16 @@ RESOURCE_REGRESSIONS = TableSchema(
     partition_by=("date",),
     primary_key=("analysis", "deploy_id", "instance", "fingerprint", "metric"),
     columns=(
-        Column("analysis", pl.String(), "deploy | unannounced"),
-        Column("instance", pl.String()),
-        Column("queryid", pl.Int64(), "the queryid of the query that most recently received a sample"),
-        Column("queryids", pl.String(), "every queryid merged into this series, comma separated, sorted"),
-        Column("fingerprint", pl.String()),
-        Column("query", pl.String()),
-        Column("deploy_id", pl.String()),
-        Column("deploy_version", pl.String()),
-        Column("deployed_at", UTC_TS),
+        *FINDING_COLUMNS,
         Column("metric", pl.String(), "temp_blocks | shared_blocks | rows | wal_bytes | plan_ms"),
         Column("unit", pl.String(), "blocks | rows | bytes | ms (per call)"),
-        Column("status", pl.String(), "detected | no_regression | insufficient_data"),
-        Column("reason", pl.String()),
-        Column("window_start", UTC_TS),
-        Column("window_end", UTC_TS),
+        *VERDICT_COLUMNS,
         Column("naive_ratio", pl.Float64(), "stage 0: post / pre mean per call around the deploy"),
-        Column("changepoint_index", pl.Int64(), "first sample of the new regime in the merged series"),
-        Column("detected_change_at", UTC_TS, "start of the first interval of the new regime"),
-        Column("changepoint_p_value", pl.Float64()),
+        *CHANGE_POINT_COLUMNS,
         Column("before_per_call", pl.Float64(), "mean work per call of the segment before the change point"),
         Column("after_per_call", pl.Float64(), "... and of the segment from it on"),
         Column("ratio", pl.Float64(), "after_per_call / before_per_call (inf when before is 0)"),
-        Column("before_count", pl.Int64()),
-        Column("after_count", pl.Int64()),
-        Column("t_statistic", pl.Float64(), "Welch (unequal variances, ddof = 1)"),
-        Column("p_value", pl.Float64()),
-        Column("p_adjusted", pl.Float64(), "Benjamini-Hochberg adjusted p (unannounced analysis)"),
+        *SEGMENT_TEST_COLUMNS,
         Column("fdr_method", pl.String(), "false discovery control applied, if any"),
         Column("latency_before_ms", pl.Float64(), "mean latency of the same before segment"),
         Column("latency_after_ms", pl.Float64(), "... and of the same after segment"),

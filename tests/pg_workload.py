@@ -1,8 +1,8 @@
 """Client workloads, CPU-heavy neighbours and the snapshot loop for the real-server detector tests.
 
-Used by tests/test_regressions_pg.py and tests/test_detection_pg.py: a workload thread runs queries with
-typed (int4) parameters in a loop; the collector snapshots the server every ~0.2 s; what landed in the
-lake is read back as frames.
+Used by tests/test_regressions_pg.py, tests/test_detection_pg.py, tests/test_work_pg.py and
+tests/test_contention_pg.py: a workload thread runs queries with typed (int4) parameters in a loop; the
+collector snapshots the server every ~0.2 s; what landed in the lake is read back as frames.
 """
 
 from __future__ import annotations
@@ -29,11 +29,21 @@ SNAPSHOTS_PER_PHASE = 20  # fewer leave the serially corrected rank test short o
 class Workload:
     """One client running its queries in turn, in a loop until stopped; every ``%s`` of a query gets the
     same int4 parameter (calls % 100). ``reconnect()`` makes it open a new session (to pick up
-    ALTER DATABASE/ROLE ... SET)."""
+    ALTER DATABASE/ROLE ... SET); with ``calls_per_connection`` it opens a new session every that many
+    calls by itself, as a pooled application does; ``pause`` seconds between calls pace it."""
 
-    def __init__(self, dsn: str, sql: str | Sequence[str]) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        sql: str | Sequence[str],
+        *,
+        calls_per_connection: int | None = None,
+        pause: float = 0.0,
+    ) -> None:
         self.dsn = dsn
         self.queries = [sql] if isinstance(sql, str) else list(sql)
+        self.calls_per_connection = calls_per_connection
+        self.pause = pause
         self.calls = 0
         self.sessions = 0
         self.error: BaseException | None = None
@@ -41,16 +51,25 @@ class Workload:
         self._reconnect = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
+    def _session_done(self, calls_in_session: int) -> bool:
+        if self._stop.is_set() or self._reconnect.is_set():
+            return True
+        return self.calls_per_connection is not None and calls_in_session >= self.calls_per_connection
+
     def _run(self) -> None:
         try:
             while not self._stop.is_set():
                 self._reconnect.clear()
                 with psycopg.connect(self.dsn, autocommit=True, prepare_threshold=None) as conn:
                     self.sessions += 1
-                    while not self._stop.is_set() and not self._reconnect.is_set():
+                    calls_in_session = 0
+                    while not self._session_done(calls_in_session):
                         sql = self.queries[self.calls % len(self.queries)]
                         conn.execute(sql, [Int4(self.calls % 100)] * sql.count("%s"))
                         self.calls += 1
+                        calls_in_session += 1
+                        if self.pause:
+                            time.sleep(self.pause)
         except BaseException as exc:  # reported by stop(), in the test's thread
             self.error = exc
 
@@ -63,15 +82,21 @@ class Workload:
             time.sleep(0.01)
         assert self.sessions > sessions, f"workload did not reconnect: {self.error!r}"
 
-    def __enter__(self) -> Workload:
+    def start(self) -> Workload:
         self._thread.start()
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def stop(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=30)
-        assert self.error is None, f"workload failed: {self.error!r}"
-        assert self.calls > 0
+        self._thread.join(timeout=60)
+        assert self.error is None, f"workload {self.queries} failed: {self.error!r}"
+        assert self.calls > 0, self.queries
+
+    def __enter__(self) -> Workload:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
 
 class CpuNeighbour:
@@ -141,10 +166,14 @@ def setup_orders(dsn: str, table: str, *, index: bool, customer_type: str = "int
         conn.execute(f"analyze {table}")
 
 
+def reset_statements(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("select pg_stat_statements_reset()")
+
+
 def one_instance(fleet: EmbeddedFleet, name: str) -> tuple[str, FleetConfig]:
     """The server's superuser DSN and a fleet config holding only it, pg_stat_statements reset."""
     server = fleet.server(name)
-    with psycopg.connect(server.dsn, autocommit=True) as conn:
-        conn.execute("select pg_stat_statements_reset()")
+    reset_statements(server.dsn)
     config = FleetConfig.from_embedded(fleet)
     return server.dsn, FleetConfig(instances=tuple(i for i in config.instances if i.name == name))

@@ -9,8 +9,6 @@ also dropped an index, only the query that lost its index.
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -18,22 +16,19 @@ from pathlib import Path
 import polars as pl
 import psycopg
 import pytest
-from psycopg.types.numeric import Int4
 
-from jobs import lake
 from jobs.analysis import DetectionConfig, DetectionFrames, detect_from_frames
-from jobs.collect.collector import snapshot_fleet
 from jobs.collect.deploys import load_deploy_events, mark_deploy
 from jobs.config import FleetConfig
 from jobs.fleet import EmbeddedFleet
 from jobs.regressions import DETECTED, RegressionConfig, detect_regressions
 from jobs.samples import samples_from_snapshots
-from jobs.schemas import PLAN_SNAPSHOTS, QUERY_TEXTS, SNAPSHOT_RUNS, STATEMENT_SNAPSHOTS
+from jobs.schemas import PLAN_SNAPSHOTS
 from tests.conftest import FleetFactory
+from tests.pg_workload import Workload, lake_frames, reset_statements, setup_orders, snapshot_phase
 
 pytestmark = pytest.mark.postgres
 
-SNAPSHOT_EVERY = 0.2
 SNAPSHOTS_PER_PHASE = 24
 REGRESSION = RegressionConfig(window_before=timedelta(minutes=1), window_after=timedelta(minutes=1))
 DETECTION = DetectionConfig(regression=REGRESSION, rebuild_samples=False)
@@ -56,47 +51,6 @@ NEIGHBOURS = 6
 PAUSE = 0.02  # seconds between a light client's calls: the workload alone leaves the CPU idle
 
 
-class Client:
-    """One session running ``sql`` in a loop until stopped, ``pause`` seconds between calls."""
-
-    def __init__(self, dsn: str, sql: str, pause: float) -> None:
-        self.dsn, self.sql, self.pause = dsn, sql, pause
-        self.calls = 0
-        self.error: BaseException | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        try:
-            with psycopg.connect(self.dsn, autocommit=True, prepare_threshold=None) as conn:
-                while not self._stop.is_set():
-                    params = [Int4(self.calls % 100)] * self.sql.count("%s")
-                    conn.execute(self.sql, params)
-                    self.calls += 1
-                    if self.pause:
-                        time.sleep(self.pause)
-        except BaseException as exc:  # reported by stop(), in the test's thread
-            self.error = exc
-
-    def start(self) -> Client:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=60)
-        assert self.error is None, f"{self.sql}: {self.error!r}"
-        assert self.calls > 0, self.sql
-
-
-def snapshot_phase(config: FleetConfig, lake_root: Path, count: int = SNAPSHOTS_PER_PHASE) -> None:
-    for _ in range(count):
-        started = time.monotonic()
-        result = snapshot_fleet(config, lake_root)
-        assert not result.failed, [r.error for r in result.failed]
-        time.sleep(max(0.0, SNAPSHOT_EVERY - (time.monotonic() - started)))
-
-
 @pytest.fixture(scope="module")
 def crowd(fleet_factory: FleetFactory) -> Iterator[tuple[str, FleetConfig]]:
     fleet: EmbeddedFleet = fleet_factory(["crowd"])
@@ -109,41 +63,21 @@ def crowd(fleet_factory: FleetFactory) -> Iterator[tuple[str, FleetConfig]]:
     yield server.dsn, FleetConfig.from_embedded(fleet)
 
 
-def setup_orders(dsn: str) -> None:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("drop table if exists radar_orders")
-        conn.execute(
-            "create table radar_orders (id bigserial primary key, customer_id int not null, amount numeric)"
-        )
-        conn.execute(
-            "insert into radar_orders (customer_id, amount)"
-            " select g % 5000, g from generate_series(1, 200000) g"
-        )
-        conn.execute("create index radar_orders_customer on radar_orders (customer_id)")
-        conn.execute("analyze radar_orders")
-        conn.execute("select pg_stat_statements_reset()")
-
-
-def reset(dsn: str) -> None:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("select pg_stat_statements_reset()")
-
-
 def run_deploy_with_neighbour(
     dsn: str, config: FleetConfig, lake_root: Path, extra: tuple[str, ...] = (), at_deploy: str | None = None
 ) -> None:
     """Light workload (+ ``extra`` queries) snapshotted; at the deploy the neighbour starts (and
     ``at_deploy`` runs); snapshotted again."""
-    clients = [Client(dsn, sql, pause=PAUSE).start() for sql in (*LIGHT, *extra)]
-    neighbours: list[Client] = []
+    clients = [Workload(dsn, sql, pause=PAUSE).start() for sql in (*LIGHT, *extra)]
+    neighbours: list[Workload] = []
     try:
-        snapshot_phase(config, lake_root)
+        snapshot_phase(config, lake_root, SNAPSHOTS_PER_PHASE)
         mark_deploy(lake_root, version="v7-noop", instances=["crowd"])
         if at_deploy:
             with psycopg.connect(dsn, autocommit=True) as conn:
                 conn.execute(at_deploy)
-        neighbours = [Client(dsn, NEIGHBOUR, pause=0.0).start() for _ in range(NEIGHBOURS)]
-        snapshot_phase(config, lake_root)
+        neighbours = [Workload(dsn, NEIGHBOUR).start() for _ in range(NEIGHBOURS)]
+        snapshot_phase(config, lake_root, SNAPSHOTS_PER_PHASE)
     finally:
         for client in [*clients, *neighbours]:
             client.stop()
@@ -151,9 +85,7 @@ def run_deploy_with_neighbour(
 
 def analyse(lake_root: Path) -> tuple[pl.DataFrame, DetectionFrames]:
     """(the latency detector's deploy rows alone, the whole pipeline's frames)."""
-    snapshots = lake.scan_table(lake_root, STATEMENT_SNAPSHOTS).collect()
-    runs = lake.scan_table(lake_root, SNAPSHOT_RUNS).collect()
-    texts = lake.scan_table(lake_root, QUERY_TEXTS).collect()
+    snapshots, runs, texts = lake_frames(lake_root)
     samples = samples_from_snapshots(snapshots, runs).samples
     deploys = load_deploy_events(lake_root)
     latency_only = detect_regressions(samples, texts, deploys, REGRESSION)
@@ -183,7 +115,7 @@ def test_noop_deploy_with_a_cpu_heavy_neighbour_is_an_instance_slowdown_not_regr
     crowd: tuple[str, FleetConfig], lake_root: Path
 ) -> None:
     dsn, config = crowd
-    reset(dsn)
+    reset_statements(dsn)
     run_deploy_with_neighbour(dsn, config, lake_root)
     latency_only, found = analyse(lake_root)
     show("no-op deploy", latency_only, found)
@@ -202,7 +134,8 @@ def test_index_drop_under_the_same_contention_reports_only_the_query_that_lost_i
     crowd: tuple[str, FleetConfig], lake_root: Path
 ) -> None:
     dsn, config = crowd
-    setup_orders(dsn)
+    setup_orders(dsn, "radar_orders", index=True)
+    reset_statements(dsn)
     run_deploy_with_neighbour(
         dsn, config, lake_root, extra=(INDEXED,), at_deploy="drop index radar_orders_customer"
     )

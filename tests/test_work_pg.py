@@ -7,13 +7,11 @@ the detection pipeline (jobs.analysis.detect_from_frames).
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 import polars as pl
 import psycopg
 import pytest
-from psycopg.types.numeric import Int4
 
 from jobs.analysis import DetectionConfig, DetectionFrames, detect_from_frames
 from jobs.collect.deploys import load_deploy_events, mark_deploy
@@ -21,7 +19,15 @@ from jobs.config import FleetConfig
 from jobs.fleet import EmbeddedFleet
 from jobs.samples import samples_from_snapshots
 from jobs.schemas import PLAN_SNAPSHOTS
-from tests.test_regressions_pg import CONFIG, SNAPSHOTS_PER_PHASE, lake_frames, setup_orders, snapshot_phase
+from tests.pg_workload import (
+    SNAPSHOTS_PER_PHASE,
+    Workload,
+    lake_frames,
+    one_instance,
+    setup_orders,
+    snapshot_phase,
+)
+from tests.test_regressions_pg import CONFIG
 
 pytestmark = pytest.mark.postgres
 
@@ -29,45 +35,9 @@ APP_ROLE = "radar_app"
 DETECTION = DetectionConfig(regression=CONFIG, rebuild_samples=False)
 
 
-class ReconnectingWorkload:
-    """One client looping on a query, reconnecting every few calls as a pooled application does, so a
-    per-role setting (ALTER ROLE ... SET work_mem) reaches it within a few calls."""
-
-    def __init__(self, dsn: str, sql: str, calls_per_connection: int = 5) -> None:
-        self.dsn, self.sql, self.calls_per_connection = dsn, sql, calls_per_connection
-        self.calls = 0
-        self.error: BaseException | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        try:
-            while not self._stop.is_set():
-                with psycopg.connect(self.dsn, autocommit=True, prepare_threshold=None) as conn:
-                    for _ in range(self.calls_per_connection):
-                        conn.execute(self.sql, [Int4(self.calls % 100)])
-                        self.calls += 1
-        except BaseException as exc:  # reported by __exit__, in the test's thread
-            self.error = exc
-
-    def __enter__(self) -> ReconnectingWorkload:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=30)
-        assert self.error is None, f"workload failed: {self.error!r}"
-        assert self.calls > 0
-
-
 @pytest.fixture
 def alpha(pg_fleet: EmbeddedFleet) -> tuple[EmbeddedFleet, FleetConfig]:
-    server = pg_fleet.server("alpha")
-    with psycopg.connect(server.dsn, autocommit=True) as conn:
-        conn.execute("select pg_stat_statements_reset()")
-    config = FleetConfig.from_embedded(pg_fleet)
-    return pg_fleet, FleetConfig(instances=tuple(i for i in config.instances if i.name == "alpha"))
+    return pg_fleet, one_instance(pg_fleet, "alpha")[1]
 
 
 def detect(lake_root: Path) -> DetectionFrames:
@@ -99,7 +69,8 @@ def test_work_mem_cut_at_a_deploy_is_a_temp_blocks_resource_regression(
         "select sum(amount) from (select amount from radar_sort where customer_id between %s and 1000"
         " order by amount offset 0) sorted"
     )
-    with ReconnectingWorkload(server.dsn_for(user=APP_ROLE), sql):
+    # Reconnecting every few calls, as a pooled application does, so the per-role work_mem reaches it.
+    with Workload(server.dsn_for(user=APP_ROLE), sql, calls_per_connection=5):
         snapshot_phase(config, lake_root)
         mark_deploy(lake_root, version="v42-work-mem", instances=["alpha"])
         with psycopg.connect(server.dsn, autocommit=True) as conn:
@@ -132,7 +103,7 @@ def test_index_drop_latency_finding_carries_its_shared_blocks_evidence(
     dsn = fleet.server("alpha").dsn
     setup_orders(dsn, "radar_work_idx", index=True)
     sql = "select count(*), sum(amount) from radar_work_idx where customer_id = %s"
-    with ReconnectingWorkload(dsn, sql, calls_per_connection=1000):
+    with Workload(dsn, sql, calls_per_connection=1000):
         snapshot_phase(config, lake_root, SNAPSHOTS_PER_PHASE)
         mark_deploy(lake_root, version="v2-drop-index", instances=["alpha"])
         with psycopg.connect(dsn, autocommit=True) as conn:

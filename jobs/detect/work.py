@@ -46,6 +46,7 @@ from jobs.regressions import (
     fingerprinted_samples,
     merge_intervals,
     series_identity,
+    unannounced_columns,
 )
 from jobs.schemas import RESOURCE_REGRESSIONS
 
@@ -532,13 +533,7 @@ def unannounced_resource_regressions(
         .then(pl.lit("recovered"))
         .otherwise(pl.lit("not_significant_after_fdr"))
         .alias("reason"),
-        pl.lit("unannounced").alias("analysis"),
-        pl.lit(None, dtype=pl.String).alias("deploy_id"),
-        pl.lit(None, dtype=pl.String).alias("deploy_version"),
-        pl.lit(None, dtype=pl.Datetime("us", "UTC")).alias("deployed_at"),
-        pl.lit(window_start).alias("window_start"),
-        pl.lit(latest).alias("window_end"),
-        pl.lit(f"benjamini-hochberg q={config.fdr_q} over {tests} candidate steps").alias("fdr_method"),
+        *unannounced_columns(window_start, latest, config.fdr_q, tests),
     )
     result = result.with_columns(_status())
     return _finish(result).sort("instance", "fingerprint", "metric")
