@@ -28,6 +28,7 @@ from itertools import pairwise
 
 import numpy as np
 import polars as pl
+from polars.expr.whenthen import ChainedThen
 from scipy import stats
 
 from jobs.changepoint import (
@@ -416,14 +417,8 @@ def detect_regressions(
     result = summary.join(staged, on=keys, how="left", maintain_order="left")
     result = result.join(targets.drop("instance").unique("deploy_id"), on="deploy_id", how="left")
     result = result.join(identity, on=keys, how="left")
-    tolerance = config.tolerance()
     reason = (
-        pl.when(pl.col("reason").is_not_null())
-        .then(pl.col("reason"))
-        .when(~pl.col("changepoint_significant").fill_null(False))
-        .then(pl.lit("no_significant_change_point"))
-        .when((pl.col("detected_change_at") - pl.col("deployed_at")).abs() > tolerance)
-        .then(pl.lit("change_point_outside_tolerance"))
+        stage_one_reasons(config)
         .when(pl.col("after_mean_ms") <= pl.col("before_mean_ms"))
         .then(pl.lit("latency_not_increased"))
         .when(pl.col("immaterial").fill_null(False))
@@ -446,6 +441,19 @@ def detect_regressions(
     )
     return PERFORMANCE_REGRESSIONS.conform(result.select(_known_columns(result))).sort(
         "deployed_at", "deploy_id", "instance", "fingerprint"
+    )
+
+
+def stage_one_reasons(config: RegressionConfig) -> ChainedThen:
+    """The start of a deploy finding's reason, shared by latency and work: a stage 0 reason stands; then
+    no significant change point, or one outside the tolerance. Callers continue the chain."""
+    return (
+        pl.when(pl.col("reason").is_not_null())
+        .then(pl.col("reason"))
+        .when(~pl.col("changepoint_significant").fill_null(False))
+        .then(pl.lit("no_significant_change_point"))
+        .when((pl.col("detected_change_at") - pl.col("deployed_at")).abs() > config.tolerance())
+        .then(pl.lit("change_point_outside_tolerance"))
     )
 
 

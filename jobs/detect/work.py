@@ -46,6 +46,7 @@ from jobs.regressions import (
     fingerprinted_samples,
     merge_intervals,
     series_identity,
+    stage_one_reasons,
     unannounced_columns,
 )
 from jobs.schemas import RESOURCE_REGRESSIONS
@@ -321,14 +322,8 @@ def deploy_resource_regressions(
         .join(identity, on=keys, how="left")
         .with_columns(_ratio(pl.col("after_per_call"), pl.col("before_per_call")).alias("ratio"))
     )
-    tolerance = config.tolerance()
     reason = (
-        pl.when(pl.col("reason").is_not_null())
-        .then(pl.col("reason"))
-        .when(~pl.col("changepoint_significant").fill_null(False))
-        .then(pl.lit("no_significant_change_point"))
-        .when((pl.col("detected_change_at") - pl.col("deployed_at")).abs() > tolerance)
-        .then(pl.lit("change_point_outside_tolerance"))
+        stage_one_reasons(config)
         .when(~(pl.col("after_per_call") > pl.col("before_per_call")))
         .then(pl.lit("work_not_increased"))
         .when(pl.col("ratio") < resource.ratio_threshold)
