@@ -69,18 +69,21 @@ SERIES_CALLS = 1000  # per 10 s sample: 100 calls/s, so every step of these test
 def series_samples(
     values: np.ndarray,
     *,
-    calls: int = SERIES_CALLS,
+    calls: int | np.ndarray = SERIES_CALLS,
     instance: str = "alpha",
     queryid: int = 7,
     first: int = -30,
     work: dict[str, np.ndarray | list[float] | float] | None = None,
+    step: timedelta = SERIES_STEP,
+    origin: datetime = SERIES_DEPLOY_AT,
 ) -> pl.DataFrame:
-    """One sample per 10 s interval ending at SERIES_DEPLOY_AT + (first + i + 1) * 10 s, mean values[i].
+    """One sample per ``step`` (10 s) interval ending at origin + (first + i + 1) * step, mean values[i]
+    (``calls`` per interval: one number, or one per sample).
 
     ``work``: per-call values of query_samples delta columns (``{"temp_blks_written": [...]}``), stored as
     Σ per interval (value x calls); columns not given are absent (the detector treats them as untracked).
     """
-    ends = [SERIES_DEPLOY_AT + (first + i + 1) * SERIES_STEP for i in range(len(values))]
+    ends = [origin + (first + i + 1) * step for i in range(len(values))]
     per_call = {
         column: np.broadcast_to(np.asarray(v, dtype=np.float64), (len(values),)) * calls
         for column, v in (work or {}).items()
@@ -89,7 +92,7 @@ def series_samples(
         {
             "instance": instance,
             "queryid": queryid,
-            "interval_start": [e - SERIES_STEP for e in ends],
+            "interval_start": [e - step for e in ends],
             "interval_end": ends,
             "calls": calls,
             "total_exec_time": np.asarray(values, dtype=np.float64) * calls,
@@ -100,6 +103,30 @@ def series_samples(
             "interval_end": pl.Datetime("us", "UTC"),
         },
     )
+
+
+def detected_regression(
+    change_at: datetime,
+    *,
+    queryid: int,
+    fingerprint: str = "fp",
+    instance: str = "alpha",
+    query: str | None = None,
+    queryids: str | None = None,
+) -> pl.DataFrame:
+    """One detected regression changing at ``change_at``: the columns plan_diffs_for_regressions reads."""
+    row: dict[str, list[object]] = {
+        "instance": [instance],
+        "queryid": [queryid],
+        "fingerprint": [fingerprint],
+        "status": ["detected"],
+        "detected_change_at": [change_at],
+    }
+    if query is not None:
+        row["query"] = [query]
+    if queryids is not None:
+        row["queryids"] = [queryids]
+    return pl.DataFrame(row)
 
 
 def series_texts(pairs: list[tuple[str, int, str]]) -> pl.DataFrame:

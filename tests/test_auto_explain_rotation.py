@@ -104,6 +104,21 @@ def rotation_server(fleet_factory: FleetFactory) -> tuple[EmbeddedServer, Path]:
     return server, server.log_dir / "postgresql.json"
 
 
+class LiveIngest:
+    """Ingests the rotation server's log into the lake on each call and keeps every run's result."""
+
+    def __init__(self, server: EmbeddedServer, lake_root: Path) -> None:
+        self.server, self.lake_root = server, lake_root
+        self.results: list[IngestResult] = []
+
+    def __call__(self) -> None:
+        self.results.append(ingest_auto_explain_logs(self.server.log_dir, "rot", self.lake_root))
+
+    def assert_every_stage_ingested(self) -> None:
+        assert all(not r.errors for r in self.results)
+        assert ingested_tables(self.lake_root) == {table(n) for n in STAGES}, "all 8 records in the lake"
+
+
 def copytruncate(log: Path, keep: int, tool: str, work: Path) -> None:
     """Shift X.1 → X.2 …, copy X to X.1 (a new inode: the old content and any line logged since the
     last read), then truncate X in place; the server goes on appending to X from 0 (O_APPEND)."""
@@ -147,10 +162,7 @@ def test_copytruncate_rotation_of_a_live_log_loses_no_record(
     fleet_factory: FleetFactory, lake_root: Path, tmp_path: Path, tool: str
 ) -> None:
     server, log = rotation_server(fleet_factory)
-    results: list[IngestResult] = []
-
-    def ingest() -> None:
-        results.append(ingest_auto_explain_logs(server.log_dir, "rot", lake_root))
+    ingest = LiveIngest(server, lake_root)
 
     run_stage(server, 1, 2)
     ingest()
@@ -166,8 +178,7 @@ def test_copytruncate_rotation_of_a_live_log_loses_no_record(
     copytruncate(log, 3, tool, tmp_path / "lr")  # X.1 → X.2 (same inode, renamed), X → a new X.1
     run_stage(server, 7, 8)
     ingest()
-    assert all(not r.errors for r in results)
-    assert ingested_tables(lake_root) == {table(n) for n in STAGES}, "all 8 records in the lake"
+    ingest.assert_every_stage_ingested()
     assert sorted(p.name for p in server.log_dir.glob("*.json")) == [
         "postgresql.1.json",
         "postgresql.2.json",
@@ -180,10 +191,7 @@ def test_create_mode_rotation_of_a_live_log_loses_no_record(
     fleet_factory: FleetFactory, lake_root: Path, tmp_path: Path, tool: str
 ) -> None:
     server, log = rotation_server(fleet_factory)
-    results: list[IngestResult] = []
-
-    def ingest() -> None:
-        results.append(ingest_auto_explain_logs(server.log_dir, "rot", lake_root))
+    ingest = LiveIngest(server, lake_root)
 
     run_stage(server, 1, 2)
     ingest()
@@ -201,8 +209,7 @@ def test_create_mode_rotation_of_a_live_log_loses_no_record(
     wait_for(server.log_dir, table(7).encode())
     run_stage(server, 8)
     ingest()
-    assert all(not r.errors for r in results)
-    assert ingested_tables(lake_root) == {table(n) for n in STAGES}, "all 8 records in the lake"
+    ingest.assert_every_stage_ingested()
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -224,6 +231,14 @@ def real_records(fleet_factory: FleetFactory) -> list[bytes]:
     return records
 
 
+@pytest.fixture
+def log_and_lake(tmp_path: Path) -> tuple[Path, Path]:
+    """An empty log folder and a lake root, for the tests that write log files themselves."""
+    logs = tmp_path / "log"
+    logs.mkdir()
+    return logs, tmp_path / "lake"
+
+
 def plan_records(logs: Path, lake: Path, config: AutoExplainConfig | None = None) -> int:
     result = ingest_auto_explain_logs(logs, "a", lake, config)
     assert not result.errors
@@ -231,10 +246,9 @@ def plan_records(logs: Path, lake: Path, config: AutoExplainConfig | None = None
 
 
 def test_inode_reuse_is_detected_by_the_head_and_read_from_the_start(
-    real_records: list[bytes], tmp_path: Path
+    real_records: list[bytes], log_and_lake: tuple[Path, Path]
 ) -> None:
-    logs, lake = tmp_path / "log", tmp_path / "lake"
-    logs.mkdir()
+    logs, lake = log_and_lake
     old = logs / "postgresql-1.json"
     old.write_bytes(b"".join(real_records[:3]))
     assert plan_records(logs, lake) == 3
@@ -256,10 +270,9 @@ def test_inode_reuse_is_detected_by_the_head_and_read_from_the_start(
 
 
 def test_copytruncate_with_a_partial_line_and_a_record_logged_before_the_copy(
-    real_records: list[bytes], tmp_path: Path
+    real_records: list[bytes], log_and_lake: tuple[Path, Path], tmp_path: Path
 ) -> None:
-    logs, lake = tmp_path / "log", tmp_path / "lake"
-    logs.mkdir()
+    logs, lake = log_and_lake
     log = logs / "postgresql.json"
     r = real_records
     log.write_bytes(r[0] + r[1] + r[2][:40])  # the server is in the middle of writing record 3
@@ -284,10 +297,9 @@ def test_copytruncate_with_a_partial_line_and_a_record_logged_before_the_copy(
 
 
 def test_a_file_that_shrank_without_a_copy_is_read_from_the_start(
-    real_records: list[bytes], tmp_path: Path
+    real_records: list[bytes], log_and_lake: tuple[Path, Path]
 ) -> None:
-    logs, lake = tmp_path / "log", tmp_path / "lake"
-    logs.mkdir()
+    logs, lake = log_and_lake
     log = logs / "postgresql.json"
     log.write_bytes(b"".join(real_records[:4]))
     assert plan_records(logs, lake) == 4
@@ -303,10 +315,9 @@ def test_a_file_that_shrank_without_a_copy_is_read_from_the_start(
 
 
 def test_budget_per_run_and_create_mode_rename_keep_their_offsets(
-    real_records: list[bytes], tmp_path: Path
+    real_records: list[bytes], log_and_lake: tuple[Path, Path]
 ) -> None:
-    logs, lake = tmp_path / "log", tmp_path / "lake"
-    logs.mkdir()
+    logs, lake = log_and_lake
     log = logs / "postgresql.json"
     log.write_bytes(b"".join(real_records[:6]))
     budget = AutoExplainConfig(max_bytes_per_run=len(real_records[0]) + len(real_records[1]) + 10)
@@ -334,9 +345,10 @@ def test_resume_offsets_rules() -> None:
     assert resume_offsets([found(7, b"other" * 1000, 6000)], legacy) == [5000]
 
 
-def test_offsets_advance_only_after_the_lake_write(real_records: list[bytes], tmp_path: Path) -> None:
-    logs, lake = tmp_path / "log", tmp_path / "lake"
-    logs.mkdir()
+def test_offsets_advance_only_after_the_lake_write(
+    real_records: list[bytes], log_and_lake: tuple[Path, Path]
+) -> None:
+    logs, lake = log_and_lake
     lake.mkdir()
     (logs / "postgresql.json").write_bytes(b"".join(real_records[:3]))
     blocker = lake / "plan_snapshots"

@@ -26,6 +26,7 @@ from jobs.drift import (
 )
 from jobs.regressions import RegressionConfig, detect_regressions
 from jobs.schemas import DRIFT_BASELINES, LATENCY_DRIFT
+from tests.lakes import series_samples
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 STEP = timedelta(minutes=15)
@@ -40,21 +41,9 @@ def series_frame(
 ) -> pl.DataFrame:
     """One sample per 15 min, the last ending at NOW; ``values`` are interval mean latencies (ms)."""
     n = values.shape[0]
-    ends = [NOW - (n - 1 - i) * STEP for i in range(n)]
     calls_arr = np.broadcast_to(np.asarray(calls, dtype=np.int64), (n,))
-    return pl.DataFrame(
-        {
-            "instance": instance,
-            "queryid": queryid,
-            "interval_start": [e - STEP for e in ends],
-            "interval_end": ends,
-            "calls": calls_arr,
-            "total_exec_time": values * calls_arr,
-        },
-        schema_overrides={
-            "interval_start": pl.Datetime("us", "UTC"),
-            "interval_end": pl.Datetime("us", "UTC"),
-        },
+    return series_samples(
+        values, calls=calls_arr, instance=instance, queryid=queryid, first=-n, step=STEP, origin=NOW
     )
 
 

@@ -20,6 +20,7 @@ from jobs.plandiff import (
 from jobs.plans.history import store_snapshot_rows
 from jobs.plans.shape import plan_facts
 from jobs.schemas import PLAN_SNAPSHOTS
+from tests.lakes import detected_regression
 
 INDEX = {
     "Node Type": "Aggregate",
@@ -113,20 +114,6 @@ def _snapshots(rows: list[tuple[int, datetime, str, dict]]) -> pl.DataFrame:
     )
 
 
-def _detected(
-    change_at: datetime, *, queryid: int, fingerprint: str, queryids: str | None = None
-) -> pl.DataFrame:
-    """One detected regression on alpha changing at ``change_at`` (what plan_diffs_for_regressions reads)."""
-    row = {
-        "instance": ["alpha"],
-        "queryid": [queryid],
-        "fingerprint": [fingerprint],
-        "status": ["detected"],
-        "detected_change_at": [change_at],
-    }
-    return pl.DataFrame(row if queryids is None else {**row, "queryids": [queryids]})
-
-
 def test_plan_diffs_for_regressions_matches_instance_and_any_queryid() -> None:
     t = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
     snaps = _snapshots(
@@ -211,7 +198,7 @@ def test_duckdb_views_attach_plan_diff_to_detected_regressions(lake_root: Path) 
 
 def test_shape_change_shortly_before_a_late_change_point_still_counts() -> None:
     t = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
-    regression = _detected(t, queryid=1, fingerprint="a")
+    regression = detected_regression(t, queryid=1, fingerprint="a")
     late = _snapshots(
         [
             (1, t - timedelta(minutes=30), "generic_explain", INDEX),
@@ -235,7 +222,7 @@ def test_shape_change_shortly_before_a_late_change_point_still_counts() -> None:
 
 def test_first_capture_shortly_before_the_change_is_not_a_plan_change() -> None:
     t = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
-    regression = _detected(t, queryid=1, fingerprint="a")
+    regression = detected_regression(t, queryid=1, fingerprint="a")
     first = _snapshots([(1, t - timedelta(seconds=20), "generic_explain", INDEX)])
     diff = plan_diffs_for_regressions(
         regression, first, PlanDiffConfig(change_tolerance=timedelta(minutes=1))
@@ -254,7 +241,7 @@ def test_a_real_auto_explain_plan_after_the_change_confirms_the_generic_estimate
             (11, t + timedelta(seconds=7), "auto_explain", SEQ),
         ]
     ).with_columns(pl.Series("duration_ms", [None, None, 28.2], dtype=pl.Float64))
-    regressions = _detected(t, queryid=11, fingerprint="fp")
+    regressions = detected_regression(t, queryid=11, fingerprint="fp")
     row = plan_diffs_for_regressions(regressions, snaps).row(0, named=True)
     assert (
         "Confirmed by a real plan logged by auto_explain at 12:00:07 (same shape, 28.2 ms)"
@@ -326,7 +313,7 @@ def test_a_latest_plan_of_another_shape_than_the_first_after_is_named() -> None:
             (11, t1 + timedelta(minutes=7), "generic_explain", INDEX),
         ]
     )
-    regression = _detected(t1, queryid=11, fingerprint="fp")
+    regression = detected_regression(t1, queryid=11, fingerprint="fp")
     row = plan_diffs_for_regressions(regression, snaps).row(0, named=True)
     assert row["diff_status"] == "changed"
     assert row["after_captured_at"] == t1 + timedelta(seconds=15)
@@ -347,7 +334,7 @@ def test_a_shape_change_shortly_before_a_late_change_point_wins_over_a_later_res
             (1, t + timedelta(minutes=5), "generic_explain", INDEX),  # restored later
         ]
     )
-    regression = _detected(t, queryid=1, fingerprint="a")
+    regression = detected_regression(t, queryid=1, fingerprint="a")
     row = plan_diffs_for_regressions(
         regression, snaps, PlanDiffConfig(change_tolerance=timedelta(minutes=1))
     ).row(0, named=True)
@@ -369,7 +356,7 @@ def test_a_shape_change_stamped_at_the_change_point_is_the_after_plan_when_nothi
             (11, t, "generic_explain", SEQ),
         ]
     )
-    regressions = _detected(t, queryid=11, fingerprint="fp1", queryids="11")
+    regressions = detected_regression(t, queryid=11, fingerprint="fp1", queryids="11")
     row = plan_diffs_for_regressions(regressions, snaps).row(0, named=True)
     assert row["diff_status"] == "changed", row["plan_diff_summary"]
     assert row["before_captured_at"] == t - timedelta(minutes=10) and row["after_captured_at"] == t

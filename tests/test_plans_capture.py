@@ -26,6 +26,7 @@ from jobs.plans.capture import (
 )
 from jobs.plans.store_plans import read_store_plans
 from tests.conftest import FleetFactory
+from tests.lakes import detected_regression
 
 pytestmark = pytest.mark.postgres
 
@@ -178,15 +179,11 @@ def test_index_drop_gives_index_scan_to_seq_scan_diff(server: EmbeddedServer, la
     assert write_plan_snapshots(lake_root, "plans", t1, second).written_rows == 1
     snapshots = scan_table(lake_root, "plan_snapshots").collect()
     assert snapshots.height == 2 and set(snapshots["root_node"]) == {"Index Scan", "Seq Scan"}
-    regressions = pl.DataFrame(
-        {
-            "instance": ["plans"],
-            "queryid": [candidates["queryid"][0]],
-            "fingerprint": ["fp"],
-            "query": [candidates["query"][0]],
-            "status": ["detected"],
-            "detected_change_at": [t0 + timedelta(seconds=30)],
-        }
+    regressions = detected_regression(
+        t0 + timedelta(seconds=30),
+        queryid=candidates["queryid"][0],
+        instance="plans",
+        query=candidates["query"][0],
     )
     diff = plan_diffs_for_regressions(regressions, snapshots).row(0, named=True)
     assert diff["diff_status"] == "changed"

@@ -45,6 +45,7 @@ from jobs.plans.capture import (
 from jobs.plans.shape import PlanFormatError, plan_root
 from jobs.plans.store_plans import store_plans_gate
 from tests.conftest import CLUSTER_BASE
+from tests.lakes import detected_regression
 from tests.tiers.store_plans import INSTALLER, PG_BIN_DIR, PG_MAJOR, unavailable_reason
 
 TIER = [pytest.mark.store_plans, pytest.mark.postgres]
@@ -311,15 +312,11 @@ def test_index_drop_between_cycles_diffs_two_store_plans_plans(pg15: EmbeddedSer
     assert set(snapshots["source"]) == {"pg_store_plans"}
     assert set(snapshots["root_node"]) == {"Index Scan", "Seq Scan"}
     assert snapshots["planid"].n_unique() == 2, "pg_store_plans recorded a second plan (new planid)"
-    regressions = pl.DataFrame(
-        {
-            "instance": [INSTANCE],
-            "queryid": [candidates["queryid"][0]],
-            "fingerprint": ["fp"],
-            "query": [candidates["query"][0]],
-            "status": ["detected"],
-            "detected_change_at": [t0 + timedelta(seconds=30)],
-        }
+    regressions = detected_regression(
+        t0 + timedelta(seconds=30),
+        queryid=candidates["queryid"][0],
+        instance=INSTANCE,
+        query=candidates["query"][0],
     )
     diff = plan_diffs_for_regressions(regressions, snapshots).row(0, named=True)
     assert diff["diff_status"] == "changed"
