@@ -24,6 +24,7 @@ from jobs.lake import LakeConfig
 from jobs.plandiff import PlanDiffConfig, attach_plan_diffs, plan_diffs_for_regressions, write_plan_diffs
 from jobs.regressions import (
     DETECTED,
+    SERIES_KEY,
     RegressionConfig,
     detect_regressions,
     detect_unannounced_regressions,
@@ -309,7 +310,7 @@ def print_detection(outcome: DetectionOutcome, console: Console, show_all: bool 
     if resources.height:
         # The unannounced analysis often finds a deploy's step again: show each (query, metric, time) once.
         shown = resources.sort(pl.col("analysis") != "deploy", maintain_order=True).unique(
-            ["instance", "fingerprint", "metric", "detected_change_at"], keep="first", maintain_order=True
+            [*SERIES_KEY, "metric", "detected_change_at"], keep="first", maintain_order=True
         )
         console.print(resource_table(shown))
     else:

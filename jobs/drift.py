@@ -2,9 +2,9 @@
 
 The regression detector tests steps in the mean; a plan that flips for some parameter values adds a slow
 tail or a second mode that a mean test can miss (most calls got faster, some much slower). Here each
-(instance, query fingerprint) series of per-interval mean latencies (built exactly as the detector builds
-it: ``fingerprinted_samples`` + ``merge_intervals``) is compared between a current window and a baseline
-window, for every series of the fleet at once:
+series (``SERIES_KEY``: instance, database, query) of per-interval mean latencies (built exactly as the
+detector builds it: ``fingerprinted_samples`` + ``merge_intervals``) is compared between a current window
+and a baseline window, for every series of the fleet at once:
 
 - baseline: the most specific applicable anchor of ``drift_baselines`` (instance + fingerprint, instance,
   fingerprint, fleet; then the newest), else the ``baseline_days`` before the current window;
@@ -36,7 +36,13 @@ import polars as pl
 from scipy import stats
 
 from jobs import lake
-from jobs.regressions import RegressionConfig, fingerprinted_samples, merge_intervals, series_identity
+from jobs.regressions import (
+    SERIES_KEY,
+    RegressionConfig,
+    fingerprinted_samples,
+    merge_intervals,
+    series_identity,
+)
 from jobs.schemas import DRIFT_BASELINES, LATENCY_DRIFT, QUERY_SAMPLES, QUERY_TEXTS
 
 DRIFT = "drift"
@@ -44,7 +50,7 @@ WATCH = "watch"
 IMPROVED = "improved"
 NO_DRIFT = "no_drift"
 INSUFFICIENT_DATA = "insufficient_data"
-KEYS = ["instance", "fingerprint"]
+KEYS = list(SERIES_KEY)
 
 
 @dataclass(frozen=True)
@@ -537,7 +543,7 @@ def drift_from_samples(
     points = points.filter(pl.col("interval_end") <= end)
     if baselines is None:
         baselines = DRIFT_BASELINES.empty()
-    keys = points.select(KEYS).unique().sort(KEYS)
+    keys = points.select(*KEYS, "fingerprint").unique(KEYS).sort(KEYS)
     assigned = assign_baselines(keys, baselines, current_start, default_start)
     series = merge_intervals(points, KEYS).join(assigned, on=KEYS, how="left")
     in_current = pl.col("interval_end") > current_start
@@ -590,7 +596,7 @@ def drift_from_samples(
         pl.lit(current_start).cast(pl.Datetime("us", "UTC")).alias("current_start"),
         pl.lit(end).cast(pl.Datetime("us", "UTC")).alias("current_end"),
     )
-    out = out.join(assigned, on=KEYS, how="left").join(identity, on=KEYS, how="left")
+    out = out.join(assigned.drop("fingerprint"), on=KEYS, how="left").join(identity, on=KEYS, how="left")
     return LATENCY_DRIFT.conform(out.select(LATENCY_DRIFT.column_names)).sort(KEYS)
 
 

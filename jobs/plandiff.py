@@ -21,6 +21,7 @@ import polars as pl
 
 from jobs.lake import stem_for, write_table
 from jobs.plans.shape import node_label, plan_facts, plan_root, walk_nodes
+from jobs.regressions import SERIES_KEY
 from jobs.schemas import PLAN_DIFFS
 
 GENERIC_CAUTION = "Caution: {side} (EXPLAIN GENERIC_PLAN): an estimate, not what ran."
@@ -203,6 +204,20 @@ def _queryid_set(row: dict[str, Any]) -> set[int]:
     return ids
 
 
+def _series_columns(reg: dict[str, Any]) -> dict[str, Any]:
+    return {c: reg.get(c) for c in ("fingerprint", "series", "dbid", "database")}
+
+
+def _same_database(reg: dict[str, Any], snap: dict[str, Any]) -> bool:
+    """A plan belongs to the finding's database unless it names another one: by dbid (pg_store_plans,
+    generic EXPLAIN), else by name (auto_explain logs carry the database name, not its oid)."""
+    if reg.get("dbid") is not None and snap.get("dbid") is not None:
+        return int(reg["dbid"]) == int(snap["dbid"])
+    if reg.get("database") is not None and snap.get("dbname") is not None:
+        return reg["database"] == snap["dbname"]
+    return True
+
+
 def _pick(snaps: list[dict[str, Any]], preference: tuple[str, ...]) -> dict[str, Any] | None:
     """The latest snapshot; on equal times the preferred source."""
     if not snaps:
@@ -306,7 +321,7 @@ def _diff_row(reg: dict[str, Any], snaps: list[dict[str, Any]], config: PlanDiff
     row: dict[str, Any] = {
         "instance": reg.get("instance"),
         "queryid": reg.get("queryid"),
-        "fingerprint": reg.get("fingerprint"),
+        **_series_columns(reg),
         "detected_change_at": change_at,
     }
     if change_at is None:
@@ -399,7 +414,8 @@ def _diff_row(reg: dict[str, Any], snaps: list[dict[str, Any]], config: PlanDiff
 def plan_diffs_for_regressions(
     regressions: pl.DataFrame, plan_snapshots: pl.DataFrame, config: PlanDiffConfig | None = None
 ) -> pl.DataFrame:
-    """One plan_diffs row per detected regression, matching plans by instance + any of its queryids."""
+    """One plan_diffs row per detected regression, matching plans by instance + any of its queryids, of its
+    own database (``_same_database``: on PG18 one query has one queryid in every database)."""
     config = config or PlanDiffConfig()
     detected = regressions
     if "status" in detected.columns:
@@ -418,12 +434,19 @@ def plan_diffs_for_regressions(
             "is_generic",
             "plan_json",
             "duration_ms",
+            "dbid",
+            "dbname",
         ]
         for snap in snaps.select([c for c in cols if c in snaps.columns]).to_dicts():
             by_key.setdefault((snap["instance"], snap["queryid"]), []).append(snap)
     out = []
     for reg in detected.to_dicts():
-        mine = [s for qid in _queryid_set(reg) for s in by_key.get((reg.get("instance"), qid), [])]
+        mine = [
+            s
+            for qid in _queryid_set(reg)
+            for s in by_key.get((reg.get("instance"), qid), [])
+            if _same_database(reg, s)
+        ]
         try:
             out.append(_diff_row(reg, mine, config))
         except Exception as exc:  # one bad plan must not lose the other regressions' diffs
@@ -431,7 +454,7 @@ def plan_diffs_for_regressions(
                 {
                     "instance": reg.get("instance"),
                     "queryid": reg.get("queryid"),
-                    "fingerprint": reg.get("fingerprint"),
+                    **_series_columns(reg),
                     "detected_change_at": reg.get("detected_change_at"),
                     "diff_status": "error",
                     "plan_diff_summary": f"Plan diff failed for queryid {reg.get('queryid')}: {exc}",
@@ -442,7 +465,7 @@ def plan_diffs_for_regressions(
 
 def attach_plan_diffs(regressions: pl.DataFrame, diffs: pl.DataFrame) -> pl.DataFrame:
     """The regressions frame with ``plan_diff_summary`` and ``plan_diff`` (null for non-detected rows)."""
-    keys = ["instance", "fingerprint", "detected_change_at"]
+    keys = [*SERIES_KEY, "detected_change_at"]
     right = diffs.select([*keys, "plan_diff_summary", "plan_diff"]).unique(keys, keep="last")
     return regressions.join(right, on=keys, how="left", nulls_equal=True)
 

@@ -1,9 +1,10 @@
 """The regression detector: did a query get slower, when did it begin, and was it the deploy?
 
-A series is the per-interval mean latency (Σ exec time / Σ calls of the interval) of one query on one
-instance: samples of every queryid sharing a fingerprint (table recreated, int4/int8 parameters,
-search_path) and of every database, user and nesting level are merged per interval end, so one query is
-analysed once, and reported under the queryid that most recently received a sample.
+A series is the per-interval mean latency (Σ exec time / Σ calls of the interval) of one query in one
+database of one instance (``SERIES_KEY``; the rules are ``jobs.detect.identity``'s): samples of the
+successive queryids of one fingerprint (table recreated, int4/int8 parameters, search_path), of every
+user (unless the identity config splits users) and nesting level are merged per interval end, so one
+query is analysed once, and reported under the queryid that most recently received a sample and its text.
 
 Deploy-aware analysis, per (deploy, instance, query) in the window around the deploy, batched over the fleet:
   stage 0  naive pre/post means; a relative change below ``latency_change_threshold`` is rejected at once
@@ -39,15 +40,19 @@ from jobs.changepoint import (
 )
 from jobs.collect.deploys import deploys_for_instances
 from jobs.detect.contention import ContentionConfig
+from jobs.detect.identity import IdentityConfig, identify_samples
 from jobs.detect.work_config import ResourceConfig
-from jobs.fingerprint import attach_fingerprints, fingerprint_texts
 from jobs.schemas import PERFORMANCE_REGRESSIONS
 
 DETECTED = "detected"
 NO_REGRESSION = "no_regression"
 INSUFFICIENT_DATA = "insufficient_data"
 
-SERIES_KEY = ("instance", "fingerprint")
+DEFAULT_IDENTITY = IdentityConfig()
+
+SERIES_KEY = ("instance", "series")
+"""The columns naming a series: ``series`` is ``jobs.detect.identity``'s name (database, fingerprint,
+chain of successive queryids) and is unique within an instance."""
 
 
 @dataclass(frozen=True)
@@ -105,6 +110,9 @@ class RegressionConfig:
     """Regressions of work (jobs.detect.work): ratio threshold and absolute floors per call."""
     contention: ContentionConfig = field(default_factory=ContentionConfig)
     """Contention vs regression (jobs.detect.contention): when the instance slowed as a whole."""
+    identity: IdentityConfig = field(default_factory=IdentityConfig)
+    """Which samples make one series (jobs.detect.identity): users split or merged, how much two
+    queryids of one fingerprint may overlap and still be one query's succession."""
 
     def tolerance(self) -> timedelta:
         window = self.window_before + self.window_after
@@ -140,23 +148,24 @@ def _require(frame: pl.DataFrame, columns: tuple[str, ...], what: str) -> None:
         raise RegressionInputError(f"{what}: missing columns {missing}")
 
 
-def fingerprinted_samples(samples: pl.DataFrame, texts: pl.DataFrame) -> pl.DataFrame:
-    """Samples with ``fingerprint`` and ``query``; texts: raw query_texts or fingerprint_texts output."""
+def fingerprinted_samples(
+    samples: pl.DataFrame, texts: pl.DataFrame, identity: IdentityConfig = DEFAULT_IDENTITY
+) -> pl.DataFrame:
+    """Samples with ``fingerprint``, ``query``, ``series`` and ``database`` (``jobs.detect.identity``);
+    texts: raw query_texts or fingerprint_texts output."""
     _require(
         samples,
         ("instance", "queryid", "interval_start", "interval_end", "calls", "total_exec_time"),
         "samples",
     )
-    prints = texts if "fingerprint" in texts.columns else fingerprint_texts(texts)
-    out = attach_fingerprints(samples.drop("fingerprint", "query", strict=False), prints)
-    bad = out.filter(~pl.col("total_exec_time").is_finite() | (pl.col("calls") <= 0))
+    bad = samples.filter(~pl.col("total_exec_time").is_finite() | (pl.col("calls") <= 0))
     if bad.height:
         row = bad.row(0, named=True)
         raise RegressionInputError(
             f"samples: instance {row['instance']} queryid {row['queryid']} at {row['interval_end']}: "
             "calls must be positive and exec time finite (build samples with jobs.samples)"
         )
-    return out
+    return identify_samples(samples, texts, identity)
 
 
 def merge_intervals(frame: pl.DataFrame, keys: list[str], sums: tuple[str, ...] = ()) -> pl.DataFrame:
@@ -180,12 +189,22 @@ def merge_intervals(frame: pl.DataFrame, keys: list[str], sums: tuple[str, ...] 
     )
 
 
+SERIES_COLUMNS = ("fingerprint", "dbid", "database")
+"""What a series is besides its key: one value per series (``jobs.detect.identity``)."""
+
+
 def series_identity(frame: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
-    """Per series: the queryid with the latest sample (ties: lowest queryid), all queryids, the query text."""
+    """Per series: the queryid with the latest sample (ties: lowest queryid) and that queryid's own text,
+    all queryids, and the series' fingerprint, dbid and database."""
+    described = [c for c in SERIES_COLUMNS if c in frame.columns and c not in keys]
     latest = (
-        frame.sort([*keys, "interval_end", "queryid"], descending=[*([False] * len(keys)), True, False])
+        frame.sort(
+            [*keys, "interval_end", "queryid"],
+            descending=[*([False] * len(keys)), True, False],
+            nulls_last=True,
+        )
         .unique(keys, keep="first", maintain_order=True)
-        .select(*keys, "queryid", "query")
+        .select(*keys, "queryid", "query", *described)
     )
     merged = frame.group_by(keys).agg(
         pl.col("queryid").unique().sort().cast(pl.String).str.join(",").alias("queryids")
@@ -272,7 +291,7 @@ def split_values(values: np.ndarray, offsets: np.ndarray) -> list[np.ndarray]:
 # Deploy-aware analysis
 
 
-FINDING_KEY = ["instance", "fingerprint", "detected_change_at"]
+FINDING_KEY = [*SERIES_KEY, "detected_change_at"]
 
 
 def one_row_per_finding(frame: pl.DataFrame) -> pl.DataFrame:
@@ -345,11 +364,11 @@ def detect_regressions(
     _require(deploys, ("deploy_id", "version", "scope", "instance", "deployed_at"), "deploy_events")
     if samples.height == 0 or deploys.height == 0:
         return _empty_result()
-    points = fingerprinted_samples(samples, texts)
+    points = fingerprinted_samples(samples, texts, config.identity)
     windowed, targets = deploy_window_points(points, deploys, config)
     if windowed.height == 0:
         return _empty_result()
-    keys = ["deploy_id", "instance", "fingerprint"]
+    keys = ["deploy_id", *SERIES_KEY]
     identity = series_identity(windowed, keys)
     series = merge_intervals(windowed, keys).join(
         targets.drop("instance").unique("deploy_id"), on="deploy_id"
@@ -440,7 +459,7 @@ def detect_regressions(
         pl.lit(None, dtype=pl.String).alias("fdr_method"),
     )
     return PERFORMANCE_REGRESSIONS.conform(result.select(_known_columns(result))).sort(
-        "deployed_at", "deploy_id", "instance", "fingerprint"
+        "deployed_at", "deploy_id", *SERIES_KEY
     )
 
 
@@ -768,7 +787,7 @@ def detect_unannounced_regressions(
     """
     if samples.height == 0:
         return _empty_result()
-    points = fingerprinted_samples(samples, texts)
+    points = fingerprinted_samples(samples, texts, config.identity)
     latest = points["interval_end"].max()
     window_start = latest - config.history  # type: ignore[operator]
     points = points.filter(pl.col("interval_end") > window_start)
@@ -867,6 +886,4 @@ def detect_unannounced_regressions(
         (1.0 - pl.col("p_adjusted")).alias("confidence"),
         *unannounced_columns(window_start, latest, config.fdr_q, tests),
     )
-    return PERFORMANCE_REGRESSIONS.conform(result.select(_known_columns(result))).sort(
-        "instance", "fingerprint"
-    )
+    return PERFORMANCE_REGRESSIONS.conform(result.select(_known_columns(result))).sort(*SERIES_KEY)

@@ -188,6 +188,7 @@ QUERY_TEXTS = TableSchema(
         Column("queryid", pl.Int64()),
         Column("dbid", pl.Int64()),
         Column("userid", pl.Int64()),
+        Column("datname", pl.String(), "name of the database dbid (pg_database) when the text was read"),
         Column("query", pl.String()),
         Column("is_explain", pl.Boolean(), "text starts with EXPLAIN: its statement rows are dropped"),
         Column("is_radar", pl.Boolean(), "the radar's own statement (marker in the text): rows dropped"),
@@ -243,7 +244,15 @@ FINDING_COLUMNS: tuple[Column, ...] = (
     Column("queryid", pl.Int64(), "the queryid of the query that most recently received a sample"),
     Column("queryids", pl.String(), "every queryid merged into this series, comma separated, sorted"),
     Column("fingerprint", pl.String()),
-    Column("query", pl.String()),
+    Column(
+        "series",
+        pl.String(),
+        "the series (jobs.detect.identity): '<dbid>:<fingerprint>', ':<first queryid>' appended for a "
+        "query running side by side with another of the same fingerprint",
+    ),
+    Column("dbid", pl.Int64(), "the series' database oid"),
+    Column("database", pl.String(), "its datname when the collector stored one with the texts, else null"),
+    Column("query", pl.String(), "the text of ``queryid``"),
     Column("deploy_id", pl.String()),
     Column("deploy_version", pl.String()),
     Column("deployed_at", UTC_TS),
@@ -272,9 +281,9 @@ SEGMENT_TEST_COLUMNS: tuple[Column, ...] = (
 
 PERFORMANCE_REGRESSIONS = TableSchema(
     name="performance_regressions",
-    description="One row per analysed (instance, query fingerprint) per analysis: detected or why not.",
+    description="One row per analysed (instance, series) per analysis: detected or why not.",
     partition_by=("date",),
-    primary_key=("analysis", "deploy_id", "instance", "fingerprint"),
+    primary_key=("analysis", "deploy_id", "instance", "series"),
     columns=(
         *FINDING_COLUMNS,
         *VERDICT_COLUMNS,
@@ -324,11 +333,11 @@ PERFORMANCE_REGRESSIONS = TableSchema(
 RESOURCE_REGRESSIONS = TableSchema(
     name="resource_regressions",
     description=(
-        "One row per analysed (analysis, deploy, instance, query fingerprint, work metric): did the query's "
+        "One row per analysed (analysis, deploy, instance, series, work metric): did the query's "
         "work per call (temp blocks, shared blocks, rows, WAL bytes, planning time) step up, or why not."
     ),
     partition_by=("date",),
-    primary_key=("analysis", "deploy_id", "instance", "fingerprint", "metric"),
+    primary_key=("analysis", "deploy_id", "instance", "series", "metric"),
     columns=(
         *FINDING_COLUMNS,
         Column("metric", pl.String(), "temp_blocks | shared_blocks | rows | wal_bytes | plan_ms"),
@@ -436,11 +445,14 @@ PLAN_DIFFS = TableSchema(
     name="plan_diffs",
     description="One row per detected regression: the plan before vs after detected_change_at.",
     partition_by=("date",),
-    primary_key=("instance", "fingerprint", "detected_change_at"),
+    primary_key=("instance", "series", "detected_change_at"),
     columns=(
         Column("instance", pl.String()),
         Column("queryid", pl.Int64()),
         Column("fingerprint", pl.String()),
+        Column("series", pl.String(), "the regression's series (jobs.detect.identity)"),
+        Column("dbid", pl.Int64()),
+        Column("database", pl.String()),
         Column("detected_change_at", UTC_TS),
         Column("diff_status", pl.String(), "changed | unchanged | no_before | no_after | no_plans"),
         Column("before_captured_at", UTC_TS),
@@ -494,10 +506,13 @@ LATENCY_DRIFT = TableSchema(
     name="latency_drift",
     description="One row per (instance, query) per drift run: current window against its baseline.",
     partition_by=("date",),
-    primary_key=("current_end", "instance", "fingerprint"),
+    primary_key=("current_end", "instance", "series"),
     columns=(
         Column("instance", pl.String()),
         Column("fingerprint", pl.String()),
+        Column("series", pl.String(), "the series (jobs.detect.identity)"),
+        Column("dbid", pl.Int64()),
+        Column("database", pl.String()),
         Column("queryid", pl.Int64(), "the queryid that most recently received a sample"),
         Column("queryids", pl.String(), "every queryid merged into this series, comma separated, sorted"),
         Column("query", pl.String()),

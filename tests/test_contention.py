@@ -212,6 +212,7 @@ def test_the_interval_straddling_the_moment_is_on_neither_side() -> None:
     series = pl.DataFrame(
         {
             "instance": "alpha",
+            "series": "5:f",
             "fingerprint": "f",
             "queryid": 1,
             "interval_start": [e - SERIES_STEP for e in ends],

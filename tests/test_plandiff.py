@@ -129,6 +129,7 @@ def test_plan_diffs_for_regressions_matches_instance_and_any_queryid() -> None:
             "queryid": [22, 33, 22],
             "queryids": ["11,22", "33", "22"],
             "fingerprint": ["fp1", "fp2", "fp1"],
+            "series": ["5:fp1", "5:fp2", "5:fp1"],
             "status": ["detected", "detected", "detected"],
             "detected_change_at": [t, t, t],
         }

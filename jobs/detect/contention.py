@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
+from jobs.detect.identity import IdentityConfig
 from jobs.schemas import INSTANCE_SLOWDOWNS
 
 if TYPE_CHECKING:
@@ -205,6 +206,7 @@ def moments_of(findings: pl.DataFrame, config: ContentionConfig) -> tuple[pl.Dat
 
 SHIFT_COLUMNS = {
     "moment": pl.Int64,
+    "series": pl.String,
     "fingerprint": pl.String,
     "queryid": pl.Int64,
     "before_n": pl.UInt32,
@@ -221,8 +223,8 @@ SHIFT_COLUMNS = {
 def series_shifts(series: pl.DataFrame, moments: pl.DataFrame, config: ContentionConfig) -> pl.DataFrame:
     """Per (moment, series of its instance): log latency ratio over the nearest samples on each side.
 
-    ``series``: merged interval series (jobs.regressions.merge_intervals over instance, fingerprint) with
-    ``queryid`` (the latest of the series); ``moments``: moments_of output.
+    ``series``: merged interval series (jobs.regressions.merge_intervals over ``SERIES_KEY``) with
+    ``queryid`` (the latest of the series) and ``fingerprint``; ``moments``: moments_of output.
     """
     if series.height == 0 or moments.height == 0:
         return pl.DataFrame(schema=SHIFT_COLUMNS)
@@ -244,15 +246,14 @@ def series_shifts(series: pl.DataFrame, moments: pl.DataFrame, config: Contentio
             pl.col("value").clip(lower_bound=_FLOOR_MS).log().alias("log_ms"),
         )
         .filter(pl.col("side").is_not_null())
-        .with_columns(
-            pl.col("distance").rank("ordinal").over("moment", "fingerprint", "side").alias("nearness")
-        )
+        .with_columns(pl.col("distance").rank("ordinal").over("moment", "series", "side").alias("nearness"))
         .filter(pl.col("nearness") <= config.window_samples)
     )
     before, after = pl.col("side") == "before", pl.col("side") == "after"
     shifts = (
-        near.group_by("moment", "fingerprint")
+        near.group_by("moment", "series")
         .agg(
+            pl.col("fingerprint").first(),
             pl.col("queryid").sort_by("interval_end").last(),
             before.sum().alias("before_n"),
             after.sum().alias("after_n"),
@@ -276,7 +277,7 @@ def series_shifts(series: pl.DataFrame, moments: pl.DataFrame, config: Contentio
         .with_columns(
             (pl.col("measured") & (pl.col("before_ms") >= config.min_compared_latency_ms)).alias("compared")
         )
-        .sort("moment", "fingerprint")
+        .sort("moment", "series")
     )
     return shifts.select(list(SHIFT_COLUMNS)).cast(SHIFT_COLUMNS)
 
@@ -296,7 +297,7 @@ def instance_slowdowns(shifts: pl.DataFrame, moments: pl.DataFrame, config: Cont
         pl.col("log_ratio").median().exp().alias("median_ratio"),
         pl.col("log_ratio").max().exp().alias("max_ratio"),
         pl.col("queryid").filter(shifted).sort().cast(pl.String).str.join(",").alias("queryids"),
-        pl.col("fingerprint").filter(shifted).sort().str.join(",").alias("fingerprints"),
+        pl.col("fingerprint").filter(shifted).unique().sort().str.join(",").alias("fingerprints"),
         pl.col("calls_per_s_before").sum(),
         pl.col("calls_per_s_after").sum(),
     )
@@ -320,15 +321,15 @@ def _judged_at(
     """Per detected finding (``_row``) at the moment in column ``moment``: its own log ratio, the
     leave-one-out common shift of the other compared series, their spread and count, and whether its
     own slowdown clearly exceeds the common one."""
-    at = detected.select("_row", pl.col(moment).alias("moment"), "fingerprint")
+    at = detected.select("_row", pl.col(moment).alias("moment"), "series")
     own = at.join(
-        shifts.filter(pl.col("measured")).select("moment", "fingerprint", pl.col("log_ratio").alias("own")),
-        on=["moment", "fingerprint"],
+        shifts.filter(pl.col("measured")).select("moment", "series", pl.col("log_ratio").alias("own")),
+        on=["moment", "series"],
         how="left",
     )
     others = (
         at.join(shifts.filter(pl.col("compared")), on="moment", suffix="_other")
-        .filter(pl.col("fingerprint") != pl.col("fingerprint_other"))
+        .filter(pl.col("series") != pl.col("series_other"))
         .group_by("_row")
         .agg(
             pl.len().alias("others"),
@@ -441,14 +442,17 @@ def separate_contention(
     from jobs.regressions import (
         DETECTED,
         NO_REGRESSION,
+        SERIES_KEY,
         RegressionInputError,
         fingerprinted_samples,
         merge_intervals,
         series_identity,
     )
 
+    # The findings' series were named by the RegressionConfig's identity rules: the same rules here.
+    identity = IdentityConfig() if isinstance(config, ContentionConfig) else config.identity
     config = config if isinstance(config, ContentionConfig) else config.contention
-    missing = sorted({"analysis", "instance", "fingerprint", "status", "reason"} - set(findings.columns))
+    missing = sorted({"analysis", "instance", "series", "status", "reason"} - set(findings.columns))
     if missing:
         raise RegressionInputError(f"findings: missing columns {missing} (pass detect_regressions output)")
     work_type = findings.schema.get("work_changed", pl.Null)
@@ -469,10 +473,10 @@ def separate_contention(
     if findings.height == 0 or samples.height == 0:
         return findings, INSTANCE_SLOWDOWNS.empty()
     moments, tagged = moments_of(findings, config)
-    points = fingerprinted_samples(samples, texts)
-    keys = ["instance", "fingerprint"]
+    points = fingerprinted_samples(samples, texts, identity)
+    keys = list(SERIES_KEY)
     series = merge_intervals(points, keys).join(
-        series_identity(points, keys).select(*keys, "queryid"), on=keys, how="left"
+        series_identity(points, keys).select(*keys, "queryid", "fingerprint"), on=keys, how="left"
     )
     shifts = series_shifts(series, moments, config)
     episodes = instance_slowdowns(shifts, moments, config)

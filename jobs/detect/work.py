@@ -1,7 +1,7 @@
 """Regressions of work: a query that now does more per call (temp blocks, shared blocks, rows, WAL, planning).
 
-A work series is, per (instance, query fingerprint) and merged interval, Σ metric / Σ calls over every
-queryid of the fingerprint (``work_per_call``). Work series go through the latency detector's machinery
+A work series is, per series (``SERIES_KEY``: instance, database, query) and merged interval, Σ metric /
+Σ calls over the series' queryids (``work_per_call``). Work series go through the latency detector's machinery
 unchanged, all (deploy, instance, query, metric) series in one batch:
 
 Deploy analysis (``detect_resource_regressions``), per (deploy, instance, query, metric) in its window:
@@ -256,11 +256,11 @@ def deploy_resource_regressions(
     if samples.height == 0 or deploys.height == 0:
         return _empty()
     resource = config.resource
-    points = fingerprinted_samples(samples, texts)
+    points = fingerprinted_samples(samples, texts, config.identity)
     windowed, targets = deploy_window_points(points, deploys, config)
     if windowed.height == 0:
         return _empty()
-    keys = ["deploy_id", "instance", "fingerprint"]
+    keys = ["deploy_id", *SERIES_KEY]
     metric_keys = [*keys, "metric"]
     identity = series_identity(windowed, keys)
     deploy_info = targets.drop("instance").unique("deploy_id")
@@ -340,7 +340,7 @@ def deploy_resource_regressions(
         pl.lit(None, dtype=pl.Float64).alias("p_adjusted"),
         pl.lit(None, dtype=pl.String).alias("fdr_method"),
     )
-    return _finish(result).sort("deployed_at", "deploy_id", "instance", "fingerprint", "metric")
+    return _finish(result).sort("deployed_at", "deploy_id", *SERIES_KEY, "metric")
 
 
 def _status() -> pl.Expr:
@@ -423,7 +423,7 @@ def unannounced_resource_regressions(
     if samples.height == 0:
         return _empty()
     resource = config.resource
-    points = fingerprinted_samples(samples, texts)
+    points = fingerprinted_samples(samples, texts, config.identity)
     latest = points["interval_end"].max()
     window_start = latest - config.history  # type: ignore[operator]
     points = points.filter(pl.col("interval_end") > window_start)
@@ -531,7 +531,7 @@ def unannounced_resource_regressions(
         *unannounced_columns(window_start, latest, config.fdr_q, tests),
     )
     result = result.with_columns(_status())
-    return _finish(result).sort("instance", "fingerprint", "metric")
+    return _finish(result).sort(*SERIES_KEY, "metric")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -563,11 +563,10 @@ def attach_work_evidence(
     if targets.height == 0 or samples.height == 0:
         return nulls
     resource = config.resource
-    points = fingerprinted_samples(samples, texts)
+    points = fingerprinted_samples(samples, texts, config.identity)
     splits = targets.select(
         pl.col("finding").cast(pl.Int64),
-        "instance",
-        "fingerprint",
+        *SERIES_KEY,
         "window_start",
         "window_end",
         "changepoint_index",

@@ -6,7 +6,7 @@ import polars as pl
 
 from jobs import lake as lake_io
 from jobs.analysis import DetectionConfig, run_detection
-from jobs.regressions import DETECTED
+from jobs.regressions import DETECTED, SERIES_KEY
 from orchestration.resources import LakeResource
 from orchestration.tables import lake_incident_metadata, markdown_table
 
@@ -114,9 +114,7 @@ def detected_regressions_are_consistent(lake: LakeResource) -> dg.AssetCheckResu
         )
     ).height
     not_slower = detected.filter(pl.col("after_mean_ms") <= pl.col("before_mean_ms")).height
-    duplicates = (
-        detected.height - detected.unique(["analysis", "deploy_id", "instance", "fingerprint"]).height
-    )
+    duplicates = detected.height - detected.unique(["analysis", "deploy_id", *SERIES_KEY]).height
     return dg.AssetCheckResult(
         passed=incomplete == 0 and not_slower == 0 and duplicates == 0,
         metadata={
