@@ -39,17 +39,20 @@ CREATE OR REPLACE VIEW regressions_with_plan_diff AS
 SELECT r.*, d.diff_status, d.plan_diff_summary, d.plan_diff,
        d.before_source AS plan_before_source, d.after_source AS plan_after_source
 FROM (
-    SELECT DISTINCT ON (analysis, coalesce(deploy_id, ''), instance, fingerprint, detected_change_at) *
+    SELECT DISTINCT ON (analysis, coalesce(deploy_id, ''), instance, fingerprint, series, detected_change_at) *
     FROM performance_regressions
     WHERE status = 'detected'
-    ORDER BY analysis, coalesce(deploy_id, ''), instance, fingerprint, detected_change_at, date DESC, after_count DESC
+    ORDER BY analysis, coalesce(deploy_id, ''), instance, fingerprint, series, detected_change_at, date DESC,
+             after_count DESC
 ) r
 LEFT JOIN (
     SELECT * EXCLUDE (rn) FROM (
-        SELECT *, row_number() OVER (PARTITION BY instance, fingerprint, detected_change_at
+        SELECT *, row_number() OVER (PARTITION BY instance, fingerprint, series, detected_change_at
                                      ORDER BY date DESC) AS rn
         FROM plan_diffs
     ) WHERE rn = 1
 ) d
   ON d.instance = r.instance AND d.fingerprint = r.fingerprint
+ -- the series (database, query) when both rows have one; rows written before series existed have none
+ AND d.series IS NOT DISTINCT FROM r.series
  AND d.detected_change_at = r.detected_change_at;
