@@ -100,7 +100,8 @@ def shown(frame: pl.DataFrame) -> list[tuple[object, ...]]:
 def near_the_deploy(reported: pl.DataFrame, finding: dict) -> pl.DataFrame:
     """Findings of either analysis whose change lies within the tolerance of ``finding``'s deploy: where
     the regression would show if it were merged into another series. (The unannounced analysis searches
-    the whole history; on this shared host it once found a host-load step of a 1 ms query elsewhere.)"""
+    the whole history: in 1 of ~14 runs on this shared host it also reported the busy copy, before mean
+    2.6 ms, a step of host load; when that step lay was not recorded.)"""
     tolerance = CONFIG.regression.tolerance()
     deployed = finding["deployed_at"]
     return reported.filter(
