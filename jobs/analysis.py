@@ -118,7 +118,7 @@ def detect_from_frames(
         pl.concat([regressions, unannounced], how="diagonal_relaxed"),
         samples,
         texts,
-        config.regression.contention,
+        config.regression,  # its contention config, and the identity rules that named the findings' series
     )
     regressions = both.filter(pl.col("analysis") == "deploy")
     unannounced = both.filter(pl.col("analysis") == "unannounced")

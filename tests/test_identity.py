@@ -257,3 +257,21 @@ def test_a_finding_diffs_the_plans_of_its_own_database_only() -> None:
     diff = plan_diffs_for_regressions(finding, snaps).row(0, named=True)
     assert diff["series"] == "5:fp" and diff["diff_status"] == "changed"
     assert "latest" not in diff["plan_diff_summary"], "database 6's index scan is not this finding's plan"
+
+
+def test_the_whole_pipeline_names_one_user_regression_under_its_own_series_when_users_are_split() -> None:
+    from jobs.analysis import DetectionConfig, detect_from_frames
+    from tests.detection_frames import as_frames
+
+    app = samples(noise(90, 1.0, 25), 51, userid=10)
+    report = samples(np.concatenate([noise(30, 1.0, 26), noise(60, 10.0, 27)]), 51, userid=11)
+    config = DetectionConfig(regression=replace(CONFIG, identity=IdentityConfig(split_users=True)))
+    frames = as_frames(
+        detect_from_frames(
+            pl.concat([app, report]), texts([(51, Q2024)]), deploy(), PLAN_SNAPSHOTS.empty(), config
+        )
+    )
+    detected = frames.regressions.filter(pl.col("status") == "detected")
+    assert detected["series"].to_list() == [f"5/11:{detected['fingerprint'][0]}"]
+    assert detected["kind"].to_list() == ["plan_or_work"]
+    assert frames.regressions.height == 2, "one row per user"
