@@ -4,12 +4,13 @@ Each test runs client threads, snapshots the server every ~0.2 s, marks a deploy
 it and snapshots again; then the samples job and the whole pure pipeline (``detect_from_frames``) run on
 what landed in the lake. Windows are compressed to one minute each side.
 
-The queried relations are views over real tables that wait 1 ms per execution, and the regression at
-the deploy replaces one view by one that waits 50 ms (``slow_down``): a 1 → 50 ms step that costs no
+The queried relations are views over real tables that wait 20 ms per execution, and the regression at
+the deploy replaces one view by one that waits 100 ms (``slow_down``): a 20 → 100 ms step that costs no
 CPU, on queries whose latency is mostly a wait. With an index dropped on plain tables instead (0.03 ms
 index scans), the other copy's latency moved by +40% in some runs on this 2-core host shared with other
-jobs (load average 6) and it was detected too: CPU contention of the host, not what these tests are
-about.
+jobs (load average 6-15) and it was detected too; with 1 ms waits, host load alone lifted the other
+copy from 2.5 ms by more than the stage 0 threshold in 2 of ~20 runs: the host's contention, not what
+these tests are about.
 """
 
 from __future__ import annotations
@@ -59,22 +60,22 @@ def alpha(identity_fleet: EmbeddedFleet) -> tuple[str, FleetConfig]:
 
 
 def setup_view(dsn: str, name: str) -> None:
-    """Relation ``name``: a view over a real 200k-row table ``{name}_rows`` (indexed), waiting 1 ms per
+    """Relation ``name``: a view over a real 200k-row table ``{name}_rows`` (indexed), waiting 20 ms per
     execution (one InitPlan per execution, not per row)."""
     setup_orders(dsn, f"{name}_rows", index=True)
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(
             f"create or replace view {name} as select * from {name}_rows"
-            " where (select true from pg_sleep(0.001))"
+            " where (select true from pg_sleep(0.02))"
         )
 
 
 def slow_down(dsn: str, name: str) -> None:
-    """Every query on ``name`` waits 50 ms instead of 1 ms."""
+    """Every query on ``name`` waits 100 ms instead of 20 ms."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(
             f"create or replace view {name} as select * from {name}_rows"
-            " where (select true from pg_sleep(0.05))"
+            " where (select true from pg_sleep(0.1))"
         )
 
 
@@ -100,8 +101,8 @@ def shown(frame: pl.DataFrame) -> list[tuple[object, ...]]:
 def near_the_deploy(reported: pl.DataFrame, finding: dict) -> pl.DataFrame:
     """Findings of either analysis whose change lies within the tolerance of ``finding``'s deploy: where
     the regression would show if it were merged into another series. (The unannounced analysis searches
-    the whole history: in 1 of ~14 runs on this shared host it also reported the busy copy, before mean
-    2.6 ms, a step of host load; when that step lay was not recorded.)"""
+    the whole history: with 1 ms waits, in 1 of ~14 runs on this shared host it also reported the busy
+    copy, before mean 2.6 ms, a step of host load; when that step lay was not recorded.)"""
     tolerance = CONFIG.regression.tolerance()
     deployed = finding["deployed_at"]
     return reported.filter(
@@ -123,7 +124,7 @@ def test_the_same_query_in_two_databases_regressing_in_the_quiet_one_is_found_un
     query = "select count(*), sum(amount) from radar_tenant where customer_id = %s"
     with ExitStack() as stack:
         stack.enter_context(Workload(dsn, query))  # the busy copy: as fast as one client goes
-        quiet = stack.enter_context(Workload(quiet_dsn, query, pause=0.1))  # ~9 calls/s, then ~6
+        quiet = stack.enter_context(Workload(quiet_dsn, query, pause=0.05))  # ~14 calls/s, then ~6
         snapshot_phase(config, lake_root)
         mark_deploy(lake_root, version="v1-tenant-index", instances=["alpha"])
         slow_down(quiet_dsn, "radar_tenant")
@@ -137,7 +138,7 @@ def test_the_same_query_in_two_databases_regressing_in_the_quiet_one_is_found_un
     assert busy_row["queryid"] == quiet_row["queryid"], shown(rows)
     assert quiet_row["dbid"] == quiet_dbid and busy_row["series"] != quiet_row["series"], shown(rows)
     assert quiet_row["status"] == "detected", shown(rows)
-    assert quiet_row["after_mean_ms"] > 5 * quiet_row["before_mean_ms"], shown(rows)
+    assert quiet_row["after_mean_ms"] > 3 * quiet_row["before_mean_ms"], shown(rows)  # 20 -> 100 ms
     assert busy_row["status"] != "detected" and busy_row["database"] == "postgres", shown(rows)
     # The texts are read once per queryid (from the lowest dbid): the quiet database's name is not known.
     assert quiet_row["database"] in (None, QUIET_DB), shown(rows)
@@ -168,7 +169,7 @@ def test_two_live_tables_differing_by_trailing_digits_blame_the_right_one_with_i
     assert new_row["status"] == "detected" and old_row["status"] != "detected", shown(frames.regressions)
     assert new_row["queryids"] == str(new_row["queryid"]), "its own queryid only"
     assert "radar_orders_2025" in new_row["query"], new_row["query"]
-    assert new_row["after_mean_ms"] > 5 * new_row["before_mean_ms"], shown(new)
+    assert new_row["after_mean_ms"] > 3 * new_row["before_mean_ms"], shown(new)  # 20 -> 100 ms
     reported = frames.reported.filter(pl.col("query").str.contains("radar_orders_20", literal=True))
     assert set(near_the_deploy(reported, new_row)["queryid"]) == {new_row["queryid"]}, shown(reported)
 
