@@ -275,3 +275,8 @@ def test_the_whole_pipeline_names_one_user_regression_under_its_own_series_when_
     assert detected["series"].to_list() == [f"5/11:{detected['fingerprint'][0]}"]
     assert detected["kind"].to_list() == ["plan_or_work"]
     assert frames.regressions.height == 2, "one row per user"
+
+
+def test_a_negative_overlap_is_refused_with_the_field_named() -> None:
+    with pytest.raises(ValueError, match=r"identity\.rotation_overlap_intervals"):
+        IdentityConfig(rotation_overlap_intervals=-1)
