@@ -409,7 +409,7 @@ def findings_table(frame: pl.DataFrame, title: str = "Findings") -> Table:
             began.strftime("%H:%M:%S") if began else "-",
             f"{row['p_value']:.2g}" if row.get("p_value") is not None else "-",
             _deploy_text(row),
-            str(row.get("kind") or "-"),
+            _kind_text(row),
             str(row.get("plan_diff_summary") or "no plans captured"),
             str(row.get("work_evidence") or "-"),
         )

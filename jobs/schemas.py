@@ -502,10 +502,17 @@ FINDING_STATES = TableSchema(
         Column("other_deploys", pl.String(), "other deploys within the tolerance of the change"),
         Column("before_mean_ms", pl.Float64(), "latest level before the step"),
         Column("after_mean_ms", pl.Float64(), "latest level after the step"),
-        Column("latest_mean_ms", pl.Float64(), "mean of the series' latest samples (recovery check)"),
+        Column(
+            "latest_mean_ms",
+            pl.Float64(),
+            "the level now: the deploy analysis' mean after the window's last change point, or the median "
+            "interval latency since the series came back (recovery re-check)",
+        ),
         Column("p_value", pl.Float64(), "Welch's p (the adjusted p for an unannounced finding)"),
         Column("added_load_ms_per_s", pl.Float64()),
         Column("kind", pl.String(), "plan_or_work | both (jobs.detect.contention)"),
+        Column("instance_slowdown_ratio", pl.Float64(), "kind both: the instance's common slowdown"),
+        Column("slowdown_excess", pl.Float64(), "kind both: this query's ratio / the common one"),
         Column("work_evidence", pl.String()),
         Column("plan_diff_summary", pl.String()),
         Column("recovered_at", UTC_TS, "when the series returned to its old level (status recovered)"),

@@ -5,7 +5,8 @@
 CREATE OR REPLACE VIEW findings AS
 SELECT finding_id, status, instance, series, database, fingerprint, queryid, queryids, query, onset,
        detected_change_at, analysis, deploy_id, deploy_version, deployed_at, other_deploys, before_mean_ms,
-       after_mean_ms, latest_mean_ms, p_value, added_load_ms_per_s, kind, work_evidence, plan_diff_summary,
+       after_mean_ms, latest_mean_ms, p_value, added_load_ms_per_s, kind, instance_slowdown_ratio, slowdown_excess,
+       work_evidence, plan_diff_summary,
        recovered_at, superseded_by, opened_at, computed_at AS updated_at, run_id AS updated_by_run, change
 FROM finding_states
 QUALIFY row_number() OVER (PARTITION BY finding_id ORDER BY computed_at DESC, run_id DESC) = 1;
