@@ -207,7 +207,7 @@ def run_detection(
     samples, texts, deploys, plans = read_inputs(lake_root)
     found = stamp_run(detect_from_frames(samples, texts, deploys, plans, config), computed_at)
     latency = pl.concat([found.regressions, found.unannounced], how="diagonal_relaxed")
-    previous, changes = findings_of_run(lake_root, latency, samples, texts, computed_at, config.findings)
+    previous, changes = findings_of_run(lake_root, latency, samples, texts, computed_at, config)
     files = [
         path
         for path in (
@@ -256,7 +256,7 @@ def findings_of_run(
     samples: pl.DataFrame,
     texts: pl.DataFrame,
     computed_at: datetime,
-    config: FindingsConfig,
+    config: DetectionConfig,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(latest state per finding before this run, the finding_states rows this run changes)."""
     previous = latest_states(lake.read_table(lake_root, FINDING_STATES))
@@ -267,7 +267,8 @@ def findings_of_run(
         computed_at=computed_at,
         intervals=sample_intervals(samples),
         points=recovery_points(samples, texts, open_before),
-        config=config,
+        config=config.findings,
+        regression=config.regression,
     )
     return previous, changes
 

@@ -506,12 +506,16 @@ def attribute_to_deploys(
     if targets is not None:
         for deploy in targets.iter_rows(named=True):
             by_instance.setdefault(deploy["instance"], []).append(deploy)
-    table = rows.with_row_index("_row").with_columns(pl.lit(None, dtype=pl.String).alias("other_deploys"))
-    records = table.to_dicts()
-    key_of = {(r["deploy_id"], *(r[k] for k in keys)): r["_row"] for r in records}
+    table = rows.with_columns(pl.lit(None, dtype=pl.String).alias("other_deploys"))
+    is_detected = pl.col("status") == DETECTED
+    # Only detected rows become Python records (a fleet's deploy analysis has millions of rows).
+    records = table.filter(is_detected).to_dicts()
+    if not records:
+        return table
+    key_of = {(r["deploy_id"], *(r[k] for k in keys)): i for i, r in enumerate(records)}
     # Per detected row: (the deploy blamed, the other deploys within the tolerance).
     blamed: dict[int, tuple[dict, list[dict]]] = {}
-    for record in (records[i] for i in table.filter(pl.col("status") == DETECTED)["_row"].to_list()):
+    for i, record in enumerate(records):
         change = record["detected_change_at"]
         near = sorted(
             (
@@ -530,16 +534,16 @@ def attribute_to_deploys(
             if before
             else min(near, key=lambda d: (abs(d["deployed_at"] - change), d["deployed_at"]))
         )
-        blamed[record["_row"]] = (chosen, [d for d in near if d["deploy_id"] != chosen["deploy_id"]])
+        blamed[i] = (chosen, [d for d in near if d["deploy_id"] != chosen["deploy_id"]])
 
     def others_text(others: list[dict]) -> str | None:
         return ", ".join(_deploy_label(d["version"], d["deployed_at"]) for d in others) or None
 
     # Per (blamed deploy, series) without its own detection: the moved detection nearest that deploy.
-    moved: dict[tuple, tuple[int | None, dict]] = {}
-    for row_id in sorted(blamed):
-        record = records[row_id]
-        chosen, others = blamed[row_id]
+    moved: dict[tuple, dict] = {}
+    for i in sorted(blamed):
+        record = records[i]
+        chosen, others = blamed[i]
         if chosen["deploy_id"] == record["deploy_id"]:
             record["other_deploys"] = others_text(others)
             continue
@@ -555,17 +559,26 @@ def attribute_to_deploys(
             }
             distance = abs(candidate["detected_change_at"] - chosen["deployed_at"])
             current = moved.get(key)
-            if current is None or distance < abs(current[1]["detected_change_at"] - chosen["deployed_at"]):
-                moved[key] = (target, candidate)
+            if current is None or distance < abs(current["detected_change_at"] - chosen["deployed_at"]):
+                moved[key] = candidate
         record["status"] = NO_REGRESSION
         record["reason"] = ATTRIBUTED_ELSEWHERE
         record["other_deploys"] = others_text([chosen])
-    for target, candidate in moved.values():
-        slot = len(records) if target is None else target
-        if target is None:
+    # A moved detection takes the place of the blamed deploy's own row of that series (detected rows:
+    # in ``records``; any other row: dropped from the rest of the table).
+    for key, candidate in moved.items():
+        if key in key_of:
+            records[key_of[key]] = candidate
+        else:
             records.append(candidate)
-        records[slot] = {**candidate, "_row": slot}
-    out = pl.DataFrame(records, schema=table.schema).drop("_row")
+    rest = table.filter(~is_detected)
+    if moved:
+        replaced = pl.DataFrame(
+            [dict(zip(["deploy_id", *keys], key, strict=True)) for key in moved if key not in key_of],
+            schema={c: table.schema[c] for c in ["deploy_id", *keys]},
+        )
+        rest = rest.join(replaced, on=["deploy_id", *keys], how="anti", nulls_equal=True)
+    out = pl.concat([rest, pl.DataFrame(records, schema=table.schema)])
     return out.sort("deployed_at", "deploy_id", *keys, maintain_order=True)
 
 

@@ -233,19 +233,10 @@ def test_a_finding_recovers_from_a_later_change_point_or_from_its_latest_samples
     assert back["status"].to_list() == [RECOVERED] and back["change"].to_list() == [RECOVERED]
     assert back["recovered_at"].to_list() == [T + 20 * MINUTE]
     # Re-check against the series' samples after the analysis window: no row re-examined it at all.
-    ends = [T + (i + 1) * MINUTE for i in range(50)]
     # Back at the old level 35 minutes after the step; one slow interval among them (below the midpoint
     # of the two levels) lifts the mean to 1.25 ms, not the median: still recovered.
     values = [10.0] * 35 + [1.05] * 7 + [4.0] + [1.05] * 7
-    points = pl.DataFrame(
-        {
-            "instance": "alpha",
-            "series": "fp",
-            "interval_start": [e - MINUTE for e in ends],
-            "interval_end": ends,
-            "value": values,
-        }
-    )
+    points = series_points(values)
     rechecked = run(first, rows(), 60, points=points)
     assert rechecked["status"].to_list() == [RECOVERED]
     assert rechecked["recovered_at"].to_list() == [T + 35 * MINUTE]
@@ -254,6 +245,33 @@ def test_a_finding_recovers_from_a_later_change_point_or_from_its_latest_samples
     # A recovered finding is not reopened by a later run's row of the same (fixed) deploy window.
     again = run(latest_states(pl.concat([first, rechecked])), rows(analysis_row(T)), 70)
     assert again.height == 0
+
+
+def series_points(values: list[float], calls_per_minute: int = 6000) -> pl.DataFrame:
+    """What ``recovery_points`` gives: one merged sample per minute from T on."""
+    ends = [T + (i + 1) * MINUTE for i in range(len(values))]
+    return pl.DataFrame(
+        {
+            "instance": "alpha",
+            "series": "fp",
+            "interval_start": [e - MINUTE for e in ends],
+            "interval_end": ends,
+            "value": values,
+            "calls": calls_per_minute,
+            "interval_seconds": 60.0,
+        }
+    )
+
+
+def test_recovered_means_what_remains_of_the_step_would_not_be_reported() -> None:
+    """Back at 0.11 ms after 0.09 -> 24 ms: +25%, but 0.02 ms x 50 calls/s = 1 ms/s of work (immaterial):
+    recovered. Back at 2.5 ms after 1 -> 10 ms at 100 calls/s: 150 ms/s more than before: still open."""
+    fast = run(pl.DataFrame(), rows(analysis_row(T, before=0.09, after=24.0)), 10)
+    back = run(fast, rows(), 60, points=series_points([24.0] * 10 + [0.11] * 10, calls_per_minute=3000))
+    assert back["status"].to_list() == [RECOVERED] and back["recovered_at"].to_list() == [T + 10 * MINUTE]
+    slow = run(pl.DataFrame(), rows(analysis_row(T)), 10)
+    partly = run(slow, rows(), 60, points=series_points([10.0] * 10 + [2.5] * 10, calls_per_minute=6000))
+    assert partly.height == 0
 
 
 def test_a_finding_whose_change_point_moved_beyond_the_tolerance_is_superseded() -> None:

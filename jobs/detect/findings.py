@@ -35,13 +35,16 @@ import statistics
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+import numpy as np
 import polars as pl
 
 from jobs.regressions import (
     ATTRIBUTED_ELSEWHERE,
     DETECTED,
     SERIES_KEY,
+    RegressionConfig,
     fingerprinted_samples,
+    immaterial,
     merge_intervals,
 )
 from jobs.schemas import FINDING_STATES
@@ -50,6 +53,7 @@ OPEN = "open"
 RECOVERED = "recovered"
 SUPERSEDED = "superseded"
 FINDING_STATUSES: tuple[str, ...] = (OPEN, RECOVERED, SUPERSEDED)
+DEFAULT_REGRESSION = RegressionConfig()
 
 # What a run's step may change in a finding; a finding whose values of these did not change gets no row.
 STATE_COLUMNS: tuple[str, ...] = (
@@ -111,12 +115,13 @@ class FindingsConfig:
     """Sample interval assumed for an instance with no samples in the run (tolerance and slack)."""
     recovery_samples: int = 5
     """Recovery re-check: at least this many samples after the series last stood at or above the midpoint
-    of the finding's before and after levels..."""
-    recovery_threshold: float = 0.20
-    """...whose median is below before level x (1 + this): the series is back at its old level (the same
-    meaning as RegressionConfig.latency_change_threshold). The median, not the mean: on a real server one
-    slow interval among 25 after an index came back (0.76 ms among 0.03-0.06 ms) lifted the mean to 1.7x
-    the old level while every other interval was back."""
+    of the finding's before and after levels, whose median is back at the old level: what remains of the
+    step would not be reported by the detector (below RegressionConfig.latency_change_threshold of the
+    before level, or immaterial by its min_added_load_ms_per_s / min_latency_increase_ms rule). The median,
+    not the mean: on a real server one slow interval among 25 after an index came back (0.76 ms among
+    0.03-0.06 ms) lifted the mean to 1.7x the old level while every other interval was back; and the
+    materiality rule because a 0.09 ms query came back at 0.11 ms (+25%, 0.9 ms of work per second) after
+    a 24 ms episode: back, by any measure a user has."""
 
     def __post_init__(self) -> None:
         if self.onset_tolerance_samples < 0:
@@ -125,8 +130,6 @@ class FindingsConfig:
             raise ValueError("findings.recovery_samples must be >= 1")
         if self.default_sample_interval <= timedelta(0):
             raise ValueError("findings.default_sample_interval must be positive")
-        if not 0.0 < self.recovery_threshold <= 1.0:
-            raise ValueError("findings.recovery_threshold must be in (0, 1]")
 
 
 def run_id_for(computed_at: datetime) -> str:
@@ -200,19 +203,15 @@ def _steps(detected: list[dict], intervals: dict[str, timedelta], config: Findin
             r.get("deploy_id") or "",
         ),
     )
-    steps: list[_Step] = []
+    per_series: dict[tuple[str, str], list[_Step]] = {}
     for row in ordered:
         tolerance = _tolerance(row["instance"], intervals, config)
-        same = [
-            s
-            for s in steps
-            if s.instance == row["instance"]
-            and s.series == row["series"]
-            and abs(s.change - row["detected_change_at"]) <= tolerance
-        ]
-        if not same:
+        steps = per_series.setdefault((row["instance"], row["series"]), [])
+        if not any(abs(s.change - row["detected_change_at"]) <= tolerance for s in steps):
             steps.append(_Step(row["instance"], row["series"], row["detected_change_at"], row))
-    return sorted(steps, key=lambda s: (s.instance, s.series, s.change))
+    return sorted(
+        (s for steps in per_series.values() for s in steps), key=lambda s: (s.instance, s.series, s.change)
+    )
 
 
 def _from_row(row: dict) -> dict:
@@ -229,14 +228,17 @@ def update_findings(
     intervals: dict[str, timedelta] | None = None,
     points: pl.DataFrame | None = None,
     config: FindingsConfig = FindingsConfig(),
+    regression: RegressionConfig = DEFAULT_REGRESSION,
 ) -> pl.DataFrame:
     """Pure: the finding_states rows of every finding this run opened or changed.
 
     ``previous``: the latest state per finding (``latest_states``); ``rows``: this run's latency analysis
     rows of both analyses (every status: an examined row that is not a detection tells what was
     re-examined); ``intervals``: sample interval per instance (``jobs.regressions.sample_intervals``);
-    ``points``: (instance, series, interval_start, value) of open findings' series after their onset
-    (``recovery_points``), for the recovery re-check; None skips it. Same inputs, same frame.
+    ``points``: (instance, series, interval_start, value, calls, interval_seconds) of open findings'
+    series after their change (``recovery_points``), for the recovery re-check; None skips it;
+    ``regression``: the detector's thresholds (what remains of a recovered step is below them). Same
+    inputs, same frame.
     """
     intervals = intervals or {}
     run_id = run_id_for(computed_at)
@@ -247,12 +249,15 @@ def update_findings(
     steps = _steps(detected, intervals, config)
 
     # Match each step to the nearest open or recovered finding of its series within the tolerance.
+    of_series: dict[tuple[str, str], list[dict]] = {}
+    for f in state.values():
+        of_series.setdefault((f["instance"], f["series"]), []).append(f)
     taken: set[str] = set()
     for step in steps:
         tolerance = _tolerance(step.instance, intervals, config)
         near = []
-        for f in state.values():
-            if (f["instance"], f["series"]) != (step.instance, step.series) or f["finding_id"] in taken:
+        for f in of_series.get((step.instance, step.series), []):
+            if f["finding_id"] in taken:
                 continue
             distance = min(abs(step.change - f["onset"]), abs(step.change - f["detected_change_at"]))
             if f["status"] != SUPERSEDED and distance <= tolerance:
@@ -283,15 +288,21 @@ def update_findings(
             finding.update(status=RECOVERED, recovered_at=step.row["recovered_at"])
 
     # Superseded: the analysis an open finding came from was re-examined and put the step elsewhere.
-    for finding in state.values():
-        if finding["finding_id"] in taken or finding["status"] != OPEN or finding["finding_id"] not in prior:
-            continue
-        replacement = _replacement(finding, analysed, steps, intervals, config)
+    waiting = [
+        f
+        for f in state.values()
+        if f["finding_id"] not in taken and f["status"] == OPEN and f["finding_id"] in prior
+    ]
+    examined = _rows_of_series(analysed, waiting)
+    for finding in waiting:
+        replacement = _replacement(
+            finding, examined.get((finding["instance"], finding["series"]), []), steps, intervals, config
+        )
         if replacement is not None and replacement != finding["finding_id"]:
             finding.update(status=SUPERSEDED, superseded_by=replacement)
 
     if points is not None and points.height:
-        _recheck_recovery(state, points, config)
+        _recheck_recovery(state, points, config, regression)
 
     changed = []
     for ident, finding in state.items():
@@ -314,34 +325,49 @@ def update_findings(
     return frame.sort("instance", "series", "onset", "finding_id")
 
 
+def _rows_of_series(analysed: pl.DataFrame, findings: list[dict]) -> dict[tuple[str, str], list[dict]]:
+    """This run's analysis rows of the findings' series, per (instance, series): one semi-join, not one
+    scan of the run's rows per finding."""
+    if analysed.height == 0 or not findings:
+        return {}
+    wanted = pl.DataFrame(
+        {"instance": [f["instance"] for f in findings], "series": [f["series"] for f in findings]},
+        schema={"instance": pl.String, "series": pl.String},
+    ).unique()
+    out: dict[tuple[str, str], list[dict]] = {}
+    for row in analysed.join(wanted, on=["instance", "series"], how="semi").iter_rows(named=True):
+        out.setdefault((row["instance"], row["series"]), []).append(row)
+    return out
+
+
 def _replacement(
     finding: dict,
-    analysed: pl.DataFrame,
+    examined: list[dict],
     steps: list[_Step],
     intervals: dict[str, timedelta],
     config: FindingsConfig,
 ) -> str | None:
-    """The finding of the step the run found in place of ``finding``, if the run re-examined it."""
-    if analysed.height == 0:
-        return None
-    same_series = (pl.col("instance") == finding["instance"]) & (pl.col("series") == finding["series"])
+    """The finding of the step the run found in place of ``finding``, if the run re-examined it: the same
+    deploy's window of the series (a deploy finding), or the unannounced analysis of the series over a
+    history holding the onset (an unannounced finding)."""
     if finding.get("analysis") == "deploy":
-        examined = analysed.filter(
-            same_series & (pl.col("analysis") == "deploy") & (pl.col("deploy_id") == finding["deploy_id"])
-        )
+        rows = [
+            r for r in examined if r["analysis"] == "deploy" and r.get("deploy_id") == finding["deploy_id"]
+        ]
     else:
-        examined = analysed.filter(
-            same_series
-            & (pl.col("analysis") == "unannounced")
-            & (pl.col("window_start") < finding["onset"])
-            & (pl.col("window_end") >= finding["onset"])
-        )
-    for row in examined.to_dicts():
+        rows = [
+            r
+            for r in examined
+            if r["analysis"] == "unannounced"
+            and r.get("window_start") is not None
+            and r["window_start"] < finding["onset"] <= r["window_end"]
+        ]
+    tolerance = _tolerance(finding["instance"], intervals, config)
+    for row in rows:
         if row["status"] != DETECTED and row.get("reason") != ATTRIBUTED_ELSEWHERE:
             continue
         if row.get("detected_change_at") is None:
             continue
-        tolerance = _tolerance(finding["instance"], intervals, config)
         for step in steps:
             if (
                 (step.instance, step.series) == (finding["instance"], finding["series"])
@@ -353,14 +379,17 @@ def _replacement(
 
 
 def recovery_points(samples: pl.DataFrame, texts: pl.DataFrame, open_findings: pl.DataFrame) -> pl.DataFrame:
-    """(instance, series, interval_start, interval_end, value) of the open findings' series, from each
-    one's latest change time on: bounded by what is open, not by the history."""
+    """(instance, series, interval_start, interval_end, value, calls, interval_seconds) of the open
+    findings' series, from each instance's earliest open change time on: bounded by what is open, not by
+    the history."""
     columns = {
         "instance": pl.String,
         "series": pl.String,
         "interval_start": pl.Datetime("us", "UTC"),
         "interval_end": pl.Datetime("us", "UTC"),
         "value": pl.Float64,
+        "calls": pl.Int64,
+        "interval_seconds": pl.Float64,
     }
     if open_findings.height == 0 or samples.height == 0:
         return pl.DataFrame(schema=columns)
@@ -374,12 +403,15 @@ def recovery_points(samples: pl.DataFrame, texts: pl.DataFrame, open_findings: p
     points = points.join(open_findings.select("instance", "series").unique(), on=["instance", "series"])
     keys = list(dict.fromkeys([*SERIES_KEY, "series"]))
     merged = merge_intervals(points, keys)
-    return merged.select(list(columns)).sort("instance", "series", "interval_end")
+    return merged.select(list(columns)).cast(columns).sort("instance", "series", "interval_end")
 
 
-def _recheck_recovery(state: dict[str, dict], points: pl.DataFrame, config: FindingsConfig) -> None:
+def _recheck_recovery(
+    state: dict[str, dict], points: pl.DataFrame, config: FindingsConfig, regression: RegressionConfig
+) -> None:
     """Open findings whose series came back: after the last sample at or above the midpoint of the before
-    and after levels, at least ``recovery_samples`` samples whose median is back near the before level."""
+    and after levels, at least ``recovery_samples`` samples whose median is back at the old level (what
+    remains of the step is below the detector's latency change threshold, or immaterial)."""
     by_series = points.partition_by(["instance", "series"], as_dict=True, maintain_order=True)
     for finding in state.values():
         if finding["status"] != OPEN:
@@ -394,13 +426,12 @@ def _recheck_recovery(state: dict[str, dict], points: pl.DataFrame, config: Find
         high = [i for i, v in enumerate(values) if v >= middle]
         if not high:
             continue
-        tail = values[high[-1] + 1 :]
-        if len(tail) < config.recovery_samples:
+        back = series.slice(high[-1] + 1)
+        if back.height < config.recovery_samples:
             continue
-        level = statistics.median(tail)  # one slow interval (a checkpoint, a cold cache) is not the level
-        if level < before * (1 + config.recovery_threshold):
-            finding.update(
-                status=RECOVERED,
-                recovered_at=series["interval_start"][high[-1] + 1],
-                latest_mean_ms=level,
-            )
+        level = statistics.median(back["value"].to_list())  # one slow interval is not the level
+        seconds = float(back["interval_seconds"].sum())
+        rate = float(back["calls"].sum()) / seconds if seconds > 0 else math.inf
+        small = immaterial(np.array([before]), np.array([level]), np.array([rate]), regression)[0]
+        if level < before * (1 + regression.latency_change_threshold) or small:
+            finding.update(status=RECOVERED, recovered_at=back["interval_start"][0], latest_mean_ms=level)
