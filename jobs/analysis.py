@@ -23,6 +23,7 @@ from jobs.detect.findings import (
     OPEN,
     FindingsConfig,
     latest_states,
+    recheck_targets,
     recovery_points,
     run_id_for,
     update_findings,
@@ -266,7 +267,7 @@ def findings_of_run(
         latency,
         computed_at=computed_at,
         intervals=sample_intervals(samples),
-        points=recovery_points(samples, texts, open_before),
+        points=recovery_points(samples, texts, recheck_targets(open_before, latency)),
         config=config.findings,
         regression=config.regression,
     )
