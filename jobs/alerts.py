@@ -1,4 +1,9 @@
-"""Alerts: each newly detected regression, once, to a JSONL file and/or a webhook.
+"""Alerts: each finding once, to a JSONL file and/or a webhook; a later change of its state (recovered,
+superseded) sends one update, once.
+
+Alerts are keyed on the finding (jobs.detect.findings), not on an analysis row: a change point that moves
+by a sample between runs is the same finding and sends nothing new. ``alerts_sent`` records (finding_id,
+state) for every alert sent.
 
 Payloads follow ``jobs/contracts/regression_alert.schema.json`` (checked with jsonschema before sending).
 An alert is recorded in the lake table ``alerts_sent`` only after every sink accepted it, so a sink that
@@ -24,9 +29,9 @@ import polars as pl
 
 from jobs import lake
 from jobs.collect.texts import storable_query_text
+from jobs.detect.findings import OPEN, latest_states
 from jobs.redaction import scrub
-from jobs.regressions import DETECTED, one_row_per_finding
-from jobs.schemas import ALERTS_SENT
+from jobs.schemas import ALERTS_SENT, FINDING_STATES
 
 CONTRACT = Path(__file__).parent / "contracts" / "regression_alert.schema.json"
 
@@ -36,37 +41,55 @@ def alert_contract() -> dict[str, Any]:
     return json.loads(CONTRACT.read_text())
 
 
-def alert_id(instance: str, fingerprint: str, detected_change_at: datetime) -> str:
-    key = f"{instance}|{fingerprint}|{detected_change_at.isoformat()}"
-    return hashlib.sha256(key.encode()).hexdigest()[:16]
+def alert_id(finding: str, state: str) -> str:
+    """One alert per (finding, state): the first alert (state open, or the finding's state when it was
+    already over before any alert went out) and at most one update (recovered or superseded)."""
+    return hashlib.sha256(f"{finding}|{state}".encode()).hexdigest()[:16]
 
 
-def alert_payloads(regressions: pl.DataFrame, already_sent: set[str]) -> list[dict[str, Any]]:
-    """Pure: one valid payload per detected regression not alerted yet (deploy analysis preferred)."""
-    detected = one_row_per_finding(
-        regressions.filter(pl.col("status") == DETECTED).sort("detected_change_at")
-    )
+def alert_state(status: str, sent_states: set[str]) -> str | None:
+    """The state to alert for a finding now in ``status`` that was alerted in ``sent_states``, or None.
+
+    Open and never alerted: the alert. Recovered or superseded: one update, once, whatever came before
+    (a finding already over when first seen gets its one alert in that state); never a second update."""
+    if status == OPEN:
+        return None if sent_states else OPEN
+    if sent_states - {OPEN}:
+        return None
+    return status
+
+
+def alert_payloads(findings: pl.DataFrame, sent: dict[str, set[str]]) -> list[dict[str, Any]]:
+    """Pure: one valid payload per finding (latest state, the `findings` view) with a state to alert.
+
+    ``sent``: per finding_id, the states already alerted (alerts_sent)."""
     out = []
-    for row in detected.iter_rows(named=True):
-        ident = alert_id(row["instance"], row["fingerprint"], row["detected_change_at"])
-        if ident in already_sent:
+    for row in findings.sort("onset", "finding_id").iter_rows(named=True):
+        state = alert_state(row["status"], sent.get(row["finding_id"], set()))
+        if state is None:
             continue
-        p_value = row["p_adjusted"] if row.get("p_adjusted") is not None else row["p_value"]
         payload = {
-            "alert_id": ident,
+            "alert_id": alert_id(row["finding_id"], state),
+            "finding_id": row["finding_id"],
+            "state": state,
             "kind": "performance_regression",
             "instance": row["instance"],
             "queryid": str(row["queryid"]),
-            "fingerprint": row["fingerprint"],
+            "fingerprint": row["fingerprint"] or "",
+            "series": row["series"],
             "query": storable_query_text(row["query"]) or "",  # a lake written before issue 7 may be raw
             "analysis": row["analysis"],
             "detected_change_at": row["detected_change_at"].isoformat(),
+            "onset": row["onset"].isoformat(),
             "before_mean_ms": row["before_mean_ms"],
             "after_mean_ms": row["after_mean_ms"],
-            "p_value": p_value,
+            "p_value": row["p_value"],
             "added_load_ms_per_s": row.get("added_load_ms_per_s"),
             "deploy_version": row.get("deploy_version"),
+            "other_deploys": row.get("other_deploys"),
             "plan_diff_summary": row.get("plan_diff_summary"),
+            "recovered_at": row["recovered_at"].isoformat() if row.get("recovered_at") else None,
+            "superseded_by": row.get("superseded_by"),
         }
         jsonschema.validate(payload, alert_contract())
         out.append(payload)
@@ -130,17 +153,23 @@ class AlertReport:
     pending: int = 0
 
 
-def already_sent(lake_root: Path) -> set[str]:
-    return set(
-        lake.read_table(lake_root, ALERTS_SENT, lambda sent: sent.select("alert_id"))["alert_id"].to_list()
-    )
+def already_sent(lake_root: Path) -> dict[str, set[str]]:
+    """Per finding_id: the states alerted (rows of alerts_sent written before findings have none)."""
+    sent = lake.read_table(lake_root, ALERTS_SENT, lambda frame: frame.select("finding_id", "state"))
+    out: dict[str, set[str]] = {}
+    for finding, state in sent.drop_nulls("finding_id").iter_rows():
+        out.setdefault(finding, set()).add(state)
+    return out
+
+
+def read_findings(lake_root: Path) -> pl.DataFrame:
+    """The latest state of every finding (what the `findings` view shows)."""
+    return latest_states(lake.read_table(lake_root, FINDING_STATES))
 
 
 def send_new_alerts(lake_root: Path, sinks: list[AlertSink], now: datetime | None = None) -> AlertReport:
-    """Send every detected regression not alerted yet to every sink; record what all sinks accepted."""
-    from jobs.analysis import read_regressions_with_plan_diffs
-
-    payloads = alert_payloads(read_regressions_with_plan_diffs(lake_root), already_sent(lake_root))
+    """Send every finding's alert or update not sent yet to every sink; record what all sinks accepted."""
+    payloads = alert_payloads(read_findings(lake_root), already_sent(lake_root))
     report = AlertReport(pending=len(payloads))
     if not payloads or not sinks:
         return report
@@ -159,6 +188,8 @@ def send_new_alerts(lake_root: Path, sinks: list[AlertSink], now: datetime | Non
             "instance": [p["instance"] for p in payloads],
             "queryid": [int(p["queryid"]) for p in payloads],
             "sinks": [", ".join(s.name for s in sinks)] * len(payloads),
+            "finding_id": [p["finding_id"] for p in payloads],
+            "state": [p["state"] for p in payloads],
         }
     )
     lake.write_table(

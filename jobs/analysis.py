@@ -19,6 +19,15 @@ from rich.table import Table
 from jobs import lake
 from jobs.collect.deploys import load_deploy_events
 from jobs.detect.contention import separate_contention
+from jobs.detect.findings import (
+    OPEN,
+    FindingsConfig,
+    latest_states,
+    recheck_targets,
+    recovery_points,
+    run_id_for,
+    update_findings,
+)
 from jobs.detect.work import attach_work_evidence, detect_resource_regressions
 from jobs.lake import LakeConfig
 from jobs.plandiff import PlanDiffConfig, attach_plan_diffs, plan_diffs_for_regressions, write_plan_diffs
@@ -26,12 +35,15 @@ from jobs.regressions import (
     DETECTED,
     SERIES_KEY,
     RegressionConfig,
+    attribute_to_deploys,
     detect_regressions,
     detect_unannounced_regressions,
     one_row_per_finding,
+    sample_intervals,
 )
 from jobs.samples import SampleConfig, SamplesJobReport, run_samples_job
 from jobs.schemas import (
+    FINDING_STATES,
     INSTANCE_SLOWDOWNS,
     PERFORMANCE_REGRESSIONS,
     PLAN_DIFFS,
@@ -54,6 +66,8 @@ class DetectionConfig:
     """Also look for regressions no deploy explains (multiple change points, Benjamini-Hochberg)."""
     lake: LakeConfig = field(default_factory=LakeConfig)
     """Lock wait and temp-file rules of the samples rebuild."""
+    findings: FindingsConfig = field(default_factory=FindingsConfig)
+    """Finding identity (onset tolerance) and the recovery re-check (jobs.detect.findings)."""
 
 
 @dataclass(frozen=True)
@@ -83,6 +97,16 @@ class DetectionOutcome:
     files: list[Path] = field(default_factory=list)
     resource_regressions: pl.DataFrame = field(default_factory=RESOURCE_REGRESSIONS.empty)
     instance_slowdowns: pl.DataFrame = field(default_factory=INSTANCE_SLOWDOWNS.empty)
+    findings: pl.DataFrame = field(default_factory=FINDING_STATES.empty)
+    """Latest state of every finding after this run (the `findings` view)."""
+    finding_changes: pl.DataFrame = field(default_factory=FINDING_STATES.empty)
+    """The finding_states rows this run appended (findings opened or changed)."""
+
+    @property
+    def shown_findings(self) -> pl.DataFrame:
+        """What `radar detect` prints: every open finding and every finding this run changed, once."""
+        changed = self.finding_changes["finding_id"].implode()
+        return self.findings.filter((pl.col("status") == OPEN) | pl.col("finding_id").is_in(changed))
 
     @property
     def detected(self) -> pl.DataFrame:
@@ -120,7 +144,10 @@ def detect_from_frames(
         texts,
         config.regression,  # its contention config, and the identity rules that named the findings' series
     )
-    regressions = both.filter(pl.col("analysis") == "deploy")
+    # One step, one deploy: the latest deploy at or before the change point, the others listed.
+    regressions = attribute_to_deploys(
+        both.filter(pl.col("analysis") == "deploy"), deploys, sample_intervals(samples), config.regression
+    )
     unannounced = both.filter(pl.col("analysis") == "unannounced")
     # One diff per finding: both analyses often find the same change.
     detected = one_row_per_finding(
@@ -180,8 +207,9 @@ def run_detection(
     if config.rebuild_samples:
         report = run_samples_job(lake_root, config.samples, lake_config=config.lake)
     samples, texts, deploys, plans = read_inputs(lake_root)
-    found = detect_from_frames(samples, texts, deploys, plans, config)
+    found = stamp_run(detect_from_frames(samples, texts, deploys, plans, config), computed_at)
     latency = pl.concat([found.regressions, found.unannounced], how="diagonal_relaxed")
+    previous, changes = findings_of_run(lake_root, latency, samples, texts, computed_at, config)
     files = [
         path
         for path in (
@@ -189,6 +217,7 @@ def run_detection(
             write_run_table(lake_root, RESOURCE_REGRESSIONS, found.resource_regressions, computed_at),
             write_run_table(lake_root, INSTANCE_SLOWDOWNS, found.instance_slowdowns, computed_at),
             write_plan_diffs(lake_root, found.plan_diffs, computed_at),
+            write_run_table(lake_root, FINDING_STATES, changes, computed_at),
         )
         if path is not None
     ]
@@ -200,7 +229,50 @@ def run_detection(
         files,
         resource_regressions=found.resource_regressions,
         instance_slowdowns=found.instance_slowdowns,
+        findings=latest_states(pl.concat([previous, changes], how="diagonal_relaxed")),
+        finding_changes=changes,
     )
+
+
+def stamp_run(found: DetectionFrames, computed_at: datetime) -> DetectionFrames:
+    """Every analysis row with the run's id and time (issue 9: which run wrote what)."""
+
+    def stamp(frame: pl.DataFrame) -> pl.DataFrame:
+        return frame.with_columns(
+            pl.lit(run_id_for(computed_at)).alias("run_id"),
+            pl.lit(computed_at).cast(pl.Datetime("us", "UTC")).alias("computed_at"),
+        )
+
+    return DetectionFrames(
+        regressions=stamp(found.regressions),
+        unannounced=stamp(found.unannounced),
+        plan_diffs=stamp(found.plan_diffs),
+        resource_regressions=stamp(found.resource_regressions),
+        instance_slowdowns=stamp(found.instance_slowdowns),
+    )
+
+
+def findings_of_run(
+    lake_root: Path,
+    latency: pl.DataFrame,
+    samples: pl.DataFrame,
+    texts: pl.DataFrame,
+    computed_at: datetime,
+    config: DetectionConfig,
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(latest state per finding before this run, the finding_states rows this run changes)."""
+    previous = latest_states(lake.read_table(lake_root, FINDING_STATES))
+    open_before = previous.filter(pl.col("status") == OPEN)
+    changes = update_findings(
+        previous,
+        latency,
+        computed_at=computed_at,
+        intervals=sample_intervals(samples),
+        points=recovery_points(samples, texts, recheck_targets(open_before, latency)),
+        config=config.findings,
+        regression=config.regression,
+    )
+    return previous, changes
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -296,16 +368,63 @@ def slowdowns_table(frame: pl.DataFrame) -> Table:
     return table
 
 
+def _status_text(row: dict) -> str:
+    status = str(row["status"])
+    if status == "recovered" and row.get("recovered_at") is not None:
+        return (
+            f"recovered at {row['recovered_at'].strftime('%H:%M:%S')} (now {_ms(row.get('latest_mean_ms'))})"
+        )
+    if status == "superseded":
+        return f"superseded by {row.get('superseded_by')}"
+    return status
+
+
+def _deploy_text(row: dict) -> str:
+    if row.get("analysis") != "deploy":
+        return "unannounced"
+    others = f" (also near: {row['other_deploys']})" if row.get("other_deploys") else ""
+    return f"{row.get('deploy_version')}{others}"
+
+
+def findings_table(frame: pl.DataFrame, title: str = "Findings") -> Table:
+    """Each finding once (jobs.detect.findings): the deploy blamed or unannounced, with its status."""
+    table = Table(title=title, show_lines=True)
+    for name in (
+        "instance",
+        "query",
+        "status",
+        "before → after",
+        "began at",
+        "p",
+        "deploy",
+        "kind",
+        "plan change",
+        "work",
+    ):
+        table.add_column(name, overflow="fold")
+    for row in frame.sort("onset", "finding_id").to_dicts():
+        began = row.get("detected_change_at")
+        table.add_row(
+            str(row["instance"]),
+            str(row.get("query") or row.get("queryid"))[:90],
+            _status_text(row),
+            f"{_ms(row.get('before_mean_ms'))} → {_ms(row.get('after_mean_ms'))}",
+            began.strftime("%H:%M:%S") if began else "-",
+            f"{row['p_value']:.2g}" if row.get("p_value") is not None else "-",
+            _deploy_text(row),
+            _kind_text(row),
+            str(row.get("plan_diff_summary") or "no plans captured"),
+            str(row.get("work_evidence") or "-"),
+        )
+    return table
+
+
 def print_detection(outcome: DetectionOutcome, console: Console, show_all: bool = False) -> None:
-    detected = outcome.detected
-    if detected.height:
-        console.print(detected_table(detected, "Regressions at deploys"))
+    shown = outcome.shown_findings
+    if shown.height:
+        console.print(findings_table(shown, "Findings (open, or changed by this run)"))
     else:
-        console.print("No regression at any deploy.")
-    unannounced = outcome.unannounced.filter(pl.col("status") == DETECTED)
-    if unannounced.height:
-        method = unannounced["fdr_method"][0] or "no false discovery control"
-        console.print(detected_table(unannounced, f"Unannounced regressions ({method})"))
+        console.print("No open regression, and no finding changed.")
     resources = outcome.resource_detected
     if resources.height:
         # The unannounced analysis often finds a deploy's step again: show each (query, metric, time) once.

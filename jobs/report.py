@@ -16,16 +16,17 @@ import matplotlib.pyplot as plt
 import polars as pl
 from matplotlib.figure import Figure
 
-from jobs.regressions import fingerprinted_samples, merge_intervals
+from jobs.detect.findings import with_series
+from jobs.regressions import SERIES_KEY, fingerprinted_samples, merge_intervals
 
 
-def regression_series(
-    samples: pl.DataFrame, texts: pl.DataFrame, instance: str, fingerprint: str
-) -> pl.DataFrame:
-    """(interval_end, value = interval mean latency in ms, calls) of one query on one instance."""
-    points = fingerprinted_samples(samples.filter(pl.col("instance") == instance), texts)
-    one = points.filter(pl.col("fingerprint") == fingerprint)
-    return merge_intervals(one, ["instance", "fingerprint"]).select("interval_end", "value", "calls")
+def regression_series(samples: pl.DataFrame, texts: pl.DataFrame, instance: str, series: str) -> pl.DataFrame:
+    """(interval_end, value = interval mean latency in ms, calls) of one series (a finding's ``series``:
+    jobs.regressions.SERIES_KEY after the instance) on one instance."""
+    points = with_series(fingerprinted_samples(samples.filter(pl.col("instance") == instance), texts))
+    one = points.filter(pl.col("series") == series)
+    keys = list(dict.fromkeys([*SERIES_KEY, "series"]))
+    return merge_intervals(one, keys).select("interval_end", "value", "calls")
 
 
 def plot_regression(series: pl.DataFrame, regression: dict[str, Any], title: str | None = None) -> Figure:

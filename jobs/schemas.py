@@ -235,6 +235,12 @@ DEPLOY_EVENTS = TableSchema(
     ),
 )
 
+# Which analysis run wrote a row (issue 9): every analysis-row table carries both, filled by run_detection.
+RUN_COLUMNS: tuple[Column, ...] = (
+    Column("run_id", pl.String(), "the analysis run: computed_at as %Y%m%dT%H%M%S%fZ"),
+    Column("computed_at", UTC_TS, "when the analysis run ran (its `now`)"),
+)
+
 # Columns that mean the same in every per-series finding table (performance_regressions: latency;
 # resource_regressions: work per call), spliced into each at its own place (the column order is the lake's).
 # Which finding: the analysis, the merged query series, the deploy (null for the unannounced analysis).
@@ -327,6 +333,14 @@ PERFORMANCE_REGRESSIONS = TableSchema(
         Column(
             "slowdown_excess", pl.Float64(), "this query's latency ratio / the common ratio of the others"
         ),
+        Column(
+            "other_deploys",
+            pl.String(),
+            "deploy analysis: the other deploys within the tolerance of the change point ('v1 at "
+            "2026-11-29T12:00:00Z, ...'); the row's deploy is the latest at or before the change "
+            "(jobs.regressions.attribute_to_deploys)",
+        ),
+        *RUN_COLUMNS,
     ),
 )
 
@@ -354,6 +368,7 @@ RESOURCE_REGRESSIONS = TableSchema(
         Column("latency_after_ms", pl.Float64(), "... and of the same after segment"),
         Column("latency_change", pl.Float64(), "latency_after_ms / latency_before_ms - 1"),
         Column("summary", pl.String(), "e.g. 'temp blocks per call ×4.8 at deploy v42, latency +9%'"),
+        *RUN_COLUMNS,
     ),
 )
 
@@ -387,6 +402,7 @@ INSTANCE_SLOWDOWNS = TableSchema(
         Column("calls_per_s_before", pl.Float64(), "calls per second of the compared series, summed"),
         Column("calls_per_s_after", pl.Float64()),
         Column("summary", pl.String()),
+        *RUN_COLUMNS,
     ),
 )
 
@@ -463,6 +479,58 @@ PLAN_DIFFS = TableSchema(
         Column("after_shape_hash", pl.String()),
         Column("plan_diff_summary", pl.String(), "short human summary"),
         Column("plan_diff", pl.String(), "structured diff as JSON"),
+        *RUN_COLUMNS,
+    ),
+)
+
+# ---------------------------------------------------------------------------------------------------------
+# Findings (issue 9: jobs/detect/findings.py): one regression, one finding, with a lifecycle
+
+FINDING_STATES = TableSchema(
+    name="finding_states",
+    description=(
+        "Append-only: one row each time a finding (instance, series, onset) opens or changes (status, "
+        "levels, attribution, plan diff); the DuckDB view `findings` shows the latest row per finding_id."
+    ),
+    partition_by=("date",),
+    primary_key=("finding_id", "run_id"),
+    columns=(
+        Column("finding_id", pl.String(), "stable hash of (instance, series, onset)"),
+        *RUN_COLUMNS,
+        Column("status", pl.String(), "open | recovered | superseded"),
+        Column("instance", pl.String()),
+        Column("series", pl.String(), "the series key after the instance (jobs.regressions.SERIES_KEY)"),
+        Column("database", pl.String(), "datname when known"),
+        Column("fingerprint", pl.String()),
+        Column("queryid", pl.Int64(), "the queryid of the query that most recently received a sample"),
+        Column("queryids", pl.String()),
+        Column("query", pl.String()),
+        Column("onset", UTC_TS, "the change time when the finding opened; identity, never updated"),
+        Column("detected_change_at", UTC_TS, "the latest run's change time (within the onset tolerance)"),
+        Column("analysis", pl.String(), "deploy | unannounced: the analysis the finding is attributed to"),
+        Column("deploy_id", pl.String(), "the deploy blamed (latest at or before the change); null: none"),
+        Column("deploy_version", pl.String()),
+        Column("deployed_at", UTC_TS),
+        Column("other_deploys", pl.String(), "other deploys within the tolerance of the change"),
+        Column("before_mean_ms", pl.Float64(), "latest level before the step"),
+        Column("after_mean_ms", pl.Float64(), "latest level after the step"),
+        Column(
+            "latest_mean_ms",
+            pl.Float64(),
+            "the level now: the deploy analysis' mean after the window's last change point, or the median "
+            "interval latency since the series came back (recovery re-check)",
+        ),
+        Column("p_value", pl.Float64(), "Welch's p (the adjusted p for an unannounced finding)"),
+        Column("added_load_ms_per_s", pl.Float64()),
+        Column("kind", pl.String(), "plan_or_work | both (jobs.detect.contention)"),
+        Column("instance_slowdown_ratio", pl.Float64(), "kind both: the instance's common slowdown"),
+        Column("slowdown_excess", pl.Float64(), "kind both: this query's ratio / the common one"),
+        Column("work_evidence", pl.String()),
+        Column("plan_diff_summary", pl.String()),
+        Column("recovered_at", UTC_TS, "when the series returned to its old level (status recovered)"),
+        Column("superseded_by", pl.String(), "finding_id that replaced this one (status superseded)"),
+        Column("opened_at", UTC_TS, "computed_at of the run that opened the finding"),
+        Column("change", pl.String(), "what this row records: opened | updated | recovered | superseded"),
     ),
 )
 
@@ -471,15 +539,18 @@ PLAN_DIFFS = TableSchema(
 
 ALERTS_SENT = TableSchema(
     name="alerts_sent",
-    description="One row per alert every sink accepted: what was sent, when, where (never sent twice).",
+    description="One row per alert every sink accepted: what was sent, when, where (never sent twice): at "
+    "most one per (finding_id, state), one first alert and one update per finding.",
     partition_by=("date",),
     primary_key=("alert_id",),
     columns=(
-        Column("alert_id", pl.String(), "hash of (instance, fingerprint, detected_change_at)"),
+        Column("alert_id", pl.String(), "hash of (finding_id, state)"),
         Column("sent_at", UTC_TS),
         Column("instance", pl.String()),
         Column("queryid", pl.Int64()),
         Column("sinks", pl.String(), "sink names (a webhook shows only its scheme and host)"),
+        Column("finding_id", pl.String(), "the finding alerted (findings.finding_id)"),
+        Column("state", pl.String(), "open (the first alert) | recovered | superseded (the one update)"),
     ),
 )
 
@@ -560,6 +631,7 @@ TABLES: dict[str, TableSchema] = {
         PLAN_SNAPSHOTS,
         PLAN_CAPTURE_LOG,
         PLAN_DIFFS,
+        FINDING_STATES,
         ALERTS_SENT,
         DRIFT_BASELINES,
         LATENCY_DRIFT,

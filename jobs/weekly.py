@@ -16,11 +16,9 @@ from pathlib import Path
 import polars as pl
 
 from jobs import lake
-from jobs.regressions import DETECTED, one_row_per_finding
+from jobs.detect.findings import RECOVERED, SUPERSEDED, latest_states
 from jobs.report import plot_regression, plt, regression_series
-from jobs.schemas import QUERY_SAMPLES, QUERY_TEXTS, SNAPSHOT_RUNS
-
-REGRESSION_KEY = ["analysis", "instance", "fingerprint", "detected_change_at"]
+from jobs.schemas import FINDING_STATES, QUERY_SAMPLES, QUERY_TEXTS, SNAPSHOT_RUNS
 
 
 @dataclass(frozen=True)
@@ -35,7 +33,8 @@ class WeeklySummary:
     start: datetime
     end: datetime
     regressions: pl.DataFrame
-    """Detected regressions that began in the week, once each, largest added load first."""
+    """Findings that began in the week (latest state, not superseded), once each, largest added load
+    first."""
     fleet_health: pl.DataFrame
     deploys: pl.DataFrame
     drift: pl.DataFrame
@@ -60,21 +59,17 @@ def iso_week(moment: datetime) -> str:
 
 def weekly_summary(
     week: str,
-    regressions: pl.DataFrame,
+    findings: pl.DataFrame,
     runs: pl.DataFrame,
     deploys: pl.DataFrame,
     drift: pl.DataFrame | None = None,
 ) -> WeeklySummary:
-    """Pure: the week's detected regressions (deduplicated across analysis runs), health, deploys."""
+    """Pure: the week's findings (latest state of each, jobs.detect.findings: one per regression, however
+    many analysis runs saw it) that began in the week and were not superseded; health; deploys."""
     start, end = week_bounds(week)
-    in_week = pl.col("detected_change_at").is_between(start, end, closed="left")
-    detected = (
-        regressions.filter((pl.col("status") == DETECTED) & in_week)
-        .sort("detected_change_at")
-        .unique(REGRESSION_KEY, keep="last", maintain_order=True)
-        .pipe(one_row_per_finding)
-        .sort("added_load_ms_per_s", "detected_change_at", descending=[True, False], nulls_last=True)
-    )
+    detected = findings.filter(
+        pl.col("onset").is_between(start, end, closed="left") & (pl.col("status") != SUPERSEDED)
+    ).sort("added_load_ms_per_s", "onset", "finding_id", descending=[True, False, False], nulls_last=True)
     week_runs = runs.filter(pl.col("captured_at").is_between(start, end, closed="left"))
     health = (
         week_runs.group_by("instance")
@@ -131,12 +126,19 @@ def render_markdown(
         cause = (
             f"deploy {row['deploy_version']}" if row["analysis"] == "deploy" else "no deploy (unannounced)"
         )
-        p = row["p_adjusted"] if row["p_adjusted"] is not None else row["p_value"]
+        p = row["p_value"]
+        others = f"; other deploys near: {row['other_deploys']}" if row.get("other_deploys") else ""
+        state = (
+            f"recovered at {row['recovered_at']:%Y-%m-%d %H:%M:%S} UTC"
+            if row["status"] == RECOVERED and row.get("recovered_at") is not None
+            else row["status"]
+        )
         out += [
             f"### {number + 1}. {row['instance']}: `{_cell(str(row['query'])[:160])}`",
             "",
             f"- **{_ms(row['before_mean_ms'])} → {_ms(row['after_mean_ms'])}** per call, "
-            f"began {row['detected_change_at']:%Y-%m-%d %H:%M:%S} UTC ({cause}); p = {p:.2g}",
+            f"began {row['detected_change_at']:%Y-%m-%d %H:%M:%S} UTC ({cause}{others}); p = {p:.2g}",
+            f"- status: {state} (finding {row['finding_id']})",
             f"- added load: {row['added_load_ms_per_s'] or 0:,.1f} ms of execution per second; "
             f"queryid {row['queryid']} (all: {row['queryids']})",
             f"- plan: {row.get('plan_diff_summary') or 'no plan captured'}",
@@ -146,7 +148,7 @@ def render_markdown(
             out += [f"![latency of regression {number + 1}]({plots[number]})", ""]
     if summary.regressions.height > shown.height:
         out += [
-            f"… and {summary.regressions.height - shown.height} more (see `performance_regressions`).",
+            f"… and {summary.regressions.height - shown.height} more (see the `findings` view).",
             "",
         ]
     out += ["## Latency drift", ""]
@@ -189,9 +191,7 @@ def write_weekly_report(
     lake_root: Path, week: str, out_root: Path, config: WeeklyReportConfig = WeeklyReportConfig()
 ) -> Path:
     """Read the lake, draw the plots, publish ``<out_root>/<week>/report.md``; returns its path."""
-    from jobs.analysis import read_regressions_with_plan_diffs
-
-    regressions = read_regressions_with_plan_diffs(lake_root)
+    regressions = latest_states(lake.read_table(lake_root, FINDING_STATES))
     runs = lake.read_table(lake_root, SNAPSHOT_RUNS)
     deploys = lake.read_table(lake_root, "deploy_events")
     drift = lake.read_table(lake_root, "latency_drift")
@@ -206,7 +206,7 @@ def write_weekly_report(
             samples = lake.read_table(lake_root, QUERY_SAMPLES)
             texts = lake.read_table(lake_root, QUERY_TEXTS)
             for number, row in enumerate(shown.iter_rows(named=True)):
-                series = regression_series(samples, texts, row["instance"], row["fingerprint"])
+                series = regression_series(samples, texts, row["instance"], row["series"])
                 if series.is_empty():
                     continue
                 name = f"regression-{number + 1}.png"

@@ -30,16 +30,18 @@ lake_root = Path(args.lake)
 conn = duckdb_views.connect(lake_root)
 detected = conn.sql(
     """
-    select analysis, instance, queryid, fingerprint, query, deploy_version, deployed_at, detected_change_at,
-           before_mean_ms, after_mean_ms, p_value, plan_diff_summary
-    from regressions_with_plan_diff
-    where status = 'detected'
-    order by analysis = 'deploy' desc, after_mean_ms / nullif(before_mean_ms, 0) desc nulls last
+    select finding_id, status, analysis, instance, queryid, series, query, deploy_version, deployed_at,
+           detected_change_at, before_mean_ms, after_mean_ms, p_value, plan_diff_summary
+    from findings
+    where status != 'superseded'
+    order by status = 'open' desc, after_mean_ms / nullif(before_mean_ms, 0) desc nulls last
     """
 ).pl()
 if args.instance:
     detected = detected.filter(pl.col("instance") == args.instance)
-print(detected.select("analysis", "instance", "query", "before_mean_ms", "after_mean_ms", "p_value"))
+print(
+    detected.select("status", "analysis", "instance", "query", "before_mean_ms", "after_mean_ms", "p_value")
+)
 if detected.is_empty():
     raise SystemExit(f"no detected regression in {lake_root}")
 
@@ -51,7 +53,7 @@ regression = detected.row(0, named=True)
 print(f"investigating {regression['analysis']} regression on {regression['instance']}: {regression['query']}")
 samples = lake.scan_table(lake_root, "query_samples").collect()
 texts = lake.scan_table(lake_root, "query_texts").collect()
-series = regression_series(samples, texts, regression["instance"], regression["fingerprint"])
+series = regression_series(samples, texts, regression["instance"], regression["series"])
 figure = plot_regression(series, regression)
 figure.savefig(args.out, dpi=110)
 print(f"{series.height} intervals plotted to {args.out}")

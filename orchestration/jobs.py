@@ -17,6 +17,7 @@ analysis_job = dg.define_asset_job(
         "resource_regressions",
         "instance_slowdowns",
         "plan_diffs",
+        "findings",
         "regression_alerts",
         "latency_drift",
     ),

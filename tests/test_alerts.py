@@ -99,3 +99,67 @@ def test_alerts_asset_and_cli(analysed_lake: Path, tmp_path: Path) -> None:
     assert not (tmp_path / "b.jsonl").exists(), "already alerted by the asset"
     code = main(["--lake", str(tmp_path / "other"), "alerts", "--webhook", "http://127.0.0.1:1/x"])
     assert code == 0  # nothing pending: no sink is called
+
+
+def test_an_alert_is_keyed_on_the_finding_and_a_later_state_sends_one_update_once() -> None:
+    from datetime import UTC, datetime
+
+    import polars as pl
+
+    from jobs.alerts import alert_payloads
+    from jobs.detect.findings import latest_states
+    from jobs.schemas import FINDING_STATES
+
+    at = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+    base = {
+        "finding_id": "0123456789abcdef",
+        "run_id": "r1",
+        "computed_at": at,
+        "instance": "alpha",
+        "series": "fp",
+        "fingerprint": "fp",
+        "queryid": 7,
+        "query": "select 1",
+        "onset": at,
+        "detected_change_at": at,
+        "analysis": "deploy",
+        "deploy_version": "v2",
+        "other_deploys": "v1 at 2026-11-29T11:55:00Z",
+        "before_mean_ms": 1.0,
+        "after_mean_ms": 10.0,
+        "p_value": 0.001,
+    }
+
+    def state(**change: object) -> pl.DataFrame:
+        return latest_states(FINDING_STATES.conform(pl.DataFrame([{**base, **change}])))
+
+    (first,) = alert_payloads(state(status="open"), {})
+    assert first["state"] == "open" and first["finding_id"] == base["finding_id"]
+    assert first["other_deploys"] == "v1 at 2026-11-29T11:55:00Z"
+    moved = state(status="open", detected_change_at=datetime(2026, 11, 29, 12, 1, tzinfo=UTC))
+    assert alert_payloads(moved, {base["finding_id"]: {"open"}}) == [], "a moved change point: no new alert"
+    recovered = state(status="recovered", recovered_at=datetime(2026, 11, 29, 13, 0, tzinfo=UTC))
+    (update,) = alert_payloads(recovered, {base["finding_id"]: {"open"}})
+    assert update["state"] == "recovered" and update["alert_id"] != first["alert_id"]
+    assert update["recovered_at"] == "2026-11-29T13:00:00+00:00"
+    assert alert_payloads(recovered, {base["finding_id"]: {"open", "recovered"}}) == []
+    superseded = state(status="superseded", superseded_by="fedcba9876543210")
+    assert alert_payloads(superseded, {base["finding_id"]: {"open", "recovered"}}) == [], "one update only"
+    (late,) = alert_payloads(recovered, {})  # over before any alert went out: one alert, in that state
+    assert late["state"] == "recovered"
+
+
+def test_later_analysis_runs_of_the_same_regression_send_nothing_more(
+    lake_root: Path, tmp_path: Path
+) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    write_step_change_lake(lake_root)
+    sink = JsonlFileSink(tmp_path / "alerts.jsonl")
+    first = datetime(2026, 11, 3, tzinfo=UTC)
+    sent = []
+    for i in range(3):
+        run_detection(lake_root, now=first + timedelta(minutes=15 * i))
+        sent += send_new_alerts(lake_root, [sink]).sent
+    assert [p["state"] for p in sent] == ["open"] and sent[0]["analysis"] == "deploy"
+    assert len((tmp_path / "alerts.jsonl").read_text().splitlines()) == 1

@@ -200,7 +200,7 @@ def analysed_lake(lake_root: Path) -> Path:
         (["drift"], [("query_samples", "wrong_type"), ("query_texts", "truncated")]),
         (
             ["report", "--week", "2026-W45"],
-            [("performance_regressions", "truncated"), ("deploy_events", "wrong_type")],
+            [("finding_states", "truncated"), ("deploy_events", "wrong_type")],  # the report reads findings
         ),
         (["sql", "select count(*) from query_texts"], [("query_texts", "truncated")]),
         (["sql", "select count(*), max(captured_at) from query_texts"], [("query_texts", "wrong_type")]),

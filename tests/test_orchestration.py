@@ -166,6 +166,10 @@ def test_regressions_asset_and_its_check_on_real_lake_files(lake_root: Path) -> 
     metadata = result.asset_materializations_for_node("regressions_and_plan_diffs")
     by_key = {m.asset_key.to_user_string(): m.metadata for m in metadata}
     assert by_key["resource_regressions"]["detected"].value == 2  # the deploy's step, found by both analyses
+    # ...and one finding (both analyses of one step), written to finding_states.
+    assert by_key["findings"]["open"].value == 1 and by_key["findings"]["changed"].value == 1
+    states = lake.scan_table(lake_root, "finding_states").collect()
+    assert states.select("status", "analysis", "deploy_version").rows() == [("open", "deploy", "v9")]
     resources = lake.scan_table(lake_root, "resource_regressions").collect()
     found = resources.filter((pl.col("status") == "detected") & (pl.col("analysis") == "deploy"))
     assert found.select("queryid", "metric").rows() == [(111, "shared_blocks")]

@@ -16,6 +16,7 @@ from jobs import duckdb_views
 from jobs.analysis import detected_table
 from jobs.changepoint import ChangePointConfig
 from jobs.collect.deploys import DeployEvent, events_frame, load_deploy_events, mark_deploy
+from jobs.detect.findings import latest_states, update_findings
 from jobs.lake import write_table
 from jobs.regressions import (
     RegressionConfig,
@@ -25,7 +26,7 @@ from jobs.regressions import (
     piece_statistics,
     welch_tests,
 )
-from jobs.schemas import PERFORMANCE_REGRESSIONS, QUERY_SAMPLES, QUERY_TEXTS
+from jobs.schemas import FINDING_STATES, PERFORMANCE_REGRESSIONS, QUERY_SAMPLES, QUERY_TEXTS
 from tests.lakes import SERIES_DEPLOY_AT, SERIES_STEP, series_samples, series_texts
 
 DEPLOY_AT = SERIES_DEPLOY_AT
@@ -215,8 +216,16 @@ def test_duckdb_views_show_samples_deploys_and_detected_regressions(lake_root: P
         lake_root, QUERY_TEXTS, texts.drop("instance"), {"instance": "alpha", "date": "2026-11-29"}, "t"
     )
     found = detect_regressions(samples, texts, load_deploy_events(lake_root), CONFIG)
-    for stem in ("run1", "run2"):  # two analysis runs writing the same finding
+    states = FINDING_STATES.empty()
+    for minute, stem in enumerate(("run1", "run2")):  # two analysis runs writing the same finding
         write_table(lake_root, PERFORMANCE_REGRESSIONS, found, {"date": "2026-11-29"}, stem)
+        changed = update_findings(
+            latest_states(states), found, computed_at=DEPLOY_AT + timedelta(minutes=minute)
+        )
+        assert changed.height == (1 if stem == "run1" else 0), "an unchanged finding writes no state"
+        states = pl.concat([states, changed])
+        if changed.height:
+            write_table(lake_root, FINDING_STATES, changed, {"date": "2026-11-29"}, stem)
     with duckdb_views.connect(lake_root) as con:
         detected = con.execute("select queryid, deploy_version, query from regressions_detected").fetchall()
         latency = con.execute("select count(*), count(query) from query_latency").fetchone()

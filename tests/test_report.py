@@ -45,4 +45,8 @@ def test_views_show_each_regression_once_across_analysis_runs(lake_root: Path) -
         "select analysis, instance, queryid from regressions_with_plan_diff order by analysis"
     ).fetchall()
     assert rows == [("deploy", "db1", 111), ("unannounced", "db1", 111)]
-    assert conn.execute("select count(*) from regressions_detected").fetchone() == (2,)
+    # One regression, one finding: the deploy and unannounced analyses of the step are one finding.
+    assert conn.execute("select analysis, status from regressions_detected").fetchall() == [
+        ("deploy", "open")
+    ]
+    assert conn.execute("select count(*), count(distinct run_id) from finding_states").fetchone() == (1, 1)

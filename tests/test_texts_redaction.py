@@ -254,8 +254,8 @@ def test_an_auto_explain_record_reaches_the_row_without_literals() -> None:
 
 
 def test_alert_payloads_never_carry_a_literal_even_from_a_lake_written_before(lake_root: Path) -> None:
-    from jobs.alerts import alert_payloads
-    from jobs.analysis import read_regressions_with_plan_diffs, run_detection
+    from jobs.alerts import alert_payloads, read_findings
+    from jobs.analysis import run_detection
     from tests.lakes import write_step_change_lake
 
     write_step_change_lake(lake_root)
@@ -266,7 +266,7 @@ def test_alert_payloads_never_carry_a_literal_even_from_a_lake_written_before(la
         pl.when(pl.col("queryid") == 111).then(pl.lit(raw)).otherwise("query").alias("query")
     ).write_parquet(texts_file)
     run_detection(lake_root)
-    payloads = alert_payloads(read_regressions_with_plan_diffs(lake_root), set())
+    payloads = alert_payloads(read_findings(lake_root), {})
     assert payloads, "the step change is detected"
     for payload in payloads:
         assert "old.lake@example.org" not in payload["query"] and "4711" not in payload["query"]

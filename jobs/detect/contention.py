@@ -312,7 +312,7 @@ def instance_slowdowns(shifts: pl.DataFrame, moments: pl.DataFrame, config: Cont
         pl.lit(0, dtype=pl.Int64).alias("findings_suppressed"),
         pl.lit(None, dtype=pl.String).alias("summary"),
     )
-    return rows.select("moment", *INSTANCE_SLOWDOWNS.column_names).sort("moment")
+    return rows.select("moment", *INSTANCE_SLOWDOWNS.columns_of(rows)).sort("moment")
 
 
 def _judged_at(
@@ -565,7 +565,7 @@ def separate_contention(
     )
     return (
         out.drop("_row", "moment", "_own_moment", "own", "common", "in_episode", "exceeds"),
-        INSTANCE_SLOWDOWNS.conform(episodes.select(INSTANCE_SLOWDOWNS.column_names)),
+        INSTANCE_SLOWDOWNS.conform(episodes.select(INSTANCE_SLOWDOWNS.columns_of(episodes))),
     )
 
 

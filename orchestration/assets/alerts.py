@@ -1,4 +1,4 @@
-"""regression_alerts: every newly detected regression, once, to the configured sinks."""
+"""regression_alerts: every finding once (and one update when it recovers or is superseded) to the sinks."""
 
 import dagster as dg
 
@@ -7,10 +7,11 @@ from orchestration.resources import AlertResource, LakeResource
 
 
 @dg.asset(
-    deps=["performance_regressions", "plan_diffs"],
+    deps=["findings"],
     group_name="publish",
     kinds={"json"},
-    description="New detected regressions to a JSONL file and/or a webhook; failures are retried next run.",
+    description="Each finding once (and one update on recovery or supersession) to a JSONL file and/or a "
+    "webhook; failures are retried next run.",
 )
 def regression_alerts(
     context: dg.AssetExecutionContext, lake: LakeResource, alerting: AlertResource

@@ -1,11 +1,12 @@
-"""performance_regressions, resource_regressions, instance_slowdowns and plan_diffs: one detection pass
-over the whole fleet."""
+"""performance_regressions, resource_regressions, instance_slowdowns, plan_diffs and findings: one detection
+pass over the whole fleet."""
 
 import dagster as dg
 import polars as pl
 
 from jobs import lake as lake_io
 from jobs.analysis import DetectionConfig, run_detection
+from jobs.detect.findings import FINDING_STATUSES
 from jobs.regressions import DETECTED, SERIES_KEY
 from orchestration.resources import LakeResource
 from orchestration.tables import lake_incident_metadata, markdown_table
@@ -42,6 +43,15 @@ from orchestration.tables import lake_incident_metadata, markdown_table
             group_name="analyse",
             kinds={"parquet"},
             description="For each detected regression: the plan before vs after the change.",
+        ),
+        dg.AssetSpec(
+            "findings",
+            deps=["query_samples", "deploy_events"],
+            group_name="analyse",
+            kinds={"polars", "parquet"},
+            description="One finding per regression (instance, series, onset): open, recovered or "
+            "superseded; "
+            "the table finding_states appends a row when a finding opens or changes.",
         ),
     ]
 )
@@ -93,6 +103,21 @@ def regressions_and_plan_diffs(lake: LakeResource):
         },
     )
     yield dg.MaterializeResult(asset_key="plan_diffs", metadata={"diffs": outcome.plan_diffs.height})
+    findings = outcome.findings
+    yield dg.MaterializeResult(
+        asset_key="findings",
+        metadata={
+            "changed": outcome.finding_changes.height,
+            **{status: int((findings["status"] == status).sum()) for status in FINDING_STATUSES},
+            "shown": dg.MetadataValue.md(
+                markdown_table(
+                    outcome.shown_findings.select(
+                        "status", "analysis", "instance", "query", "deploy_version", "detected_change_at"
+                    )
+                )
+            ),
+        },
+    )
 
 
 @dg.asset_check(

@@ -10,7 +10,7 @@ weekly = dg.WeeklyPartitionsDefinition(start_date="2026-01-05", timezone="UTC", 
 
 @dg.asset(
     partitions_def=weekly,
-    deps=["performance_regressions", "plan_diffs"],
+    deps=["findings"],
     group_name="publish",
     kinds={"markdown"},
     description="What regressed this week, when, why (plan diff), with a latency plot per regression.",

@@ -1,5 +1,6 @@
 -- Views over the samples, deploys and regressions tables (issue 3). Base views query_samples,
--- deploy_events and performance_regressions come from the schema catalogue.
+-- deploy_events and performance_regressions come from the schema catalogue; `findings` from
+-- views_findings.sql (loaded before this file: the files load in name order).
 
 -- Per-interval mean latency of each statement entry with its text (merging queryids by fingerprint is
 -- the detector's job): one row per sample, for charts and spot checks.
@@ -19,17 +20,15 @@ FROM deploy_events d
 QUALIFY row_number() OVER (PARTITION BY d.deploy_id ORDER BY d.source) = 1
 ORDER BY d.deployed_at DESC;
 
--- Detected regressions, one row per (analysis, deploy, instance, query) even when several analysis runs
--- wrote the same finding.
+-- Regressions open now: one row per finding (views_findings.sql) whose series has not returned to its old
+-- level and that no later finding replaced; a query that recovered leaves this view (see `findings`).
 CREATE OR REPLACE VIEW regressions_detected AS
-SELECT DISTINCT ON (analysis, coalesce(deploy_id, ''), instance, fingerprint)
-       analysis, instance, queryid, queryids, fingerprint, query, deploy_id, deploy_version, deployed_at,
-       detected_change_at, latency_change, before_mean_ms, after_mean_ms, before_count, after_count,
-       t_statistic, p_value, p_adjusted, confidence, fdr_method
-FROM performance_regressions
-WHERE status = 'detected'
-ORDER BY analysis, coalesce(deploy_id, ''), instance, fingerprint, detected_change_at DESC, date DESC,
-         after_count DESC;
+SELECT finding_id, status, analysis, instance, series, queryid, queryids, fingerprint, query, deploy_id,
+       deploy_version, deployed_at, other_deploys, onset, detected_change_at, before_mean_ms, after_mean_ms,
+       p_value, added_load_ms_per_s, kind, plan_diff_summary, opened_at, updated_at
+FROM findings
+WHERE status = 'open'
+ORDER BY onset, finding_id;
 
 -- Detected resource regressions (work per call stepped up), one row per (analysis, deploy, instance, query,
 -- metric) even when several analysis runs wrote the same finding.

@@ -1,0 +1,464 @@
+"""Findings: one regression, one finding, with a lifecycle (issue 9).
+
+The detectors write analysis rows: one per analysed (deploy, series) and per unannounced series, every
+run. A *finding* is the regression those rows describe: identified by (instance, series, onset), kept
+across runs, and moved through its states:
+
+  open        a step up was detected and the series has not come back;
+  recovered   the series returned to its old level (``recovered_at``): from a later change point in the
+              deploy window (``recovered_at`` of the analysis row), or from the re-check of an open
+              finding against its series' latest samples (only open findings' series, only samples after
+              the change), so a recovery after the analysis window is seen too;
+  superseded  a run re-examined the analysis the finding came from (the same deploy's window of the same
+              series; for an unannounced finding, the unannounced analysis of the series over a history
+              holding the onset) and found there a step farther than the onset tolerance from it
+              (``superseded_by`` names that step's finding): the change point moved, the new one replaces it.
+
+Identity: a detected step matches an existing open or recovered finding of the same series when its
+change time lies within ``onset_tolerance_samples`` sample intervals of the finding's onset or of its
+latest change time; the finding keeps its id (a hash of instance, series and the onset of the first
+detection). The deploy and unannounced analyses of one step are one step (the same series, change times
+within the tolerance): attributed to the deploy when a deploy row has it, otherwise unannounced. A step
+re-attributed (unannounced, then at a deploy; or to a later deploy) is the same finding, updated.
+
+A finding no row of this run re-examined keeps its state: absence is never evidence (incremental runs skip
+deploys whose windows got no new samples). ``update_findings`` returns only the findings whose state
+changed; ``run_detection`` appends them to ``finding_states`` and the DuckDB view ``findings`` shows the
+latest row per finding.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import statistics
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import numpy as np
+import polars as pl
+
+from jobs.regressions import (
+    ATTRIBUTED_ELSEWHERE,
+    DETECTED,
+    SERIES_KEY,
+    RegressionConfig,
+    fingerprinted_samples,
+    immaterial,
+    merge_intervals,
+)
+from jobs.schemas import FINDING_STATES
+
+OPEN = "open"
+RECOVERED = "recovered"
+SUPERSEDED = "superseded"
+FINDING_STATUSES: tuple[str, ...] = (OPEN, RECOVERED, SUPERSEDED)
+DEFAULT_REGRESSION = RegressionConfig()
+
+# What a run's step may change in a finding; a finding whose values of these did not change gets no row.
+STATE_COLUMNS: tuple[str, ...] = (
+    "status",
+    "detected_change_at",
+    "analysis",
+    "deploy_id",
+    "deploy_version",
+    "deployed_at",
+    "other_deploys",
+    "before_mean_ms",
+    "after_mean_ms",
+    "latest_mean_ms",
+    "p_value",
+    "added_load_ms_per_s",
+    "kind",
+    "instance_slowdown_ratio",
+    "slowdown_excess",
+    "work_evidence",
+    "plan_diff_summary",
+    "recovered_at",
+    "superseded_by",
+    "queryid",
+    "queryids",
+    "query",
+)
+# Copied from the step's analysis row into the finding.
+ROW_COLUMNS: tuple[str, ...] = (
+    "database",
+    "fingerprint",
+    "queryid",
+    "queryids",
+    "query",
+    "detected_change_at",
+    "analysis",
+    "deploy_id",
+    "deploy_version",
+    "deployed_at",
+    "other_deploys",
+    "before_mean_ms",
+    "after_mean_ms",
+    "latest_mean_ms",
+    "added_load_ms_per_s",
+    "kind",
+    "instance_slowdown_ratio",
+    "slowdown_excess",
+    "work_evidence",
+    "plan_diff_summary",
+)
+
+
+@dataclass(frozen=True)
+class FindingsConfig:
+    onset_tolerance_samples: int = 3
+    """A detected change within this many sample intervals (the instance's median) of a finding's onset or
+    latest change time is that finding: a change point moving by a few samples between runs (as the post
+    window fills) keeps its finding and its alert."""
+    default_sample_interval: timedelta = timedelta(minutes=1)
+    """Sample interval assumed for an instance with no samples in the run (tolerance and slack)."""
+    recovery_samples: int = 5
+    """Recovery re-check: at least this many samples after the series last stood at or above the midpoint
+    of the finding's before and after levels, whose median is back at the old level: what remains of the
+    step would not be reported by the detector (below RegressionConfig.latency_change_threshold of the
+    before level, or immaterial by its min_added_load_ms_per_s / min_latency_increase_ms rule). The median,
+    not the mean: on a real server one slow interval among 25 after an index came back (0.76 ms among
+    0.03-0.06 ms) lifted the mean to 1.7x the old level while every other interval was back; and the
+    materiality rule because a 0.09 ms query came back at 0.11 ms (+25%, 0.9 ms of work per second) after
+    a 24 ms episode: back, by any measure a user has."""
+
+    def __post_init__(self) -> None:
+        if self.onset_tolerance_samples < 0:
+            raise ValueError("findings.onset_tolerance_samples must be >= 0")
+        if self.recovery_samples < 1:
+            raise ValueError("findings.recovery_samples must be >= 1")
+        if self.default_sample_interval <= timedelta(0):
+            raise ValueError("findings.default_sample_interval must be positive")
+
+
+def run_id_for(computed_at: datetime) -> str:
+    """The analysis run's id: its time, to the microsecond (deterministic from ``now``)."""
+    return computed_at.strftime("%Y%m%dT%H%M%S%fZ")
+
+
+def finding_id(instance: str, series: str, onset: datetime) -> str:
+    key = f"{instance}|{series}|{onset.isoformat()}"
+    return hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+def series_text() -> pl.Expr:
+    """The series a row belongs to, as one string: SERIES_KEY after the instance, '|'-joined."""
+    rest = [c for c in SERIES_KEY if c != "instance"]
+    return pl.concat_str([pl.col(c).cast(pl.String) for c in rest], separator="|").alias("series")
+
+
+def with_series(frame: pl.DataFrame) -> pl.DataFrame:
+    """``frame`` with the ``series`` string column (kept as is when SERIES_KEY already names it)."""
+    if list(SERIES_KEY) == ["instance", "series"]:
+        return frame
+    return frame.with_columns(series_text())
+
+
+def latest_states(states: pl.DataFrame) -> pl.DataFrame:
+    """The latest row per finding_id of an append-only finding_states frame (what the view shows)."""
+    if states.height == 0:
+        return FINDING_STATES.empty()
+    return (
+        FINDING_STATES.conform(states.select(FINDING_STATES.columns_of(states)))
+        .sort("computed_at", "run_id", "finding_id")
+        .unique("finding_id", keep="last", maintain_order=True)
+        .sort("instance", "series", "onset", "finding_id")
+    )
+
+
+def _tolerance(instance: str, intervals: dict[str, timedelta], config: FindingsConfig) -> timedelta:
+    return intervals.get(instance, config.default_sample_interval) * config.onset_tolerance_samples
+
+
+def _same(a: object, b: object) -> bool:
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    return a == b
+
+
+@dataclass
+class _Step:
+    """One detected step of one series in this run: the rows (both analyses) that found it."""
+
+    instance: str
+    series: str
+    change: datetime
+    row: dict
+    """The representative row: a deploy row when one has the step."""
+    finding: str | None = None
+
+
+def _steps(detected: list[dict], intervals: dict[str, timedelta], config: FindingsConfig) -> list[_Step]:
+    """Detected rows grouped into steps: per series, change times within the tolerance of a step's are the
+    same step; deploy rows first (nearest their deploy), so a deploy row represents its step."""
+    ordered = sorted(
+        detected,
+        key=lambda r: (
+            r["instance"],
+            r["series"],
+            r["analysis"] != "deploy",
+            abs(r["detected_change_at"] - r["deployed_at"]) if r.get("deployed_at") else timedelta(0),
+            r["detected_change_at"],
+            r.get("deploy_id") or "",
+        ),
+    )
+    per_series: dict[tuple[str, str], list[_Step]] = {}
+    for row in ordered:
+        tolerance = _tolerance(row["instance"], intervals, config)
+        steps = per_series.setdefault((row["instance"], row["series"]), [])
+        if not any(abs(s.change - row["detected_change_at"]) <= tolerance for s in steps):
+            steps.append(_Step(row["instance"], row["series"], row["detected_change_at"], row))
+    return sorted(
+        (s for steps in per_series.values() for s in steps), key=lambda s: (s.instance, s.series, s.change)
+    )
+
+
+def _from_row(row: dict) -> dict:
+    out = {c: row.get(c) for c in ROW_COLUMNS}
+    out["p_value"] = row["p_adjusted"] if row.get("p_adjusted") is not None else row.get("p_value")
+    return out
+
+
+def update_findings(
+    previous: pl.DataFrame,
+    rows: pl.DataFrame,
+    *,
+    computed_at: datetime,
+    intervals: dict[str, timedelta] | None = None,
+    points: pl.DataFrame | None = None,
+    config: FindingsConfig = FindingsConfig(),
+    regression: RegressionConfig = DEFAULT_REGRESSION,
+) -> pl.DataFrame:
+    """Pure: the finding_states rows of every finding this run opened or changed.
+
+    ``previous``: the latest state per finding (``latest_states``); ``rows``: this run's latency analysis
+    rows of both analyses (every status: an examined row that is not a detection tells what was
+    re-examined); ``intervals``: sample interval per instance (``jobs.regressions.sample_intervals``);
+    ``points``: (instance, series, interval_start, value, calls, interval_seconds) of open findings'
+    series after their change (``recovery_points``), for the recovery re-check; None skips it;
+    ``regression``: the detector's thresholds (what remains of a recovered step is below them). Same
+    inputs, same frame.
+    """
+    intervals = intervals or {}
+    run_id = run_id_for(computed_at)
+    prior = {r["finding_id"]: r for r in latest_states(previous).to_dicts()}
+    state = {k: dict(v) for k, v in prior.items()}
+    analysed = with_series(rows) if rows.height else rows
+    detected = analysed.filter(pl.col("status") == DETECTED).to_dicts() if analysed.height else []
+    steps = _steps(detected, intervals, config)
+
+    # Match each step to the nearest open or recovered finding of its series within the tolerance.
+    of_series: dict[tuple[str, str], list[dict]] = {}
+    for f in state.values():
+        of_series.setdefault((f["instance"], f["series"]), []).append(f)
+    taken: set[str] = set()
+    for step in steps:
+        tolerance = _tolerance(step.instance, intervals, config)
+        near = []
+        for f in of_series.get((step.instance, step.series), []):
+            if f["finding_id"] in taken:
+                continue
+            distance = min(abs(step.change - f["onset"]), abs(step.change - f["detected_change_at"]))
+            if f["status"] != SUPERSEDED and distance <= tolerance:
+                near.append((distance, f["onset"], f["finding_id"]))
+        if near:
+            step.finding = min(near)[2]
+        else:
+            ident = finding_id(step.instance, step.series, step.change)
+            step.finding = ident
+            if ident not in state:  # a superseded finding at exactly this onset reopens under its id
+                state[ident] = {
+                    "finding_id": ident,
+                    "instance": step.instance,
+                    "series": step.series,
+                    "onset": step.change,
+                    "opened_at": computed_at,
+                    "status": OPEN,
+                }
+        taken.add(step.finding)
+        finding = state[step.finding]
+        if finding.get("analysis") == "deploy" and step.row["analysis"] != "deploy":
+            continue  # a deploy's step seen only by the unannounced analysis keeps its attribution
+        kept = {c: finding.get(c) for c in ("latest_mean_ms",)} if finding["status"] == RECOVERED else {}
+        finding.update(_from_row(step.row), **{c: v for c, v in kept.items() if v is not None})
+        if finding["status"] == SUPERSEDED:
+            finding.update(status=OPEN, superseded_by=None)
+        if finding["status"] == OPEN and step.row.get("recovered_at") is not None:
+            finding.update(status=RECOVERED, recovered_at=step.row["recovered_at"])
+
+    # Superseded: the analysis an open finding came from was re-examined and put the step elsewhere.
+    waiting = [
+        f
+        for f in state.values()
+        if f["finding_id"] not in taken and f["status"] == OPEN and f["finding_id"] in prior
+    ]
+    examined = _rows_of_series(analysed, waiting)
+    for finding in waiting:
+        replacement = _replacement(
+            finding, examined.get((finding["instance"], finding["series"]), []), steps, intervals, config
+        )
+        if replacement is not None and replacement != finding["finding_id"]:
+            finding.update(status=SUPERSEDED, superseded_by=replacement)
+
+    if points is not None and points.height:
+        _recheck_recovery(state, points, config, regression)
+
+    changed = []
+    for ident, finding in state.items():
+        before = prior.get(ident)
+        if before is None and _transient(finding, regression):
+            continue
+        if before is not None and all(_same(before.get(c), finding.get(c)) for c in STATE_COLUMNS):
+            continue
+        if before is None:
+            change = "opened"
+        elif finding["status"] != before["status"]:
+            change = finding["status"]
+        else:
+            change = "updated"
+        changed.append({**finding, "run_id": run_id, "computed_at": computed_at, "change": change})
+    if not changed:
+        return FINDING_STATES.empty()
+    frame = pl.DataFrame(
+        [{c: r.get(c) for c in FINDING_STATES.column_names} for r in changed],
+        schema=FINDING_STATES.polars_schema,
+    )
+    return frame.sort("instance", "series", "onset", "finding_id")
+
+
+def _transient(finding: dict, regression: RegressionConfig) -> bool:
+    """A new unannounced finding already back at its old level: a transient episode (lock contention, a
+    backup), which the unannounced analysis does not report (RegressionConfig.require_ongoing); its own
+    ongoing test compares segment means, which one elevated segment after the episode can defeat."""
+    return (
+        regression.require_ongoing
+        and finding.get("analysis") == "unannounced"
+        and finding["status"] == RECOVERED
+    )
+
+
+def _rows_of_series(analysed: pl.DataFrame, findings: list[dict]) -> dict[tuple[str, str], list[dict]]:
+    """This run's analysis rows of the findings' series, per (instance, series): one semi-join, not one
+    scan of the run's rows per finding."""
+    if analysed.height == 0 or not findings:
+        return {}
+    wanted = pl.DataFrame(
+        {"instance": [f["instance"] for f in findings], "series": [f["series"] for f in findings]},
+        schema={"instance": pl.String, "series": pl.String},
+    ).unique()
+    out: dict[tuple[str, str], list[dict]] = {}
+    for row in analysed.join(wanted, on=["instance", "series"], how="semi").iter_rows(named=True):
+        out.setdefault((row["instance"], row["series"]), []).append(row)
+    return out
+
+
+def _replacement(
+    finding: dict,
+    examined: list[dict],
+    steps: list[_Step],
+    intervals: dict[str, timedelta],
+    config: FindingsConfig,
+) -> str | None:
+    """The finding of the step the run found in place of ``finding``, if the run re-examined it: the same
+    deploy's window of the series (a deploy finding), or the unannounced analysis of the series over a
+    history holding the onset (an unannounced finding)."""
+    if finding.get("analysis") == "deploy":
+        rows = [
+            r for r in examined if r["analysis"] == "deploy" and r.get("deploy_id") == finding["deploy_id"]
+        ]
+    else:
+        rows = [
+            r
+            for r in examined
+            if r["analysis"] == "unannounced"
+            and r.get("window_start") is not None
+            and r["window_start"] < finding["onset"] <= r["window_end"]
+        ]
+    tolerance = _tolerance(finding["instance"], intervals, config)
+    for row in rows:
+        if row["status"] != DETECTED and row.get("reason") != ATTRIBUTED_ELSEWHERE:
+            continue
+        if row.get("detected_change_at") is None:
+            continue
+        for step in steps:
+            if (
+                (step.instance, step.series) == (finding["instance"], finding["series"])
+                and abs(step.change - row["detected_change_at"]) <= tolerance
+                and step.finding is not None
+            ):
+                return step.finding
+    return None
+
+
+def recovery_points(samples: pl.DataFrame, texts: pl.DataFrame, open_findings: pl.DataFrame) -> pl.DataFrame:
+    """(instance, series, interval_start, interval_end, value, calls, interval_seconds) of the series of
+    ``open_findings`` ((instance, series, detected_change_at, queryids): ``recheck_targets``), from each
+    instance's earliest change time on, only their queryids: bounded by what is open, not by the history."""
+    columns = {
+        "instance": pl.String,
+        "series": pl.String,
+        "interval_start": pl.Datetime("us", "UTC"),
+        "interval_end": pl.Datetime("us", "UTC"),
+        "value": pl.Float64,
+        "calls": pl.Int64,
+        "interval_seconds": pl.Float64,
+    }
+    if open_findings.height == 0 or samples.height == 0:
+        return pl.DataFrame(schema=columns)
+    since = open_findings.group_by("instance").agg(pl.col("detected_change_at").min().alias("_since"))
+    recent = samples.join(since, on="instance", how="inner").filter(
+        pl.col("interval_start") >= pl.col("_since")
+    )
+    queryids = open_findings["queryids"].drop_nulls().str.split(",").explode().cast(pl.Int64).unique()
+    if open_findings["queryids"].null_count() == 0:
+        recent = recent.filter(pl.col("queryid").is_in(queryids.implode()))
+    if recent.height == 0:
+        return pl.DataFrame(schema=columns)
+    points = with_series(fingerprinted_samples(recent.drop("_since"), texts))
+    points = points.join(open_findings.select("instance", "series").unique(), on=["instance", "series"])
+    keys = list(dict.fromkeys([*SERIES_KEY, "series"]))
+    merged = merge_intervals(points, keys)
+    return merged.select(list(columns)).cast(columns).sort("instance", "series", "interval_end")
+
+
+def recheck_targets(open_findings: pl.DataFrame, rows: pl.DataFrame) -> pl.DataFrame:
+    """(instance, series, detected_change_at, queryids) of every open finding and detected row of this run:
+    the series the recovery re-check reads (bounded by what is open or new, not by the history)."""
+    columns = ["instance", "series", "detected_change_at", "queryids"]
+    detected = rows.filter(pl.col("status") == DETECTED) if rows.height else rows
+    parts = [open_findings.select(columns)]
+    if detected.height:
+        parts.append(with_series(detected).select(columns))
+    return pl.concat(parts, how="vertical_relaxed")
+
+
+def _recheck_recovery(
+    state: dict[str, dict], points: pl.DataFrame, config: FindingsConfig, regression: RegressionConfig
+) -> None:
+    """Open findings whose series came back: after the last sample at or above the midpoint of the before
+    and after levels, at least ``recovery_samples`` samples whose median is back at the old level (what
+    remains of the step is below the detector's latency change threshold, or immaterial)."""
+    by_series = points.partition_by(["instance", "series"], as_dict=True, maintain_order=True)
+    for finding in state.values():
+        if finding["status"] != OPEN:
+            continue
+        before, after = finding.get("before_mean_ms"), finding.get("after_mean_ms")
+        series = by_series.get((finding["instance"], finding["series"]))
+        if series is None or before is None or after is None or after <= before:
+            continue
+        series = series.filter(pl.col("interval_start") >= finding["detected_change_at"])
+        values = series["value"].to_list()
+        middle = (before + after) / 2
+        high = [i for i, v in enumerate(values) if v >= middle]
+        if not high:
+            continue
+        back = series.slice(high[-1] + 1)
+        if back.height < config.recovery_samples:
+            continue
+        level = statistics.median(back["value"].to_list())  # one slow interval is not the level
+        seconds = float(back["interval_seconds"].sum())
+        rate = float(back["calls"].sum()) / seconds if seconds > 0 else math.inf
+        small = immaterial(np.array([before]), np.array([level]), np.array([rate]), regression)[0]
+        if level < before * (1 + regression.latency_change_threshold) or small:
+            finding.update(status=RECOVERED, recovered_at=back["interval_start"][0], latest_mean_ms=level)
