@@ -91,7 +91,7 @@ def weekly_summary(
                 (pl.col("status") == "drift") & pl.col("current_end").is_between(start, end, closed="left")
             )
             .sort("current_end")
-            .unique(["instance", "fingerprint"], keep="last", maintain_order=True)
+            .unique(["instance", "series"], keep="last", maintain_order=True)
             .sort("added_load_ms_per_s", descending=True, nulls_last=True)
         )
     return WeeklySummary(week, start, end, detected, health, week_deploys, drifted)

@@ -33,11 +33,11 @@ ORDER BY onset, finding_id;
 -- Detected resource regressions (work per call stepped up), one row per (analysis, deploy, instance, query,
 -- metric) even when several analysis runs wrote the same finding.
 CREATE OR REPLACE VIEW resource_regressions_detected AS
-SELECT DISTINCT ON (analysis, coalesce(deploy_id, ''), instance, fingerprint, metric)
-       analysis, instance, queryid, queryids, fingerprint, query, deploy_id, deploy_version, deployed_at,
-       metric, unit, detected_change_at, before_per_call, after_per_call, ratio, latency_change, p_value,
+SELECT DISTINCT ON (analysis, coalesce(deploy_id, ''), instance, series, metric)
+       analysis, instance, series, database, queryid, queryids, fingerprint, query, deploy_id, deploy_version,
+       deployed_at, metric, unit, detected_change_at, before_per_call, after_per_call, ratio, latency_change, p_value,
        p_adjusted, summary
 FROM resource_regressions
 WHERE status = 'detected'
-ORDER BY analysis, coalesce(deploy_id, ''), instance, fingerprint, metric, detected_change_at DESC, date DESC,
+ORDER BY analysis, coalesce(deploy_id, ''), instance, series, metric, detected_change_at DESC, date DESC,
          after_count DESC;
