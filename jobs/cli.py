@@ -6,6 +6,7 @@ import argparse
 import os
 import sys
 import tempfile
+from datetime import date
 from pathlib import Path
 
 import polars as pl
@@ -74,6 +75,13 @@ def load_fleet(args: argparse.Namespace) -> FleetConfig:
 
 def lake_config(args: argparse.Namespace) -> LakeConfig:
     return LakeConfig(lock_wait_s=args.lock_wait_s)
+
+
+def _iso_date(text: str) -> date:
+    try:
+        return date.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a date (YYYY-MM-DD)") from None
 
 
 def print_lake_incidents(mark: int) -> None:
@@ -173,8 +181,19 @@ def cmd_deploy(args: argparse.Namespace) -> int:
 def cmd_samples(args: argparse.Namespace) -> int:
     from jobs.samples import SampleConfig, run_samples_job
 
+    if (args.date_from or args.date_to) and not args.rebuild:
+        raise ValueError("radar samples: --from/--to choose the days of a rebuild; add --rebuild")
+    dates = None
+    if args.date_from or args.date_to:
+        dates = (args.date_from or args.date_to, args.date_to or args.date_from)
+        if dates[0] > dates[1]:
+            raise ValueError(f"radar samples: --from {dates[0]} is after --to {dates[1]}")
     report = run_samples_job(
-        Path(args.lake), SampleConfig(min_executions=args.min_executions), lake_config=lake_config(args)
+        Path(args.lake),
+        SampleConfig(min_executions=args.min_executions),
+        lake_config=lake_config(args),
+        dates=dates,
+        mode="rebuild" if args.rebuild else "append",
     )
     console.print(
         f"{report.snapshot_rows} snapshot rows → {report.sample_rows} samples "
@@ -381,8 +400,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     deploy.set_defaults(func=cmd_deploy)
 
-    samples = sub.add_parser("samples", help="rebuild per-interval samples from the snapshots")
+    samples = sub.add_parser("samples", help="append per-interval samples for new snapshots (or --rebuild)")
     samples.add_argument("--min-executions", type=int, default=1)
+    samples.add_argument(
+        "--rebuild",
+        action="store_true",
+        help="rebuild instead of appending the snapshots after the watermark (a repair; all days by default)",
+    )
+    samples.add_argument("--from", dest="date_from", type=_iso_date, help="first day of the rebuild (UTC)")
+    samples.add_argument("--to", dest="date_to", type=_iso_date, help="last day of the rebuild (UTC)")
     samples.set_defaults(func=cmd_samples)
 
     detect = sub.add_parser("detect", help="find regressions around deploys and unannounced ones")
