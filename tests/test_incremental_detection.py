@@ -16,6 +16,7 @@ from jobs.analysis import DetectionConfig, run_detection
 from jobs.collect.deploys import mark_deploy
 from jobs.detect.scope import (
     AnalysisScope,
+    deploys_in_scope,
     merged_ranges,
     moved_series,
     plan_run,
@@ -167,7 +168,7 @@ def test_incremental_runs_find_the_deploy_regressions_of_one_full_run(
 
     latest: dict[tuple[Any, ...], dict[str, Any]] = {}
     examined: list[int] = []
-    cuts = [40, 55, 75, 90, 140, 165, 180, 230, MINUTES]
+    cuts = [40, 55, 75, 89, 140, 165, 180, 230, MINUTES]
     start = -1
     for cut in cuts:
         batch = pl.col("captured_at").is_between(at(start + 1), at(cut))
@@ -187,9 +188,9 @@ def test_incremental_runs_find_the_deploy_regressions_of_one_full_run(
         ("v2", "beta"),
         ("v3", "beta"),
     }
-    # One deploy per run: the one whose window the batch fed (the first run, with no state, is a full run and
-    # only v1's window has samples); the last batch (231..240) is in no window: v3's closed at 230.
-    assert examined == [1, 1, 1, 1, 1, 1, 1, 1, 0]
+    # Only the deploys whose window the batch fed (the first run, with no state, is a full run and only v1's
+    # window has samples); 90..140 feeds v1's last minute and v2; 231..240 is in no window (v3 closed at 230).
+    assert examined == [1, 1, 1, 1, 2, 1, 1, 1, 0]
 
     # The last verdict of every (deploy, series) equals the full run's, not just the detected ones.
     common = set(full_rows) & set(latest)
@@ -268,6 +269,22 @@ def test_only_deploys_whose_window_gets_new_samples_and_only_their_new_series_ar
         },
         schema_overrides={"deployed_at": pl.Datetime("us", "UTC")},
     )
+    far = [base - timedelta(days=d) for d in range(1, 200)]  # history: deploys long ago, never re-examined
+    deploys = pl.concat(
+        [
+            deploys,
+            pl.DataFrame(
+                {
+                    "deploy_id": [f"d-{i}" for i in range(len(far))],
+                    "version": "old",
+                    "scope": "fleet",
+                    "instance": None,
+                    "deployed_at": far,
+                },
+                schema=deploys.schema,
+            ),
+        ]
+    )
     everything = detect_regressions(samples, texts, deploys, config)
     assert set(everything["deploy_id"]) == {"d-now"}  # d-old has no samples in its window anyway
     scope = scope_of({"db1": base + timedelta(minutes=55)}, {"db1": base + timedelta(minutes=60)})
@@ -275,12 +292,14 @@ def test_only_deploys_whose_window_gets_new_samples_and_only_their_new_series_ar
     assert scoped["queryid"].to_list() == [1]  # queryid 2 got nothing new in the window
     assert everything.height == 2
     assert scoped.drop("queryids").equals(everything.filter(pl.col("queryid") == 1).drop("queryids"))
+    assert deploys_in_scope(deploys, ["db1"], scope, config)["deploy_id"].to_list() == ["d-now"]
     closed = scope_of({"db1": base + timedelta(minutes=61)}, {"db1": base + timedelta(minutes=70)})
     assert detect_regressions(samples, texts, deploys, config, closed).height == 0  # window ended at 11:00
     late = scope_of(
         {"db1": base + timedelta(minutes=61)}, {"db1": base + timedelta(minutes=70)}, frozenset({"d-now"})
     )
     assert detect_regressions(samples, texts, deploys, config, late).height == 2  # a marker no run saw
+    assert deploys_in_scope(deploys, ["db1"], closed, config).height == 0
 
 
 def test_the_unannounced_pre_filter_keeps_only_series_that_moved() -> None:
