@@ -6,6 +6,7 @@ import argparse
 import os
 import sys
 import tempfile
+from dataclasses import replace
 from datetime import date
 from pathlib import Path
 
@@ -281,9 +282,15 @@ def cmd_drift(args: argparse.Namespace) -> int:
 
 
 def cmd_compact(args: argparse.Namespace) -> int:
-    from jobs.compaction import compact_lake
+    from jobs.compaction import ExpiredPartition, compact_lake
 
-    done = compact_lake(Path(args.lake), min_age_days=args.min_age_days, config=lake_config(args))
+    expired: list[ExpiredPartition] = []
+    config = replace(lake_config(args), analysis_retention_days=args.analysis_retention_days)
+    done = compact_lake(Path(args.lake), min_age_days=args.min_age_days, config=config, expired=expired)
+    for gone in expired:
+        console.print(
+            f"{gone.table}/{gone.partition}: expired ({gone.files} files past the analysis retention)"
+        )
     for part in done:
         console.print(f"{part.table}/{part.partition}: {part.files_before} files → 1 ({part.rows} rows)")
     console.print(f"{len(done)} partitions compacted")
@@ -449,6 +456,12 @@ def build_parser() -> argparse.ArgumentParser:
     compact = sub.add_parser("compact", help="merge each closed day's snapshot files into one per instance")
     compact.add_argument(
         "--min-age-days", type=int, default=1, help="only days at least this old (default 1)"
+    )
+    compact.add_argument(
+        "--analysis-retention-days",
+        type=int,
+        default=LakeConfig.analysis_retention_days,
+        help="delete analysis rows of runs older than this many days (0 keeps them; default %(default)s)",
     )
     compact.set_defaults(func=cmd_compact)
 

@@ -70,6 +70,11 @@ class LakeConfig:
     finds it (every write sweeps its folder, compaction the lake); a younger one may be a live writer's."""
     lock_wait_s: float = 10.0
     """How long a run waits for a lake lock (samples, compaction) before failing with LakeLockError."""
+    analysis_retention_days: int = 30
+    """Analysis rows (performance_regressions, resource_regressions, instance_slowdowns, plan_diffs,
+    analysis_runs) of runs more than this many days old are deleted by compaction (``jobs.compaction``),
+    whole date partitions at a time; 0 keeps them forever. They are derived: a full detection run (or a
+    samples rebuild and a full run) makes them again from the samples that are still there."""
 
 
 class LakeError(RuntimeError):
