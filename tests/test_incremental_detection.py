@@ -168,6 +168,8 @@ def test_incremental_runs_find_the_deploy_regressions_of_one_full_run(
 
     latest: dict[tuple[Any, ...], dict[str, Any]] = {}
     examined: list[int] = []
+    searched: list[int] = []
+    unannounced: set[tuple[str, str]] = set()
     cuts = [40, 55, 75, 89, 140, 165, 180, 230, MINUTES]
     start = -1
     for cut in cuts:
@@ -177,6 +179,9 @@ def test_incremental_runs_find_the_deploy_regressions_of_one_full_run(
             mark(incremental_lake, *LATE_DEPLOY)  # recorded after its window's samples were in
         outcome = run_detection(incremental_lake, DetectionConfig(), now=at(cut) + timedelta(seconds=30))
         examined.append(outcome.regressions.select("deploy_id").n_unique())
+        searched.append(outcome.unannounced.height)
+        found = outcome.unannounced.filter(pl.col("status") == DETECTED)
+        unannounced |= set(zip(found["instance"], found["fingerprint"], strict=True))
         for row in outcome.regressions.to_dicts():
             latest[deploy_key(row)] = row
         start = cut
@@ -191,6 +196,12 @@ def test_incremental_runs_find_the_deploy_regressions_of_one_full_run(
     # Only the deploys whose window the batch fed (the first run, with no state, is a full run and only v1's
     # window has samples); 90..140 feeds v1's last minute and v2; 231..240 is in no window (v3 closed at 230).
     assert examined == [1, 1, 1, 1, 2, 1, 1, 1, 0]
+
+    # Unannounced: every step the full run finds, an incremental run found when its samples came in; the
+    # pre-filter searched only the series that moved, never all six after the first (full) run.
+    full_steps = full.unannounced.filter(pl.col("status") == DETECTED)
+    assert set(zip(full_steps["instance"], full_steps["fingerprint"], strict=True)) <= unannounced
+    assert searched[0] == 6 and max(searched[1:]) < 6, searched
 
     # The last verdict of every (deploy, series) equals the full run's, not just the detected ones.
     common = set(full_rows) & set(latest)
