@@ -316,8 +316,10 @@ def _finish_samples(valid: pl.DataFrame) -> pl.DataFrame:
     """Add the derived columns; rows stay ordered by instance, entry (queryid, dbid, userid) and time."""
     calls = pl.col("calls").cast(pl.Float64)
     plans = pl.col("plans").cast(pl.Float64)
+    # × 1e-6, not / 1e6: polars divides a column by a scalar as a multiplication by its inverse, but a
+    # one-row frame by true division, so a one-row append would differ from a rebuild in the last bit.
     out = valid.with_columns(
-        ((pl.col("interval_end") - pl.col("interval_start")).dt.total_microseconds() / 1e6).alias(
+        ((pl.col("interval_end") - pl.col("interval_start")).dt.total_microseconds() * 1e-6).alias(
             "interval_seconds"
         ),
         pl.when(calls > 0).then(pl.col("total_exec_time") / calls).alias("mean_exec_time"),
