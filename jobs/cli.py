@@ -208,7 +208,8 @@ def cmd_samples(args: argparse.Namespace) -> int:
 def cmd_detect(args: argparse.Namespace) -> int:
     from jobs.analysis import DetectionConfig, print_detection, run_detection
 
-    outcome = run_detection(Path(args.lake), DetectionConfig(lake=lake_config(args)))
+    config = DetectionConfig(lake=lake_config(args), incremental=not args.full)
+    outcome = run_detection(Path(args.lake), config)
     print_detection(outcome, console, show_all=args.all)
     return 0
 
@@ -420,6 +421,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     detect = sub.add_parser("detect", help="find regressions around deploys and unannounced ones")
     detect.add_argument("--all", action="store_true", help="also list the series that were not reported")
+    detect.add_argument(
+        "--full",
+        action="store_true",
+        help="rebuild the samples and re-examine every deploy and series (default: only what is new)",
+    )
     detect.set_defaults(func=cmd_detect)
 
     alerts = sub.add_parser("alerts", help="send each new detected regression to the alert sinks, once")

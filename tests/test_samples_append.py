@@ -308,3 +308,26 @@ def test_a_date_range_is_a_rebuild_only(tmp_path: Path) -> None:
         run_samples_job(tmp_path, mode="append", dates=(T0.date(), T0.date()))
     with pytest.raises(SamplesError, match="unknown samples mode"):
         run_samples_job(tmp_path, mode="merge")  # type: ignore[arg-type]
+
+
+def test_cli_appends_rebuilds_and_runs_full_or_incremental_detection(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from jobs.cli import main
+    from jobs.schemas import ANALYSIS_RUNS
+
+    snapshots, runs = history_of(12)
+    write_snapshot_files(tmp_path, snapshots, runs)
+    root = ["--lake", str(tmp_path)]
+    assert main([*root, "samples"]) == 0
+    assert main([*root, "samples"]) == 0
+    assert "0 snapshot rows → 0 samples" in capsys.readouterr().out
+    assert main([*root, "samples", "--from", "2026-11-29"]) == 2
+    assert "--from/--to choose the days of a rebuild; add --rebuild" in capsys.readouterr().out
+    assert main([*root, "samples", "--rebuild", "--from", "2026-11-30", "--to", "2026-11-29"]) == 2
+    assert main([*root, "samples", "--rebuild", "--from", "2026-11-30"]) == 0
+    assert lake_samples(tmp_path).equals(sorted_samples(samples_from_snapshots(snapshots, runs).samples))
+    assert main([*root, "detect", "--full"]) == 0
+    assert main([*root, "detect"]) == 0
+    modes = lake.read_table(tmp_path, ANALYSIS_RUNS).sort("computed_at")["mode"].unique(maintain_order=True)
+    assert modes.to_list() == ["full", "incremental"]
