@@ -377,3 +377,31 @@ def test_watermarks_come_from_the_lake(tmp_path: Path, history: tuple[pl.DataFra
     assert previous_watermarks(tmp_path) == {"alpha": at(30), "beta": at(30)}
     state = plan_run(tmp_path, pl.DataFrame(), at(32), incremental=True)
     assert state.scope is not None and state.scope.nothing_new
+
+
+def test_a_detection_run_that_dies_before_its_state_is_committed_is_redone(
+    tmp_path: Path, history: tuple[pl.DataFrame, pl.DataFrame], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from jobs import analysis
+
+    snaps, runs = history
+    write_texts(tmp_path)
+    for version, instances, minute in DEPLOYS:
+        mark(tmp_path, version, instances, minute)
+    first = pl.col("captured_at") <= at(50)
+    write_batch(tmp_path, snaps.filter(first), runs.filter(first))
+    run_detection(tmp_path, DetectionConfig(), now=at(50) + timedelta(seconds=30))
+    later = pl.col("captured_at").is_between(at(51), at(70))
+    write_batch(tmp_path, snaps.filter(later), runs.filter(later))
+
+    def die(*_: Any) -> list[Path]:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(analysis, "commit_run", die)
+    with pytest.raises(KeyboardInterrupt):
+        run_detection(tmp_path, DetectionConfig(), now=at(70) + timedelta(seconds=30))
+    monkeypatch.undo()
+    assert previous_watermarks(tmp_path) == {"alpha": at(50), "beta": at(50)}  # the old state stands
+    redone = run_detection(tmp_path, DetectionConfig(), now=at(70) + timedelta(seconds=40))
+    assert set(redone.regressions["deploy_version"]) == {"v1"}  # v1's window (30..90] got 51..70 again
+    assert previous_watermarks(tmp_path) == {"alpha": at(70), "beta": at(70)}

@@ -331,3 +331,36 @@ def test_cli_appends_rebuilds_and_runs_full_or_incremental_detection(
     assert main([*root, "detect"]) == 0
     modes = lake.read_table(tmp_path, ANALYSIS_RUNS).sort("computed_at")["mode"].unique(maintain_order=True)
     assert modes.to_list() == ["full", "incremental"]
+
+
+def test_an_unreadable_frontier_is_quarantined_and_the_instance_rebuilt_once(tmp_path: Path) -> None:
+    snapshots, runs = history_of(12)
+    first, second = in_batches(snapshots, runs, [6, 11])
+    write_snapshot_files(tmp_path, *first)
+    run_samples_job(tmp_path)
+    (frontier_file,) = (tmp_path / "sample_frontier" / "instance=alpha").glob("*.parquet")
+    frontier_file.write_bytes(b"PAR1 truncated")
+    write_snapshot_files(tmp_path, *second)
+    mark = lake.incident_mark()
+    run_samples_job(tmp_path)
+    assert [i.action for i in lake.incidents_since(mark)] == ["quarantined"]
+    assert lake_samples(tmp_path).equals(sorted_samples(samples_from_snapshots(snapshots, runs).samples))
+
+
+def test_a_truncated_new_snapshot_file_is_quarantined_and_the_rest_appended(tmp_path: Path) -> None:
+    snapshots, runs = history_of(12)
+    first, second = in_batches(snapshots, runs, [6, 11])
+    write_snapshot_files(tmp_path, *first)
+    run_samples_job(tmp_path)
+    write_snapshot_files(tmp_path, *second)
+    stem = lake.stem_for(T0 + timedelta(minutes=9))
+    (bad,) = (tmp_path / "statement_snapshots" / "instance=beta").glob(f"date=*/{stem}-*.parquet")
+    bad.write_bytes(bad.read_bytes()[:-30])
+    mark = lake.incident_mark()
+    report = run_samples_job(tmp_path)
+    assert [i.path for i in lake.incidents_since(mark)] == [bad]
+    beta = lake_samples(tmp_path).filter(pl.col("instance") == "beta")
+    # minute 9 is gone: minute 10's samples span 8 → 10 (its predecessor is the entry's previous snapshot)
+    ends = beta.filter(pl.col("queryid") == 0)["interval_end"].to_list()
+    assert T0 + timedelta(minutes=9) not in ends and T0 + timedelta(minutes=10) in ends
+    assert report.sample_rows > 0
