@@ -8,7 +8,7 @@ The CLI (`radar detect`), the demo and the Dagster assets all go through here, s
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -25,9 +25,11 @@ from jobs.detect.findings import (
     latest_states,
     recheck_targets,
     recovery_points,
+    recovery_samples_wanted,
     run_id_for,
     update_findings,
 )
+from jobs.detect.scope import AnalysisScope, RunState, ScopeConfig, commit_run, plan_run, read_scoped_samples
 from jobs.detect.work import attach_work_evidence, detect_resource_regressions
 from jobs.lake import LakeConfig
 from jobs.plandiff import PlanDiffConfig, attach_plan_diffs, plan_diffs_for_regressions, write_plan_diffs
@@ -61,7 +63,13 @@ class DetectionConfig:
     regression: RegressionConfig = field(default_factory=RegressionConfig)
     plan_diff: PlanDiffConfig = field(default_factory=PlanDiffConfig)
     rebuild_samples: bool = True
-    """Rebuild query_samples from the snapshots first (idempotent)."""
+    """Bring query_samples up to date from the snapshots first: an append when ``incremental``, else a full
+    rebuild (idempotent either way). False when another job keeps the samples (Dagster's query_samples)."""
+    incremental: bool = True
+    """Re-examine only what received new samples since the last run (jobs.detect.scope); False = a full run
+    over every deploy and series (and a full samples rebuild). Both record the run in ``analysis_runs``."""
+    scope: ScopeConfig = field(default_factory=ScopeConfig)
+    """The incremental unannounced pre-filter's level window."""
     unannounced: bool = True
     """Also look for regressions no deploy explains (multiple change points, Benjamini-Hochberg)."""
     lake: LakeConfig = field(default_factory=LakeConfig)
@@ -123,19 +131,21 @@ def detect_from_frames(
     deploys: pl.DataFrame,
     plan_snapshots: pl.DataFrame,
     config: DetectionConfig = DetectionConfig(),
+    scope: AnalysisScope | None = None,
 ) -> DetectionFrames:
     """Latency findings of both analyses with their work evidence, contention separated and plan diffs
-    attached; resource regressions; instance slowdowns."""
-    regressions = detect_regressions(samples, texts, deploys, config.regression)
+    attached; resource regressions; instance slowdowns. ``scope``: what an incremental run re-examines
+    (jobs.detect.scope; None = everything)."""
+    regressions = detect_regressions(samples, texts, deploys, config.regression, scope)
     unannounced = (
-        detect_unannounced_regressions(samples, texts, config.regression)
+        detect_unannounced_regressions(samples, texts, config.regression, scope)
         if config.unannounced
         else PERFORMANCE_REGRESSIONS.empty()
     )
     regressions = attach_work_evidence(regressions, samples, texts, config.regression)
     unannounced = attach_work_evidence(unannounced, samples, texts, config.regression)
     resources = detect_resource_regressions(
-        samples, texts, deploys, config.regression, unannounced=config.unannounced
+        samples, texts, deploys, config.regression, unannounced=config.unannounced, scope=scope
     )
     # Both analyses in one call: a deploy and an unannounced change are different moments (episodes).
     both, slowdowns = separate_contention(
@@ -169,6 +179,32 @@ def read_inputs(lake_root: Path) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFra
     deploys = load_deploy_events(lake_root)
     plans = lake.read_table(lake_root, PLAN_SNAPSHOTS)
     return samples, texts, deploys, plans
+
+
+def read_inputs_in_scope(
+    lake_root: Path, config: DetectionConfig, computed_at: datetime
+) -> tuple[RunState, pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """The run's state and inputs: every sample for a full run (or the first one), else only the samples
+    its scope needs (``jobs.detect.scope.read_scoped_samples``), with the scope's unannounced series."""
+    texts = lake.read_table(lake_root, QUERY_TEXTS)
+    deploys = load_deploy_events(lake_root)
+    plans = lake.read_table(lake_root, PLAN_SNAPSHOTS)
+    state = plan_run(lake_root, deploys, computed_at, config.incremental)
+    if state.scope is None:
+        return state, lake.read_table(lake_root, QUERY_SAMPLES), texts, deploys, plans
+    scoped = read_scoped_samples(lake_root, state.scope, deploys, texts, config.regression, config.scope)
+    return replace(state, scope=scoped.scope), scoped.samples, texts, deploys, plans
+
+
+def examined_per_instance(found: DetectionFrames) -> pl.DataFrame:
+    """Per instance: how many deploys and unannounced series this run analysed (for ``analysis_runs``)."""
+    deploys = found.regressions.group_by("instance").agg(
+        pl.col("deploy_id").n_unique().alias("deploys_examined")
+    )
+    series = found.unannounced.group_by("instance").agg(pl.len().alias("series_examined"))
+    return deploys.join(series, on="instance", how="full", coalesce=True).with_columns(
+        pl.col("deploys_examined", "series_examined").fill_null(0).cast(pl.Int64)
+    )
 
 
 def read_regressions_with_plan_diffs(lake_root: Path) -> pl.DataFrame:
@@ -205,9 +241,10 @@ def run_detection(
     computed_at = (now or datetime.now(UTC)).astimezone(UTC)
     report = None
     if config.rebuild_samples:
-        report = run_samples_job(lake_root, config.samples, lake_config=config.lake)
-    samples, texts, deploys, plans = read_inputs(lake_root)
-    found = stamp_run(detect_from_frames(samples, texts, deploys, plans, config), computed_at)
+        mode = "append" if config.incremental else "rebuild"
+        report = run_samples_job(lake_root, config.samples, lake_config=config.lake, mode=mode)
+    state, samples, texts, deploys, plans = read_inputs_in_scope(lake_root, config, computed_at)
+    found = stamp_run(detect_from_frames(samples, texts, deploys, plans, config, state.scope), computed_at)
     latency = pl.concat([found.regressions, found.unannounced], how="diagonal_relaxed")
     previous, changes = findings_of_run(lake_root, latency, samples, texts, computed_at, config)
     files = [
@@ -221,6 +258,7 @@ def run_detection(
         )
         if path is not None
     ]
+    files += commit_run(lake_root, state, examined_per_instance(found), config.lake)
     return DetectionOutcome(
         found.regressions,
         found.unannounced,
@@ -263,16 +301,39 @@ def findings_of_run(
     """(latest state per finding before this run, the finding_states rows this run changes)."""
     previous = latest_states(lake.read_table(lake_root, FINDING_STATES))
     open_before = previous.filter(pl.col("status") == OPEN)
+    targets = recheck_targets(open_before, latency)
     changes = update_findings(
         previous,
         latency,
         computed_at=computed_at,
         intervals=sample_intervals(samples),
-        points=recovery_points(samples, texts, recheck_targets(open_before, latency)),
+        points=recovery_points(recovery_samples(lake_root, samples, targets), targets),
         config=config.findings,
         regression=config.regression,
     )
     return previous, changes
+
+
+def recovery_samples(lake_root: Path, samples: pl.DataFrame, targets: pl.DataFrame) -> pl.DataFrame:
+    """The samples the recovery re-check needs: those of open (and new) findings' queryids since their
+    change, read from the lake (an incremental run's own samples may not reach back that far), with the
+    run's samples; bounded by what is open, not by the history."""
+    wanted = recovery_samples_wanted(targets)
+    if wanted.height == 0:
+        return samples.head(0)
+    pairs = wanted.select(pl.concat_str("instance", pl.col("queryid").cast(pl.String), separator="\x1f"))
+    since = wanted["since"].min()
+    key = pl.concat_str("instance", pl.col("queryid").cast(pl.String), separator="\x1f")
+    stored = lake.read_table(
+        lake_root,
+        QUERY_SAMPLES,
+        lambda f: f.filter((pl.col("interval_start") >= since) & key.is_in(pairs.to_series().implode())),
+    )
+    stored = stored.drop("date", strict=False)
+    if stored.height == 0:
+        return samples
+    both = pl.concat([samples, stored], how="diagonal_relaxed")
+    return both.unique(list(QUERY_SAMPLES.primary_key), keep="first", maintain_order=True)
 
 
 # ---------------------------------------------------------------------------------------------------------

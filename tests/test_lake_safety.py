@@ -251,7 +251,7 @@ def test_samples_cli_reports_a_foreign_file_it_moved(
     foreign = folder / "copied-by-hand.parquet"
     pq.write_table(pa.table({"calls": [1]}), foreign)
     capsys.readouterr()
-    assert main(["--lake", str(lake_root), "samples"]) == 0
+    assert main(["--lake", str(lake_root), "samples", "--rebuild"]) == 0
     moved = lake.quarantine_path(lake_root, QUERY_SAMPLES, foreign)
     out = capsys.readouterr().out
     assert f"warning: lake file {foreign} quarantined to {moved}: not written by the samples job" in out
@@ -286,7 +286,7 @@ def test_a_samples_rebuild_removes_only_its_own_files_and_quarantines_foreign_on
     not_parquet = folder / "notes.txt"
     not_parquet.write_text("left by an operator")
     mark = lake.incident_mark()
-    report = run_samples_job(lake_root)
+    report = run_samples_job(lake_root, mode="rebuild")
     assert not older_own.exists(), "the job's own older file is replaced"
     moved = {i.path for i in lake.incidents_since(mark) if i.action == "quarantined"}
     assert moved == {radar_named_otherwise, own_name_no_metadata}
@@ -518,4 +518,4 @@ def test_the_samples_asset_names_quarantined_files_in_its_metadata(lake_root: Pa
     metadata = result.asset_materializations_for_node("query_samples")[0].metadata
     assert metadata["lake_files_quarantined"].value == 1
     assert str(bad) in metadata["lake_incidents"].value
-    assert metadata["sample_rows"].value == 1
+    assert metadata["sample_rows"].value == 2  # a run appends every new snapshot (both days: the first run)

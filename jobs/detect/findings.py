@@ -38,12 +38,12 @@ from datetime import datetime, timedelta
 import numpy as np
 import polars as pl
 
+from jobs.detect.identity import series_owner
 from jobs.regressions import (
     ATTRIBUTED_ELSEWHERE,
     DETECTED,
     SERIES_KEY,
     RegressionConfig,
-    fingerprinted_samples,
     immaterial,
     merge_intervals,
 )
@@ -391,10 +391,14 @@ def _replacement(
     return None
 
 
-def recovery_points(samples: pl.DataFrame, texts: pl.DataFrame, open_findings: pl.DataFrame) -> pl.DataFrame:
+def recovery_points(samples: pl.DataFrame, open_findings: pl.DataFrame) -> pl.DataFrame:
     """(instance, series, interval_start, interval_end, value, calls, interval_seconds) of the series of
     ``open_findings`` ((instance, series, detected_change_at, queryids): ``recheck_targets``), from each
-    instance's earliest change time on, only their queryids: bounded by what is open, not by the history."""
+    finding's change on: bounded by what is open, not by the history.
+
+    A sample belongs to a finding's series by membership (its instance, its database and user as the
+    series name says, one of its ``queryids``), not by identifying the samples again: identity over a
+    partial history (only the samples since the change) could name a side-by-side chain differently."""
     columns = {
         "instance": pl.String,
         "series": pl.String,
@@ -406,20 +410,42 @@ def recovery_points(samples: pl.DataFrame, texts: pl.DataFrame, open_findings: p
     }
     if open_findings.height == 0 or samples.height == 0:
         return pl.DataFrame(schema=columns)
-    since = open_findings.group_by("instance").agg(pl.col("detected_change_at").min().alias("_since"))
-    recent = samples.join(since, on="instance", how="inner").filter(
-        pl.col("interval_start") >= pl.col("_since")
+    for column in ("dbid", "userid"):
+        if column not in samples.columns:
+            samples = samples.with_columns(pl.lit(None, dtype=pl.Int64).alias(column))
+    dbid, userid = series_owner(pl.col("series"))
+    members = (
+        open_findings.filter(pl.col("queryids").is_not_null())
+        .group_by("instance", "series")
+        .agg(pl.col("detected_change_at").min().alias("_since"), pl.col("queryids").first())
+        .with_columns(
+            pl.col("queryids").str.split(",").cast(pl.List(pl.Int64)).alias("queryid"), dbid, userid
+        )
+        .explode("queryid")
+        .rename({"userid": "_userid"})
+        .drop("queryids")
     )
-    queryids = open_findings["queryids"].drop_nulls().str.split(",").explode().cast(pl.Int64).unique()
-    if open_findings["queryids"].null_count() == 0:
-        recent = recent.filter(pl.col("queryid").is_in(queryids.implode()))
-    if recent.height == 0:
+    points = samples.join(members, on=["instance", "dbid", "queryid"], how="inner", nulls_equal=True).filter(
+        (pl.col("interval_start") >= pl.col("_since"))
+        & (pl.col("_userid").is_null() | (pl.col("userid") == pl.col("_userid")))
+    )
+    if points.height == 0:
         return pl.DataFrame(schema=columns)
-    points = with_series(fingerprinted_samples(recent.drop("_since"), texts))
-    points = points.join(open_findings.select("instance", "series").unique(), on=["instance", "series"])
-    keys = list(dict.fromkeys([*SERIES_KEY, "series"]))
-    merged = merge_intervals(points, keys)
+    merged = merge_intervals(points, ["instance", "series"])
     return merged.select(list(columns)).cast(columns).sort("instance", "series", "interval_end")
+
+
+def recovery_samples_wanted(open_findings: pl.DataFrame) -> pl.DataFrame:
+    """(instance, queryid, since) the recovery re-check needs from the lake: the queryids of every open
+    finding from its change on (what ``recovery_points`` reads)."""
+    return (
+        open_findings.filter(pl.col("queryids").is_not_null())
+        .with_columns(pl.col("queryids").str.split(",").cast(pl.List(pl.Int64)).alias("queryid"))
+        .explode("queryid")
+        .group_by("instance", "queryid")
+        .agg(pl.col("detected_change_at").min().alias("since"))
+        .sort("instance", "queryid")
+    )
 
 
 def recheck_targets(open_findings: pl.DataFrame, rows: pl.DataFrame) -> pl.DataFrame:

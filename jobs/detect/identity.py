@@ -211,6 +211,17 @@ def _prefix(row: dict, config: IdentityConfig) -> str:
     return dbid
 
 
+SERIES_OWNER = r"^(null|\d+)(?:/(null|\d+))?:"
+
+
+def series_owner(series: pl.Expr) -> tuple[pl.Expr, pl.Expr]:
+    """(dbid, userid) a series name starts with (``_prefix``); userid is null unless users were split.
+    Lets a reader find a series' samples by its members without re-identifying a partial history."""
+    dbid = series.str.extract(SERIES_OWNER, 1).replace("null", None).cast(pl.Int64).alias("dbid")
+    userid = series.str.extract(SERIES_OWNER, 2).replace("null", None).cast(pl.Int64).alias("userid")
+    return dbid, userid
+
+
 def series_of_queryids(points: pl.DataFrame, config: IdentityConfig) -> pl.DataFrame:
     """One row per (group keys, queryid) with its ``series`` name; ``points`` carry ``fingerprint``,
     ``query``, ``dbid`` (and ``userid`` when users are split)."""
