@@ -103,7 +103,9 @@ def test_stats_reset_mid_window_makes_no_false_sample(
     dsn, config = alpha
     setup_orders(dsn, "radar_reset", index=True)
     sql = "select count(*), sum(amount) from radar_reset where customer_id = %s"
-    with Workload(dsn, sql) as workload:
+    # Paced: flat out (~2000 calls/s of a 0.03 ms query) a 25% jitter of a loaded host adds 10 ms/s and is
+    # "material"; this test is about the reset making no false sample, not about host load.
+    with Workload(dsn, sql, pause=0.005) as workload:
         snapshot_phase(config, lake_root, 8)
         before_reset = datetime.now(UTC)
         with psycopg.connect(dsn, autocommit=True) as conn:
@@ -125,7 +127,8 @@ def test_stats_reset_mid_window_makes_no_false_sample(
     ours = texts.filter(pl.col("query").str.contains("from radar_reset where"))["queryid"].implode()
     assert samples.filter(pl.col("queryid").is_in(ours))["calls"].sum() <= calls_made
     verdict = detect_regressions(samples, texts, load_deploy_events(lake_root), CONFIG)
-    assert verdict.filter(pl.col("status") == "detected").height == 0
+    detected = verdict.filter(pl.col("status") == "detected")
+    assert detected.height == 0, detected.select("query", "before_mean_ms", "after_mean_ms", "p_value").rows()
 
 
 def test_index_dropped_restored_and_dropped_again_at_two_deploys_is_found_at_each(
