@@ -8,7 +8,7 @@ The CLI (`radar detect`), the demo and the Dagster assets all go through here, s
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -19,6 +19,7 @@ from rich.table import Table
 from jobs import lake
 from jobs.collect.deploys import load_deploy_events
 from jobs.detect.contention import separate_contention
+from jobs.detect.scope import AnalysisScope, RunState, ScopeConfig, commit_run, plan_run, read_scoped_samples
 from jobs.detect.work import attach_work_evidence, detect_resource_regressions
 from jobs.lake import LakeConfig
 from jobs.plandiff import PlanDiffConfig, attach_plan_diffs, plan_diffs_for_regressions, write_plan_diffs
@@ -48,7 +49,13 @@ class DetectionConfig:
     regression: RegressionConfig = field(default_factory=RegressionConfig)
     plan_diff: PlanDiffConfig = field(default_factory=PlanDiffConfig)
     rebuild_samples: bool = True
-    """Rebuild query_samples from the snapshots first (idempotent)."""
+    """Bring query_samples up to date from the snapshots first: an append when ``incremental``, else a full
+    rebuild (idempotent either way). False when another job keeps the samples (Dagster's query_samples)."""
+    incremental: bool = True
+    """Re-examine only what received new samples since the last run (jobs.detect.scope); False = a full run
+    over every deploy and series (and a full samples rebuild). Both record the run in ``analysis_runs``."""
+    scope: ScopeConfig = field(default_factory=ScopeConfig)
+    """The incremental unannounced pre-filter's level window."""
     unannounced: bool = True
     """Also look for regressions no deploy explains (multiple change points, Benjamini-Hochberg)."""
     lake: LakeConfig = field(default_factory=LakeConfig)
@@ -98,19 +105,21 @@ def detect_from_frames(
     deploys: pl.DataFrame,
     plan_snapshots: pl.DataFrame,
     config: DetectionConfig = DetectionConfig(),
+    scope: AnalysisScope | None = None,
 ) -> DetectionFrames:
     """Latency findings of both analyses with their work evidence, contention separated and plan diffs
-    attached; resource regressions; instance slowdowns."""
-    regressions = detect_regressions(samples, texts, deploys, config.regression)
+    attached; resource regressions; instance slowdowns. ``scope``: what an incremental run re-examines
+    (jobs.detect.scope; None = everything)."""
+    regressions = detect_regressions(samples, texts, deploys, config.regression, scope)
     unannounced = (
-        detect_unannounced_regressions(samples, texts, config.regression)
+        detect_unannounced_regressions(samples, texts, config.regression, scope)
         if config.unannounced
         else PERFORMANCE_REGRESSIONS.empty()
     )
     regressions = attach_work_evidence(regressions, samples, texts, config.regression)
     unannounced = attach_work_evidence(unannounced, samples, texts, config.regression)
     resources = detect_resource_regressions(
-        samples, texts, deploys, config.regression, unannounced=config.unannounced
+        samples, texts, deploys, config.regression, unannounced=config.unannounced, scope=scope
     )
     # Both analyses in one call: a deploy and an unannounced change are different moments (episodes).
     both, slowdowns = separate_contention(
@@ -141,6 +150,32 @@ def read_inputs(lake_root: Path) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFra
     deploys = load_deploy_events(lake_root)
     plans = lake.read_table(lake_root, PLAN_SNAPSHOTS)
     return samples, texts, deploys, plans
+
+
+def read_inputs_in_scope(
+    lake_root: Path, config: DetectionConfig, computed_at: datetime
+) -> tuple[RunState, pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """The run's state and inputs: every sample for a full run (or the first one), else only the samples
+    its scope needs (``jobs.detect.scope.read_scoped_samples``), with the scope's unannounced series."""
+    texts = lake.read_table(lake_root, QUERY_TEXTS)
+    deploys = load_deploy_events(lake_root)
+    plans = lake.read_table(lake_root, PLAN_SNAPSHOTS)
+    state = plan_run(lake_root, deploys, computed_at, config.incremental)
+    if state.scope is None:
+        return state, lake.read_table(lake_root, QUERY_SAMPLES), texts, deploys, plans
+    scoped = read_scoped_samples(lake_root, state.scope, deploys, texts, config.regression, config.scope)
+    return replace(state, scope=scoped.scope), scoped.samples, texts, deploys, plans
+
+
+def examined_per_instance(found: DetectionFrames) -> pl.DataFrame:
+    """Per instance: how many deploys and unannounced series this run analysed (for ``analysis_runs``)."""
+    deploys = found.regressions.group_by("instance").agg(
+        pl.col("deploy_id").n_unique().alias("deploys_examined")
+    )
+    series = found.unannounced.group_by("instance").agg(pl.len().alias("series_examined"))
+    return deploys.join(series, on="instance", how="full", coalesce=True).with_columns(
+        pl.col("deploys_examined", "series_examined").fill_null(0).cast(pl.Int64)
+    )
 
 
 def read_regressions_with_plan_diffs(lake_root: Path) -> pl.DataFrame:
@@ -177,9 +212,10 @@ def run_detection(
     computed_at = (now or datetime.now(UTC)).astimezone(UTC)
     report = None
     if config.rebuild_samples:
-        report = run_samples_job(lake_root, config.samples, lake_config=config.lake)
-    samples, texts, deploys, plans = read_inputs(lake_root)
-    found = detect_from_frames(samples, texts, deploys, plans, config)
+        mode = "append" if config.incremental else "rebuild"
+        report = run_samples_job(lake_root, config.samples, lake_config=config.lake, mode=mode)
+    state, samples, texts, deploys, plans = read_inputs_in_scope(lake_root, config, computed_at)
+    found = detect_from_frames(samples, texts, deploys, plans, config, state.scope)
     latency = pl.concat([found.regressions, found.unannounced], how="diagonal_relaxed")
     files = [
         path
@@ -191,6 +227,7 @@ def run_detection(
         )
         if path is not None
     ]
+    files += commit_run(lake_root, state, examined_per_instance(found), config.lake)
     return DetectionOutcome(
         found.regressions,
         found.unannounced,

@@ -6,6 +6,8 @@ import argparse
 import os
 import sys
 import tempfile
+from dataclasses import replace
+from datetime import date
 from pathlib import Path
 
 import polars as pl
@@ -74,6 +76,13 @@ def load_fleet(args: argparse.Namespace) -> FleetConfig:
 
 def lake_config(args: argparse.Namespace) -> LakeConfig:
     return LakeConfig(lock_wait_s=args.lock_wait_s)
+
+
+def _iso_date(text: str) -> date:
+    try:
+        return date.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a date (YYYY-MM-DD)") from None
 
 
 def print_lake_incidents(mark: int) -> None:
@@ -173,8 +182,19 @@ def cmd_deploy(args: argparse.Namespace) -> int:
 def cmd_samples(args: argparse.Namespace) -> int:
     from jobs.samples import SampleConfig, run_samples_job
 
+    if (args.date_from or args.date_to) and not args.rebuild:
+        raise ValueError("radar samples: --from/--to choose the days of a rebuild; add --rebuild")
+    dates = None
+    if args.date_from or args.date_to:
+        dates = (args.date_from or args.date_to, args.date_to or args.date_from)
+        if dates[0] > dates[1]:
+            raise ValueError(f"radar samples: --from {dates[0]} is after --to {dates[1]}")
     report = run_samples_job(
-        Path(args.lake), SampleConfig(min_executions=args.min_executions), lake_config=lake_config(args)
+        Path(args.lake),
+        SampleConfig(min_executions=args.min_executions),
+        lake_config=lake_config(args),
+        dates=dates,
+        mode="rebuild" if args.rebuild else "append",
     )
     console.print(
         f"{report.snapshot_rows} snapshot rows → {report.sample_rows} samples "
@@ -262,9 +282,15 @@ def cmd_drift(args: argparse.Namespace) -> int:
 
 
 def cmd_compact(args: argparse.Namespace) -> int:
-    from jobs.compaction import compact_lake
+    from jobs.compaction import ExpiredPartition, compact_lake
 
-    done = compact_lake(Path(args.lake), min_age_days=args.min_age_days, config=lake_config(args))
+    expired: list[ExpiredPartition] = []
+    config = replace(lake_config(args), analysis_retention_days=args.analysis_retention_days)
+    done = compact_lake(Path(args.lake), min_age_days=args.min_age_days, config=config, expired=expired)
+    for gone in expired:
+        console.print(
+            f"{gone.table}/{gone.partition}: expired ({gone.files} files past the analysis retention)"
+        )
     for part in done:
         console.print(f"{part.table}/{part.partition}: {part.files_before} files → 1 ({part.rows} rows)")
     console.print(f"{len(done)} partitions compacted")
@@ -381,8 +407,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     deploy.set_defaults(func=cmd_deploy)
 
-    samples = sub.add_parser("samples", help="rebuild per-interval samples from the snapshots")
+    samples = sub.add_parser("samples", help="append per-interval samples for new snapshots (or --rebuild)")
     samples.add_argument("--min-executions", type=int, default=1)
+    samples.add_argument(
+        "--rebuild",
+        action="store_true",
+        help="rebuild instead of appending the snapshots after the watermark (a repair; all days by default)",
+    )
+    samples.add_argument("--from", dest="date_from", type=_iso_date, help="first day of the rebuild (UTC)")
+    samples.add_argument("--to", dest="date_to", type=_iso_date, help="last day of the rebuild (UTC)")
     samples.set_defaults(func=cmd_samples)
 
     detect = sub.add_parser("detect", help="find regressions around deploys and unannounced ones")
@@ -423,6 +456,12 @@ def build_parser() -> argparse.ArgumentParser:
     compact = sub.add_parser("compact", help="merge each closed day's snapshot files into one per instance")
     compact.add_argument(
         "--min-age-days", type=int, default=1, help="only days at least this old (default 1)"
+    )
+    compact.add_argument(
+        "--analysis-retention-days",
+        type=int,
+        default=LakeConfig.analysis_retention_days,
+        help="delete analysis rows of runs older than this many days (0 keeps them; default %(default)s)",
     )
     compact.set_defaults(func=cmd_compact)
 

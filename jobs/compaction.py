@@ -9,6 +9,7 @@ files or the merged one, never both (double counting) and never neither. Only da
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import os
@@ -21,9 +22,35 @@ from pathlib import Path
 import polars as pl
 
 from jobs import lake
-from jobs.schemas import PLAN_CAPTURE_LOG, QUERY_TEXTS, SNAPSHOT_RUNS, STATEMENT_SNAPSHOTS, TableSchema
+from jobs.schemas import (
+    ANALYSIS_RUNS,
+    INSTANCE_SLOWDOWNS,
+    PERFORMANCE_REGRESSIONS,
+    PLAN_CAPTURE_LOG,
+    PLAN_DIFFS,
+    QUERY_TEXTS,
+    RESOURCE_REGRESSIONS,
+    SNAPSHOT_RUNS,
+    STATEMENT_SNAPSHOTS,
+    TableSchema,
+)
 
-COMPACTABLE: tuple[TableSchema, ...] = (STATEMENT_SNAPSHOTS, SNAPSHOT_RUNS, QUERY_TEXTS, PLAN_CAPTURE_LOG)
+# Analysis-row tables: one file per detection run in the run's date partition; closed days are compacted,
+# days older than LakeConfig.analysis_retention_days expire.
+ANALYSIS_TABLES: tuple[TableSchema, ...] = (
+    PERFORMANCE_REGRESSIONS,
+    RESOURCE_REGRESSIONS,
+    INSTANCE_SLOWDOWNS,
+    PLAN_DIFFS,
+    ANALYSIS_RUNS,
+)
+COMPACTABLE: tuple[TableSchema, ...] = (
+    STATEMENT_SNAPSHOTS,
+    SNAPSHOT_RUNS,
+    QUERY_TEXTS,
+    PLAN_CAPTURE_LOG,
+    *ANALYSIS_TABLES,
+)
 STAGING = "_compaction"
 _AT_FDCWD = -100
 _RENAME_EXCHANGE = 2
@@ -127,7 +154,51 @@ def compact_partition(
     except OSError:
         left = sorted(p.name for p in staging.iterdir())
         lake.log.warning(f"compaction of {folder}: left {left} in {staging} (same names in the partition)")
-    return PartitionCompaction(table.name, f"{folder.parent.name}/{folder.name}", len(files), merged.height)
+    partition = str(folder.relative_to(Path(lake_root) / table.name))
+    return PartitionCompaction(table.name, partition, len(files), merged.height)
+
+
+def _date_folders(lake_root: Path, table: TableSchema) -> list[Path]:
+    """The table's partition folders that end in a date (``instance=*/date=*`` or ``date=*``)."""
+    pattern = "/".join(f"{key}=*" for key in table.partition_by)
+    return (
+        sorted((Path(lake_root) / table.name).glob(pattern)) if table.partition_by[-1:] == ("date",) else []
+    )
+
+
+@dataclass(frozen=True)
+class ExpiredPartition:
+    table: str
+    partition: str
+    files: int
+
+
+def expire_analysis_rows(
+    lake_root: Path,
+    *,
+    today: date,
+    retention_days: int,
+    tables: tuple[TableSchema, ...] = ANALYSIS_TABLES,
+) -> list[ExpiredPartition]:
+    """Delete the date partitions of analysis-row tables more than ``retention_days`` before ``today``
+    (a run's rows live in its run date's partition); 0 days keeps everything. Only ``*.parquet`` files are
+    deleted (the folder goes when nothing else is left in it). The caller holds the compaction lock."""
+    if retention_days <= 0:
+        return []
+    cutoff = (today - timedelta(days=retention_days)).isoformat()
+    expired = []
+    for table in tables:
+        for folder in _date_folders(lake_root, table):
+            if folder.name.removeprefix("date=") >= cutoff:
+                continue
+            files = sorted(folder.glob("*.parquet"))
+            for path in files:
+                path.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+            relative = folder.relative_to(Path(lake_root) / table.name)
+            expired.append(ExpiredPartition(table.name, str(relative), len(files)))
+    return expired
 
 
 def compact_lake(
@@ -137,23 +208,35 @@ def compact_lake(
     min_age_days: int = 1,
     tables: tuple[TableSchema, ...] = COMPACTABLE,
     config: lake.LakeConfig | None = None,
+    expired: list[ExpiredPartition] | None = None,
 ) -> list[PartitionCompaction]:
-    """Compact every partition whose date is at least ``min_age_days`` before ``today`` (UTC).
+    """Compact every partition whose date is at least ``min_age_days`` before ``today`` (UTC), after
+    expiring the analysis rows older than ``config.analysis_retention_days`` (appended to ``expired``
+    when given).
 
     One compaction at a time per lake (the ``compaction`` lock); it also sweeps the whole lake of temp files
     older than ``config.stale_temp_after_s`` (crashed writers' leftovers).
     """
     if min_age_days < 1:
         raise ValueError("min_age_days must be >= 1: today's partitions are still being written")
-    cutoff = ((today or datetime.now(UTC).date()) - timedelta(days=min_age_days - 1)).isoformat()
+    config = config or lake.LakeConfig()
+    day = today or datetime.now(UTC).date()
+    cutoff = (day - timedelta(days=min_age_days - 1)).isoformat()
     done = []
     with lake.exclusive_lock(lake_root, lake.COMPACTION_LOCK, config):
         swept = lake.sweep_lake_temp_files(lake_root, config)
         if swept:
             lake.log.info(f"removed {len(swept)} stale temp files: {[str(p) for p in swept[:5]]}")
+        gone = expire_analysis_rows(
+            lake_root,
+            today=day,
+            retention_days=config.analysis_retention_days,
+            tables=tuple(t for t in tables if t in ANALYSIS_TABLES),
+        )
+        if expired is not None:
+            expired.extend(gone)
         for table in tables:
-            base = Path(lake_root) / table.name
-            for folder in sorted(base.glob("instance=*/date=*")):
+            for folder in _date_folders(lake_root, table):
                 if folder.name.removeprefix("date=") >= cutoff:
                     continue
                 result = compact_partition(lake_root, table, folder, config)

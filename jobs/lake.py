@@ -70,6 +70,11 @@ class LakeConfig:
     finds it (every write sweeps its folder, compaction the lake); a younger one may be a live writer's."""
     lock_wait_s: float = 10.0
     """How long a run waits for a lake lock (samples, compaction) before failing with LakeLockError."""
+    analysis_retention_days: int = 30
+    """Analysis rows (performance_regressions, resource_regressions, instance_slowdowns, plan_diffs,
+    analysis_runs) of runs more than this many days old are deleted by compaction (``jobs.compaction``),
+    whole date partitions at a time; 0 keeps them forever. They are derived: a full detection run (or a
+    samples rebuild and a full run) makes them again from the samples that are still there."""
 
 
 class LakeError(RuntimeError):
@@ -434,15 +439,16 @@ def table_files(root: Path, table: str | TableSchema) -> list[Path]:
     return sorted(base.glob("/".join(["*"] * len(schema.partition_by) + ["*.parquet"])))
 
 
-def usable_files(root: Path, table: str | TableSchema) -> list[Path]:
-    """The table's files minus those failing the envelope check (quarantined now) or skipped before."""
+def usable_files(root: Path, table: str | TableSchema, files: Iterable[Path] | None = None) -> list[Path]:
+    """The table's files (or just ``files`` of it) minus those failing the envelope check (quarantined now)
+    or skipped before."""
     schema = table_schema(table)
     key = _table_key(root, schema)
     known = _ENVELOPE_OK.get(key, {})
     skipped = _SKIPPED.get(key, {})
-    checked: dict[str, Signature] = {}
+    checked: dict[str, Signature] = dict(known) if files is not None else {}
     usable = []
-    for path in table_files(root, schema):
+    for path in table_files(root, schema) if files is None else sorted(Path(f) for f in files):
         signature = _signature(path)
         if signature is None:
             continue
@@ -459,7 +465,9 @@ def usable_files(root: Path, table: str | TableSchema) -> list[Path]:
                 continue
         checked[name] = signature
         usable.append(path)
-    _ENVELOPE_OK[key] = checked  # only files listed now: the cache never outgrows the table
+    _ENVELOPE_OK[key] = (
+        checked  # a full listing keeps only files listed now: the cache never outgrows the table
+    )
     return usable
 
 
@@ -498,6 +506,20 @@ def scan_table(root: Path, table: str | TableSchema) -> pl.LazyFrame:
         return pl.LazyFrame(schema=schema.scan_schema())
     try:
         frame = _scan(files, schema)
+    except READ_ERRORS as exc:
+        raise LakeError(f"cannot scan lake table {schema.name} under {root}: {exc}") from exc
+    return frame.select(list(schema.scan_schema().names()))
+
+
+def scan_files(root: Path, table: str | TableSchema, files: Iterable[Path]) -> pl.LazyFrame:
+    """``scan_table`` restricted to some of the table's files (an incremental reader that knows which
+    files are new): the same envelope check, quarantine, hive columns and schema."""
+    schema = table_schema(table)
+    usable = usable_files(root, schema, files)
+    if not usable:
+        return pl.LazyFrame(schema=schema.scan_schema())
+    try:
+        frame = _scan(usable, schema)
     except READ_ERRORS as exc:
         raise LakeError(f"cannot scan lake table {schema.name} under {root}: {exc}") from exc
     return frame.select(list(schema.scan_schema().names()))

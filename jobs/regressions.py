@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from itertools import pairwise
+from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
@@ -42,6 +43,9 @@ from jobs.detect.contention import ContentionConfig
 from jobs.detect.work_config import ResourceConfig
 from jobs.fingerprint import attach_fingerprints, fingerprint_texts
 from jobs.schemas import PERFORMANCE_REGRESSIONS
+
+if TYPE_CHECKING:  # scope imports this module's series building
+    from jobs.detect.scope import AnalysisScope
 
 DETECTED = "detected"
 NO_REGRESSION = "no_regression"
@@ -335,21 +339,28 @@ def detect_regressions(
     texts: pl.DataFrame,
     deploys: pl.DataFrame,
     config: RegressionConfig = RegressionConfig(),
+    scope: AnalysisScope | None = None,
 ) -> pl.DataFrame:
     """One row per (deploy, instance, query) with samples in the deploy's window: detected or why not.
 
     ``samples``: query_samples rows plus ``instance``; ``texts``: query_texts rows plus ``instance`` (or
     fingerprint_texts output); ``deploys``: deploy_events rows (fleet deploys apply to every instance).
+    ``scope`` (jobs.detect.scope): only the deploys whose window received new samples (or that no run has
+    seen), and in them only the series with new samples; None = every deploy and series.
     Pure and deterministic: the same inputs give the same rows in the same order.
     """
+    from jobs.detect.scope import deploys_in_scope, windowed_in_scope
+
     _require(deploys, ("deploy_id", "version", "scope", "instance", "deployed_at"), "deploy_events")
     if samples.height == 0 or deploys.height == 0:
         return _empty_result()
     points = fingerprinted_samples(samples, texts)
+    keys = ["deploy_id", "instance", "fingerprint"]
+    deploys = deploys_in_scope(deploys, points["instance"].unique().to_list(), scope, config)
     windowed, targets = deploy_window_points(points, deploys, config)
+    windowed = windowed_in_scope(windowed, keys, scope)
     if windowed.height == 0:
         return _empty_result()
-    keys = ["deploy_id", "instance", "fingerprint"]
     identity = series_identity(windowed, keys)
     series = merge_intervals(windowed, keys).join(
         targets.drop("instance").unique("deploy_id"), on="deploy_id"
@@ -757,21 +768,31 @@ def consecutive_segment_tests(
 
 
 def detect_unannounced_regressions(
-    samples: pl.DataFrame, texts: pl.DataFrame, config: RegressionConfig = RegressionConfig()
+    samples: pl.DataFrame,
+    texts: pl.DataFrame,
+    config: RegressionConfig = RegressionConfig(),
+    scope: AnalysisScope | None = None,
 ) -> pl.DataFrame:
     """One row per (instance, query) over the last ``config.history``: its strongest step up, if any.
+
+    ``scope`` (jobs.detect.scope): only its ``unannounced_series`` are searched (the series whose new
+    samples moved from their level); None = every series. The history ends at the latest sample given.
 
     Change points come from hierarchical E-divisive with Benjamini-Hochberg across every series of the
     call at each round; each increase of at least ``latency_change_threshold`` is Welch-tested against
     the segment before it, and those p-values are Benjamini-Hochberg adjusted across all candidates of
     the fleet. Detected when the adjusted p is below ``fdr_q``; the output says so in ``fdr_method``.
     """
+    from jobs.detect.scope import series_in_scope
+
     if samples.height == 0:
         return _empty_result()
     points = fingerprinted_samples(samples, texts)
     latest = points["interval_end"].max()
     window_start = latest - config.history  # type: ignore[operator]
-    points = points.filter(pl.col("interval_end") > window_start)
+    points = series_in_scope(points.filter(pl.col("interval_end") > window_start), scope)
+    if points.height == 0:
+        return _empty_result()
     keys = list(SERIES_KEY)
     identity = series_identity(points, keys)
     series = merge_intervals(points, keys)

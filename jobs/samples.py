@@ -14,14 +14,22 @@ import resource
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import date, timedelta
+from datetime import date, datetime, timedelta
 from pathlib import Path
+from typing import Literal
 
 import polars as pl
 
 from jobs import lake
 from jobs.lake import LakeConfig, exclusive_lock, scan_table, stem_for, with_recovery, write_table
-from jobs.schemas import QUERY_SAMPLES, SAMPLE_DELTAS, SNAPSHOT_RUNS, STATEMENT_SNAPSHOTS
+from jobs.schemas import (
+    QUERY_SAMPLES,
+    SAMPLE_DELTAS,
+    SAMPLE_FRONTIER,
+    SNAPSHOT_RUNS,
+    STATEMENT_SNAPSHOTS,
+    TableSchema,
+)
 
 ENTRY_KEY: tuple[str, ...] = ("instance", "dbid", "userid", "queryid", "toplevel")
 
@@ -62,6 +70,10 @@ class SampleConfig:
     (``clock_skew``): one of the two clocks was stepped, so the server-clock length cannot be trusted.
     2 s sits far above the offset's own noise (half a read's round trip, milliseconds on a LAN, and NTP
     slews at most 0.5 ms/s) and far below a typical 60 s interval, whose mean latency it would distort."""
+    frontier_keep: timedelta = timedelta(days=7)
+    """Append mode keeps each entry's latest snapshot row (the predecessor of its next sample) until the
+    entry has been absent from the snapshots this long: the collector snapshots every entry every time, so
+    an absent entry was evicted or reset, and a delta across such a gap is not an interval sample."""
 
 
 @dataclass(frozen=True)
@@ -111,6 +123,13 @@ def samples_from_snapshots(
     ``snapshots`` carries the statement_snapshots columns plus ``instance``; ``runs`` the snapshot_runs
     columns plus ``instance`` (only ``dealloc`` is used from it; None means eviction is unknown).
     """
+    return _samples_of_prepared(_prepared(snapshots, runs).collect(), config)
+
+
+def _prepared(
+    snapshots: pl.LazyFrame | pl.DataFrame, runs: pl.LazyFrame | pl.DataFrame | None
+) -> pl.LazyFrame:
+    """The snapshot columns the differencing needs (missing ones null) with each snapshot's ``dealloc``."""
     lazy = snapshots.lazy()
     names = lazy.collect_schema().names()
     _check_columns(
@@ -123,11 +142,11 @@ def samples_from_snapshots(
     if "toplevel" not in names:
         lazy = lazy.with_columns(pl.col("toplevel").fill_null(True))
     if runs is not None:
-        lazy = lazy.join(_dealloc_per_snapshot(runs), on=["instance", "captured_at"], how="left")
-    else:
-        lazy = lazy.with_columns(pl.lit(None, dtype=pl.Int64).alias("dealloc"))
+        return lazy.join(_dealloc_per_snapshot(runs), on=["instance", "captured_at"], how="left")
+    return lazy.with_columns(pl.lit(None, dtype=pl.Int64).alias("dealloc"))
 
-    prepared = lazy.collect()
+
+def _samples_of_prepared(prepared: pl.DataFrame, config: SampleConfig) -> SamplesResult:
     if prepared["instance"].n_unique() <= 1:  # the job's case: no partition copy
         parts = [prepared] if prepared.height else []
     else:
@@ -216,6 +235,78 @@ def _instance_samples(frame: pl.DataFrame, config: SampleConfig) -> tuple[pl.Dat
     return out.filter(pl.col("drop_reason").is_null()), dropped
 
 
+# ---------------------------------------------------------------------------------------------------------
+# Append: the frontier (each entry's latest differenced snapshot row) is the only state a run needs.
+
+_TAKEN = pl.coalesce("collector_clock", "captured_at")
+_PREPARED_COLUMNS: tuple[str, ...] = (*_SNAPSHOT_COLUMNS, "dealloc")
+WATERMARKS: tuple[str, ...] = ("watermark_taken", "watermark_captured_at")
+
+
+def empty_frontier() -> pl.DataFrame:
+    """A frontier with no entry (no instance differenced yet), with ``instance``."""
+    return pl.DataFrame(schema=SAMPLE_FRONTIER.scan_schema())
+
+
+def frontier_of(
+    prepared: pl.DataFrame, keep: timedelta, previous: pl.DataFrame | None = None
+) -> pl.DataFrame:
+    """Each entry's latest snapshot row (in the differencing order: collector clock, then server clock) and
+    the instance's watermarks: the latest snapshot taken (``watermark_taken``) and the latest server clock
+    (``watermark_captured_at``), never behind ``previous``'s. Entries whose latest row was taken more than
+    ``keep`` before the watermark are left out: the entry has left pg_stat_statements (the collector
+    snapshots every entry every time), and the delta to its next appearance would span ``keep`` or more."""
+    rows = prepared.select(_PREPARED_COLUMNS).with_columns(_TAKEN.alias("_taken"))
+    marks = rows.group_by("instance").agg(
+        pl.col("_taken").max().alias("watermark_taken"),
+        pl.col("captured_at").max().alias("watermark_captured_at"),
+    )
+    if previous is not None and previous.height:
+        old = previous.group_by("instance").agg(pl.col(w).max() for w in WATERMARKS)
+        marks = (
+            pl.concat([marks, old], how="vertical_relaxed")
+            .group_by("instance")
+            .agg(pl.col(w).max() for w in WATERMARKS)
+        )
+    latest = (
+        rows.sort([*ENTRY_KEY, "_taken", "captured_at"], nulls_last=True)
+        .group_by(list(ENTRY_KEY), maintain_order=True)
+        .last()
+        .join(marks, on="instance", how="left")
+        .filter(pl.col("_taken") >= pl.col("watermark_taken") - keep)
+    )
+    return latest.select(SAMPLE_FRONTIER.scan_schema().names()).cast(dict(SAMPLE_FRONTIER.scan_schema()))
+
+
+def append_samples(
+    frontier: pl.DataFrame,
+    snapshots: pl.LazyFrame | pl.DataFrame,
+    runs: pl.LazyFrame | pl.DataFrame | None,
+    config: SampleConfig = SampleConfig(),
+) -> tuple[SamplesResult, pl.DataFrame]:
+    """Samples of the snapshots taken after each instance's watermark, and the frontier after them; pure.
+
+    Each entry's first new snapshot is differenced against its frontier row, the rest against each other:
+    for snapshots taken in order, ``full(old + new) == full(old) + append(frontier_of(old), new)`` row for
+    row (the drop counts are those of the new intervals only). Snapshots taken at or before the watermark
+    are ignored (already differenced). An instance absent from ``frontier`` starts from nothing.
+    """
+    new = _prepared(snapshots, runs).collect()
+    if frontier.height:
+        marks = frontier.group_by("instance").agg(pl.col("watermark_taken").max())
+        new = (
+            new.join(marks, on="instance", how="left")
+            .filter(pl.col("watermark_taken").is_null() | (pl.col("watermark_taken") < _TAKEN))
+            .drop("watermark_taken")
+        )
+    base = frontier.select(_PREPARED_COLUMNS).cast(dict(new.schema))
+    combined = pl.concat([base, new.select(_PREPARED_COLUMNS)], how="vertical")
+    result = _samples_of_prepared(combined, config)
+    if new.height == 0:
+        return result, frontier
+    return result, frontier_of(combined, config.frontier_keep, frontier)
+
+
 def _dtype_of(column: str) -> pl.DataType:
     schema = STATEMENT_SNAPSHOTS.scan_schema()
     return schema[column] if column in schema else pl.String()
@@ -272,6 +363,10 @@ def lake_instances(lake_root: Path) -> list[str]:
 SAMPLES_LOCK = "samples"
 # The samples job's own file names: stem_for(latest interval end) + ".parquet".
 OWN_FILE_NAME = re.compile(r"^\d{8}T\d{12}Z\.parquet$")
+# A lake file name's timestamps: the collector's "<stem>-<digest>", compaction's "compacted-<first>-<last>".
+_STAMP = re.compile(r"\d{8}T\d{12}Z")
+SampleMode = Literal["append", "rebuild"]
+SAMPLE_MODES: tuple[str, ...] = ("append", "rebuild")
 
 
 def run_samples_job(
@@ -282,18 +377,35 @@ def run_samples_job(
     out_root: Path | None = None,
     dates: tuple[date, date] | None = None,
     lake_config: LakeConfig | None = None,
+    mode: SampleMode | None = None,
 ) -> SamplesJobReport:
-    """Rebuild query_samples for the given instances (all by default) and interval-end dates (all by default).
+    """Bring query_samples up to date (``mode="append"``, the default) or rebuild it (``"rebuild"``, the
+    default when ``dates`` is given) for the given instances (all by default).
 
-    One instance is read, differenced and written per step, partitioned by the date of each interval's end,
-    one file per (instance, date) named after the latest interval end; rerunning replaces the files. With
-    ``dates`` (first, last), snapshots from the day before ``first`` are read too, so the first interval of
-    the range has its predecessor, and only partitions inside the range are written. One run at a time per
-    output lake (the ``samples`` lock, waiting at most ``lake_config.lock_wait_s``).
+    Append: per instance, only the statement_snapshots files after the instance's watermark (kept in
+    ``sample_frontier``, the latest differenced snapshot) are read; each entry's first new snapshot is
+    differenced against its frontier row, so an entry's predecessor may be any older snapshot. New sample
+    files are added (named after their latest interval end), none is deleted. An instance without a
+    frontier (a lake from before append mode) is rebuilt once, which writes its frontier.
+
+    Rebuild: one file per (instance, date) named after the latest interval end, replacing the partition's
+    files. With ``dates`` (first, last), snapshots from the day before ``first`` are read too, so the first
+    interval of the range has its predecessor, only partitions inside the range are written, and where an
+    append frontier exists only samples up to its watermark (the rest is the next append's, which would
+    otherwise write them twice). Without ``dates`` everything is rebuilt and the frontier with it.
+
+    One run at a time per output lake (the ``samples`` lock, waiting at most ``lake_config.lock_wait_s``).
+    Crash safety: samples files are written before the frontier, and an append first deletes its own
+    files past the committed watermark (a crashed run's), so a run that dies mid-way leaves no duplicate.
     """
+    chosen = mode or ("rebuild" if dates is not None else "append")
+    if chosen not in SAMPLE_MODES:
+        raise SamplesError(f"unknown samples mode {chosen!r}; use one of {list(SAMPLE_MODES)}")
+    if chosen == "append" and dates is not None:
+        raise SamplesError("a date range is a rebuild: use mode='rebuild' with dates")
     out_root = Path(out_root or lake_root)
     with exclusive_lock(out_root, SAMPLES_LOCK, lake_config):
-        return _run_samples_job(lake_root, config, instances, out_root, dates, lake_config)
+        return _run_samples_job(lake_root, config, instances, out_root, dates, lake_config, chosen)
 
 
 def _run_samples_job(
@@ -303,6 +415,7 @@ def _run_samples_job(
     out_root: Path,
     dates: tuple[date, date] | None,
     lake_config: LakeConfig | None,
+    mode: str,
 ) -> SamplesJobReport:
     started = time.perf_counter()
     names = instances if instances is not None else lake_instances(lake_root)
@@ -322,27 +435,48 @@ def _run_samples_job(
             scans.append((snapshots, runs))
         return scans[0]
 
-    def instance_samples(name: str) -> tuple[int, SamplesResult]:
+    def rebuilt(name: str) -> tuple[int, SamplesResult, pl.DataFrame]:
         snapshots, runs = lake_scans()
         try:
             one = snapshots.filter(pl.col("instance") == name)
-            rows = one.select(pl.len()).collect().item()
-            return rows, samples_from_snapshots(one, runs.filter(pl.col("instance") == name), config)
+            prepared = _prepared(one, runs.filter(pl.col("instance") == name)).collect()
+            front = frontier_of(prepared, config.frontier_keep) if dates is None else empty_frontier()
+            return prepared.height, _samples_of_prepared(prepared, config), front
         except lake.READ_ERRORS:
             scans.clear()  # with_recovery quarantines the bad file; the retry lists the files again
             raise
+
+    def appended(name: str, frontier: pl.DataFrame) -> tuple[int, SamplesResult, pl.DataFrame]:
+        since = frontier["watermark_captured_at"].max()
+        snapshots = lake.scan_files(
+            lake_root, STATEMENT_SNAPSHOTS, new_snapshot_files(lake_root, name, since)
+        )
+        runs = lake.scan_files(
+            lake_root, SNAPSHOT_RUNS, new_snapshot_files(lake_root, name, since, SNAPSHOT_RUNS)
+        )
+        new = snapshots.collect()
+        result, front = append_samples(frontier, new, runs, config)
+        return new.height, result, front
 
     total_rows = 0
     sample_rows = 0
     files = 0
     drops: list[pl.DataFrame] = []
     for name in names:
-        rows, result = with_recovery(
-            lake_root, (STATEMENT_SNAPSHOTS, SNAPSHOT_RUNS), lambda name=name: instance_samples(name)
-        )
+        frontier = read_frontier(out_root, name)
+        watermark = frontier["watermark_captured_at"].max() if frontier.height else None
+        tables = (STATEMENT_SNAPSHOTS, SNAPSHOT_RUNS)
+        if mode == "append" and watermark is not None:
+            remove_unconfirmed_samples(out_root, name, watermark)  # type: ignore[arg-type]
+            rows, result, front = with_recovery(lake_root, tables, lambda n=name, f=frontier: appended(n, f))
+        else:
+            rows, result, front = with_recovery(lake_root, tables, lambda n=name: rebuilt(n))
         total_rows += rows
         drops.append(result.dropped_counts)
-        for day, part in _by_end_date(result.samples.drop("instance")):
+        samples = result.samples.drop("instance")
+        if dates is not None and watermark is not None:
+            samples = samples.filter(pl.col("interval_end") <= watermark)
+        for day, part in _by_end_date(samples):
             if dates is not None and not (dates[0].isoformat() <= day <= dates[1].isoformat()):
                 continue
             sample_rows += part.height
@@ -350,8 +484,11 @@ def _run_samples_job(
             written = write_table(
                 out_root, QUERY_SAMPLES, part, {"instance": name, "date": day}, stem, config=lake_config
             )
-            replace_partition(out_root, written)
+            if mode == "rebuild" or watermark is None:
+                replace_partition(out_root, written)
             files += 1
+        if front.height and (mode == "append" or dates is None):
+            write_frontier(out_root, name, front, lake_config)
     dropped = (pl.concat(drops) if drops else SamplesResult(samples=pl.DataFrame()).dropped_counts).sort(
         "instance", "reason"
     )
@@ -364,6 +501,77 @@ def _run_samples_job(
         seconds=time.perf_counter() - started,
         peak_rss_mib=peak_rss_mib(),
     )
+
+
+def latest_stamp(path: Path) -> str | None:
+    """The latest timestamp stem in a lake file's name (None when it carries none)."""
+    stamps = _STAMP.findall(path.name)
+    return max(stamps) if stamps else None
+
+
+def new_snapshot_files(
+    lake_root: Path, instance: str, since: datetime, table: TableSchema = STATEMENT_SNAPSHOTS
+) -> list[Path]:
+    """The instance's files of ``table`` that may hold a snapshot captured after ``since`` (server clock):
+    partitions dated ``since``'s day or later, and there the files whose name's latest timestamp is after
+    it (a name without one is read, to be safe). Older partitions are not even listed."""
+    base = Path(lake_root) / table.name / f"instance={instance}"
+    if not base.exists():
+        return []
+    mark, day = stem_for(since), since.date().isoformat()
+    found = []
+    for folder in sorted(base.glob("date=*")):
+        if folder.name.removeprefix("date=") < day:
+            continue
+        for path in sorted(folder.glob("*.parquet")):
+            stamp = latest_stamp(path)
+            if stamp is None or stamp > mark:
+                found.append(path)
+    return found
+
+
+def read_frontier(out_root: Path, instance: str) -> pl.DataFrame:
+    """The instance's committed frontier (its newest frontier file; empty when it has none)."""
+    folder = Path(out_root) / SAMPLE_FRONTIER.name / f"instance={instance}"
+    files = sorted(folder.glob("*.parquet")) if folder.exists() else []
+    for path in reversed(files):  # newest first; an unreadable one is quarantined, the previous is used
+        frame = lake.read_file(out_root, SAMPLE_FRONTIER, path)
+        if frame is not None:
+            return frame.with_columns(pl.lit(instance).alias("instance")).select(
+                SAMPLE_FRONTIER.scan_schema().names()
+            )
+    return empty_frontier()
+
+
+def write_frontier(out_root: Path, instance: str, frontier: pl.DataFrame, config: LakeConfig | None) -> Path:
+    """Commit a frontier: write it (atomically, named after its watermark), then delete the older ones."""
+    stem = stem_for(frontier["watermark_captured_at"].max())  # type: ignore[arg-type]
+    written = write_table(
+        out_root, SAMPLE_FRONTIER, frontier.drop("instance"), {"instance": instance}, stem, config=config
+    )
+    for old in written.parent.glob("*.parquet"):
+        if old != written:
+            old.unlink(missing_ok=True)
+    return written
+
+
+def remove_unconfirmed_samples(out_root: Path, instance: str, watermark: datetime) -> list[Path]:
+    """Delete the samples job's own query_samples files of ``instance`` named after an interval end past the
+    committed watermark: an append that died before committing its frontier wrote them, and this run
+    writes those samples again. Returns the removed files."""
+    base = Path(out_root) / QUERY_SAMPLES.name / f"instance={instance}"
+    if not base.exists():
+        return []
+    mark, day = stem_for(watermark), watermark.date().isoformat()
+    removed = []
+    for folder in sorted(base.glob("date=*")):
+        if folder.name.removeprefix("date=") < day:
+            continue
+        for path in folder.glob("*.parquet"):
+            if path.stem > mark and is_own_file(path):
+                path.unlink(missing_ok=True)
+                removed.append(path)
+    return removed
 
 
 def _by_end_date(samples: pl.DataFrame) -> list[tuple[str, pl.DataFrame]]:

@@ -529,6 +529,72 @@ LATENCY_DRIFT = TableSchema(
 )
 
 # ---------------------------------------------------------------------------------------------------------
+# Incremental runs: state kept in the lake (jobs/samples.py append mode, jobs/detect/scope.py)
+
+SAMPLE_FRONTIER = TableSchema(
+    name="sample_frontier",
+    description=(
+        "Per instance: the latest snapshot row of every entry already differenced (the predecessor of its "
+        "next sample) and the samples watermark; one file per instance, replaced by each append run."
+    ),
+    partition_by=("instance",),
+    primary_key=("instance", "userid", "dbid", "queryid", "toplevel"),
+    columns=(
+        Column("userid", pl.Int64()),
+        Column("dbid", pl.Int64()),
+        Column("toplevel", pl.Boolean()),
+        Column("queryid", pl.Int64()),
+        Column("captured_at", UTC_TS, "the entry's latest differenced snapshot (server clock)"),
+        Column("collector_clock", UTC_TS),
+        Column("system_identifier", pl.Int64()),
+        Column("postmaster_start", UTC_TS),
+        Column("stats_reset", UTC_TS),
+        Column("stats_since", UTC_TS),
+        *(
+            Column(c, pl.Float64() if c in _FLOAT_COUNTERS else pl.Int64(), "cumulative")
+            for c in SAMPLE_DELTAS
+        ),
+        Column("dealloc", pl.Int64(), "snapshot_runs.dealloc of that snapshot"),
+        Column(
+            "watermark_taken",
+            UTC_TS,
+            "the instance's latest differenced snapshot (collector clock, else server clock), on every row",
+        ),
+        Column(
+            "watermark_captured_at", UTC_TS, "server clock of that snapshot; snapshot files after it are new"
+        ),
+    ),
+)
+
+ANALYSIS_RUNS = TableSchema(
+    name="analysis_runs",
+    description="One row per (detection run, instance): the query_samples watermark the run analysed up to.",
+    partition_by=("date",),
+    primary_key=("run_id", "instance"),
+    columns=(
+        Column("run_id", pl.String(), "computed_at formatted %Y%m%dT%H%M%S%fZ"),
+        Column("computed_at", UTC_TS, "the run's time (its date is the partition)"),
+        Column("instance", pl.String()),
+        Column("samples_watermark", UTC_TS, "latest query_samples interval_end of the instance the run saw"),
+        Column("mode", pl.String(), "full | incremental"),
+        Column("deploys_examined", pl.Int64(), "deploys of the instance whose window the run re-examined"),
+        Column("series_examined", pl.Int64(), "series of the instance the unannounced analysis searched"),
+    ),
+)
+
+ANALYSED_DEPLOYS = TableSchema(
+    name="analysed_deploys",
+    description="One row per deploy marker the first time a detection run saw it (later runs know it).",
+    partition_by=("date",),
+    primary_key=("deploy_id",),
+    columns=(
+        Column("deploy_id", pl.String()),
+        Column("run_id", pl.String()),
+        Column("computed_at", UTC_TS, "the run's time (its date is the partition)"),
+    ),
+)
+
+# ---------------------------------------------------------------------------------------------------------
 # Catalogue: every table above, by name. Add new tables above this line and to this tuple.
 
 TABLES: dict[str, TableSchema] = {
@@ -548,5 +614,8 @@ TABLES: dict[str, TableSchema] = {
         ALERTS_SENT,
         DRIFT_BASELINES,
         LATENCY_DRIFT,
+        SAMPLE_FRONTIER,
+        ANALYSIS_RUNS,
+        ANALYSED_DEPLOYS,
     )
 }

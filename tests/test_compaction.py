@@ -52,7 +52,7 @@ def test_closed_days_become_one_file_with_the_same_rows(lake_root: Path) -> None
     assert len(files) == 1 + 5
     after = lake.scan_table(lake_root, "statement_snapshots").sort("captured_at", "queryid").collect()
     assert after.equals(before)
-    assert run_samples_job(lake_root).sample_rows == samples_before
+    assert run_samples_job(lake_root, mode="rebuild").sample_rows == samples_before
     merged = next(f for f in files if f.name.startswith("compacted-"))
     assert lake.read_file_metadata(merged)["radar.table"] == "statement_snapshots"
     assert compact_lake(lake_root, today=DAY + timedelta(days=2)) == [], "idempotent"
@@ -97,3 +97,55 @@ def test_compaction_asset_and_cli(lake_root: Path) -> None:
     write_snapshots(lake_root, DAY - timedelta(days=1), 2)
     assert main(["--lake", str(lake_root), "compact"]) == 0
     assert len(lake.table_files(lake_root, "statement_snapshots")) == 3
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Analysis rows: closed days compacted, days past the retention expire
+
+
+def write_run_rows(lake_root: Path, day: date, runs: int) -> None:
+    """One analysis_runs and one performance_regressions file per detection run of ``day``."""
+    for i in range(runs):
+        at = datetime(day.year, day.month, day.day, 10, tzinfo=UTC) + timedelta(minutes=15 * i)
+        part = {"date": day.isoformat()}
+        state = pl.DataFrame({"run_id": [lake.stem_for(at)], "computed_at": [at], "instance": ["db1"]})
+        lake.write_table(lake_root, "analysis_runs", state, part, lake.stem_for(at))
+        row = pl.DataFrame({"analysis": ["deploy"], "instance": ["db1"], "status": ["no_regression"]})
+        lake.write_table(lake_root, "performance_regressions", row, part, lake.stem_for(at))
+
+
+def test_analysis_rows_past_the_retention_expire_and_closed_days_are_compacted(lake_root: Path) -> None:
+    today = DAY + timedelta(days=40)
+    for day in (DAY, DAY + timedelta(days=9), DAY + timedelta(days=39), today):
+        write_run_rows(lake_root, day, 3)
+    write_snapshots(lake_root, DAY, 3)  # collected data is never expired
+    expired: list = []
+    done = compact_lake(
+        lake_root, today=today, config=lake.LakeConfig(analysis_retention_days=30), expired=expired
+    )
+    assert sorted((e.table, e.partition, e.files) for e in expired) == [
+        ("analysis_runs", "date=2026-11-27", 3),
+        ("analysis_runs", "date=2026-12-06", 3),
+        ("performance_regressions", "date=2026-11-27", 3),
+        ("performance_regressions", "date=2026-12-06", 3),
+    ]
+    runs = lake.read_table(lake_root, "analysis_runs")
+    assert sorted(set(runs["date"])) == ["2027-01-05", "2027-01-06"]
+    assert runs.height == 6
+    compacted = {(d.table, d.partition) for d in done}
+    assert ("analysis_runs", "date=2027-01-05") in compacted  # closed: one file
+    assert ("analysis_runs", "date=2027-01-06") not in compacted  # today: still being written
+    assert lake.read_table(lake_root, "statement_snapshots").height == 6
+
+
+def test_a_retention_of_zero_keeps_every_analysis_row(lake_root: Path) -> None:
+    write_run_rows(lake_root, DAY, 2)
+    expired: list = []
+    compact_lake(
+        lake_root,
+        today=DAY + timedelta(days=400),
+        config=lake.LakeConfig(analysis_retention_days=0),
+        expired=expired,
+    )
+    assert expired == []
+    assert lake.read_table(lake_root, "performance_regressions").height == 2

@@ -251,7 +251,7 @@ def test_samples_cli_reports_a_foreign_file_it_moved(
     foreign = folder / "copied-by-hand.parquet"
     pq.write_table(pa.table({"calls": [1]}), foreign)
     capsys.readouterr()
-    assert main(["--lake", str(lake_root), "samples"]) == 0
+    assert main(["--lake", str(lake_root), "samples", "--rebuild"]) == 0
     moved = lake.quarantine_path(lake_root, QUERY_SAMPLES, foreign)
     out = capsys.readouterr().out
     assert f"warning: lake file {foreign} quarantined to {moved}: not written by the samples job" in out
@@ -286,7 +286,7 @@ def test_a_samples_rebuild_removes_only_its_own_files_and_quarantines_foreign_on
     not_parquet = folder / "notes.txt"
     not_parquet.write_text("left by an operator")
     mark = lake.incident_mark()
-    report = run_samples_job(lake_root)
+    report = run_samples_job(lake_root, mode="rebuild")
     assert not older_own.exists(), "the job's own older file is replaced"
     moved = {i.path for i in lake.incidents_since(mark) if i.action == "quarantined"}
     assert moved == {radar_named_otherwise, own_name_no_metadata}

@@ -212,9 +212,11 @@ def write_midnight_lake(lake_root: Path) -> None:
 def test_job_writes_partitioned_samples_and_a_rerun_replaces_them(lake_root: Path) -> None:
     write_midnight_lake(lake_root)
     report = run_samples_job(lake_root)
-    again = run_samples_job(lake_root)
+    again = run_samples_job(lake_root, mode="rebuild")
+    appended = run_samples_job(lake_root)  # append: nothing new since the rebuild's watermark
     assert (report.instances, report.snapshot_rows, report.sample_rows) == (1, 4, 2)
     assert again.sample_rows == 2
+    assert (appended.sample_rows, appended.files_written) == (0, 0)
     samples = scan_table(lake_root, QUERY_SAMPLES).collect().sort("interval_end")
     assert samples.height == 2
     assert samples["date"].to_list() == ["2026-11-29", "2026-11-30"]

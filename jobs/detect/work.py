@@ -32,6 +32,7 @@ import numpy as np
 import polars as pl
 from scipy import stats
 
+from jobs.detect.scope import AnalysisScope, deploys_in_scope, series_in_scope, windowed_in_scope
 from jobs.detect.work_config import WORK_METRIC_BY_NAME, WORK_METRICS, ResourceConfig, WorkMetric
 from jobs.regressions import (
     DETECTED,
@@ -231,14 +232,16 @@ def detect_resource_regressions(
     config: RegressionConfig = DEFAULT_CONFIG,
     *,
     unannounced: bool = True,
+    scope: AnalysisScope | None = None,
 ) -> pl.DataFrame:
     """resource_regressions rows: the deploy analysis, then (``unannounced``) the unannounced one.
 
-    Same inputs as ``jobs.regressions.detect_regressions``. Pure and deterministic.
+    Same inputs as ``jobs.regressions.detect_regressions``, and the same ``scope`` (None = everything):
+    the deploys and series it re-examines, and its unannounced series. Pure and deterministic.
     """
-    frames = [deploy_resource_regressions(samples, texts, deploys, config)]
+    frames = [deploy_resource_regressions(samples, texts, deploys, config, scope)]
     if unannounced:
-        frames.append(unannounced_resource_regressions(samples, texts, config))
+        frames.append(unannounced_resource_regressions(samples, texts, config, scope))
     return pl.concat(frames, how="vertical")
 
 
@@ -251,16 +254,19 @@ def deploy_resource_regressions(
     texts: pl.DataFrame,
     deploys: pl.DataFrame,
     config: RegressionConfig = DEFAULT_CONFIG,
+    scope: AnalysisScope | None = None,
 ) -> pl.DataFrame:
     """One row per (deploy, instance, query, tracked work metric) with samples in the deploy's window."""
     if samples.height == 0 or deploys.height == 0:
         return _empty()
     resource = config.resource
     points = fingerprinted_samples(samples, texts)
+    keys = ["deploy_id", "instance", "fingerprint"]
+    deploys = deploys_in_scope(deploys, points["instance"].unique().to_list(), scope, config)
     windowed, targets = deploy_window_points(points, deploys, config)
+    windowed = windowed_in_scope(windowed, keys, scope)
     if windowed.height == 0:
         return _empty()
-    keys = ["deploy_id", "instance", "fingerprint"]
     metric_keys = [*keys, "metric"]
     identity = series_identity(windowed, keys)
     deploy_info = targets.drop("instance").unique("deploy_id")
@@ -416,17 +422,23 @@ def resource_summary(row: dict) -> str:
 
 
 def unannounced_resource_regressions(
-    samples: pl.DataFrame, texts: pl.DataFrame, config: RegressionConfig = DEFAULT_CONFIG
+    samples: pl.DataFrame,
+    texts: pl.DataFrame,
+    config: RegressionConfig = DEFAULT_CONFIG,
+    scope: AnalysisScope | None = None,
 ) -> pl.DataFrame:
     """One row per (instance, query, tracked work metric) over the last ``config.history``: its strongest
-    step up of work per call, if any (Benjamini-Hochberg over every candidate step of the fleet)."""
+    step up of work per call, if any (Benjamini-Hochberg over every candidate step of the fleet).
+    ``scope``: only its unannounced series (None = every series)."""
     if samples.height == 0:
         return _empty()
     resource = config.resource
     points = fingerprinted_samples(samples, texts)
     latest = points["interval_end"].max()
     window_start = latest - config.history  # type: ignore[operator]
-    points = points.filter(pl.col("interval_end") > window_start)
+    points = series_in_scope(points.filter(pl.col("interval_end") > window_start), scope)
+    if points.height == 0:
+        return _empty()
     keys = list(SERIES_KEY)
     metric_keys = [*keys, "metric"]
     identity = series_identity(points, keys)

@@ -26,14 +26,14 @@ class SamplesRunConfig(dg.Config):
 def query_samples(
     context: dg.AssetExecutionContext, config: SamplesRunConfig, lake: LakeResource
 ) -> dg.MaterializeResult:
-    # A single-run backfill covers a range of days; a normal run covers its one day.
+    # A normal run appends the snapshots after the watermark; a single-run backfill of several days
+    # rebuilds them (a repair, up to the watermark) and then appends what is newer.
     first, last = context.partition_key_range.start, context.partition_key_range.end
     mark = incident_mark()
-    report = run_samples_job(
-        lake.path,
-        SampleConfig(min_executions=config.min_executions),
-        dates=(date.fromisoformat(first), date.fromisoformat(last)),
-    )
+    sample_config = SampleConfig(min_executions=config.min_executions)
+    if first != last:
+        run_samples_job(lake.path, sample_config, dates=(date.fromisoformat(first), date.fromisoformat(last)))
+    report = run_samples_job(lake.path, sample_config, mode="append")
     context.log.info(f"{first}..{last}: {report.snapshot_rows} snapshot rows -> {report.sample_rows} samples")
     return dg.MaterializeResult(
         metadata={

@@ -1,0 +1,310 @@
+"""Append mode of the samples job: appended samples over any number of runs equal one rebuild, row for row;
+a run with nothing new reads no snapshot file; a run that dies mid-way leaves no duplicate."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from jobs import lake, samples
+from jobs.samples import (
+    SampleConfig,
+    SamplesError,
+    append_samples,
+    empty_frontier,
+    read_frontier,
+    run_samples_job,
+    samples_from_snapshots,
+)
+from jobs.schemas import QUERY_SAMPLES, SNAPSHOT_RUNS, STATEMENT_SNAPSHOTS
+
+T0 = datetime(2026, 11, 29, 23, 40, tzinfo=UTC)  # batches cross midnight: two date partitions
+BOOT = datetime(2026, 11, 29, 8, 0, tzinfo=UTC)
+ROW_COLUMNS = (
+    "instance",
+    "captured_at",
+    "collector_clock",
+    "system_identifier",
+    "postmaster_start",
+    "stats_reset",
+    "stats_since",
+    "userid",
+    "dbid",
+    "toplevel",
+    "queryid",
+    "calls",
+    "total_exec_time",
+    "rows",
+    "shared_blks_hit",
+)
+SAMPLE_ORDER = ["instance", "queryid", "dbid", "userid", "toplevel", "interval_end"]
+
+
+@st.composite
+def fleet_history(draw: st.DrawFn) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Snapshots of two instances: entries absent from some snapshots (evicted, not yet called), counter
+    resets, entry re-creation, a restart; and their snapshot_runs rows with a growing dealloc."""
+    snapshots: list[dict[str, Any]] = []
+    runs: list[dict[str, Any]] = []
+    for instance in ("alpha", "beta"):
+        steps = draw(st.integers(2, 14))
+        entries = draw(st.integers(1, 4))
+        counters = {q: [0, 0.0, BOOT] for q in range(entries)}
+        boot, dealloc = BOOT, 0
+        for step in range(steps):
+            captured = T0 + timedelta(seconds=60 * step + draw(st.integers(0, 3)))
+            if draw(st.integers(0, 9)) == 0:
+                boot = captured - timedelta(seconds=5)  # restarted: counters from zero
+                counters = {q: [0, 0.0, boot] for q in counters}
+            dealloc += draw(st.integers(0, 2))
+            runs.append({"instance": instance, "captured_at": captured, "status": "ok", "dealloc": dealloc})
+            for queryid, state in counters.items():
+                if draw(st.integers(0, 4)) == 0:
+                    continue  # not in this snapshot: its next delta spans the gap
+                if draw(st.integers(0, 7)) == 0:
+                    state[0], state[1] = draw(st.integers(0, 3)), 0.0  # reset or eviction
+                    if draw(st.booleans()):
+                        state[2] = captured - timedelta(seconds=1)
+                state[0] += draw(st.integers(0, 40))
+                state[1] += draw(st.floats(0, 400, allow_nan=False))
+                snapshots.append(
+                    {
+                        "instance": instance,
+                        "captured_at": captured,
+                        "collector_clock": captured + timedelta(milliseconds=draw(st.integers(0, 300))),
+                        "system_identifier": 7,
+                        "postmaster_start": boot,
+                        "stats_reset": BOOT,
+                        "stats_since": state[2],
+                        "userid": 10,
+                        "dbid": 5,
+                        "toplevel": True,
+                        "queryid": queryid,
+                        "calls": state[0],
+                        "total_exec_time": state[1],
+                        "rows": state[0],
+                        "shared_blks_hit": state[0] * 2,
+                    }
+                )
+    frame = pl.DataFrame(snapshots, schema={k: STATEMENT_SNAPSHOTS.scan_schema()[k] for k in ROW_COLUMNS})
+    run_frame = pl.DataFrame(runs, schema_overrides={"captured_at": pl.Datetime("us", "UTC")})
+    return frame, run_frame
+
+
+def sorted_samples(frame: pl.DataFrame) -> pl.DataFrame:
+    return frame.sort(SAMPLE_ORDER)
+
+
+def drop_totals(frame: pl.DataFrame) -> dict[tuple[str, str], int]:
+    totals: dict[tuple[str, str], int] = {}
+    for row in frame.iter_rows(named=True):
+        key = (row["instance"], row["reason"])
+        totals[key] = totals.get(key, 0) + row["count"]
+    return totals
+
+
+@settings(max_examples=80, deadline=None)
+@given(fleet_history(), st.lists(st.integers(0, 14 * 60), max_size=5))
+def test_appended_samples_over_any_batches_equal_one_rebuild(
+    history: tuple[pl.DataFrame, pl.DataFrame], cuts: list[int]
+) -> None:
+    snapshots, runs = history
+    full = samples_from_snapshots(snapshots, runs)
+    bounds = [T0 + timedelta(seconds=c) for c in sorted(set(cuts))] + [T0 + timedelta(days=1)]
+    frontier, start = empty_frontier(), None
+    parts, drops = [], []
+    for end in bounds:
+        taken = (
+            pl.col("captured_at") <= end
+            if start is None
+            else pl.col("captured_at").is_between(start, end, "right")
+        )
+        batch = snapshots.filter(taken)
+        result, frontier = append_samples(frontier, batch, runs.filter(taken), SampleConfig())
+        parts.append(result.samples)
+        drops.append(result.dropped_counts)
+        start = end
+    appended = pl.concat(parts)
+    assert sorted_samples(appended).equals(sorted_samples(full.samples))
+    assert drop_totals(pl.concat(drops)) == drop_totals(full.dropped_counts)
+
+
+@settings(max_examples=20, deadline=None)
+@given(fleet_history())
+def test_a_batch_already_differenced_adds_nothing(history: tuple[pl.DataFrame, pl.DataFrame]) -> None:
+    snapshots, runs = history
+    _, frontier = append_samples(empty_frontier(), snapshots, runs)
+    again, same = append_samples(frontier, snapshots, runs)
+    assert again.samples.height == 0 and again.dropped_counts.height == 0
+    assert same.equals(frontier)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The job on a lake: snapshots arrive in batches, a run after each
+
+
+def write_snapshot_files(lake_root: Path, snapshots: pl.DataFrame, runs: pl.DataFrame) -> None:
+    """One file per (instance, snapshot), named like the collector's (capture time + digest)."""
+    for (instance, captured), part in snapshots.group_by("instance", "captured_at"):
+        parts = {"instance": str(instance), "date": captured.date().isoformat()}  # type: ignore[union-attr]
+        stem = f"{lake.stem_for(captured)}-0123456789"  # type: ignore[arg-type]
+        lake.write_table(lake_root, STATEMENT_SNAPSHOTS, part.drop("instance"), parts, stem)
+        run = runs.filter((pl.col("instance") == instance) & (pl.col("captured_at") == captured))
+        lake.write_table(lake_root, SNAPSHOT_RUNS, run.drop("instance"), parts, stem)
+
+
+def history_of(
+    steps: int, entries: int = 3, instances: tuple[str, ...] = ("alpha", "beta")
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """A deterministic history; queryid 2 is absent from every third snapshot."""
+    rows, runs = [], []
+    for instance in instances:
+        for step in range(steps):
+            captured = T0 + timedelta(minutes=step)
+            runs.append({"instance": instance, "captured_at": captured, "status": "ok", "dealloc": step // 4})
+            for queryid in range(entries):
+                if queryid == 2 and step % 3 == 1:
+                    continue
+                calls = (step + 1) * (queryid + 3)
+                rows.append(
+                    {
+                        "instance": instance,
+                        "captured_at": captured,
+                        "collector_clock": captured + timedelta(milliseconds=40),
+                        "system_identifier": 7,
+                        "postmaster_start": BOOT,
+                        "stats_reset": BOOT,
+                        "stats_since": BOOT,
+                        "userid": 10,
+                        "dbid": 5,
+                        "toplevel": True,
+                        "queryid": queryid,
+                        "calls": calls,
+                        "total_exec_time": calls * (1.0 + queryid + (step > 12)),
+                        "rows": calls,
+                        "shared_blks_hit": calls * 4,
+                    }
+                )
+    schema = STATEMENT_SNAPSHOTS.scan_schema()
+    frame = pl.DataFrame(rows, schema_overrides={k: schema[k] for k in rows[0] if k in schema})
+    return frame, pl.DataFrame(runs, schema_overrides={"captured_at": pl.Datetime("us", "UTC")})
+
+
+def lake_samples(lake_root: Path) -> pl.DataFrame:
+    return sorted_samples(lake.read_table(lake_root, QUERY_SAMPLES).drop("date"))
+
+
+def in_batches(
+    snapshots: pl.DataFrame, runs: pl.DataFrame, minutes: list[int]
+) -> list[tuple[pl.DataFrame, ...]]:
+    out, start = [], None
+    for cut in minutes:
+        end = T0 + timedelta(minutes=cut)
+        taken = pl.col("captured_at") <= end
+        if start is not None:
+            taken = taken & (pl.col("captured_at") > start)
+        out.append((snapshots.filter(taken), runs.filter(taken)))
+        start = end
+    return out
+
+
+def test_appending_over_runs_equals_one_rebuild_and_never_deletes_a_sample_file(tmp_path: Path) -> None:
+    snapshots, runs = history_of(40)
+    appended, rebuilt = tmp_path / "appended", tmp_path / "rebuilt"
+    seen: set[Path] = set()
+    for batch in in_batches(snapshots, runs, [1, 7, 8, 19, 25, 33, 39]):
+        write_snapshot_files(appended, *batch)
+        write_snapshot_files(rebuilt, *batch)
+        run_samples_job(appended)
+        files = set(lake.table_files(appended, QUERY_SAMPLES))
+        assert seen <= files, "an append deleted an older samples file"
+        seen = files
+    run_samples_job(rebuilt, mode="rebuild")
+    assert lake_samples(appended).equals(lake_samples(rebuilt))
+    assert lake_samples(appended).height == samples_from_snapshots(snapshots, runs).samples.height
+
+
+def test_a_run_with_nothing_new_reads_no_snapshot_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    snapshots, runs = history_of(10)
+    write_snapshot_files(tmp_path, snapshots, runs)
+    run_samples_job(tmp_path)
+    read: list[Path] = []
+    real = lake.scan_files
+
+    def recording(root: Path, table: Any, files: Any) -> pl.LazyFrame:
+        files = list(files)
+        read.extend(files)
+        return real(root, table, files)
+
+    monkeypatch.setattr(lake, "scan_files", recording)
+    report = run_samples_job(tmp_path)
+    assert (report.snapshot_rows, report.sample_rows, report.files_written) == (0, 0, 0)
+    assert read == []
+    write_snapshot_files(tmp_path, *history_of(11)[0:2])  # one new minute (the others rewritten the same)
+    report = run_samples_job(tmp_path)
+    assert report.sample_rows == 2 * 2  # two instances x two entries at minute 10 (queryid 2 absent)
+    assert sorted({p.name[:15] for p in read}) == [lake.stem_for(T0 + timedelta(minutes=10))[:15]]
+
+
+def test_a_run_that_dies_before_committing_leaves_no_duplicate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    snapshots, runs = history_of(20)
+    first, second, third = in_batches(snapshots, runs, [5, 12, 19])
+    write_snapshot_files(tmp_path, *first)
+    run_samples_job(tmp_path)
+    write_snapshot_files(tmp_path, *second)
+
+    def crash(*_: Any) -> None:
+        raise KeyboardInterrupt  # the process dies after the samples files, before the frontier
+
+    monkeypatch.setattr(samples, "write_frontier", crash)
+    with pytest.raises(KeyboardInterrupt):
+        run_samples_job(tmp_path)
+    monkeypatch.undo()
+    assert (
+        lake_samples(tmp_path).height > samples_from_snapshots(*first).samples.height
+    )  # written, unconfirmed
+    write_snapshot_files(tmp_path, *third)
+    run_samples_job(tmp_path)
+    assert lake_samples(tmp_path).equals(sorted_samples(samples_from_snapshots(snapshots, runs).samples))
+
+
+def test_a_rebuild_of_a_day_after_appends_adds_no_duplicate(tmp_path: Path) -> None:
+    snapshots, runs = history_of(30)
+    for batch in in_batches(snapshots, runs, [10, 29]):
+        write_snapshot_files(tmp_path, *batch)
+        run_samples_job(tmp_path)
+    expected = lake_samples(tmp_path)
+    day = (T0 + timedelta(minutes=25)).date()  # the day after midnight: appended in two runs
+    report = run_samples_job(tmp_path, mode="rebuild", dates=(day, day))
+    assert report.sample_rows > 0
+    assert lake_samples(tmp_path).equals(expected)
+    write_snapshot_files(tmp_path, *history_of(33))
+    run_samples_job(tmp_path)
+    assert lake_samples(tmp_path).equals(sorted_samples(samples_from_snapshots(*history_of(33)).samples))
+
+
+def test_a_lake_from_before_append_mode_is_rebuilt_once(tmp_path: Path) -> None:
+    snapshots, runs = history_of(12)
+    write_snapshot_files(tmp_path, snapshots, runs)
+    run_samples_job(tmp_path, mode="rebuild", dates=(T0.date(), (T0 + timedelta(days=1)).date()))
+    assert read_frontier(tmp_path, "alpha").height == 0  # a range rebuild keeps no frontier
+    run_samples_job(tmp_path)
+    assert read_frontier(tmp_path, "alpha").height == 3
+    assert lake_samples(tmp_path).equals(sorted_samples(samples_from_snapshots(snapshots, runs).samples))
+
+
+def test_a_date_range_is_a_rebuild_only(tmp_path: Path) -> None:
+    with pytest.raises(SamplesError, match="a date range is a rebuild"):
+        run_samples_job(tmp_path, mode="append", dates=(T0.date(), T0.date()))
+    with pytest.raises(SamplesError, match="unknown samples mode"):
+        run_samples_job(tmp_path, mode="merge")  # type: ignore[arg-type]
