@@ -21,7 +21,13 @@ plan diffs, writing) with the RSS reached during it.
 
 Sizes: ``--quick`` (or RADAR_DETECTION_BENCH_QUICK=1: 4 instances x 100 queries, 6 h and 12 h), or
 ``--instances/--queries/--days`` (days: the base history; the doubled one is run too unless ``--no-double``).
-Results: .bench/results/detection.json and a Markdown table on stdout.
+Results: .bench/results/detection.json (and detection-<shape>.json) and a Markdown table on stdout.
+
+Each measured run is stopped past 25 min or 85% of the memory available at the start (``--max-minutes``,
+``--max-rss-gib``) and reported as stopped, so a run the machine cannot hold is a result, not a crash. A
+full run's memory is dominated by ``jobs.regressions.deploy_window_points``, which joins every sample of an
+instance with every deploy of that instance before filtering to the windows (samples x deploys rows, and
+both grow with the history).
 """
 
 from __future__ import annotations
@@ -298,7 +304,9 @@ def folder_mib(root: Path) -> float:
     return sum(p.stat().st_size for p in root.rglob("*") if p.is_file()) / 2**20
 
 
-def bench_shape(shape: LakeShape, profile: bool, limits: RunLimits, repeats: int) -> dict[str, Any]:
+def bench_shape(
+    shape: LakeShape, profile: bool, limits: RunLimits, repeats: int, full_only: bool = False
+) -> dict[str, Any]:
     generated = build_lake(BENCH_DIR, shape)
     os.sync()  # flush generated files now, so no measured run's fsyncs wait for them
     end = shape.end
@@ -330,6 +338,10 @@ def bench_shape(shape: LakeShape, profile: bool, limits: RunLimits, repeats: int
     print(f"  full run: {describe(out['full'])}", flush=True)
     out["full_found_injected"] = found_injected(out["injected"], out["full"])
 
+    if full_only:
+        out["incremental"] = None
+        out["incremental_note"] = "not run (--full-only)"
+        return out
     if not incremental_supported():
         out["incremental"] = None
         out["incremental_note"] = NOT_AVAILABLE
@@ -498,6 +510,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
         help="stop a measured run above this RSS (0: 85%% of available)",
     )
     parser.add_argument("--repeats", type=int, default=3, help="incremental runs measured (median reported)")
+    parser.add_argument("--full-only", action="store_true", help="measure the full run only")
     parser.add_argument("--no-double", action="store_true", help="only the base history")
     parser.add_argument(
         "--profile", action="store_true", default=bool(os.environ.get("RADAR_DETECTION_BENCH_PROFILE"))
@@ -526,7 +539,7 @@ def main(argv: list[str] | None = None) -> None:
     print(
         f"limits per measured run: {args.max_minutes:g} min, {limits.rss_cap_mib():,.0f} MiB RSS", flush=True
     )
-    runs = [bench_shape(shape, args.profile, limits, args.repeats) for shape in shapes]
+    runs = [bench_shape(shape, args.profile, limits, args.repeats, args.full_only) for shape in shapes]
     scaling = summarize(runs)
     print_table(runs, scaling)
     document = json.dumps(
