@@ -138,6 +138,18 @@ class RssSampler:
         self._thread.join()
 
 
+PROGRESS_ENV = "RADAR_DETECTION_BENCH_PROGRESS"
+
+
+def _note_progress(open_steps: list[dict[str, Any]]) -> None:
+    """The steps open right now, for the parent to name when it has to stop this run."""
+    path = os.environ.get(PROGRESS_ENV)
+    if path:
+        Path(path).write_text(
+            " > ".join(f"{s['step']} (from {s['rss_start_mib']:.0f} MiB)" for s in open_steps)
+        )
+
+
 def _profiled(steps: list[dict[str, Any]], sampler: RssSampler) -> Callable[[], None]:
     """Wrap PROFILED_STEPS where they are looked up; returns the undo. Each call appends a step (in start
     order, with its nesting depth) holding its wall seconds and the highest RSS seen while it ran."""
@@ -152,6 +164,7 @@ def _profiled(steps: list[dict[str, Any]], sampler: RssSampler) -> Callable[[], 
             step["rss_mib"] = start_mib
             steps.append(step)
             sampler.open.append(step)
+            _note_progress(sampler.open)
             sampler.sample()
             started = time.perf_counter()
             try:
@@ -160,6 +173,7 @@ def _profiled(steps: list[dict[str, Any]], sampler: RssSampler) -> Callable[[], 
                 step["seconds"] = time.perf_counter() - started
                 sampler.sample()
                 sampler.open.remove(step)
+                _note_progress(sampler.open)
 
         return timed
 
@@ -257,6 +271,10 @@ def in_fresh_process(
     limits = limits or RunLimits()
     cap = limits.rss_cap_mib()
     context = multiprocessing.get_context("spawn")
+    progress = WORK / "progress.txt"
+    progress.parent.mkdir(parents=True, exist_ok=True)
+    progress.unlink(missing_ok=True)
+    os.environ[PROGRESS_ENV] = str(progress.resolve())  # inherited by the child
     receiver, sender = context.Pipe(duplex=False)
     process = context.Process(target=_child, args=(sender, function, args), daemon=True)
     started = time.perf_counter()
@@ -290,6 +308,9 @@ def in_fresh_process(
         if process.is_alive():
             process.kill()
         process.join()
+    where = progress.read_text() if progress.exists() else ""
+    if where:
+        why = f"{why}; in {where}"
     return {"stopped": why, "seconds": None, "peak_rss_mib": None, "highest_rss_seen_mib": highest}
 
 
@@ -456,7 +477,7 @@ def print_table(runs: list[dict[str, Any]], scaling: dict[str, Any]) -> None:
             if (r.get(kind) or {}).get("stopped"):
                 print(f"{r['shape']['days']:g} d {kind}: {r[kind]['stopped']}")
     if runs and runs[0].get("incremental") is None:
-        print(f"\nincremental: {NOT_AVAILABLE}")
+        print(f"\nincremental: {runs[0].get('incremental_note', NOT_AVAILABLE)}")
     if scaling:
         history = scaling["history_ratio"]
         for kind in ("full", "incremental"):
