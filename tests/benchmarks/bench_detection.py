@@ -1,0 +1,587 @@
+"""Detection cost: a full run against an incremental run after 15 new minutes, at one and two days of history.
+
+The lake (tests/benchmarks/detection_lake.py; default 20 instances x 500 queries = 10,000 series, one
+snapshot a minute, 15 instance deploys per instance and day = 300 a day, 6 true regressions) is generated
+once per shape and cached under ``.bench/``. Every measured run gets its own copy of the lake and its own
+fresh interpreter (peak RSS via ``resource.getrusage`` of that process; wall time of ``run_detection``
+alone, not of the interpreter start):
+
+- full: the history plus the 15 new minutes, ``run_detection(lake, DetectionConfig(incremental=False),
+  now=end + 15 min)``: samples rebuilt from every snapshot, every deploy and series analysed. The peer.
+- incremental: ``run_detection(..., incremental=True, now=end)`` on the history (establishes the state;
+  reported, not compared), then the 15 new minutes are appended (the collector's files, one per snapshot
+  per instance) and ``run_detection(..., incremental=True, now=end + 15 min)`` is measured.
+
+Reported per history length: wall s and peak MiB of each, full / incremental (goal >= 20x), and for each
+kind of run 2 days / 1 day (goal: the incremental run stays flat, about 1x). On a build whose
+``DetectionConfig`` has no ``incremental`` field the incremental rows say so and only the full run is
+measured. ``--profile`` (or RADAR_DETECTION_BENCH_PROFILE=1) also times each step of the full run (samples
+rebuild, reading, deploy analysis, unannounced analysis, work evidence, resource regressions, contention,
+plan diffs, writing) with the RSS reached during it.
+
+Sizes: ``--quick`` (or RADAR_DETECTION_BENCH_QUICK=1: 4 instances x 100 queries, 6 h and 12 h), or
+``--instances/--queries/--days`` (days: the base history; the doubled one is run too unless ``--no-double``).
+Results: .bench/results/detection.json (and detection-<shape>.json) and a Markdown table on stdout.
+
+Each measured run is stopped past 25 min or 85% of the memory available at the start (``--max-minutes``,
+``--max-rss-gib``) and reported as stopped, so a run the machine cannot hold is a result, not a crash. A
+full run's memory is dominated by ``jobs.regressions.deploy_window_points``, which joins every sample of an
+instance with every deploy of that instance before filtering to the windows (samples x deploys rows, and
+both grow with the history).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import multiprocessing
+import os
+import platform
+import resource
+import shutil
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from tests.benchmarks.detection_lake import TAIL_MINUTES, GeneratedLake, LakeShape, append_tail, build_lake
+
+BENCH_DIR = Path(".bench")
+RESULTS = BENCH_DIR / "results" / "detection.json"
+WORK = BENCH_DIR / "detection-work"
+GOAL_INCREMENTAL_RATIO = 20.0
+"""An incremental run after 15 new minutes must be at least this many times cheaper than a full run."""
+NOT_AVAILABLE = "incremental mode not available in this build"
+
+# (module, function) wrapped by --profile: the steps of run_detection and, nested, the heavy parts of the
+# analyses. A function is wrapped in every listed module that calls it by a global name; absent names are
+# skipped (the code under test may have moved them).
+PROFILED_STEPS: tuple[tuple[str, str], ...] = (
+    ("jobs.analysis", "run_samples_job"),
+    ("jobs.analysis", "read_inputs"),
+    ("jobs.analysis", "read_inputs_in_scope"),
+    ("jobs.analysis", "plan_run"),
+    ("jobs.analysis", "read_scoped_samples"),
+    ("jobs.analysis", "commit_run"),
+    ("jobs.analysis", "detect_regressions"),
+    ("jobs.analysis", "detect_unannounced_regressions"),
+    ("jobs.analysis", "attach_work_evidence"),
+    ("jobs.analysis", "detect_resource_regressions"),
+    ("jobs.analysis", "separate_contention"),
+    ("jobs.analysis", "plan_diffs_for_regressions"),
+    ("jobs.analysis", "write_regressions"),
+    ("jobs.analysis", "write_run_table"),
+    ("jobs.analysis", "write_plan_diffs"),
+    ("jobs.detect.work", "deploy_resource_regressions"),
+    ("jobs.detect.work", "unannounced_resource_regressions"),
+    ("jobs.regressions", "fingerprinted_samples"),
+    ("jobs.detect.work", "fingerprinted_samples"),
+    ("jobs.detect.contention", "fingerprinted_samples"),
+    ("jobs.regressions", "deploy_window_points"),
+    ("jobs.detect.work", "deploy_window_points"),
+    ("jobs.regressions", "_changepoint_and_welch"),
+    ("jobs.detect.work", "_changepoint_and_welch"),
+    ("jobs.regressions", "consecutive_segment_tests"),
+    ("jobs.detect.work", "consecutive_segment_tests"),
+)
+
+
+def incremental_supported() -> bool:
+    from jobs.analysis import DetectionConfig
+
+    return "incremental" in {f.name for f in dataclasses.fields(DetectionConfig)}
+
+
+def detection_config(incremental: bool) -> Any:
+    """DetectionConfig with ``incremental`` set when this build has the field (full runs only otherwise)."""
+    from jobs.analysis import DetectionConfig
+
+    if incremental_supported():
+        return DetectionConfig(incremental=incremental)  # type: ignore[call-arg]
+    if incremental:
+        raise RuntimeError(NOT_AVAILABLE)
+    return DetectionConfig()
+
+
+class RssSampler:
+    """Current RSS of this process sampled every few milliseconds into every open step's peak (ru_maxrss
+    cannot be reset between steps, and steps nest)."""
+
+    def __init__(self, every_s: float = 0.02) -> None:
+        self.every_s = every_s
+        self.open: list[dict[str, Any]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    @staticmethod
+    def current_mib() -> float:
+        with open("/proc/self/statm") as handle:
+            return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every_s):
+            self.sample()
+
+    def sample(self) -> None:
+        now = self.current_mib()
+        for step in list(self.open):
+            step["rss_mib"] = max(step["rss_mib"], now)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+PROGRESS_ENV = "RADAR_DETECTION_BENCH_PROGRESS"
+
+
+def _note_progress(open_steps: list[dict[str, Any]]) -> None:
+    """The steps open right now, for the parent to name when it has to stop this run."""
+    path = os.environ.get(PROGRESS_ENV)
+    if path:
+        Path(path).write_text(
+            " > ".join(f"{s['step']} (from {s['rss_start_mib']:.0f} MiB)" for s in open_steps)
+        )
+
+
+def _profiled(steps: list[dict[str, Any]], sampler: RssSampler) -> Callable[[], None]:
+    """Wrap PROFILED_STEPS where they are looked up; returns the undo. Each call appends a step (in start
+    order, with its nesting depth) holding its wall seconds and the highest RSS seen while it ran."""
+    import importlib
+
+    patched: list[tuple[Any, str, Callable[..., Any]]] = []
+
+    def wrap(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            start_mib = sampler.current_mib()
+            step = {"step": name, "depth": len(sampler.open), "seconds": 0.0, "rss_start_mib": start_mib}
+            step["rss_mib"] = start_mib
+            steps.append(step)
+            sampler.open.append(step)
+            _note_progress(sampler.open)
+            sampler.sample()
+            started = time.perf_counter()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                step["seconds"] = time.perf_counter() - started
+                sampler.sample()
+                sampler.open.remove(step)
+                _note_progress(sampler.open)
+
+        return timed
+
+    for module_name, name in PROFILED_STEPS:
+        module = importlib.import_module(module_name)
+        if hasattr(module, name):
+            original = getattr(module, name)
+            patched.append((module, name, original))
+            setattr(module, name, wrap(name, original))
+
+    def undo() -> None:
+        for module, name, original in reversed(patched):
+            setattr(module, name, original)
+
+    return undo
+
+
+def measured_run(lake_root: str, now_iso: str, incremental: bool, profile: bool) -> dict[str, Any]:
+    """One run_detection in this (fresh) process: wall s, peak RSS MiB, what it found, the step profile."""
+    from jobs.analysis import run_detection
+
+    config = detection_config(incremental)
+    steps: list[dict[str, Any]] = []
+    sampler = RssSampler() if profile else None
+    undo = _profiled(steps, sampler) if sampler is not None else None
+    before_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    started = time.perf_counter()
+    try:
+        outcome = run_detection(Path(lake_root), config, now=datetime.fromisoformat(now_iso))
+    finally:
+        seconds = time.perf_counter() - started
+        if undo is not None:
+            undo()
+        if sampler is not None:
+            sampler.stop()
+    detected = outcome.detected
+    unannounced = outcome.unannounced
+    return {
+        "seconds": seconds,
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
+        "rss_before_mib": before_mib,
+        "deploy_rows": outcome.regressions.height,
+        "unannounced_rows": unannounced.height,
+        "detected": sorted(
+            {(r["instance"], r["queryid"], str(r["deployed_at"])) for r in detected.iter_rows(named=True)}
+        ),
+        "unannounced_detected": int((unannounced["status"] == "detected").sum()) if unannounced.height else 0,
+        "sample_rows_written": outcome.samples_report.sample_rows if outcome.samples_report else None,
+        "steps": steps,
+    }
+
+
+@dataclass(frozen=True)
+class RunLimits:
+    """A measured run is stopped (and reported as such) past these: the machine is shared, and a run the
+    code cannot finish is a result too."""
+
+    max_seconds: float = 25 * 60.0
+    max_rss_mib: float = 0.0
+    """0 = 85% of the memory available when the benchmark starts."""
+
+    def rss_cap_mib(self) -> float:
+        if self.max_rss_mib > 0:
+            return self.max_rss_mib
+        with open("/proc/meminfo") as handle:
+            fields = dict(line.split(":", 1) for line in handle)
+        return 0.85 * int(fields["MemAvailable"].split()[0]) / 1024.0
+
+
+def _child(connection: Any, function: Callable[..., dict[str, Any]], args: tuple[Any, ...]) -> None:
+    try:
+        connection.send(("ok", function(*args)))
+    except BaseException as exc:  # reported by the parent, whatever it was
+        connection.send(("error", repr(exc)))
+    finally:
+        connection.close()
+
+
+def _rss_mib(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/status") as handle:
+            for line in handle:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    return 0.0
+
+
+def in_fresh_process(
+    function: Callable[..., dict[str, Any]], *args: Any, limits: RunLimits | None = None
+) -> dict[str, Any]:
+    """Run in a new interpreter so its peak RSS and caches are its own; stop it past ``limits`` and return
+    ``{"stopped": why, ...}`` instead of its result."""
+    limits = limits or RunLimits()
+    cap = limits.rss_cap_mib()
+    context = multiprocessing.get_context("spawn")
+    progress = WORK / "progress.txt"
+    progress.parent.mkdir(parents=True, exist_ok=True)
+    progress.unlink(missing_ok=True)
+    os.environ[PROGRESS_ENV] = str(progress.resolve())  # inherited by the child
+    receiver, sender = context.Pipe(duplex=False)
+    process = context.Process(target=_child, args=(sender, function, args), daemon=True)
+    started = time.perf_counter()
+    process.start()
+    sender.close()
+    highest = 0.0
+    why = None
+    try:
+        while not receiver.poll(0.2):
+            highest = max(highest, _rss_mib(process.pid or 0))
+            elapsed = time.perf_counter() - started
+            if not process.is_alive():
+                why = f"the process ended without a result (exit code {process.exitcode}; out of memory?)"
+            elif highest > cap:
+                why = f"stopped at {highest:,.0f} MiB RSS (cap {cap:,.0f} MiB) after {elapsed:.0f} s"
+            elif elapsed > limits.max_seconds:
+                why = (
+                    f"stopped after {elapsed:.0f} s (limit {limits.max_seconds:.0f} s) at {highest:,.0f} MiB"
+                )
+            if why:
+                break
+        if why is None:
+            try:
+                status, value = receiver.recv()
+            except EOFError:
+                status, value = "error", f"no result (exit code {process.join(5) or process.exitcode})"
+            if status == "ok":
+                return value
+            why = f"failed: {value}"
+    finally:
+        if process.is_alive():
+            process.kill()
+        process.join()
+    where = progress.read_text() if progress.exists() else ""
+    if where:
+        why = f"{why}; in {where}"
+    return {"stopped": why, "seconds": None, "peak_rss_mib": None, "highest_rss_seen_mib": highest}
+
+
+def lake_copy(generated: GeneratedLake, name: str) -> Path:
+    target = WORK / f"{generated.shape.key}-{name}"
+    shutil.rmtree(target, ignore_errors=True)
+    shutil.copytree(generated.root, target)
+    return target
+
+
+def folder_mib(root: Path) -> float:
+    return sum(p.stat().st_size for p in root.rglob("*") if p.is_file()) / 2**20
+
+
+def bench_shape(
+    shape: LakeShape, profile: bool, limits: RunLimits, repeats: int, full_only: bool = False
+) -> dict[str, Any]:
+    generated = build_lake(BENCH_DIR, shape)
+    os.sync()  # flush generated files now, so no measured run's fsyncs wait for them
+    end = shape.end
+    later = end + timedelta(minutes=TAIL_MINUTES)
+    out: dict[str, Any] = {
+        "shape": dataclasses.asdict(shape),
+        "series": shape.instances * shape.queries,
+        "deploys": generated.deploys,
+        "snapshot_rows": generated.snapshot_rows,
+        "lake_mib": folder_mib(generated.root),
+        "generated_seconds": generated.seconds,
+        "injected": [
+            (r.instance, r.queryid, str(r.deployed_at)) for r in sorted(generated.regressions, key=str)
+        ],
+    }
+    print(
+        f"lake {shape.key}: {out['series']:,} series, {generated.deploys} deploys, "
+        f"{generated.snapshot_rows:,} snapshot rows, {out['lake_mib']:.0f} MiB "
+        f"(generated in {generated.seconds:.0f} s; 0 = cached)",
+        flush=True,
+    )
+
+    full_lake = lake_copy(generated, "full")
+    append_tail(full_lake, generated.tail)
+    out["full"] = in_fresh_process(
+        measured_run, str(full_lake), later.isoformat(), False, profile, limits=limits
+    )
+    shutil.rmtree(full_lake, ignore_errors=True)
+    print(f"  full run: {describe(out['full'])}", flush=True)
+    out["full_found_injected"] = found_injected(out["injected"], out["full"])
+
+    if full_only:
+        out["incremental"] = None
+        out["incremental_note"] = "not run (--full-only)"
+        return out
+    if not incremental_supported():
+        out["incremental"] = None
+        out["incremental_note"] = NOT_AVAILABLE
+        print(f"  incremental: {NOT_AVAILABLE}", flush=True)
+        return out
+    inc_lake = lake_copy(generated, "incremental")
+    first = in_fresh_process(measured_run, str(inc_lake), end.isoformat(), True, False, limits=limits)
+    out["incremental_first"] = first
+    print(f"  incremental, first run (no state yet): {describe(first)}", flush=True)
+    out["tail_files"] = append_tail(inc_lake, generated.tail)
+    if first.get("stopped"):
+        out["incremental"] = {**first, "stopped": f"not measured: the first run {first['stopped']}"}
+    else:
+        # The same incremental run from the same state, ``repeats`` times (each on its own copy): it is short,
+        # so a busy machine's noise matters; the median is reported, every figure is kept.
+        tries = []
+        for k in range(max(1, repeats)):
+            attempt = WORK / f"{shape.key}-incremental-{k}"
+            shutil.rmtree(attempt, ignore_errors=True)
+            shutil.copytree(inc_lake, attempt)
+            tries.append(
+                in_fresh_process(
+                    measured_run, str(attempt), later.isoformat(), True, profile and k == 0, limits=limits
+                )
+            )
+            shutil.rmtree(attempt, ignore_errors=True)
+        out["incremental"] = median_run(tries)
+        out["incremental_tries"] = [
+            {"seconds": t["seconds"], "peak_rss_mib": t["peak_rss_mib"]} for t in tries
+        ]
+    shutil.rmtree(inc_lake, ignore_errors=True)
+    out["incremental_found_injected"] = found_injected(out["injected"], first, out["incremental"])
+    tries = ", ".join(
+        f"{t['seconds']:.1f}" for t in out.get("incremental_tries", []) if t["seconds"] is not None
+    )
+    print(
+        f"  incremental after {TAIL_MINUTES} new minutes: {describe(out['incremental'])}"
+        + (f" (median of {tries} s)" if tries else ""),
+        flush=True,
+    )
+    return out
+
+
+def median_run(tries: list[dict[str, Any]]) -> dict[str, Any]:
+    """The try with the median wall time (a stopped try, if any, is the result: it did not finish)."""
+    stopped = [t for t in tries if t.get("stopped")]
+    if stopped:
+        return stopped[0]
+    ordered = sorted(tries, key=lambda t: t["seconds"])
+    chosen = dict(ordered[len(ordered) // 2])
+    if not chosen.get("steps"):  # the profile came from the first try
+        chosen["steps"] = tries[0].get("steps", [])
+    return chosen
+
+
+def describe(run: dict[str, Any]) -> str:
+    if run.get("stopped"):
+        return str(run["stopped"])
+    return f"{run['seconds']:.1f} s, {run['peak_rss_mib']:,.0f} MiB peak RSS"
+
+
+def found_injected(injected: list[Any], *runs: dict[str, Any]) -> int:
+    """How many injected (instance, queryid, deploy time) the runs report as detected at their deploy."""
+    found = {tuple(d) for run in runs for d in run.get("detected", [])}
+    return sum(1 for r in injected if tuple(r) in found)
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def _fmt(x: float | None, pattern: str = "{:.1f}") -> str:
+    return "-" if x is None else pattern.format(x)
+
+
+def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Ratios: full / incremental within each history, and longer / base history for each kind of run."""
+    for r in runs:
+        inc = r.get("incremental")
+        r["full_over_incremental_seconds"] = _ratio(r["full"]["seconds"], inc and inc["seconds"])
+        r["full_over_incremental_peak_mib"] = _ratio(r["full"]["peak_rss_mib"], inc and inc["peak_rss_mib"])
+    scaling: dict[str, Any] = {}
+    if len(runs) >= 2:
+        base, longer = runs[0], runs[-1]
+        for kind in ("full", "incremental"):
+            a, b = base.get(kind), longer.get(kind)
+            scaling[kind] = {
+                "seconds": _ratio(b and b["seconds"], a and a["seconds"]),
+                "peak_mib": _ratio(b and b["peak_rss_mib"], a and a["peak_rss_mib"]),
+            }
+        scaling["history_ratio"] = longer["shape"]["days"] / base["shape"]["days"]
+    return scaling
+
+
+def print_table(runs: list[dict[str, Any]], scaling: dict[str, Any]) -> None:
+    print(
+        "\n| history | series | deploys | full s | full MiB | incremental s | incremental MiB "
+        "| full / incr. (time) | full / incr. (memory) |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in runs:
+        inc = r.get("incremental")
+        print(
+            f"| {r['shape']['days']:g} d | {r['series']:,} | {r['deploys']} | {_fmt(r['full']['seconds'])} "
+            f"| {_fmt(r['full']['peak_rss_mib'], '{:.0f}')} | {_fmt(inc and inc['seconds'])} "
+            f"| {_fmt(inc and inc['peak_rss_mib'], '{:.0f}')} "
+            f"| {_fmt(r['full_over_incremental_seconds'], 'x{:.1f}')} "
+            f"| {_fmt(r['full_over_incremental_peak_mib'], 'x{:.1f}')} |"
+        )
+    for r in runs:
+        for kind in ("full", "incremental_first", "incremental"):
+            if (r.get(kind) or {}).get("stopped"):
+                print(f"{r['shape']['days']:g} d {kind}: {r[kind]['stopped']}")
+    if runs and runs[0].get("incremental") is None:
+        print(f"\nincremental: {runs[0].get('incremental_note', NOT_AVAILABLE)}")
+    if scaling:
+        history = scaling["history_ratio"]
+        for kind in ("full", "incremental"):
+            s = scaling[kind]
+            print(
+                f"{kind}: history x{history:g} -> time {_fmt(s['seconds'], 'x{:.2f}')}, "
+                f"peak memory {_fmt(s['peak_mib'], 'x{:.2f}')}"
+            )
+    ok = [r["full_over_incremental_seconds"] for r in runs if r["full_over_incremental_seconds"]]
+    if ok:
+        verdict = "met" if min(ok) >= GOAL_INCREMENTAL_RATIO else "NOT met"
+        print(f"goal incremental >= {GOAL_INCREMENTAL_RATIO:g}x cheaper (time): {verdict}")
+    for r in runs:
+        print(
+            f"{r['shape']['days']:g} d: injected regressions found by the full run "
+            f"{r['full_found_injected']}/{len(r['injected'])}"
+            + (
+                f", by the incremental runs {r['incremental_found_injected']}/{len(r['injected'])}"
+                if r.get("incremental")
+                else ""
+            )
+        )
+        for kind in ("full", "incremental"):
+            steps = (r.get(kind) or {}).get("steps") or []
+            if steps and r[kind]["seconds"]:
+                total = r[kind]["seconds"]
+                print(f"  {kind} run steps ({r['shape']['days']:g} d):")
+                for step in steps:
+                    label = "  " * step["depth"] + step["step"]
+                    print(
+                        f"    {label:44} {step['seconds']:8.1f} s "
+                        f"{100 * step['seconds'] / total:5.1f}%   RSS {step['rss_start_mib']:7.0f} -> "
+                        f"{step['rss_mib']:7.0f} MiB"
+                    )
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="bench_detection", description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--quick", action="store_true", default=bool(os.environ.get("RADAR_DETECTION_BENCH_QUICK"))
+    )
+    parser.add_argument("--instances", type=int)
+    parser.add_argument("--queries", type=int)
+    parser.add_argument("--days", type=float, help="base history in days (the doubled one runs too)")
+    parser.add_argument("--deploys-per-day", type=float, help="deploys per instance and day (default 15)")
+    parser.add_argument("--max-minutes", type=float, default=25.0, help="stop a measured run after this")
+    parser.add_argument(
+        "--max-rss-gib",
+        type=float,
+        default=0.0,
+        help="stop a measured run above this RSS (0: 85%% of available)",
+    )
+    parser.add_argument("--repeats", type=int, default=3, help="incremental runs measured (median reported)")
+    parser.add_argument("--full-only", action="store_true", help="measure the full run only")
+    parser.add_argument("--no-double", action="store_true", help="only the base history")
+    parser.add_argument(
+        "--profile", action="store_true", default=bool(os.environ.get("RADAR_DETECTION_BENCH_PROFILE"))
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse([] if argv is None else argv)
+    base = LakeShape(instances=4, queries=100, days=0.25) if args.quick else LakeShape()
+    base = dataclasses.replace(
+        base,
+        instances=args.instances or base.instances,
+        queries=args.queries or base.queries,
+        days=args.days or base.days,
+        deploys_per_instance_day=args.deploys_per_day or base.deploys_per_instance_day,
+    )
+    shapes = [base] if args.no_double else [base, dataclasses.replace(base, days=2 * base.days)]
+    print(
+        f"detection: {base.instances} instances x {base.queries} queries, history "
+        f"{' and '.join(f'{s.days:g} d' for s in shapes)}; incremental mode: "
+        f"{'yes' if incremental_supported() else NOT_AVAILABLE}",
+        flush=True,
+    )
+    limits = RunLimits(max_seconds=args.max_minutes * 60.0, max_rss_mib=args.max_rss_gib * 1024.0)
+    print(
+        f"limits per measured run: {args.max_minutes:g} min, {limits.rss_cap_mib():,.0f} MiB RSS", flush=True
+    )
+    runs = [bench_shape(shape, args.profile, limits, args.repeats, args.full_only) for shape in shapes]
+    scaling = summarize(runs)
+    print_table(runs, scaling)
+    document = json.dumps(
+        {
+            "machine": platform.platform(),
+            "cpus": os.cpu_count(),
+            "quick": args.quick,
+            "incremental_supported": incremental_supported(),
+            "goal_full_over_incremental": GOAL_INCREMENTAL_RATIO,
+            "runs": runs,
+            "scaling": scaling,
+        },
+        indent=2,
+        default=str,
+    )
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(document)
+    by_shape = RESULTS.with_name(f"detection-{base.key}.json")  # every size run keeps its own figures
+    by_shape.write_text(document)
+    print(f"\nwrote {RESULTS} and {by_shape}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
