@@ -355,10 +355,68 @@ def deploy_window_points(
         (pl.col("deployed_at") - config.window_before).alias("window_start"),
         (pl.col("deployed_at") + config.window_after).alias("window_end"),
     )
-    windowed = points.join(targets, on="instance", how="inner").filter(
-        (pl.col("interval_end") > pl.col("window_start")) & (pl.col("interval_end") <= pl.col("window_end"))
+    return points_in_windows(points, targets), targets
+
+
+def points_in_windows(points: pl.DataFrame, targets: pl.DataFrame) -> pl.DataFrame:
+    """``points`` rows with the columns of every target (instance, window_start, window_end, ...) whose
+    window holds them (window_start < interval_end <= window_end), in target order, then point order.
+
+    Why not a join on instance and a filter: that builds samples × deploys rows per instance before
+    filtering (a 10k-series day with 300 deploys went past 14 GiB). Here each instance's samples are
+    sorted once and every window's rows are found by binary search, so the work and memory are what the
+    windows hold."""
+    out_columns = [*points.columns, *(c for c in targets.columns if c != "instance")]
+    if points.height == 0 or targets.height == 0:
+        return points.join(targets, on="instance", how="inner").select(out_columns)
+    order = (
+        points.select(pl.col("instance"), pl.col("interval_end").dt.epoch("us").alias("_end"))
+        .with_row_index("_row")
+        .sort("instance", "_end", "_row")
     )
-    return windowed, targets
+    rows = order["_row"].to_numpy()
+    ends = order["_end"].to_numpy()
+    blocks = (
+        order.with_row_index("_pos")
+        .group_by("instance")
+        .agg(pl.col("_pos").min().alias("_first"), (pl.col("_pos").max() + 1).alias("_last"))
+    )
+    spans = (
+        targets.with_row_index("_target")
+        .join(blocks, on="instance", how="inner")
+        .sort("_target")
+        .select(
+            "_target",
+            "_first",
+            "_last",
+            pl.col("window_start").dt.epoch("us").alias("_from"),
+            pl.col("window_end").dt.epoch("us").alias("_to"),
+        )
+    )
+    if spans.height == 0:
+        return points.join(targets, on="instance", how="inner").select(out_columns)
+    first, last = spans["_first"].to_numpy(), spans["_last"].to_numpy()
+    low = np.empty(spans.height, dtype=np.int64)
+    high = np.empty(spans.height, dtype=np.int64)
+    for start in np.unique(first):
+        mine = first == start
+        block = ends[start : last[mine][0]]
+        low[mine] = start + np.searchsorted(block, spans["_from"].to_numpy()[mine], side="right")
+        high[mine] = start + np.searchsorted(block, spans["_to"].to_numpy()[mine], side="right")
+    lengths = high - low
+    total = int(lengths.sum())
+    starts = np.repeat(low - np.concatenate(([0], np.cumsum(lengths)[:-1])), lengths)
+    positions = starts + np.arange(total, dtype=np.int64)
+    # Within a window, points in their input order (as the join and filter gave them).
+    picked = pl.DataFrame(
+        {
+            "_target": np.repeat(spans["_target"].to_numpy(), lengths),
+            "_row": rows[positions].astype(np.int64),
+        }
+    ).sort("_target", "_row")
+    taken = points[picked["_row"].to_numpy()]
+    info = targets.drop("instance")[picked["_target"].to_numpy()]
+    return pl.concat([taken, info], how="horizontal").select(out_columns)
 
 
 def detect_regressions(
