@@ -40,6 +40,7 @@ from jobs.regressions import (
     attribute_to_deploys,
     detect_regressions,
     detect_unannounced_regressions,
+    fingerprinted_samples,
     one_row_per_finding,
     sample_intervals,
 )
@@ -136,6 +137,9 @@ def detect_from_frames(
     """Latency findings of both analyses with their work evidence, contention separated and plan diffs
     attached; resource regressions; instance slowdowns. ``scope``: what an incremental run re-examines
     (jobs.detect.scope; None = everything)."""
+    # Identified once here; every step below reuses it (fingerprinted_samples passes identified frames).
+    if samples.height:
+        samples = fingerprinted_samples(samples, texts, config.regression.identity)
     regressions = detect_regressions(samples, texts, deploys, config.regression, scope)
     unannounced = (
         detect_unannounced_regressions(samples, texts, config.regression, scope)

@@ -160,11 +160,22 @@ def _require(frame: pl.DataFrame, columns: tuple[str, ...], what: str) -> None:
         raise RegressionInputError(f"{what}: missing columns {missing}")
 
 
+# Marks a frame ``fingerprinted_samples`` identified (a column, so it survives filters and joins).
+IDENTIFIED = "_identified"
+
+
 def fingerprinted_samples(
     samples: pl.DataFrame, texts: pl.DataFrame, identity: IdentityConfig = DEFAULT_IDENTITY
 ) -> pl.DataFrame:
     """Samples with ``fingerprint``, ``query``, ``series`` and ``database`` (``jobs.detect.identity``);
-    texts: raw query_texts or fingerprint_texts output."""
+    texts: raw query_texts or fingerprint_texts output.
+
+    Samples that already carry ``series`` (identified by this function: lake samples never do) are
+    returned as they are, so one detection pass identifies its samples once (``detect_from_frames``)
+    and every step that calls this on them reuses that: on a 10k-series day each identification cost
+    GiBs and a run did it seven times."""
+    if IDENTIFIED in samples.columns and "series" in samples.columns:
+        return samples
     _require(
         samples,
         ("instance", "queryid", "interval_start", "interval_end", "calls", "total_exec_time"),
@@ -177,7 +188,7 @@ def fingerprinted_samples(
             f"samples: instance {row['instance']} queryid {row['queryid']} at {row['interval_end']}: "
             "calls must be positive and exec time finite (build samples with jobs.samples)"
         )
-    return identify_samples(samples, texts, identity)
+    return identify_samples(samples, texts, identity).with_columns(pl.lit(True).alias(IDENTIFIED))
 
 
 def merge_intervals(frame: pl.DataFrame, keys: list[str], sums: tuple[str, ...] = ()) -> pl.DataFrame:
