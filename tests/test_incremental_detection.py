@@ -26,6 +26,7 @@ from jobs.detect.scope import (
 from jobs.regressions import DETECTED, SERIES_KEY, RegressionConfig, detect_regressions, fingerprinted_samples
 from jobs.schemas import ANALYSIS_RUNS, QUERY_TEXTS, SNAPSHOT_RUNS, STATEMENT_SNAPSHOTS
 from tests.lakes import series_samples as inline_series
+from tests.lakes import snapshot_frame, snapshot_row
 
 START = datetime(2026, 11, 2, 9, 0, tzinfo=UTC)
 BOOT = START - timedelta(days=1)
@@ -78,26 +79,17 @@ def snapshot_rows() -> tuple[pl.DataFrame, pl.DataFrame]:
                 state[0] += calls
                 state[1] += calls * 2.0 * factor * float(rng.lognormal(0, 0.08))
             rows.append(
-                {
-                    "instance": instance,
-                    "captured_at": at(minute),
-                    "collector_clock": at(minute) + timedelta(milliseconds=30),
-                    "system_identifier": 7,
-                    "postmaster_start": BOOT,
-                    "stats_reset": BOOT,
-                    "stats_since": BOOT,
-                    "userid": 10,
-                    "dbid": 5,
-                    "toplevel": True,
-                    "queryid": queryid,
-                    "calls": int(state[0]),
-                    "total_exec_time": state[1],
-                    "rows": int(state[0]),
-                    "shared_blks_hit": int(state[0]) * 3,
-                }
+                snapshot_row(
+                    instance,
+                    at(minute),
+                    queryid,
+                    int(state[0]),
+                    state[1],
+                    collector_clock=at(minute) + timedelta(milliseconds=30),
+                    boot=BOOT,
+                )
             )
-    schema = STATEMENT_SNAPSHOTS.scan_schema()
-    snaps = pl.DataFrame(rows, schema_overrides={k: schema[k] for k in rows[0] if k in schema})
+    snaps = snapshot_frame(rows)
     return snaps, pl.DataFrame(runs, schema_overrides={"captured_at": pl.Datetime("us", "UTC")})
 
 
