@@ -11,7 +11,7 @@ import polars as pl
 
 from jobs import lake
 from jobs.collect.deploys import mark_deploy
-from jobs.schemas import STATEMENT_SNAPSHOTS
+from jobs.schemas import SNAPSHOT_RUNS, STATEMENT_SNAPSHOTS
 
 
 def write_step_change_lake(lake_root: Path) -> datetime:
@@ -138,24 +138,6 @@ def series_texts(pairs: list[tuple[str, int, str]]) -> pl.DataFrame:
 
 
 SNAPSHOT_BOOT = datetime(2026, 11, 29, 8, 0, tzinfo=UTC)
-# The statement_snapshots columns snapshot_row fills, in its order.
-SNAPSHOT_ROW_COLUMNS: tuple[str, ...] = (
-    "instance",
-    "captured_at",
-    "collector_clock",
-    "system_identifier",
-    "postmaster_start",
-    "stats_reset",
-    "stats_since",
-    "userid",
-    "dbid",
-    "toplevel",
-    "queryid",
-    "calls",
-    "total_exec_time",
-    "rows",
-    "shared_blks_hit",
-)
 
 
 def snapshot_row(
@@ -198,8 +180,20 @@ def snapshot_row(
 
 def snapshot_frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
     """snapshot_row rows typed as the lake's statement_snapshots (the columns of the first row; all of
-    SNAPSHOT_ROW_COLUMNS when there is none)."""
+    snapshot_row's when there is none)."""
     schema = STATEMENT_SNAPSHOTS.scan_schema()
     if not rows:
-        return pl.DataFrame(schema={k: schema[k] for k in SNAPSHOT_ROW_COLUMNS})
+        every_column = snapshot_row("", SNAPSHOT_BOOT, 0, 0, 0.0, collector_clock=SNAPSHOT_BOOT)
+        return pl.DataFrame(schema={k: schema[k] for k in every_column})
     return pl.DataFrame(rows, schema_overrides={k: schema[k] for k in rows[0] if k in schema})
+
+
+def write_snapshot_files(lake_root: Path, snapshots: pl.DataFrame, runs: pl.DataFrame) -> None:
+    """One statement_snapshots and one snapshot_runs file per (instance, snapshot), named like the
+    collector's (capture time + digest)."""
+    for (instance, captured), part in snapshots.group_by("instance", "captured_at"):
+        parts = {"instance": str(instance), "date": captured.date().isoformat()}  # type: ignore[union-attr]
+        stem = f"{lake.stem_for(captured)}-0123456789"  # type: ignore[arg-type]
+        lake.write_table(lake_root, STATEMENT_SNAPSHOTS, part.drop("instance"), parts, stem)
+        run = runs.filter((pl.col("instance") == instance) & (pl.col("captured_at") == captured))
+        lake.write_table(lake_root, SNAPSHOT_RUNS, run.drop("instance"), parts, stem)

@@ -22,8 +22,8 @@ from jobs.samples import (
     run_samples_job,
     samples_from_snapshots,
 )
-from jobs.schemas import QUERY_SAMPLES, SNAPSHOT_RUNS, STATEMENT_SNAPSHOTS
-from tests.lakes import SNAPSHOT_BOOT, snapshot_frame, snapshot_row
+from jobs.schemas import QUERY_SAMPLES
+from tests.lakes import SNAPSHOT_BOOT, snapshot_frame, snapshot_row, write_snapshot_files
 
 T0 = datetime(2026, 11, 29, 23, 40, tzinfo=UTC)  # batches cross midnight: two date partitions
 BOOT = SNAPSHOT_BOOT
@@ -126,16 +126,6 @@ def test_a_batch_already_differenced_adds_nothing(history: tuple[pl.DataFrame, p
 
 # ---------------------------------------------------------------------------------------------------------
 # The job on a lake: snapshots arrive in batches, a run after each
-
-
-def write_snapshot_files(lake_root: Path, snapshots: pl.DataFrame, runs: pl.DataFrame) -> None:
-    """One file per (instance, snapshot), named like the collector's (capture time + digest)."""
-    for (instance, captured), part in snapshots.group_by("instance", "captured_at"):
-        parts = {"instance": str(instance), "date": captured.date().isoformat()}  # type: ignore[union-attr]
-        stem = f"{lake.stem_for(captured)}-0123456789"  # type: ignore[arg-type]
-        lake.write_table(lake_root, STATEMENT_SNAPSHOTS, part.drop("instance"), parts, stem)
-        run = runs.filter((pl.col("instance") == instance) & (pl.col("captured_at") == captured))
-        lake.write_table(lake_root, SNAPSHOT_RUNS, run.drop("instance"), parts, stem)
 
 
 def history_of(
