@@ -348,45 +348,6 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else (f"{value:.3f} ms" if value < 10 else f"{value:.1f} ms")
 
 
-def _levels_text(row: dict) -> str:
-    """Before → after, and for a finding that came back down when and to what (both levels shown)."""
-    text = f"{_ms(row.get('before_mean_ms'))} → {_ms(row.get('after_mean_ms'))}"
-    recovered = row.get("recovered_at")
-    if recovered is not None:
-        text += f"; recovered at {recovered.strftime('%H:%M:%S')} (now {_ms(row.get('latest_mean_ms'))})"
-    return text
-
-
-def detected_table(frame: pl.DataFrame, title: str) -> Table:
-    table = Table(title=title, show_lines=True)
-    for name in (
-        "instance",
-        "query",
-        "before → after",
-        "began at",
-        "p",
-        "deploy",
-        "kind",
-        "plan change",
-        "work",
-    ):
-        table.add_column(name, overflow="fold")
-    for row in frame.to_dicts():
-        began = row.get("detected_change_at")
-        table.add_row(
-            str(row["instance"]),
-            str(row.get("query") or row.get("queryid"))[:90],
-            _levels_text(row),
-            began.strftime("%H:%M:%S") if began else "-",
-            f"{row['p_value']:.2g}" if row.get("p_value") is not None else "-",
-            str(row.get("deploy_version") or "unannounced"),
-            _kind_text(row),
-            str(row.get("plan_diff_summary") or "no plans captured"),
-            str(row.get("work_evidence") or "-"),
-        )
-    return table
-
-
 def resource_table(frame: pl.DataFrame, title: str = "Resource regressions") -> Table:
     """Detected resource regressions: e.g.: "temp blocks per call ×4.8 at deploy v42, latency +9%"."""
     table = Table(title=title, show_lines=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 import resource
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from pathlib import Path
@@ -517,19 +517,24 @@ def new_snapshot_files(
     """The instance's files of ``table`` that may hold a snapshot captured after ``since`` (server clock):
     partitions dated ``since``'s day or later, and there the files whose name's latest timestamp is after
     it (a name without one is read, to be safe). Older partitions are not even listed."""
-    base = Path(lake_root) / table.name / f"instance={instance}"
-    if not base.exists():
-        return []
-    mark, day = stem_for(since), since.date().isoformat()
+    mark = stem_for(since)
     found = []
-    for folder in sorted(base.glob("date=*")):
-        if folder.name.removeprefix("date=") < day:
-            continue
-        for path in sorted(folder.glob("*.parquet")):
-            stamp = latest_stamp(path)
-            if stamp is None or stamp > mark:
-                found.append(path)
+    for path in _files_dated_from(Path(lake_root) / table.name / f"instance={instance}", since):
+        stamp = latest_stamp(path)
+        if stamp is None or stamp > mark:
+            found.append(path)
     return found
+
+
+def _files_dated_from(base: Path, moment: datetime) -> Iterator[Path]:
+    """The Parquet files of an instance's folder (``base``) in its partitions dated ``moment``'s UTC day
+    or later, in name order; older partitions are not even listed."""
+    if not base.exists():
+        return
+    day = moment.date().isoformat()
+    for folder in sorted(base.glob("date=*")):
+        if folder.name.removeprefix("date=") >= day:
+            yield from sorted(folder.glob("*.parquet"))
 
 
 def read_frontier(out_root: Path, instance: str) -> pl.DataFrame:
@@ -561,18 +566,12 @@ def remove_unconfirmed_samples(out_root: Path, instance: str, watermark: datetim
     """Delete the samples job's own query_samples files of ``instance`` named after an interval end past the
     committed watermark: an append that died before committing its frontier wrote them, and this run
     writes those samples again. Returns the removed files."""
-    base = Path(out_root) / QUERY_SAMPLES.name / f"instance={instance}"
-    if not base.exists():
-        return []
-    mark, day = stem_for(watermark), watermark.date().isoformat()
+    mark = stem_for(watermark)
     removed = []
-    for folder in sorted(base.glob("date=*")):
-        if folder.name.removeprefix("date=") < day:
-            continue
-        for path in folder.glob("*.parquet"):
-            if path.stem > mark and is_own_file(path):
-                path.unlink(missing_ok=True)
-                removed.append(path)
+    for path in _files_dated_from(Path(out_root) / QUERY_SAMPLES.name / f"instance={instance}", watermark):
+        if path.stem > mark and is_own_file(path):
+            path.unlink(missing_ok=True)
+            removed.append(path)
     return removed
 
 

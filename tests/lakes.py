@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import polars as pl
 
 from jobs import lake
 from jobs.collect.deploys import mark_deploy
+from jobs.schemas import SNAPSHOT_RUNS, STATEMENT_SNAPSHOTS
 
 
 def write_step_change_lake(lake_root: Path) -> datetime:
@@ -133,3 +135,65 @@ def series_texts(pairs: list[tuple[str, int, str]]) -> pl.DataFrame:
     return pl.DataFrame(
         pairs, schema={"instance": pl.String, "queryid": pl.Int64, "query": pl.String}, orient="row"
     )
+
+
+SNAPSHOT_BOOT = datetime(2026, 11, 29, 8, 0, tzinfo=UTC)
+
+
+def snapshot_row(
+    instance: str,
+    captured_at: datetime,
+    queryid: int | None,
+    calls: int,
+    total_exec_time: float,
+    *,
+    collector_clock: datetime | None = None,
+    boot: datetime = SNAPSHOT_BOOT,
+    blocks_per_call: int = 3,
+    **over: Any,
+) -> dict[str, Any]:
+    """One statement_snapshots row of an entry (system 7, user 10, db 5, top level) whose server, stats
+    and entry all began at ``boot``, one row and ``blocks_per_call`` buffer hits per call; ``over``
+    replaces any value in place. Without ``collector_clock`` the row has no such column."""
+    row: dict[str, Any] = {
+        "instance": instance,
+        "captured_at": captured_at,
+        "collector_clock": collector_clock,
+        "system_identifier": 7,
+        "postmaster_start": boot,
+        "stats_reset": boot,
+        "stats_since": boot,
+        "userid": 10,
+        "dbid": 5,
+        "toplevel": True,
+        "queryid": queryid,
+        "calls": calls,
+        "total_exec_time": total_exec_time,
+        "rows": calls,
+        "shared_blks_hit": calls * blocks_per_call,
+    }
+    if collector_clock is None:
+        del row["collector_clock"]
+    row.update(over)
+    return row
+
+
+def snapshot_frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
+    """snapshot_row rows typed as the lake's statement_snapshots (the columns of the first row; all of
+    snapshot_row's when there is none)."""
+    schema = STATEMENT_SNAPSHOTS.scan_schema()
+    if not rows:
+        every_column = snapshot_row("", SNAPSHOT_BOOT, 0, 0, 0.0, collector_clock=SNAPSHOT_BOOT)
+        return pl.DataFrame(schema={k: schema[k] for k in every_column})
+    return pl.DataFrame(rows, schema_overrides={k: schema[k] for k in rows[0] if k in schema})
+
+
+def write_snapshot_files(lake_root: Path, snapshots: pl.DataFrame, runs: pl.DataFrame) -> None:
+    """One statement_snapshots and one snapshot_runs file per (instance, snapshot), named like the
+    collector's (capture time + digest)."""
+    for (instance, captured), part in snapshots.group_by("instance", "captured_at"):
+        parts = {"instance": str(instance), "date": captured.date().isoformat()}  # type: ignore[union-attr]
+        stem = f"{lake.stem_for(captured)}-0123456789"  # type: ignore[arg-type]
+        lake.write_table(lake_root, STATEMENT_SNAPSHOTS, part.drop("instance"), parts, stem)
+        run = runs.filter((pl.col("instance") == instance) & (pl.col("captured_at") == captured))
+        lake.write_table(lake_root, SNAPSHOT_RUNS, run.drop("instance"), parts, stem)

@@ -17,10 +17,14 @@ import psycopg
 from psycopg.types.numeric import Int4
 
 from jobs import lake
+from jobs.analysis import DetectionConfig, detect_from_frames
 from jobs.collect.collector import snapshot_fleet
+from jobs.collect.deploys import load_deploy_events
 from jobs.config import FleetConfig
 from jobs.fleet import EmbeddedFleet
-from jobs.schemas import QUERY_TEXTS, SNAPSHOT_RUNS, STATEMENT_SNAPSHOTS
+from jobs.samples import samples_from_snapshots
+from jobs.schemas import PLAN_SNAPSHOTS, QUERY_TEXTS, SNAPSHOT_RUNS, STATEMENT_SNAPSHOTS
+from tests.detection_frames import Frames, as_frames
 
 SNAPSHOT_EVERY = 0.2
 SNAPSHOTS_PER_PHASE = 20  # fewer leave the serially corrected rank test short of power
@@ -149,6 +153,15 @@ def lake_frames(lake_root: Path) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFra
     runs = lake.scan_table(lake_root, SNAPSHOT_RUNS).collect()
     texts = lake.scan_table(lake_root, QUERY_TEXTS).collect()
     return snapshots, runs, texts
+
+
+def detect_lake(lake_root: Path, config: DetectionConfig) -> Frames:
+    """Samples from the lake's snapshots, then both analyses over them, as radar detect runs them (no
+    plans: the real-server detection tests judge latency alone)."""
+    snapshots, runs, texts = lake_frames(lake_root)
+    samples = samples_from_snapshots(snapshots, runs).samples
+    deploys = load_deploy_events(lake_root)
+    return as_frames(detect_from_frames(samples, texts, deploys, PLAN_SNAPSHOTS.empty(), config))
 
 
 def setup_orders(dsn: str, table: str, *, index: bool, customer_type: str = "int") -> None:

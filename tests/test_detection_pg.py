@@ -19,15 +19,20 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from jobs.analysis import DetectionConfig, detect_from_frames
-from jobs.collect.deploys import load_deploy_events, mark_deploy
+from jobs.analysis import DetectionConfig
+from jobs.collect.deploys import mark_deploy
 from jobs.config import FleetConfig
 from jobs.fleet import EmbeddedFleet
 from jobs.regressions import RegressionConfig
-from jobs.samples import samples_from_snapshots
-from jobs.schemas import PLAN_SNAPSHOTS
-from tests.detection_frames import Frames, as_frames
-from tests.pg_workload import CpuNeighbour, Workload, lake_frames, one_instance, setup_orders, snapshot_phase
+from tests.detection_frames import Frames
+from tests.pg_workload import (
+    CpuNeighbour,
+    Workload,
+    detect_lake,
+    one_instance,
+    setup_orders,
+    snapshot_phase,
+)
 
 pytestmark = pytest.mark.postgres
 
@@ -79,13 +84,6 @@ def mixed_workload(stack: ExitStack, dsn: str, *extra: str) -> list[Workload]:
     """The mix's clients plus one client per query of ``extra``, all started; stopped with ``stack``."""
     queries: list[str | tuple[str, ...]] = [*MIX_HEAVY, MIX_LIGHT, *extra]
     return [stack.enter_context(Workload(dsn, q)) for q in queries]
-
-
-def detect(lake_root: Path) -> Frames:
-    snapshots, runs, texts = lake_frames(lake_root)
-    samples = samples_from_snapshots(snapshots, runs).samples
-    deploys = load_deploy_events(lake_root)
-    return as_frames(detect_from_frames(samples, texts, deploys, PLAN_SNAPSHOTS.empty(), CONFIG))
 
 
 def of_query(frame: pl.DataFrame, fragment: str) -> pl.DataFrame:
@@ -140,7 +138,7 @@ def test_noop_deploy_with_a_cpu_heavy_neighbour_is_no_query_regression(
         neighbour.start()
         snapshot_phase(config, lake_root, PHASE)
     assert neighbour.statements > 0
-    frames = detect(lake_root)
+    frames = detect_lake(lake_root, CONFIG)
     assert_contended(mix_rows(frames, "v5-noop"))
     assert frames.reported.height == 0, shown(frames.reported)
     # The slowdown is not swallowed: it is one instance-level finding, and the queries it explains say so.
@@ -169,7 +167,7 @@ def test_index_drop_under_contention_is_the_only_query_regression(
         conn.execute("drop index radar_idx_customer")
         neighbour.start()
         snapshot_phase(config, lake_root, PHASE)
-    frames = detect(lake_root)
+    frames = detect_lake(lake_root, CONFIG)
     assert_contended(mix_rows(frames, "v6-drop-index"))
     reported = frames.reported
     assert reported.height >= 1, shown(frames.regressions)
@@ -207,7 +205,7 @@ def test_work_mem_cut_at_a_deploy_is_a_resource_regression_naming_temp_blocks(
     finally:
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(reset)
-    frames = detect(lake_root)
+    frames = detect_lake(lake_root, CONFIG)
     assert frames.resource_regressions is not None, f"no resource_regressions ({frames.shape})"
     found = frames.resource_regressions.filter(pl.col("status") == "detected")
     ours = of_query(found, "from radar_sort where")

@@ -25,17 +25,14 @@ import pytest
 from psycopg import sql
 from psycopg.types.numeric import Int4, Int8
 
-from jobs.analysis import DetectionConfig, detect_from_frames
-from jobs.collect.deploys import load_deploy_events, mark_deploy
+from jobs.analysis import DetectionConfig
+from jobs.collect.deploys import mark_deploy
 from jobs.config import FleetConfig
 from jobs.detect.identity import fingerprint_text
 from jobs.fleet import EmbeddedFleet
 from jobs.regressions import RegressionConfig
-from jobs.samples import samples_from_snapshots
-from jobs.schemas import PLAN_SNAPSHOTS
 from tests.conftest import FleetFactory
-from tests.detection_frames import Frames, as_frames
-from tests.pg_workload import Workload, lake_frames, one_instance, setup_orders, snapshot_phase
+from tests.pg_workload import Workload, detect_lake, one_instance, setup_orders, snapshot_phase
 
 pytestmark = pytest.mark.postgres
 
@@ -77,13 +74,6 @@ def slow_down(dsn: str, name: str) -> None:
             f"create or replace view {name} as select * from {name}_rows"
             " where (select true from pg_sleep(0.1))"
         )
-
-
-def detect(lake_root: Path) -> Frames:
-    snapshots, runs, texts = lake_frames(lake_root)
-    samples = samples_from_snapshots(snapshots, runs).samples
-    deploys = load_deploy_events(lake_root)
-    return as_frames(detect_from_frames(samples, texts, deploys, PLAN_SNAPSHOTS.empty(), CONFIG))
 
 
 def on_table(frame: pl.DataFrame, table: str) -> pl.DataFrame:
@@ -130,7 +120,7 @@ def test_the_same_query_in_two_databases_regressing_in_the_quiet_one_is_found_un
         slow_down(quiet_dsn, "radar_tenant")
         snapshot_phase(config, lake_root)
     assert quiet.calls > 0
-    frames = detect(lake_root)
+    frames = detect_lake(lake_root, CONFIG)
     rows = on_table(frames.regressions, "radar_tenant").sort("dbid")
     assert rows.height == 2, shown(rows)
     busy_row, quiet_row = rows.row(0, named=True), rows.row(1, named=True)
@@ -159,7 +149,7 @@ def test_two_live_tables_differing_by_trailing_digits_blame_the_right_one_with_i
         mark_deploy(lake_root, version="v2-orders-2025", instances=["alpha"])
         slow_down(dsn, "radar_orders_2025")
         snapshot_phase(config, lake_root)
-    frames = detect(lake_root)
+    frames = detect_lake(lake_root, CONFIG)
     old = on_table(frames.regressions, "radar_orders_2024")
     new = on_table(frames.regressions, "radar_orders_2025")
     assert old.height == 1 and new.height == 1, shown(frames.regressions)
@@ -223,7 +213,7 @@ def test_a_queryid_change_at_a_deploy_keeping_the_fingerprint_is_still_one_serie
         conn.execute("drop index radar_typed_customer")
     with Workload(dsn, after):
         snapshot_phase(config, lake_root)
-    frames = detect(lake_root)
+    frames = detect_lake(lake_root, CONFIG)
     rows = on_table(frames.regressions, "radar_typed")
     assert rows.height == 1, shown(rows)
     row = rows.row(0, named=True)

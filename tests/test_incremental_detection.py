@@ -26,6 +26,7 @@ from jobs.detect.scope import (
 from jobs.regressions import DETECTED, SERIES_KEY, RegressionConfig, detect_regressions, fingerprinted_samples
 from jobs.schemas import ANALYSIS_RUNS, QUERY_TEXTS, SNAPSHOT_RUNS, STATEMENT_SNAPSHOTS
 from tests.lakes import series_samples as inline_series
+from tests.lakes import snapshot_frame, snapshot_row, write_snapshot_files
 
 START = datetime(2026, 11, 2, 9, 0, tzinfo=UTC)
 BOOT = START - timedelta(days=1)
@@ -78,36 +79,18 @@ def snapshot_rows() -> tuple[pl.DataFrame, pl.DataFrame]:
                 state[0] += calls
                 state[1] += calls * 2.0 * factor * float(rng.lognormal(0, 0.08))
             rows.append(
-                {
-                    "instance": instance,
-                    "captured_at": at(minute),
-                    "collector_clock": at(minute) + timedelta(milliseconds=30),
-                    "system_identifier": 7,
-                    "postmaster_start": BOOT,
-                    "stats_reset": BOOT,
-                    "stats_since": BOOT,
-                    "userid": 10,
-                    "dbid": 5,
-                    "toplevel": True,
-                    "queryid": queryid,
-                    "calls": int(state[0]),
-                    "total_exec_time": state[1],
-                    "rows": int(state[0]),
-                    "shared_blks_hit": int(state[0]) * 3,
-                }
+                snapshot_row(
+                    instance,
+                    at(minute),
+                    queryid,
+                    int(state[0]),
+                    state[1],
+                    collector_clock=at(minute) + timedelta(milliseconds=30),
+                    boot=BOOT,
+                )
             )
-    schema = STATEMENT_SNAPSHOTS.scan_schema()
-    snaps = pl.DataFrame(rows, schema_overrides={k: schema[k] for k in rows[0] if k in schema})
+    snaps = snapshot_frame(rows)
     return snaps, pl.DataFrame(runs, schema_overrides={"captured_at": pl.Datetime("us", "UTC")})
-
-
-def write_batch(lake_root: Path, snaps: pl.DataFrame, runs: pl.DataFrame) -> None:
-    for (instance, captured), part in snaps.group_by("instance", "captured_at"):
-        parts = {"instance": str(instance), "date": captured.date().isoformat()}  # type: ignore[union-attr]
-        stem = f"{lake.stem_for(captured)}-0123456789"  # type: ignore[arg-type]
-        lake.write_table(lake_root, STATEMENT_SNAPSHOTS, part.drop("instance"), parts, stem)
-        run = runs.filter((pl.col("instance") == instance) & (pl.col("captured_at") == captured))
-        lake.write_table(lake_root, SNAPSHOT_RUNS, run.drop("instance"), parts, stem)
 
 
 def write_texts(lake_root: Path) -> None:
@@ -159,7 +142,7 @@ def test_incremental_runs_find_the_deploy_regressions_of_one_full_run(
         write_texts(root)
         for version, instances, minute in DEPLOYS:
             mark(root, version, instances, minute)
-    write_batch(full_lake, snaps, runs)
+    write_snapshot_files(full_lake, snaps, runs)
     mark(full_lake, *LATE_DEPLOY)
     full = run_detection(
         full_lake, DetectionConfig(incremental=False), now=at(MINUTES) + timedelta(minutes=1)
@@ -174,7 +157,7 @@ def test_incremental_runs_find_the_deploy_regressions_of_one_full_run(
     start = -1
     for cut in cuts:
         batch = pl.col("captured_at").is_between(at(start + 1), at(cut))
-        write_batch(incremental_lake, snaps.filter(batch), runs.filter(batch))
+        write_snapshot_files(incremental_lake, snaps.filter(batch), runs.filter(batch))
         if cut == 230:
             mark(incremental_lake, *LATE_DEPLOY)  # recorded after its window's samples were in
         outcome = run_detection(incremental_lake, DetectionConfig(), now=at(cut) + timedelta(seconds=30))
@@ -238,7 +221,7 @@ def test_a_full_run_after_incremental_ones_sees_everything_again(
     write_texts(tmp_path)
     for version, instances, minute in DEPLOYS:
         mark(tmp_path, version, instances, minute)
-    write_batch(tmp_path, snaps, runs)
+    write_snapshot_files(tmp_path, snaps, runs)
     first = run_detection(tmp_path, DetectionConfig(), now=at(MINUTES) + timedelta(minutes=1))
     again = run_detection(tmp_path, DetectionConfig(), now=at(MINUTES) + timedelta(minutes=2))
     full = run_detection(tmp_path, DetectionConfig(incremental=False), now=at(MINUTES) + timedelta(minutes=3))
@@ -370,7 +353,7 @@ def test_watermarks_come_from_the_lake(tmp_path: Path, history: tuple[pl.DataFra
     snaps, runs = history
     write_texts(tmp_path)
     batch = pl.col("captured_at") <= at(30)
-    write_batch(tmp_path, snaps.filter(batch), runs.filter(batch))
+    write_snapshot_files(tmp_path, snaps.filter(batch), runs.filter(batch))
     assert previous_watermarks(tmp_path) is None
     run_detection(tmp_path, DetectionConfig(), now=at(31))
     assert samples_watermarks(tmp_path) == {"alpha": at(30), "beta": at(30)}
@@ -389,10 +372,10 @@ def test_a_detection_run_that_dies_before_its_state_is_committed_is_redone(
     for version, instances, minute in DEPLOYS:
         mark(tmp_path, version, instances, minute)
     first = pl.col("captured_at") <= at(50)
-    write_batch(tmp_path, snaps.filter(first), runs.filter(first))
+    write_snapshot_files(tmp_path, snaps.filter(first), runs.filter(first))
     run_detection(tmp_path, DetectionConfig(), now=at(50) + timedelta(seconds=30))
     later = pl.col("captured_at").is_between(at(51), at(70))
-    write_batch(tmp_path, snaps.filter(later), runs.filter(later))
+    write_snapshot_files(tmp_path, snaps.filter(later), runs.filter(later))
 
     def die(*_: Any) -> list[Path]:
         raise KeyboardInterrupt

@@ -14,35 +14,26 @@ from hypothesis import strategies as st
 from jobs.lake import scan_table, write_table
 from jobs.samples import SampleConfig, SamplesError, run_samples_job, samples_from_snapshots
 from jobs.schemas import QUERY_SAMPLES, SNAPSHOT_RUNS, STATEMENT_SNAPSHOTS
+from tests.lakes import SNAPSHOT_BOOT, snapshot_frame, snapshot_row
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
-BOOT = datetime(2026, 11, 29, 8, 0, tzinfo=UTC)
+BOOT = SNAPSHOT_BOOT
 
 
 def snap(step: int, calls: int, exec_ms: float, **over: Any) -> dict[str, Any]:
-    row: dict[str, Any] = {
-        "instance": "alpha",
-        "captured_at": T0 + timedelta(seconds=10 * step),
-        "system_identifier": 7,
-        "postmaster_start": BOOT,
-        "stats_reset": BOOT,
-        "stats_since": BOOT,
-        "userid": 10,
-        "dbid": 5,
-        "toplevel": True,
-        "queryid": -42,
-        "calls": calls,
-        "total_exec_time": exec_ms,
-        "rows": calls,
-        "shared_blks_hit": calls * 3,
-    }
-    row.update(over)
-    return row
+    return snapshot_row(
+        str(over.pop("instance", "alpha")),
+        over.pop("captured_at", T0 + timedelta(seconds=10 * step)),
+        over.pop("queryid", -42),
+        calls,
+        exec_ms,
+        boot=BOOT,
+        **over,
+    )
 
 
 def frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
-    schema = STATEMENT_SNAPSHOTS.scan_schema()
-    return pl.DataFrame(rows, schema_overrides={k: schema[k] for k in rows[0] if k in schema})
+    return snapshot_frame(rows)
 
 
 def runs_frame(deallocs: list[int], instance: str = "alpha") -> pl.DataFrame:

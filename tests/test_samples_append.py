@@ -22,27 +22,11 @@ from jobs.samples import (
     run_samples_job,
     samples_from_snapshots,
 )
-from jobs.schemas import QUERY_SAMPLES, SNAPSHOT_RUNS, STATEMENT_SNAPSHOTS
+from jobs.schemas import QUERY_SAMPLES
+from tests.lakes import SNAPSHOT_BOOT, snapshot_frame, snapshot_row, write_snapshot_files
 
 T0 = datetime(2026, 11, 29, 23, 40, tzinfo=UTC)  # batches cross midnight: two date partitions
-BOOT = datetime(2026, 11, 29, 8, 0, tzinfo=UTC)
-ROW_COLUMNS = (
-    "instance",
-    "captured_at",
-    "collector_clock",
-    "system_identifier",
-    "postmaster_start",
-    "stats_reset",
-    "stats_since",
-    "userid",
-    "dbid",
-    "toplevel",
-    "queryid",
-    "calls",
-    "total_exec_time",
-    "rows",
-    "shared_blks_hit",
-)
+BOOT = SNAPSHOT_BOOT
 SAMPLE_ORDER = ["instance", "queryid", "dbid", "userid", "toplevel", "interval_end"]
 
 
@@ -74,25 +58,20 @@ def fleet_history(draw: st.DrawFn) -> tuple[pl.DataFrame, pl.DataFrame]:
                 state[0] += draw(st.integers(0, 40))
                 state[1] += draw(st.floats(0, 400, allow_nan=False))
                 snapshots.append(
-                    {
-                        "instance": instance,
-                        "captured_at": captured,
-                        "collector_clock": captured + timedelta(milliseconds=draw(st.integers(0, 300))),
-                        "system_identifier": 7,
-                        "postmaster_start": boot,
-                        "stats_reset": BOOT,
-                        "stats_since": state[2],
-                        "userid": 10,
-                        "dbid": 5,
-                        "toplevel": True,
-                        "queryid": queryid,
-                        "calls": state[0],
-                        "total_exec_time": state[1],
-                        "rows": state[0],
-                        "shared_blks_hit": state[0] * 2,
-                    }
+                    snapshot_row(
+                        instance,
+                        captured,
+                        queryid,
+                        state[0],
+                        state[1],
+                        collector_clock=captured + timedelta(milliseconds=draw(st.integers(0, 300))),
+                        boot=boot,
+                        blocks_per_call=2,
+                        stats_reset=BOOT,
+                        stats_since=state[2],
+                    )
                 )
-    frame = pl.DataFrame(snapshots, schema={k: STATEMENT_SNAPSHOTS.scan_schema()[k] for k in ROW_COLUMNS})
+    frame = snapshot_frame(snapshots)
     run_frame = pl.DataFrame(runs, schema_overrides={"captured_at": pl.Datetime("us", "UTC")})
     return frame, run_frame
 
@@ -149,16 +128,6 @@ def test_a_batch_already_differenced_adds_nothing(history: tuple[pl.DataFrame, p
 # The job on a lake: snapshots arrive in batches, a run after each
 
 
-def write_snapshot_files(lake_root: Path, snapshots: pl.DataFrame, runs: pl.DataFrame) -> None:
-    """One file per (instance, snapshot), named like the collector's (capture time + digest)."""
-    for (instance, captured), part in snapshots.group_by("instance", "captured_at"):
-        parts = {"instance": str(instance), "date": captured.date().isoformat()}  # type: ignore[union-attr]
-        stem = f"{lake.stem_for(captured)}-0123456789"  # type: ignore[arg-type]
-        lake.write_table(lake_root, STATEMENT_SNAPSHOTS, part.drop("instance"), parts, stem)
-        run = runs.filter((pl.col("instance") == instance) & (pl.col("captured_at") == captured))
-        lake.write_table(lake_root, SNAPSHOT_RUNS, run.drop("instance"), parts, stem)
-
-
 def history_of(
     steps: int, entries: int = 3, instances: tuple[str, ...] = ("alpha", "beta")
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -173,26 +142,18 @@ def history_of(
                     continue
                 calls = (step + 1) * (queryid + 3)
                 rows.append(
-                    {
-                        "instance": instance,
-                        "captured_at": captured,
-                        "collector_clock": captured + timedelta(milliseconds=40),
-                        "system_identifier": 7,
-                        "postmaster_start": BOOT,
-                        "stats_reset": BOOT,
-                        "stats_since": BOOT,
-                        "userid": 10,
-                        "dbid": 5,
-                        "toplevel": True,
-                        "queryid": queryid,
-                        "calls": calls,
-                        "total_exec_time": calls * (1.0 + queryid + (step > 12)),
-                        "rows": calls,
-                        "shared_blks_hit": calls * 4,
-                    }
+                    snapshot_row(
+                        instance,
+                        captured,
+                        queryid,
+                        calls,
+                        calls * (1.0 + queryid + (step > 12)),
+                        collector_clock=captured + timedelta(milliseconds=40),
+                        boot=BOOT,
+                        blocks_per_call=4,
+                    )
                 )
-    schema = STATEMENT_SNAPSHOTS.scan_schema()
-    frame = pl.DataFrame(rows, schema_overrides={k: schema[k] for k in rows[0] if k in schema})
+    frame = snapshot_frame(rows)
     return frame, pl.DataFrame(runs, schema_overrides={"captured_at": pl.Datetime("us", "UTC")})
 
 

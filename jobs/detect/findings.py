@@ -55,54 +55,38 @@ SUPERSEDED = "superseded"
 FINDING_STATUSES: tuple[str, ...] = (OPEN, RECOVERED, SUPERSEDED)
 DEFAULT_REGRESSION = RegressionConfig()
 
+# The query a finding names, from its latest analysis row.
+QUERY_COLUMNS: tuple[str, ...] = ("queryid", "queryids", "query")
+# The step's measurements and attribution: copied from each analysis row, and compared between runs.
+STEP_COLUMNS: tuple[str, ...] = (
+    "detected_change_at",
+    "analysis",
+    "deploy_id",
+    "deploy_version",
+    "deployed_at",
+    "other_deploys",
+    "before_mean_ms",
+    "after_mean_ms",
+    "latest_mean_ms",
+    "added_load_ms_per_s",
+    "kind",
+    "instance_slowdown_ratio",
+    "slowdown_excess",
+    "work_evidence",
+    "plan_diff_summary",
+)
 # What a run's step may change in a finding; a finding whose values of these did not change gets no row.
+# (p_value is the row's p_adjusted when it has one: set apart in _from_row.)
 STATE_COLUMNS: tuple[str, ...] = (
     "status",
-    "detected_change_at",
-    "analysis",
-    "deploy_id",
-    "deploy_version",
-    "deployed_at",
-    "other_deploys",
-    "before_mean_ms",
-    "after_mean_ms",
-    "latest_mean_ms",
+    *STEP_COLUMNS,
     "p_value",
-    "added_load_ms_per_s",
-    "kind",
-    "instance_slowdown_ratio",
-    "slowdown_excess",
-    "work_evidence",
-    "plan_diff_summary",
     "recovered_at",
     "superseded_by",
-    "queryid",
-    "queryids",
-    "query",
+    *QUERY_COLUMNS,
 )
 # Copied from the step's analysis row into the finding.
-ROW_COLUMNS: tuple[str, ...] = (
-    "database",
-    "fingerprint",
-    "queryid",
-    "queryids",
-    "query",
-    "detected_change_at",
-    "analysis",
-    "deploy_id",
-    "deploy_version",
-    "deployed_at",
-    "other_deploys",
-    "before_mean_ms",
-    "after_mean_ms",
-    "latest_mean_ms",
-    "added_load_ms_per_s",
-    "kind",
-    "instance_slowdown_ratio",
-    "slowdown_excess",
-    "work_evidence",
-    "plan_diff_summary",
-)
+ROW_COLUMNS: tuple[str, ...] = ("database", "fingerprint", *QUERY_COLUMNS, *STEP_COLUMNS)
 
 
 @dataclass(frozen=True)
