@@ -500,20 +500,12 @@ def scan_table(root: Path, table: str | TableSchema) -> pl.LazyFrame:
     column that cannot be cast, a corrupt page) raises at ``collect()``: collect through ``read_table`` or
     ``with_recovery`` to have those files quarantined and the read retried.
     """
-    schema = table_schema(table)
-    files = usable_files(root, schema)
-    if not files:
-        return pl.LazyFrame(schema=schema.scan_schema())
-    try:
-        frame = _scan(files, schema)
-    except READ_ERRORS as exc:
-        raise LakeError(f"cannot scan lake table {schema.name} under {root}: {exc}") from exc
-    return frame.select(list(schema.scan_schema().names()))
+    return scan_files(root, table)
 
 
-def scan_files(root: Path, table: str | TableSchema, files: Iterable[Path]) -> pl.LazyFrame:
+def scan_files(root: Path, table: str | TableSchema, files: Iterable[Path] | None = None) -> pl.LazyFrame:
     """``scan_table`` restricted to some of the table's files (an incremental reader that knows which
-    files are new): the same envelope check, quarantine, hive columns and schema."""
+    files are new; None = all of them): the same envelope check, quarantine, hive columns and schema."""
     schema = table_schema(table)
     usable = usable_files(root, schema, files)
     if not usable:
