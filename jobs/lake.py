@@ -500,14 +500,18 @@ def scan_table(root: Path, table: str | TableSchema) -> pl.LazyFrame:
     column that cannot be cast, a corrupt page) raises at ``collect()``: collect through ``read_table`` or
     ``with_recovery`` to have those files quarantined and the read retried.
     """
-    return scan_files(root, table)
-
-
-def scan_files(root: Path, table: str | TableSchema, files: Iterable[Path] | None = None) -> pl.LazyFrame:
-    """``scan_table`` restricted to some of the table's files (an incremental reader that knows which
-    files are new; None = all of them): the same envelope check, quarantine, hive columns and schema."""
     schema = table_schema(table)
-    usable = usable_files(root, schema, files)
+    return _scan_usable(root, schema, usable_files(root, schema))
+
+
+def scan_files(root: Path, table: str | TableSchema, files: Iterable[Path]) -> pl.LazyFrame:
+    """``scan_table`` restricted to some of the table's files (an incremental reader that knows which
+    files are new): the same envelope check, quarantine, hive columns and schema."""
+    schema = table_schema(table)
+    return _scan_usable(root, schema, usable_files(root, schema, files))
+
+
+def _scan_usable(root: Path, schema: TableSchema, usable: list[Path]) -> pl.LazyFrame:
     if not usable:
         return pl.LazyFrame(schema=schema.scan_schema())
     try:
