@@ -213,6 +213,26 @@ def merge_intervals(frame: pl.DataFrame, keys: list[str], sums: tuple[str, ...] 
 
 
 SERIES_COLUMNS = ("fingerprint", "dbid", "database")
+# What the latency analyses read of an identified sample (the lake's samples carry ~40 columns).
+ANALYSED_COLUMNS = (
+    *SERIES_KEY,
+    "queryid",
+    "query",
+    *SERIES_COLUMNS,
+    "interval_start",
+    "interval_end",
+    "calls",
+    "total_exec_time",
+)
+
+
+def analysed_columns(points: pl.DataFrame, extra: tuple[str, ...] = ()) -> pl.DataFrame:
+    """``points`` cut to what an analysis reads (plus ``extra``): the window gather and the sorts copy
+    every column, and at 10k series × 1 day the unused ones cost GiBs (the benchmark's profile)."""
+    wanted = set(ANALYSED_COLUMNS) | set(extra)
+    return points.select([c for c in points.columns if c in wanted])
+
+
 """What a series is besides its key: one value per series (``jobs.detect.identity``)."""
 
 
@@ -450,7 +470,7 @@ def detect_regressions(
     _require(deploys, ("deploy_id", "version", "scope", "instance", "deployed_at"), "deploy_events")
     if samples.height == 0 or deploys.height == 0:
         return _empty_result()
-    points = fingerprinted_samples(samples, texts, config.identity)
+    points = analysed_columns(fingerprinted_samples(samples, texts, config.identity))
     keys = ["deploy_id", *SERIES_KEY]
     deploys = deploys_in_scope(deploys, points["instance"].unique().to_list(), scope, config)
     windowed, targets = deploy_window_points(points, deploys, config)
@@ -1013,7 +1033,7 @@ def detect_unannounced_regressions(
 
     if samples.height == 0:
         return _empty_result()
-    points = fingerprinted_samples(samples, texts, config.identity)
+    points = analysed_columns(fingerprinted_samples(samples, texts, config.identity))
     latest = points["interval_end"].max()
     window_start = latest - config.history  # type: ignore[operator]
     points = series_in_scope(points.filter(pl.col("interval_end") > window_start), scope)

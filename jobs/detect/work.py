@@ -42,6 +42,7 @@ from jobs.regressions import (
     RegressionConfig,
     RegressionInputError,
     _changepoint_and_welch,
+    analysed_columns,
     consecutive_segment_tests,
     deploy_window_points,
     fingerprinted_samples,
@@ -260,7 +261,7 @@ def deploy_resource_regressions(
     if samples.height == 0 or deploys.height == 0:
         return _empty()
     resource = config.resource
-    points = fingerprinted_samples(samples, texts, config.identity)
+    points = analysed_columns(fingerprinted_samples(samples, texts, config.identity), WORK_COLUMNS)
     keys = ["deploy_id", *SERIES_KEY]
     deploys = deploys_in_scope(deploys, points["instance"].unique().to_list(), scope, config)
     windowed, targets = deploy_window_points(points, deploys, config)
@@ -433,7 +434,7 @@ def unannounced_resource_regressions(
     if samples.height == 0:
         return _empty()
     resource = config.resource
-    points = fingerprinted_samples(samples, texts, config.identity)
+    points = analysed_columns(fingerprinted_samples(samples, texts, config.identity), WORK_COLUMNS)
     latest = points["interval_end"].max()
     window_start = latest - config.history  # type: ignore[operator]
     points = series_in_scope(points.filter(pl.col("interval_end") > window_start), scope)
@@ -575,7 +576,7 @@ def attach_work_evidence(
     if targets.height == 0 or samples.height == 0:
         return nulls
     resource = config.resource
-    points = fingerprinted_samples(samples, texts, config.identity)
+    points = analysed_columns(fingerprinted_samples(samples, texts, config.identity), WORK_COLUMNS)
     splits = targets.select(
         pl.col("finding").cast(pl.Int64),
         *SERIES_KEY,
