@@ -141,13 +141,33 @@ class RssSampler:
 PROGRESS_ENV = "RADAR_DETECTION_BENCH_PROGRESS"
 
 
-def _note_progress(open_steps: list[dict[str, Any]]) -> None:
-    """The steps open right now, for the parent to name when it has to stop this run."""
+def _note_progress(open_steps: list[dict[str, Any]], steps: list[dict[str, Any]]) -> None:
+    """The steps open right now, for the parent to name when it has to stop this run, and every step so far
+    (``<progress>.steps.json``), so a stopped run keeps the profile of what it did finish."""
     path = os.environ.get(PROGRESS_ENV)
     if path:
         Path(path).write_text(
             " > ".join(f"{s['step']} (from {s['rss_start_mib']:.0f} MiB)" for s in open_steps)
         )
+        Path(path).with_suffix(".steps.json").write_text(
+            json.dumps([{**s, "open": any(s is o for o in open_steps)} for s in steps])
+        )
+
+
+def _steps_of_stopped_run(progress: Path, highest_mib: float) -> list[dict[str, Any]]:
+    """The profile a stopped child left: finished steps as they were, open ones timed up to now and at the
+    highest RSS the parent saw (the child could not record its last moments)."""
+    path = progress.with_suffix(".steps.json")
+    if not path.exists():
+        return []
+    steps = json.loads(path.read_text())
+    for step in steps:
+        if step.pop("open", False):
+            step["seconds"] = time.time() - step["started_wall"]
+            step["rss_mib"] = max(step["rss_mib"], highest_mib)
+            step["stopped_in"] = True
+        step.pop("started_wall", None)
+    return steps
 
 
 def _profiled(steps: list[dict[str, Any]], sampler: RssSampler) -> Callable[[], None]:
@@ -162,9 +182,10 @@ def _profiled(steps: list[dict[str, Any]], sampler: RssSampler) -> Callable[[], 
             start_mib = sampler.current_mib()
             step = {"step": name, "depth": len(sampler.open), "seconds": 0.0, "rss_start_mib": start_mib}
             step["rss_mib"] = start_mib
+            step["started_wall"] = time.time()
             steps.append(step)
             sampler.open.append(step)
-            _note_progress(sampler.open)
+            _note_progress(sampler.open, steps)
             sampler.sample()
             started = time.perf_counter()
             try:
@@ -173,7 +194,8 @@ def _profiled(steps: list[dict[str, Any]], sampler: RssSampler) -> Callable[[], 
                 step["seconds"] = time.perf_counter() - started
                 sampler.sample()
                 sampler.open.remove(step)
-                _note_progress(sampler.open)
+                _note_progress(sampler.open, steps)
+                del step["started_wall"]
 
         return timed
 
@@ -274,6 +296,7 @@ def in_fresh_process(
     progress = WORK / "progress.txt"
     progress.parent.mkdir(parents=True, exist_ok=True)
     progress.unlink(missing_ok=True)
+    progress.with_suffix(".steps.json").unlink(missing_ok=True)
     os.environ[PROGRESS_ENV] = str(progress.resolve())  # inherited by the child
     receiver, sender = context.Pipe(duplex=False)
     process = context.Process(target=_child, args=(sender, function, args), daemon=True)
@@ -311,7 +334,14 @@ def in_fresh_process(
     where = progress.read_text() if progress.exists() else ""
     if where:
         why = f"{why}; in {where}"
-    return {"stopped": why, "seconds": None, "peak_rss_mib": None, "highest_rss_seen_mib": highest}
+    return {
+        "stopped": why,
+        "seconds": None,
+        "peak_rss_mib": None,
+        "highest_rss_seen_mib": highest,
+        "stopped_after_s": time.perf_counter() - started,
+        "steps": _steps_of_stopped_run(progress, highest),
+    }
 
 
 def lake_copy(generated: GeneratedLake, name: str) -> Path:
@@ -502,11 +532,12 @@ def print_table(runs: list[dict[str, Any]], scaling: dict[str, Any]) -> None:
         )
         for kind in ("full", "incremental"):
             steps = (r.get(kind) or {}).get("steps") or []
-            if steps and r[kind]["seconds"]:
-                total = r[kind]["seconds"]
-                print(f"  {kind} run steps ({r['shape']['days']:g} d):")
+            total = (r.get(kind) or {}).get("seconds") or (r.get(kind) or {}).get("stopped_after_s")
+            if steps and total:
+                stopped = " (stopped; '*': open at the stop)" if r[kind].get("stopped") else ""
+                print(f"  {kind} run steps ({r['shape']['days']:g} d){stopped}:")
                 for step in steps:
-                    label = "  " * step["depth"] + step["step"]
+                    label = "  " * step["depth"] + step["step"] + ("*" if step.get("stopped_in") else "")
                     print(
                         f"    {label:44} {step['seconds']:8.1f} s "
                         f"{100 * step['seconds'] / total:5.1f}%   RSS {step['rss_start_mib']:7.0f} -> "
