@@ -15,19 +15,20 @@ alone, not of the interpreter start):
 Reported per history length: wall s and peak MiB of each, full / incremental (goal >= 20x), and for each
 kind of run 2 days / 1 day (goal: the incremental run stays flat, about 1x). On a build whose
 ``DetectionConfig`` has no ``incremental`` field the incremental rows say so and only the full run is
-measured. ``--profile`` (or RADAR_DETECTION_BENCH_PROFILE=1) also times each step of the full run (samples
-rebuild, reading, deploy analysis, unannounced analysis, work evidence, resource regressions, contention,
-plan diffs, writing) with the RSS reached during it.
+measured. ``--profile`` (or RADAR_DETECTION_BENCH_PROFILE=1) also times each step (samples rebuild, reading,
+deploy analysis, unannounced analysis, work evidence, resource regressions, contention, plan diffs, writing)
+with the RSS reached during it, of the full run, the first incremental run and the first measured
+incremental run; a stopped run keeps the profile of the steps it reached (the open ones marked).
 
 Sizes: ``--quick`` (or RADAR_DETECTION_BENCH_QUICK=1: 4 instances x 100 queries, 6 h and 12 h), or
 ``--instances/--queries/--days`` (days: the base history; the doubled one is run too unless ``--no-double``).
 Results: .bench/results/detection.json (and detection-<shape>.json) and a Markdown table on stdout.
 
 Each measured run is stopped past 25 min or 85% of the memory available at the start (``--max-minutes``,
-``--max-rss-gib``) and reported as stopped, so a run the machine cannot hold is a result, not a crash. A
-full run's memory is dominated by ``jobs.regressions.deploy_window_points``, which joins every sample of an
-instance with every deploy of that instance before filtering to the windows (samples x deploys rows, and
-both grow with the history).
+``--max-rss-gib``) and reported as stopped, so a run the machine cannot hold is a result, not a crash. At
+10,000 series x 1 day (commit 10d4f34) a full run's memory goes to full-width copies of every sample inside
+``detect_regressions``: ``fingerprinted_samples`` (+6.4 GiB over the 4.4 GiB of samples), the deploy windows
+gathered from it and the sorts of those; the profile names the step.
 """
 
 from __future__ import annotations
@@ -399,7 +400,7 @@ def bench_shape(
         print(f"  incremental: {NOT_AVAILABLE}", flush=True)
         return out
     inc_lake = lake_copy(generated, "incremental")
-    first = in_fresh_process(measured_run, str(inc_lake), end.isoformat(), True, False, limits=limits)
+    first = in_fresh_process(measured_run, str(inc_lake), end.isoformat(), True, profile, limits=limits)
     out["incremental_first"] = first
     print(f"  incremental, first run (no state yet): {describe(first)}", flush=True)
     out["tail_files"] = append_tail(inc_lake, generated.tail)
@@ -530,7 +531,7 @@ def print_table(runs: list[dict[str, Any]], scaling: dict[str, Any]) -> None:
                 else ""
             )
         )
-        for kind in ("full", "incremental"):
+        for kind in ("full", "incremental_first", "incremental"):
             steps = (r.get(kind) or {}).get("steps") or []
             total = (r.get(kind) or {}).get("seconds") or (r.get(kind) or {}).get("stopped_after_s")
             if steps and total:
