@@ -27,7 +27,7 @@ Results: .bench/results/detection.json (and detection-<shape>.json) and a Markdo
 Each measured run is stopped past 25 min or 85% of the memory available at the start (``--max-minutes``,
 ``--max-rss-gib``) and reported as stopped, so a run the machine cannot hold is a result, not a crash. At
 10,000 series x 1 day (commit 10d4f34) a full run's memory goes to full-width copies of every sample inside
-``detect_regressions``: ``fingerprinted_samples`` (+6.4 GiB over the 4.4 GiB of samples), the deploy windows
+``detect_regressions``: ``fingerprinted_samples`` (RSS 4.3 -> 10.6 GiB, samples alone 4.3), the deploy windows
 gathered from it and the sorts of those; the profile names the step.
 """
 
