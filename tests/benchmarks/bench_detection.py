@@ -405,7 +405,11 @@ def bench_shape(
     print(f"  incremental, first run (no state yet): {describe(first)}", flush=True)
     out["tail_files"] = append_tail(inc_lake, generated.tail)
     if first.get("stopped"):
-        out["incremental"] = {**first, "stopped": f"not measured: the first run {first['stopped']}"}
+        out["incremental"] = {
+            **first,
+            "stopped": f"not measured: the first run {first['stopped']}",
+            "steps": [],
+        }
     else:
         # The same incremental run from the same state, ``repeats`` times (each on its own copy): it is short,
         # so a busy machine's noise matters; the median is reported, every figure is kept.
