@@ -15,19 +15,20 @@ alone, not of the interpreter start):
 Reported per history length: wall s and peak MiB of each, full / incremental (goal >= 20x), and for each
 kind of run 2 days / 1 day (goal: the incremental run stays flat, about 1x). On a build whose
 ``DetectionConfig`` has no ``incremental`` field the incremental rows say so and only the full run is
-measured. ``--profile`` (or RADAR_DETECTION_BENCH_PROFILE=1) also times each step of the full run (samples
-rebuild, reading, deploy analysis, unannounced analysis, work evidence, resource regressions, contention,
-plan diffs, writing) with the RSS reached during it.
+measured. ``--profile`` (or RADAR_DETECTION_BENCH_PROFILE=1) also times each step (samples rebuild, reading,
+deploy analysis, unannounced analysis, work evidence, resource regressions, contention, plan diffs, writing)
+with the RSS reached during it, of the full run, the first incremental run and the first measured
+incremental run; a stopped run keeps the profile of the steps it reached (the open ones marked).
 
 Sizes: ``--quick`` (or RADAR_DETECTION_BENCH_QUICK=1: 4 instances x 100 queries, 6 h and 12 h), or
 ``--instances/--queries/--days`` (days: the base history; the doubled one is run too unless ``--no-double``).
 Results: .bench/results/detection.json (and detection-<shape>.json) and a Markdown table on stdout.
 
 Each measured run is stopped past 25 min or 85% of the memory available at the start (``--max-minutes``,
-``--max-rss-gib``) and reported as stopped, so a run the machine cannot hold is a result, not a crash. A
-full run's memory is dominated by ``jobs.regressions.deploy_window_points``, which joins every sample of an
-instance with every deploy of that instance before filtering to the windows (samples x deploys rows, and
-both grow with the history).
+``--max-rss-gib``) and reported as stopped, so a run the machine cannot hold is a result, not a crash. At
+10,000 series x 1 day (commit 10d4f34) a full run's memory goes to full-width copies of every sample inside
+``detect_regressions``: ``fingerprinted_samples`` (RSS 4.3 -> 10.6 GiB, samples alone 4.3), the deploy windows
+gathered from it and the sorts of those; the profile names the step.
 """
 
 from __future__ import annotations
@@ -141,13 +142,33 @@ class RssSampler:
 PROGRESS_ENV = "RADAR_DETECTION_BENCH_PROGRESS"
 
 
-def _note_progress(open_steps: list[dict[str, Any]]) -> None:
-    """The steps open right now, for the parent to name when it has to stop this run."""
+def _note_progress(open_steps: list[dict[str, Any]], steps: list[dict[str, Any]]) -> None:
+    """The steps open right now, for the parent to name when it has to stop this run, and every step so far
+    (``<progress>.steps.json``), so a stopped run keeps the profile of what it did finish."""
     path = os.environ.get(PROGRESS_ENV)
     if path:
         Path(path).write_text(
             " > ".join(f"{s['step']} (from {s['rss_start_mib']:.0f} MiB)" for s in open_steps)
         )
+        Path(path).with_suffix(".steps.json").write_text(
+            json.dumps([{**s, "open": any(s is o for o in open_steps)} for s in steps])
+        )
+
+
+def _steps_of_stopped_run(progress: Path, highest_mib: float) -> list[dict[str, Any]]:
+    """The profile a stopped child left: finished steps as they were, open ones timed up to now and at the
+    highest RSS the parent saw (the child could not record its last moments)."""
+    path = progress.with_suffix(".steps.json")
+    if not path.exists():
+        return []
+    steps = json.loads(path.read_text())
+    for step in steps:
+        if step.pop("open", False):
+            step["seconds"] = time.time() - step["started_wall"]
+            step["rss_mib"] = max(step["rss_mib"], highest_mib)
+            step["stopped_in"] = True
+        step.pop("started_wall", None)
+    return steps
 
 
 def _profiled(steps: list[dict[str, Any]], sampler: RssSampler) -> Callable[[], None]:
@@ -162,9 +183,10 @@ def _profiled(steps: list[dict[str, Any]], sampler: RssSampler) -> Callable[[], 
             start_mib = sampler.current_mib()
             step = {"step": name, "depth": len(sampler.open), "seconds": 0.0, "rss_start_mib": start_mib}
             step["rss_mib"] = start_mib
+            step["started_wall"] = time.time()
             steps.append(step)
             sampler.open.append(step)
-            _note_progress(sampler.open)
+            _note_progress(sampler.open, steps)
             sampler.sample()
             started = time.perf_counter()
             try:
@@ -173,7 +195,8 @@ def _profiled(steps: list[dict[str, Any]], sampler: RssSampler) -> Callable[[], 
                 step["seconds"] = time.perf_counter() - started
                 sampler.sample()
                 sampler.open.remove(step)
-                _note_progress(sampler.open)
+                _note_progress(sampler.open, steps)
+                del step["started_wall"]
 
         return timed
 
@@ -274,6 +297,7 @@ def in_fresh_process(
     progress = WORK / "progress.txt"
     progress.parent.mkdir(parents=True, exist_ok=True)
     progress.unlink(missing_ok=True)
+    progress.with_suffix(".steps.json").unlink(missing_ok=True)
     os.environ[PROGRESS_ENV] = str(progress.resolve())  # inherited by the child
     receiver, sender = context.Pipe(duplex=False)
     process = context.Process(target=_child, args=(sender, function, args), daemon=True)
@@ -311,7 +335,14 @@ def in_fresh_process(
     where = progress.read_text() if progress.exists() else ""
     if where:
         why = f"{why}; in {where}"
-    return {"stopped": why, "seconds": None, "peak_rss_mib": None, "highest_rss_seen_mib": highest}
+    return {
+        "stopped": why,
+        "seconds": None,
+        "peak_rss_mib": None,
+        "highest_rss_seen_mib": highest,
+        "stopped_after_s": time.perf_counter() - started,
+        "steps": _steps_of_stopped_run(progress, highest),
+    }
 
 
 def lake_copy(generated: GeneratedLake, name: str) -> Path:
@@ -369,12 +400,16 @@ def bench_shape(
         print(f"  incremental: {NOT_AVAILABLE}", flush=True)
         return out
     inc_lake = lake_copy(generated, "incremental")
-    first = in_fresh_process(measured_run, str(inc_lake), end.isoformat(), True, False, limits=limits)
+    first = in_fresh_process(measured_run, str(inc_lake), end.isoformat(), True, profile, limits=limits)
     out["incremental_first"] = first
     print(f"  incremental, first run (no state yet): {describe(first)}", flush=True)
     out["tail_files"] = append_tail(inc_lake, generated.tail)
     if first.get("stopped"):
-        out["incremental"] = {**first, "stopped": f"not measured: the first run {first['stopped']}"}
+        out["incremental"] = {
+            **first,
+            "stopped": f"not measured: the first run {first['stopped']}",
+            "steps": [],
+        }
     else:
         # The same incremental run from the same state, ``repeats`` times (each on its own copy): it is short,
         # so a busy machine's noise matters; the median is reported, every figure is kept.
@@ -500,13 +535,14 @@ def print_table(runs: list[dict[str, Any]], scaling: dict[str, Any]) -> None:
                 else ""
             )
         )
-        for kind in ("full", "incremental"):
+        for kind in ("full", "incremental_first", "incremental"):
             steps = (r.get(kind) or {}).get("steps") or []
-            if steps and r[kind]["seconds"]:
-                total = r[kind]["seconds"]
-                print(f"  {kind} run steps ({r['shape']['days']:g} d):")
+            total = (r.get(kind) or {}).get("seconds") or (r.get(kind) or {}).get("stopped_after_s")
+            if steps and total:
+                stopped = " (stopped; '*': open at the stop)" if r[kind].get("stopped") else ""
+                print(f"  {kind} run steps ({r['shape']['days']:g} d){stopped}:")
                 for step in steps:
-                    label = "  " * step["depth"] + step["step"]
+                    label = "  " * step["depth"] + step["step"] + ("*" if step.get("stopped_in") else "")
                     print(
                         f"    {label:44} {step['seconds']:8.1f} s "
                         f"{100 * step['seconds'] / total:5.1f}%   RSS {step['rss_start_mib']:7.0f} -> "
