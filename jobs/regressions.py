@@ -450,6 +450,28 @@ def points_in_windows(points: pl.DataFrame, targets: pl.DataFrame) -> pl.DataFra
     return pl.concat([taken, info], how="horizontal").select(out_columns)
 
 
+DEPLOY_SERIES_KEY = ("deploy_id", *SERIES_KEY)
+
+
+def scoped_deploy_windows(
+    samples: pl.DataFrame,
+    texts: pl.DataFrame,
+    deploys: pl.DataFrame,
+    config: RegressionConfig,
+    scope: AnalysisScope | None,
+    extra: tuple[str, ...] = (),
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(identified samples in the windows of the deploys and series the scope re-examines, cut to what
+    the analysis reads plus ``extra``; the deploy targets): the start both deploy analyses (latency and
+    work per call) share."""
+    from jobs.detect.scope import deploys_in_scope, windowed_in_scope
+
+    points = analysed_columns(fingerprinted_samples(samples, texts, config.identity), extra)
+    deploys = deploys_in_scope(deploys, points["instance"].unique().to_list(), scope, config)
+    windowed, targets = deploy_window_points(points, deploys, config)
+    return windowed_in_scope(windowed, list(DEPLOY_SERIES_KEY), scope), targets
+
+
 def detect_regressions(
     samples: pl.DataFrame,
     texts: pl.DataFrame,
@@ -465,16 +487,11 @@ def detect_regressions(
     seen), and in them only the series with new samples; None = every deploy and series.
     Pure and deterministic: the same inputs give the same rows in the same order.
     """
-    from jobs.detect.scope import deploys_in_scope, windowed_in_scope
-
     _require(deploys, ("deploy_id", "version", "scope", "instance", "deployed_at"), "deploy_events")
     if samples.height == 0 or deploys.height == 0:
         return _empty_result()
-    points = analysed_columns(fingerprinted_samples(samples, texts, config.identity))
-    keys = ["deploy_id", *SERIES_KEY]
-    deploys = deploys_in_scope(deploys, points["instance"].unique().to_list(), scope, config)
-    windowed, targets = deploy_window_points(points, deploys, config)
-    windowed = windowed_in_scope(windowed, keys, scope)
+    keys = list(DEPLOY_SERIES_KEY)
+    windowed, targets = scoped_deploy_windows(samples, texts, deploys, config, scope)
     if windowed.height == 0:
         return _empty_result()
     identity = series_identity(windowed, keys)

@@ -32,9 +32,10 @@ import numpy as np
 import polars as pl
 from scipy import stats
 
-from jobs.detect.scope import AnalysisScope, deploys_in_scope, series_in_scope, windowed_in_scope
+from jobs.detect.scope import AnalysisScope, series_in_scope
 from jobs.detect.work_config import WORK_METRIC_BY_NAME, WORK_METRICS, ResourceConfig, WorkMetric
 from jobs.regressions import (
+    DEPLOY_SERIES_KEY,
     DETECTED,
     INSUFFICIENT_DATA,
     NO_REGRESSION,
@@ -44,9 +45,9 @@ from jobs.regressions import (
     _changepoint_and_welch,
     analysed_columns,
     consecutive_segment_tests,
-    deploy_window_points,
     fingerprinted_samples,
     merge_intervals,
+    scoped_deploy_windows,
     series_identity,
     stage_one_reasons,
     unannounced_columns,
@@ -261,11 +262,8 @@ def deploy_resource_regressions(
     if samples.height == 0 or deploys.height == 0:
         return _empty()
     resource = config.resource
-    points = analysed_columns(fingerprinted_samples(samples, texts, config.identity), WORK_COLUMNS)
-    keys = ["deploy_id", *SERIES_KEY]
-    deploys = deploys_in_scope(deploys, points["instance"].unique().to_list(), scope, config)
-    windowed, targets = deploy_window_points(points, deploys, config)
-    windowed = windowed_in_scope(windowed, keys, scope)
+    keys = list(DEPLOY_SERIES_KEY)
+    windowed, targets = scoped_deploy_windows(samples, texts, deploys, config, scope, WORK_COLUMNS)
     if windowed.height == 0:
         return _empty()
     metric_keys = [*keys, "metric"]
