@@ -105,7 +105,11 @@ class Workload:
 
 class CpuNeighbour:
     """``sessions`` sessions each running a CPU-bound statement in a loop (a noisy neighbour on the same
-    server) from ``start()`` until the context ends."""
+    server) from ``start()`` until the context ends.
+
+    The sessions connect when the context is entered and wait; ``start()`` releases them together, so the
+    neighbour begins at one moment (the deploy's, in the tests) instead of ramping up over the second its
+    eight backends take to fork and connect on a loaded host."""
 
     SQL = "select count(*) from generate_series(1, 3000000)"
 
@@ -114,29 +118,39 @@ class CpuNeighbour:
         self.statements = 0
         self.errors: list[BaseException] = []
         self._stop = threading.Event()
+        self._go = threading.Event()
+        self._connected = threading.Barrier(sessions + 1, timeout=60)
         self._threads = [threading.Thread(target=self._run, daemon=True) for _ in range(sessions)]
 
     def _run(self) -> None:
         try:
             with psycopg.connect(self.dsn, autocommit=True) as conn:
+                self._connected.wait()
+                self._go.wait()
                 while not self._stop.is_set():
                     conn.execute(self.SQL)
                     self.statements += 1
         except BaseException as exc:
             self.errors.append(exc)
+            self._connected.abort()
 
     def start(self) -> None:
-        for thread in self._threads:
-            thread.start()
+        self._go.set()
 
     def __enter__(self) -> CpuNeighbour:
+        for thread in self._threads:
+            thread.start()
+        try:
+            self._connected.wait()
+        except threading.BrokenBarrierError:
+            self.__exit__()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
+        self._go.set()
         for thread in self._threads:
-            if thread.ident is not None:  # started
-                thread.join(timeout=30)
+            thread.join(timeout=30)
         assert not self.errors, f"CPU neighbour failed: {self.errors[0]!r}"
 
 
