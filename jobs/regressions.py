@@ -1030,6 +1030,25 @@ def consecutive_segment_tests(
     )
 
 
+def scoped_history_points(
+    samples: pl.DataFrame,
+    texts: pl.DataFrame,
+    config: RegressionConfig,
+    scope: AnalysisScope | None,
+    extra: tuple[str, ...] = (),
+) -> tuple[pl.DataFrame, datetime, datetime]:
+    """(identified samples of the last ``config.history`` of the series the scope searches, cut to what
+    the analysis reads plus ``extra``; the history's start; its end, the latest sample): the start both
+    unannounced analyses (latency and work per call) share."""
+    from jobs.detect.scope import series_in_scope
+
+    points = analysed_columns(fingerprinted_samples(samples, texts, config.identity), extra)
+    latest = points["interval_end"].max()
+    window_start = latest - config.history  # type: ignore[operator]
+    points = series_in_scope(points.filter(pl.col("interval_end") > window_start), scope)
+    return points, window_start, latest  # type: ignore[return-value]
+
+
 def detect_unannounced_regressions(
     samples: pl.DataFrame,
     texts: pl.DataFrame,
@@ -1046,14 +1065,9 @@ def detect_unannounced_regressions(
     the segment before it, and those p-values are Benjamini-Hochberg adjusted across all candidates of
     the fleet. Detected when the adjusted p is below ``fdr_q``; the output says so in ``fdr_method``.
     """
-    from jobs.detect.scope import series_in_scope
-
     if samples.height == 0:
         return _empty_result()
-    points = analysed_columns(fingerprinted_samples(samples, texts, config.identity))
-    latest = points["interval_end"].max()
-    window_start = latest - config.history  # type: ignore[operator]
-    points = series_in_scope(points.filter(pl.col("interval_end") > window_start), scope)
+    points, window_start, latest = scoped_history_points(samples, texts, config, scope)
     if points.height == 0:
         return _empty_result()
     keys = list(SERIES_KEY)

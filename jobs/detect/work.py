@@ -32,7 +32,7 @@ import numpy as np
 import polars as pl
 from scipy import stats
 
-from jobs.detect.scope import AnalysisScope, series_in_scope
+from jobs.detect.scope import AnalysisScope
 from jobs.detect.work_config import WORK_METRIC_BY_NAME, WORK_METRICS, ResourceConfig, WorkMetric
 from jobs.regressions import (
     DEPLOY_SERIES_KEY,
@@ -48,6 +48,7 @@ from jobs.regressions import (
     fingerprinted_samples,
     merge_intervals,
     scoped_deploy_windows,
+    scoped_history_points,
     series_identity,
     stage_one_reasons,
     unannounced_columns,
@@ -432,10 +433,7 @@ def unannounced_resource_regressions(
     if samples.height == 0:
         return _empty()
     resource = config.resource
-    points = analysed_columns(fingerprinted_samples(samples, texts, config.identity), WORK_COLUMNS)
-    latest = points["interval_end"].max()
-    window_start = latest - config.history  # type: ignore[operator]
-    points = series_in_scope(points.filter(pl.col("interval_end") > window_start), scope)
+    points, window_start, latest = scoped_history_points(samples, texts, config, scope, WORK_COLUMNS)
     if points.height == 0:
         return _empty()
     keys = list(SERIES_KEY)
