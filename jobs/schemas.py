@@ -539,10 +539,11 @@ FINDING_STATES = TableSchema(
 
 ALERTS_SENT = TableSchema(
     name="alerts_sent",
-    description="One row per alert every sink accepted: what was sent, when, where (never sent twice): at "
-    "most one per (finding_id, state), one first alert and one update per finding.",
+    description="One row per alert a sink accepted (per sink since issue 10): what was sent, when, where; a "
+    "sink is never sent an alert it accepted. At most one per (finding_id, state, sink): one first alert and "
+    "one update per finding. Rows without `sink` (before issue 10) were accepted by every sink of their run.",
     partition_by=("date",),
-    primary_key=("alert_id",),
+    primary_key=("alert_id", "sink"),
     columns=(
         Column("alert_id", pl.String(), "hash of (finding_id, state)"),
         Column("sent_at", UTC_TS),
@@ -551,6 +552,29 @@ ALERTS_SENT = TableSchema(
         Column("sinks", pl.String(), "sink names (a webhook shows only its scheme and host)"),
         Column("finding_id", pl.String(), "the finding alerted (findings.finding_id)"),
         Column("state", pl.String(), "open (the first alert) | recovered | superseded (the one update)"),
+        Column("sink", pl.String(), "file | slack | webhook: the sink that accepted it (null: every sink)"),
+        Column("attempts", pl.Int64(), "attempts this run took (retries included)"),
+    ),
+)
+
+ALERT_DEAD_LETTERS = TableSchema(
+    name="alert_dead_letters",
+    description="One row per alert a sink refused for good (a 4xx other than 429) or that ran out of "
+    "attempts: the alert is not sent to that sink again (`radar alerts --retry-dead-letters` does).",
+    partition_by=("date",),
+    primary_key=("alert_id", "sink", "dead_lettered_at"),
+    columns=(
+        Column("alert_id", pl.String(), "hash of (finding_id, state)"),
+        Column("dead_lettered_at", UTC_TS),
+        Column("sink", pl.String(), "file | slack | webhook"),
+        Column("sink_name", pl.String(), "the sink as shown (a webhook: only its scheme and host)"),
+        Column("finding_id", pl.String()),
+        Column("state", pl.String(), "open | recovered | superseded"),
+        Column("instance", pl.String()),
+        Column("queryid", pl.Int64()),
+        Column("attempts", pl.Int64(), "attempts made before giving up"),
+        Column("last_status", pl.Int64(), "the last HTTP status; null: no answer (network error, timeout)"),
+        Column("reason", pl.String(), "why, e.g. 'permanent failure: HTTP 400 no_text' (never the URL)"),
     ),
 )
 
@@ -699,6 +723,7 @@ TABLES: dict[str, TableSchema] = {
         PLAN_DIFFS,
         FINDING_STATES,
         ALERTS_SENT,
+        ALERT_DEAD_LETTERS,
         DRIFT_BASELINES,
         LATENCY_DRIFT,
         SAMPLE_FRONTIER,

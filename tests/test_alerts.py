@@ -1,50 +1,184 @@
-"""Alerts: payload contract, sent once, nothing lost when a sink is down (real HTTP on loopback)."""
+"""Alerts against a local HTTP server that behaves like a Slack incoming webhook (400 no_text without
+`text`, 429 with Retry-After, 500, slow answers), real lakes: each sink gets each alert at most once, the
+JSONL file one line per alert, retries follow the backoff and stop, the webhook URL appears nowhere."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import random
+import re
 import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, HTTPServer
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import ClassVar
+from typing import Any
 
-import dagster as dg
 import jsonschema
+import polars as pl
 import pytest
 
-from jobs.alerts import JsonlFileSink, WebhookSink, alert_contract, send_new_alerts
+from jobs import lake
+from jobs.alerts import (
+    JsonlFileSink,
+    SlackSink,
+    WebhookSink,
+    WebhookURLError,
+    alert_contract,
+    alert_id,
+    alert_payloads,
+    send_new_alerts,
+)
+from jobs.alerts.delivery import backoff_delay, retry_after_seconds
 from jobs.analysis import run_detection
-from jobs.cli import main
-from orchestration.assets.alerts import regression_alerts
-from orchestration.resources import AlertResource, LakeResource
+from jobs.detect.findings import latest_states
+from jobs.schemas import ALERT_DEAD_LETTERS, ALERTS_SENT, FINDING_STATES, TABLES
 from tests.lakes import write_step_change_lake
+from tests.test_alerts_slack import slack_problems
+
+TOKEN = "T0SECRET/B0SECRET/xoxTOKENs3cr3tV4lue"
 
 
-class _Receiver(BaseHTTPRequestHandler):
-    received: ClassVar[list[dict]] = []
-    status = 204
+@dataclass(frozen=True)
+class Retry:
+    """The retry fields of AlertsConfig (jobs.alerts.delivery.RetrySettings), fast for tests."""
 
-    def do_POST(self) -> None:
-        body = self.rfile.read(int(self.headers["Content-Length"]))
-        type(self).received.append(json.loads(body))
-        self.send_response(type(self).status)
-        self.end_headers()
+    max_attempts: int = 4
+    backoff_initial_s: float = 1.0
+    backoff_multiplier: float = 2.0
+    backoff_max_s: float = 30.0
+    jitter: float = 0.5
+    max_retry_after_s: float = 60.0
+    timeout_s: float = 2.0
 
-    def log_message(self, *args: object) -> None:
-        pass
+
+@dataclass
+class Emulator:
+    """What the fake Slack received and how it answers. ``script`` answers first, in order: (status,
+    headers, body[, seconds to wait first]); then ``rule(body)`` may answer; else Slack's own checks."""
+
+    url: str = ""
+    requests: list[Any] = field(default_factory=list)
+    accepted: list[dict[str, Any]] = field(default_factory=list)
+    script: list[tuple[Any, ...]] = field(default_factory=list)
+    rule: Callable[[dict[str, Any]], tuple[int, dict[str, str], str] | None] = lambda body: None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def keys(self, bodies: list[Any] | None = None) -> Counter[str]:
+        """alert_id per body received (a Slack body names its finding; the state is its first word)."""
+        out: Counter[str] = Counter()
+        for body in self.requests if bodies is None else bodies:
+            out[key_of(body)] += 1
+        return out
+
+
+def key_of(body: dict[str, Any]) -> str:
+    if "alert_id" in body:
+        return body["alert_id"]
+    found = re.search(r"alert ([0-9a-f]{16})", json.dumps(body))
+    if found:
+        return found.group(1)
+    finding = re.search(r"finding ([0-9a-f]{16})\)", body["text"]).group(1)  # an update names its finding
+    return alert_id(finding, body["text"].split(" ", 1)[0].lower())
 
 
 @pytest.fixture
-def webhook() -> Iterator[tuple[str, type[_Receiver]]]:
-    handler = type("Receiver", (_Receiver,), {"received": [], "status": 204})
-    server = HTTPServer(("127.0.0.1", 0), handler)
+def slack() -> Iterator[Emulator]:
+    emulator = Emulator()
+    path = f"/services/{TOKEN}"
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            raw = self.rfile.read(int(self.headers["Content-Length"]))
+            if self.path != path:
+                return self.answer(404, {}, "no_service")
+            try:
+                body = json.loads(raw)
+            except ValueError:
+                return self.answer(400, {}, "invalid_payload")
+            with emulator.lock:
+                emulator.requests.append(body)
+                scripted = emulator.script.pop(0) if emulator.script else None
+            if scripted is not None:
+                if len(scripted) > 3:
+                    time.sleep(scripted[3])
+                return self.answer(*scripted[:3])
+            ruled = emulator.rule(body)
+            if ruled is not None:
+                return self.answer(*ruled)
+            problems = slack_problems(body)
+            if problems:
+                return self.answer(400, {}, problems[0].split(":")[0])
+            emulator.accepted.append(body)
+            return self.answer(200, {}, "ok")
+
+        def answer(self, status: int, headers: dict[str, str], text: str) -> None:
+            data = text.encode()
+            self.send_response(status)
+            for key, value in headers.items():
+                self.send_header(key, value)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            with contextlib.suppress(OSError):  # the client timed out and left
+                self.wfile.write(data)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
+    emulator.url = f"http://127.0.0.1:{server.server_port}{path}"
     try:
-        yield f"http://127.0.0.1:{server.server_port}/hooks/secret-token-123", handler
+        yield emulator
     finally:
         server.shutdown()
+        server.server_close()
+
+
+AT = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+
+
+def finding_row(n: int, **change: Any) -> dict[str, Any]:
+    """A finding_states row: finding n on db1, onset n minutes after AT."""
+    return {
+        "finding_id": f"{n:016x}",
+        "run_id": "r1",
+        "computed_at": AT + timedelta(hours=1),
+        "status": "open",
+        "instance": "db1",
+        "series": f"fp{n}",
+        "fingerprint": f"fp{n}",
+        "queryid": 100 + n,
+        "query": f"select * from orders_{n} where customer_id = $1",
+        "onset": AT + timedelta(minutes=n),
+        "detected_change_at": AT + timedelta(minutes=n),
+        "analysis": "deploy",
+        "deploy_version": "v2",
+        "before_mean_ms": 1.5,
+        "after_mean_ms": 45.0,
+        "p_value": 1e-6,
+        **change,
+    }
+
+
+def write_findings(lake_root: Path, rows: list[dict[str, Any]], run: str = "r1") -> None:
+    frame = FINDING_STATES.conform(pl.DataFrame([{**r, "run_id": run} for r in rows]))
+    lake.write_table(lake_root, FINDING_STATES, frame, {"date": "2026-11-29"}, f"states-{run}")
+
+
+def alert_ids(n: int, state: str = "open") -> str:
+    return alert_id(f"{n:016x}", state)
+
+
+def jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
 @pytest.fixture
@@ -54,112 +188,296 @@ def analysed_lake(lake_root: Path) -> Path:
     return lake_root
 
 
-def test_each_regression_is_alerted_once_with_a_valid_payload(
-    analysed_lake: Path, tmp_path: Path, webhook: tuple[str, type[_Receiver]]
+def test_the_slack_payload_is_accepted_and_the_generic_one_is_dead_lettered_once(
+    analysed_lake: Path, tmp_path: Path, slack: Emulator
 ) -> None:
-    url, receiver = webhook
-    sinks = [JsonlFileSink(tmp_path / "alerts.jsonl"), WebhookSink(url)]
-    first = send_new_alerts(analysed_lake, sinks)
-    assert len(first.sent) == 1 and not first.failures
-    payload = receiver.received[0]
-    jsonschema.validate(payload, alert_contract())
-    assert payload["query"] == "select * from orders where customer_id = $1"
-    assert payload["queryid"] == "111" and payload["analysis"] == "deploy"
-    assert [json.loads(line) for line in (tmp_path / "alerts.jsonl").read_text().splitlines()] == [payload]
+    """The issue's bug: the generic JSON has no `text`, Slack answers 400 no_text. Now the Slack sink
+    sends text + blocks (accepted), and a generic webhook pointed at Slack is dead-lettered at once and
+    never retried; the JSONL file gets its line once whatever the webhooks do."""
+    sleeps: list[float] = []
+    file = tmp_path / "alerts.jsonl"
+    dead_file = tmp_path / "dead.jsonl"
+
+    def sinks() -> list[Any]:
+        return [
+            JsonlFileSink(file),
+            SlackSink(slack.url, Retry(), sleep=sleeps.append),
+            WebhookSink(slack.url, Retry(), sleep=sleeps.append),
+        ]
+
+    first = send_new_alerts(analysed_lake, sinks(), dead_letter_file=dead_file)
+    assert len(first.sent) == 1 and first.pending == 1
+    (accepted,) = slack.accepted
+    assert accepted["text"].startswith("Query regression on db1: select * from orders where customer_id = $1")
+    fields = dict(f["text"].split("\n", 1) for f in accepted["blocks"][2]["fields"])
+    assert fields["*Instance*"] == "db1" and fields["*Deploy*"] == "v9"
+    assert re.fullmatch(r"1\.\d+ ms → 9\.\d+ ms \(9\.\d× slower\)", fields["*Before → after*"]), fields
+    assert fields["*Plan Diff*"] and fields["*Confidence*"].startswith("very strong evidence")
+    generic = [r for r in slack.requests if "alert_id" in r]
+    assert len(generic) == 1 and "text" not in generic[0]
+    jsonschema.validate(generic[0], alert_contract())
+    (letter,) = first.dead_lettered
+    assert (letter.sink, letter.attempts, letter.last_status) == ("webhook", 1, 400)
+    assert letter.reason == "permanent failure: HTTP 400 no_text" and sleeps == []
+    assert jsonl(file) == [generic[0]]
+    (dead_line,) = jsonl(dead_file)
+    assert dead_line["reason"] == letter.reason and dead_line["alert_id"] == generic[0]["alert_id"]
+    assert dead_line["sink"] == "webhook" and dead_line["attempts"] == 1
+    assert not first.ok and "1 dead-lettered" in first.failures["webhook http://127.0.0.1"]
+
     run_detection(analysed_lake)  # a later analysis finds the same regression again
-    second = send_new_alerts(analysed_lake, sinks)
-    assert second.sent == [] and len(receiver.received) == 1
+    again = send_new_alerts(analysed_lake, sinks(), dead_letter_file=dead_file)
+    assert again.sent == [] and again.pending == 0 and again.ok
+    assert len(slack.requests) == 2, "nothing sent twice: not the accepted one, not the dead-lettered one"
+    assert len(jsonl(file)) == 1 and len(jsonl(dead_file)) == 1
+    rows = lake.read_table(analysed_lake, ALERTS_SENT).sort("sink")
+    assert rows.select("sink", "attempts", "sinks").rows() == [
+        ("file", 1, f"file {file}"),
+        ("slack", 1, "slack http://127.0.0.1"),
+    ]
 
 
-def test_a_failing_sink_loses_nothing_and_never_leaks_the_url(
-    analysed_lake: Path, tmp_path: Path, webhook: tuple[str, type[_Receiver]]
+def test_retries_follow_the_backoff_and_stop(lake_root: Path, tmp_path: Path, slack: Emulator) -> None:
+    """500s: max_attempts attempts, waits 1, 2, 4 s (× 1 - jitter·u, u from the seeded generator), then a
+    dead letter; the sink is stopped for the run (the next alert is deferred, not tried); a later run
+    sends the deferred one and never the dead-lettered one again."""
+    write_findings(lake_root, [finding_row(1), finding_row(2)])
+    slack.script = [(500, {}, "internal_error")] * 4
+    sleeps: list[float] = []
+    settings = Retry(max_attempts=4, backoff_initial_s=1.0, backoff_multiplier=2.0, jitter=0.5)
+    report = send_new_alerts(
+        lake_root, [SlackSink(slack.url, settings, sleep=sleeps.append, rng=random.Random(7))]
+    )
+    draws = random.Random(7)
+    assert sleeps == pytest.approx([base * (1 - 0.5 * draws.random()) for base in (1.0, 2.0, 4.0)])
+    assert all(b / 2 <= s <= b for s, b in zip(sleeps, (1.0, 2.0, 4.0), strict=True))
+    assert slack.keys() == Counter({alert_ids(1): 4}), "four attempts, then stopped; alert 2 not tried"
+    (sink,) = report.sinks
+    (letter,) = sink.dead_lettered
+    assert letter.reason == "gave up after 4 attempts: last HTTP 500 internal_error"
+    assert (letter.attempts, letter.last_status, sink.deferred) == (4, 500, 1)
+    assert sink.stopped.startswith("stopped after: gave up after 4 attempts")
+
+    later = send_new_alerts(lake_root, [SlackSink(slack.url, settings, sleep=sleeps.append)])
+    assert [p["alert_id"] for p in later.sent] == [alert_ids(2)] and later.ok
+    assert slack.keys() == Counter({alert_ids(1): 4, alert_ids(2): 1})
+    dead = lake.read_table(lake_root, ALERT_DEAD_LETTERS)
+    assert dead.select("alert_id", "sink", "attempts", "last_status").rows() == [
+        (alert_ids(1), "slack", 4, 500)
+    ]
+    assert len(sleeps) == 3
+
+    # Retrying dead letters (radar alerts --retry-dead-letters) sends it once more, once.
+    retried = send_new_alerts(lake_root, [SlackSink(slack.url, settings)], retry_dead_letters=True)
+    assert [p["alert_id"] for p in retried.sent] == [alert_ids(1)]
+    assert send_new_alerts(lake_root, [SlackSink(slack.url, settings)], retry_dead_letters=True).pending == 0
+
+
+def test_backoff_is_capped_and_jitter_stays_within_its_fraction() -> None:
+    settings = Retry(backoff_initial_s=1.0, backoff_multiplier=3.0, backoff_max_s=10.0, jitter=0.25)
+    rng = random.Random(1)
+    delays = [backoff_delay(n, settings, rng) for n in range(1, 8)]
+    bases = [1.0, 3.0, 9.0, 10.0, 10.0, 10.0, 10.0]
+    assert all(0.75 * b <= d <= b for d, b in zip(delays, bases, strict=True)), delays
+    assert backoff_delay(3, Retry(jitter=0.0), rng) == 4.0
+    assert retry_after_seconds("7") == 7.0 and retry_after_seconds("soon") is None
+    http_date = "Sun, 29 Nov 2026 12:00:30 GMT"
+    assert retry_after_seconds(http_date, now=datetime(2026, 11, 29, 12, 0, tzinfo=UTC)) == 30.0
+
+
+def test_429_waits_for_retry_after_and_a_too_long_one_is_not_waited_for(
+    lake_root: Path, slack: Emulator
 ) -> None:
-    url, receiver = webhook
-    receiver.status = 500
-    failed = send_new_alerts(analysed_lake, [WebhookSink(url)])
-    assert failed.pending == 1 and failed.sent == []
-    assert "secret-token-123" not in json.dumps(failed.failures)
-    receiver.status = 200
-    retried = send_new_alerts(analysed_lake, [WebhookSink(url)])
-    assert len(retried.sent) == 1
-    down = send_new_alerts(analysed_lake, [WebhookSink("http://127.0.0.1:1/x")])
-    assert down.pending == 0, "already delivered"
+    write_findings(lake_root, [finding_row(1), finding_row(2), finding_row(3)])
+    slack.script = [(429, {"Retry-After": "7"}, "rate_limited"), (500, {}, "oops")]
+    sleeps: list[float] = []
+    settings = Retry(jitter=0.0, max_retry_after_s=60.0)
+    first = send_new_alerts(lake_root, [SlackSink(slack.url, settings, sleep=sleeps.append)])
+    assert sleeps == [7.0, 2.0], "Retry-After 7 s as told, then the backoff's second step (1 s × 2)"
+    assert {p["alert_id"] for p in first.sent} == {alert_ids(1), alert_ids(2), alert_ids(3)} and first.ok
+    assert first.sinks[0].attempts == 5 and slack.keys()[alert_ids(1)] == 3
+
+    write_findings(lake_root, [finding_row(4), finding_row(5)], run="r2")
+    slack.script = [(429, {"Retry-After": "3600"}, "rate_limited")]
+    second = send_new_alerts(lake_root, [SlackSink(slack.url, settings, sleep=sleeps.append)])
+    assert sleeps == [7.0, 2.0], "an hour is not waited for"
+    (letter,) = second.dead_lettered
+    assert letter.alert_id == alert_ids(4) and letter.attempts == 1 and letter.last_status == 429
+    assert letter.reason.startswith("rate limited: Retry-After 3600 s is longer than max_retry_after_s 60 s")
+    assert second.sinks[0].deferred == 1 and alert_ids(5) not in slack.keys(None)
+    third = send_new_alerts(lake_root, [SlackSink(slack.url, settings, sleep=sleeps.append)])
+    assert [p["alert_id"] for p in third.sent] == [alert_ids(5)]
 
 
-def test_alerts_asset_and_cli(analysed_lake: Path, tmp_path: Path) -> None:
-    resources = {
-        "lake": LakeResource(root=str(analysed_lake)),
-        "alerting": AlertResource(file=str(tmp_path / "a.jsonl"), webhook_url=""),
+def test_500_then_success_and_a_timeout_are_retried(lake_root: Path, tmp_path: Path, slack: Emulator) -> None:
+    write_findings(lake_root, [finding_row(1)])
+    slack.script = [(500, {}, "oops", 0.0), (200, {}, "ok", 1.0)]  # the second answer comes too late
+    sleeps: list[float] = []
+    file = tmp_path / "alerts.jsonl"
+    settings = Retry(timeout_s=0.3, jitter=0.0)
+    report = send_new_alerts(
+        lake_root, [JsonlFileSink(file), SlackSink(slack.url, settings, sleep=sleeps.append)]
+    )
+    assert report.ok and [p["alert_id"] for p in report.sent] == [alert_ids(1)]
+    assert sleeps == [1.0, 2.0] and slack.keys() == Counter({alert_ids(1): 3})
+    assert report.sinks[1].attempts == 3 and len(jsonl(file)) == 1
+    sent = lake.read_table(lake_root, ALERTS_SENT).sort("sink")
+    assert sent.select("sink", "attempts").rows() == [("file", 1), ("slack", 3)]
+
+
+def test_each_sink_gets_each_alert_at_most_once_whatever_the_others_do(
+    lake_root: Path, tmp_path: Path, slack: Emulator
+) -> None:
+    """Finding 1 accepted, 2 refused (400 invalid_payload), 3 gets 500s until attempts run out (Slack
+    stopped: 4 deferred), while the file takes all four once. The next runs send only 4, then the
+    updates (1 recovered, 3 superseded), each once to each sink."""
+    write_findings(lake_root, [finding_row(n) for n in (1, 2, 3, 4)])
+    file = tmp_path / "alerts.jsonl"
+    broken = {"on": True}
+
+    def rule(body: dict[str, Any]) -> tuple[int, dict[str, str], str] | None:
+        if "orders_2 " in body["text"]:
+            return (400, {}, "invalid_payload")
+        if "orders_3 " in body["text"] and broken["on"]:
+            return (500, {}, "internal_error")
+        return None
+
+    slack.rule = rule
+
+    def run() -> Any:
+        return send_new_alerts(
+            lake_root,
+            [SlackSink(slack.url, Retry(max_attempts=3), sleep=lambda s: None), JsonlFileSink(file)],
+            dead_letter_file=tmp_path / "dead.jsonl",
+        )
+
+    first = run()
+    assert [p["alert_id"] for p in jsonl(file)] == [alert_ids(n) for n in (1, 2, 3, 4)]
+    assert slack.keys() == Counter({alert_ids(1): 1, alert_ids(2): 1, alert_ids(3): 3})
+    assert {d.alert_id: d.reason for d in first.dead_lettered} == {
+        alert_ids(2): "permanent failure: HTTP 400 invalid_payload",
+        alert_ids(3): "gave up after 3 attempts: last HTTP 500 internal_error",
     }
-    with dg.instance_for_test() as instance:
-        result = dg.materialize([regression_alerts], resources=resources, instance=instance)
-    assert result.success
-    assert len((tmp_path / "a.jsonl").read_text().splitlines()) == 1
-    assert main(["--lake", str(analysed_lake), "alerts", "--file", str(tmp_path / "b.jsonl")]) == 0
-    assert not (tmp_path / "b.jsonl").exists(), "already alerted by the asset"
-    code = main(["--lake", str(tmp_path / "other"), "alerts", "--webhook", "http://127.0.0.1:1/x"])
-    assert code == 0  # nothing pending: no sink is called
+    assert first.sinks[0].deferred == 1 and first.pending == 4
+    broken["on"] = False
+    second = run()
+    assert [p["alert_id"] for p in second.sent] == [alert_ids(4)] and second.ok
+    assert run().pending == 0
+    assert len(jsonl(file)) == 4 and slack.keys()[alert_ids(4)] == 1
+
+    write_findings(
+        lake_root,
+        [
+            finding_row(1, status="recovered", recovered_at=AT + timedelta(hours=2)),
+            finding_row(3, status="superseded", superseded_by=f"{9:016x}"),
+        ],
+        run="r2",
+    )
+    for _ in range(3):
+        run()
+    updates = [alert_ids(1, "recovered"), alert_ids(3, "superseded")]
+    assert [p["alert_id"] for p in jsonl(file)][4:] == updates
+    assert [slack.keys()[u] for u in updates] == [1, 1], "one update each, though 3 was dead-lettered"
+    assert all(slack_problems(b) == [] for b in slack.accepted)
+    sent = lake.read_table(lake_root, ALERTS_SENT)
+    assert sent.group_by("alert_id", "sink").len()["len"].max() == 1, "one row per alert and sink"
+    assert sent.height == 6 + 4 and len(jsonl(tmp_path / "dead.jsonl")) == 2
 
 
-def test_an_alert_is_keyed_on_the_finding_and_a_later_state_sends_one_update_once() -> None:
-    from datetime import UTC, datetime
-
-    import polars as pl
-
-    from jobs.alerts import alert_payloads
-    from jobs.detect.findings import latest_states
-    from jobs.schemas import FINDING_STATES
-
-    at = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
-    base = {
-        "finding_id": "0123456789abcdef",
-        "run_id": "r1",
-        "computed_at": at,
-        "instance": "alpha",
-        "series": "fp",
-        "fingerprint": "fp",
-        "queryid": 7,
-        "query": "select 1",
-        "onset": at,
-        "detected_change_at": at,
-        "analysis": "deploy",
-        "deploy_version": "v2",
-        "other_deploys": "v1 at 2026-11-29T11:55:00Z",
-        "before_mean_ms": 1.0,
-        "after_mean_ms": 10.0,
-        "p_value": 0.001,
-    }
-
-    def state(**change: object) -> pl.DataFrame:
-        return latest_states(FINDING_STATES.conform(pl.DataFrame([{**base, **change}])))
-
-    (first,) = alert_payloads(state(status="open"), {})
-    assert first["state"] == "open" and first["finding_id"] == base["finding_id"]
-    assert first["other_deploys"] == "v1 at 2026-11-29T11:55:00Z"
-    moved = state(status="open", detected_change_at=datetime(2026, 11, 29, 12, 1, tzinfo=UTC))
-    assert alert_payloads(moved, {base["finding_id"]: {"open"}}) == [], "a moved change point: no new alert"
-    recovered = state(status="recovered", recovered_at=datetime(2026, 11, 29, 13, 0, tzinfo=UTC))
-    (update,) = alert_payloads(recovered, {base["finding_id"]: {"open"}})
-    assert update["state"] == "recovered" and update["alert_id"] != first["alert_id"]
-    assert update["recovered_at"] == "2026-11-29T13:00:00+00:00"
-    assert alert_payloads(recovered, {base["finding_id"]: {"open", "recovered"}}) == []
-    superseded = state(status="superseded", superseded_by="fedcba9876543210")
-    assert alert_payloads(superseded, {base["finding_id"]: {"open", "recovered"}}) == [], "one update only"
-    (late,) = alert_payloads(recovered, {})  # over before any alert went out: one alert, in that state
-    assert late["state"] == "recovered"
-
-
-def test_later_analysis_runs_of_the_same_regression_send_nothing_more(
+def test_the_jsonl_file_holds_each_alert_once_even_after_a_crash_before_bookkeeping(
     lake_root: Path, tmp_path: Path
 ) -> None:
-    from datetime import UTC, datetime, timedelta
+    write_findings(lake_root, [finding_row(1), finding_row(2)])
+    file = tmp_path / "alerts.jsonl"
+    (first, _) = alert_payloads(latest_states(lake.read_table(lake_root, FINDING_STATES)), {})
+    file.write_text(json.dumps(first) + "\n")  # written, then the run died before alerts_sent
+    report = send_new_alerts(lake_root, [JsonlFileSink(file)])
+    assert report.ok and len(report.sent) == 2
+    assert [p["alert_id"] for p in jsonl(file)] == [alert_ids(1), alert_ids(2)]
+    assert lake.read_table(lake_root, ALERTS_SENT).height == 2
 
-    write_step_change_lake(lake_root)
-    sink = JsonlFileSink(tmp_path / "alerts.jsonl")
-    first = datetime(2026, 11, 3, tzinfo=UTC)
-    sent = []
-    for i in range(3):
-        run_detection(lake_root, now=first + timedelta(minutes=15 * i))
-        sent += send_new_alerts(lake_root, [sink]).sent
-    assert [p["state"] for p in sent] == ["open"] and sent[0]["analysis"] == "deploy"
-    assert len((tmp_path / "alerts.jsonl").read_text().splitlines()) == 1
+
+def test_a_file_sink_that_cannot_write_loses_nothing(lake_root: Path, tmp_path: Path) -> None:
+    write_findings(lake_root, [finding_row(1), finding_row(2)])
+    blocked = tmp_path / "not-a-dir"
+    blocked.write_text("a file where the folder should be")
+    report = send_new_alerts(lake_root, [JsonlFileSink(blocked / "alerts.jsonl")])
+    assert not report.ok and report.dead_lettered == [] and report.sinks[0].deferred == 2
+    assert "cannot write" in report.failures[f"file {blocked / 'alerts.jsonl'}"]
+    assert lake.read_table(lake_root, ALERTS_SENT).height == 0
+    fixed = send_new_alerts(lake_root, [JsonlFileSink(tmp_path / "alerts.jsonl")])
+    assert len(fixed.sent) == 2 and len(jsonl(tmp_path / "alerts.jsonl")) == 2
+
+
+def test_rows_from_before_per_sink_bookkeeping_count_for_every_sink(lake_root: Path, slack: Emulator) -> None:
+    write_findings(lake_root, [finding_row(1), finding_row(2)])
+    old = pl.DataFrame(  # the columns of alerts_sent before issue 10: no sink, no attempts
+        {
+            "alert_id": [alert_ids(1)],
+            "sent_at": [AT],
+            "instance": ["db1"],
+            "queryid": [101],
+            "sinks": ["file data/alerts.jsonl, webhook https://hooks.example"],
+            "finding_id": [f"{1:016x}"],
+            "state": ["open"],
+        }
+    )
+    lake.write_table(lake_root, ALERTS_SENT, old, {"date": "2026-11-29"}, "old")
+    report = send_new_alerts(lake_root, [SlackSink(slack.url, Retry())])
+    assert [p["alert_id"] for p in report.sent] == [alert_ids(2)], "a sink added later gets no history"
+
+
+def test_resolved_updates_can_be_turned_off(lake_root: Path, tmp_path: Path) -> None:
+    write_findings(lake_root, [finding_row(1), finding_row(2, status="recovered", recovered_at=AT)])
+    file = tmp_path / "alerts.jsonl"
+    send_new_alerts(lake_root, [JsonlFileSink(file)], send_resolved=False)
+    write_findings(lake_root, [finding_row(1, status="recovered", recovered_at=AT)], run="r2")
+    send_new_alerts(lake_root, [JsonlFileSink(file)], send_resolved=False)
+    assert [(p["finding_id"], p["state"]) for p in jsonl(file)] == [(f"{1:016x}", "open")]
+
+
+def test_two_runs_at_once_cannot_send_twice(lake_root: Path, tmp_path: Path) -> None:
+    write_findings(lake_root, [finding_row(1)])
+    with lake.exclusive_lock(lake_root, "alerts"), pytest.raises(lake.LakeLockError, match="alerts lock"):
+        send_new_alerts(
+            lake_root, [JsonlFileSink(tmp_path / "a.jsonl")], lake_config=lake.LakeConfig(lock_wait_s=0.1)
+        )
+    assert not (tmp_path / "a.jsonl").exists()
+
+
+def test_the_url_appears_nowhere(lake_root: Path, tmp_path: Path, slack: Emulator, caplog: Any) -> None:
+    """Every answer kind (accepted, 400, 404 on a wrong token, 500s, refused connection): the token is in
+    no report, reason, lake row, dead letter, log record or repr."""
+    write_findings(lake_root, [finding_row(n) for n in (1, 2, 3)])
+    slack.script = [(200, {}, "ok"), (400, {}, f"no_text {slack.url}"), (500, {}, "x")]
+    wrong = slack.url.replace("xoxTOKEN", "xoxWRONG")
+    closed = f"http://127.0.0.1:1/services/{TOKEN}"
+    dead_file = tmp_path / "dead.jsonl"
+    sinks = [
+        SlackSink(slack.url, Retry(max_attempts=2), sleep=lambda s: None),
+        WebhookSink(wrong, Retry(), sleep=lambda s: None),
+        SlackSink(closed, Retry(max_attempts=2), sleep=lambda s: None),
+    ]
+    sinks[2].key = "slack2"  # a second Slack sink, bookkept on its own
+    with caplog.at_level("DEBUG"):
+        report = send_new_alerts(lake_root, sinks, dead_letter_file=dead_file)
+    reasons = {d.reason for d in report.dead_lettered}
+    assert any("HTTP 404 no_service" in r for r in reasons) and any("network error" in r for r in reasons)
+    assert any(r.startswith("permanent failure: HTTP 400 no_text http://127.0.0.1") for r in reasons), reasons
+    outputs = [
+        json.dumps(report.as_json()),
+        repr(report),
+        repr(sinks),
+        str(report.failures),
+        dead_file.read_text(),
+        caplog.text,
+        *(str(lake.read_table(lake_root, t).rows()) for t in TABLES),
+    ]
+    for secret in ("xoxTOKENs3cr3tV4lue", "xoxWRONG", "T0SECRET", "B0SECRET"):
+        assert all(secret not in text for text in outputs), secret
+    with pytest.raises(WebhookURLError) as bad:
+        SlackSink(f"hooks.slack.com/services/{TOKEN}", Retry(), source="env RADAR_SLACK_WEBHOOK")
+    assert "T0SECRET" not in str(bad.value) and "env RADAR_SLACK_WEBHOOK" in str(bad.value)
+    with pytest.raises(WebhookURLError) as spaced:
+        SlackSink(f"https://hooks.slack.com/services/{TOKEN} x", Retry())
+    assert "T0SECRET" not in str(spaced.value)

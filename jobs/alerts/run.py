@@ -1,0 +1,329 @@
+"""One alerts run: every sink gets each (finding, state) alert it has not had, at most once.
+
+Bookkeeping is per sink, in the lake: ``alerts_sent`` holds one row per alert a sink accepted and
+``alert_dead_letters`` one per alert a sink refused for good or that ran out of attempts (also appended,
+with the payload, to the dead-letter JSONL file). A sink is never sent an alert it accepted, whatever
+the other sinks did, nor one dead-lettered for it (unless ``retry_dead_letters``). Each sink's rows are
+written as soon as that sink is done (also when the run is interrupted), so a sink that failed costs
+the others nothing. A run holds the lake lock ``alerts``: two runs at once cannot send an alert twice.
+
+A sink that looks down (attempts exhausted, a long Retry-After, a revoked URL, a file that cannot be
+written) is stopped for the rest of the run: its other alerts are deferred, sent by the next run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from jobs import lake
+from jobs.alerts.delivery import DEAD, DELIVERED, Outcome
+from jobs.alerts.payloads import alert_payloads
+from jobs.alerts.sinks import AlertSink
+from jobs.detect.findings import latest_states
+from jobs.redaction import scrub
+from jobs.schemas import ALERT_DEAD_LETTERS, ALERTS_SENT, FINDING_STATES
+
+ALERTS_LOCK = "alerts"
+ALL_SINKS = ""  # the ledger key of rows written before per-sink bookkeeping: every sink had them
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    sink: str
+    sink_name: str
+    alert_id: str
+    finding_id: str
+    state: str
+    instance: str
+    queryid: str
+    attempts: int
+    last_status: int | None
+    reason: str
+    dead_lettered_at: datetime
+
+    def as_row(self) -> dict[str, Any]:
+        return {**self.__dict__, "queryid": int(self.queryid)}
+
+    def as_json(self) -> dict[str, Any]:
+        return {**self.__dict__, "dead_lettered_at": self.dead_lettered_at.isoformat()}
+
+
+@dataclass
+class SinkReport:
+    """One sink's part of a run."""
+
+    key: str
+    name: str
+    pending: int = 0
+    delivered: list[str] = field(default_factory=list)  # alert_ids
+    dead_lettered: list[DeadLetter] = field(default_factory=list)
+    deferred: int = 0  # not attempted this run (the sink was stopped) or to write again (retry_later)
+    stopped: str = ""  # why the sink was stopped for the rest of the run
+    attempts: int = 0
+    delays_s: list[float] = field(default_factory=list)  # every wait between attempts, in order
+
+    @property
+    def ok(self) -> bool:
+        return not self.dead_lettered and not self.deferred
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "sink": self.key,
+            "name": self.name,
+            "pending": self.pending,
+            "delivered": len(self.delivered),
+            "dead_lettered": [
+                {k: v for k, v in d.as_json().items() if k not in ("sink", "sink_name")}
+                for d in self.dead_lettered
+            ],
+            "deferred": self.deferred,
+            "stopped": self.stopped or None,
+            "attempts": self.attempts,
+        }
+
+
+@dataclass
+class AlertReport:
+    """What a run sent: ``sent`` the payloads some sink accepted this run (each once), per sink the rest."""
+
+    sent: list[dict[str, Any]] = field(default_factory=list)
+    sinks: list[SinkReport] = field(default_factory=list)
+    pending: int = 0  # distinct alerts some sink had not had when the run began
+    notes: list[str] = field(default_factory=list)  # e.g. the dead-letter file could not be written
+
+    @property
+    def ok(self) -> bool:
+        return all(s.ok for s in self.sinks)
+
+    @property
+    def dead_lettered(self) -> list[DeadLetter]:
+        return [d for s in self.sinks for d in s.dead_lettered]
+
+    @property
+    def failures(self) -> dict[str, str]:
+        """Per sink name that did not take everything: why, in a line (never a URL)."""
+        out = {}
+        for s in self.sinks:
+            if s.ok:
+                continue
+            parts = []
+            if s.dead_lettered:
+                parts.append(f"{len(s.dead_lettered)} dead-lettered ({s.dead_lettered[-1].reason})")
+            if s.deferred:
+                parts.append(f"{s.deferred} deferred to the next run ({s.stopped})")
+            out[s.name] = "; ".join(parts)
+        return out
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "pending": self.pending,
+            "sent": [
+                {k: p[k] for k in ("alert_id", "finding_id", "state", "instance", "queryid")}
+                for p in self.sent
+            ],
+            "sinks": [s.as_json() for s in self.sinks],
+            "notes": self.notes,
+        }
+
+
+def _states_by_sink(frame: pl.DataFrame) -> dict[str, dict[str, set[str]]]:
+    out: dict[str, dict[str, set[str]]] = {}
+    for finding, state, sink in frame.drop_nulls("finding_id").iter_rows():
+        out.setdefault(sink or ALL_SINKS, {}).setdefault(finding, set()).add(state)
+    return out
+
+
+def delivered_states(lake_root: Path) -> dict[str, dict[str, set[str]]]:
+    """Per sink key (``ALL_SINKS`` for rows before per-sink bookkeeping), per finding: states accepted."""
+    return _states_by_sink(
+        lake.read_table(lake_root, ALERTS_SENT, lambda f: f.select("finding_id", "state", "sink"))
+    )
+
+
+def dead_lettered_states(lake_root: Path) -> dict[str, dict[str, set[str]]]:
+    """Per sink key, per finding: the states dead-lettered for that sink."""
+    return _states_by_sink(
+        lake.read_table(lake_root, ALERT_DEAD_LETTERS, lambda f: f.select("finding_id", "state", "sink"))
+    )
+
+
+def already_sent(lake_root: Path) -> dict[str, set[str]]:
+    """Per finding_id: the states some sink accepted."""
+    out: dict[str, set[str]] = {}
+    for by_finding in delivered_states(lake_root).values():
+        for finding, states in by_finding.items():
+            out.setdefault(finding, set()).update(states)
+    return out
+
+
+def read_findings(lake_root: Path) -> pl.DataFrame:
+    """The latest state of every finding (what the `findings` view shows)."""
+    return latest_states(lake.read_table(lake_root, FINDING_STATES))
+
+
+def _merged(*ledgers: Mapping[str, set[str]]) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for ledger in ledgers:
+        for finding, states in ledger.items():
+            out.setdefault(finding, set()).update(states)
+    return out
+
+
+def _record(
+    lake_root: Path,
+    sink: AlertSink,
+    delivered: list[tuple[dict[str, Any], Outcome]],
+    dead: list[DeadLetter],
+    moment: datetime,
+    dead_letter_file: Path | None,
+    report: AlertReport,
+) -> None:
+    stem = f"{lake.stem_for(moment)}-{sink.key}-{uuid.uuid4().hex[:8]}"
+    partition = {"date": moment.strftime("%Y-%m-%d")}
+    if delivered:
+        rows = pl.DataFrame(
+            [
+                {
+                    "alert_id": p["alert_id"],
+                    "sent_at": moment,
+                    "instance": p["instance"],
+                    "queryid": int(p["queryid"]),
+                    "sinks": sink.name,
+                    "finding_id": p["finding_id"],
+                    "state": p["state"],
+                    "sink": sink.key,
+                    "attempts": outcome.attempts,
+                }
+                for p, outcome in delivered
+            ],
+            schema_overrides={"sent_at": ALERTS_SENT.polars_schema["sent_at"]},
+        )
+        lake.write_table(lake_root, ALERTS_SENT, rows, partition, stem)
+    if dead:
+        frame = pl.DataFrame(
+            [d.as_row() for d in dead],
+            schema_overrides={
+                "dead_lettered_at": ALERT_DEAD_LETTERS.polars_schema["dead_lettered_at"],
+                "last_status": pl.Int64(),
+            },
+        )
+        lake.write_table(lake_root, ALERT_DEAD_LETTERS, frame, partition, stem)
+        if dead_letter_file is not None:
+            _append_dead_letters(dead_letter_file, dead, report)
+
+
+def _append_dead_letters(path: Path, dead: Iterable[DeadLetter], report: AlertReport) -> None:
+    """The dead letters as JSON lines (each with its payload, to resend by hand); the lake holds them too,
+    so a file that cannot be written is a note, not a lost record."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a", encoding="utf-8") as handle:
+            handle.write("".join(json.dumps(d.as_json(), sort_keys=True) + "\n" for d in dead))
+            handle.flush()
+            os.fsync(handle.fileno())
+    except OSError as exc:
+        report.notes.append(
+            f"cannot append to the dead-letter file {path}: {exc.strerror or exc} (the lake table "
+            f"{ALERT_DEAD_LETTERS.name} holds them)"
+        )
+
+
+def _dead_letter(sink: AlertSink, payload: dict[str, Any], outcome: Outcome, moment: datetime) -> DeadLetter:
+    return DeadLetter(
+        sink=sink.key,
+        sink_name=sink.name,
+        alert_id=payload["alert_id"],
+        finding_id=payload["finding_id"],
+        state=payload["state"],
+        instance=payload["instance"],
+        queryid=payload["queryid"],
+        attempts=outcome.attempts,
+        last_status=outcome.last_status,
+        reason=scrub(outcome.reason),
+        dead_lettered_at=moment,
+    )
+
+
+def _send_to(
+    lake_root: Path,
+    sink: AlertSink,
+    payloads: list[dict[str, Any]],
+    report: AlertReport,
+    sent: dict[str, dict[str, Any]],
+    now: datetime | None,
+    dead_letter_file: Path | None,
+) -> SinkReport:
+    result = SinkReport(sink.key, sink.name, pending=len(payloads))
+    delivered: list[tuple[dict[str, Any], Outcome]] = []
+    dead: list[DeadLetter] = []
+    try:
+        for index, payload in enumerate(payloads):
+            outcome = sink.deliver(payload)
+            result.attempts += outcome.attempts
+            result.delays_s.extend(outcome.delays_s)
+            if outcome.status == DELIVERED:
+                delivered.append((payload, outcome))
+                result.delivered.append(payload["alert_id"])
+                sent.setdefault(payload["alert_id"], payload)
+            elif outcome.status == DEAD:
+                letter = _dead_letter(sink, payload, outcome, (now or datetime.now(UTC)).astimezone(UTC))
+                dead.append(letter)
+                result.dead_lettered.append(letter)
+            else:
+                result.deferred += 1
+            if outcome.sink_down:
+                result.deferred += len(payloads) - index - 1
+                result.stopped = f"stopped after: {scrub(outcome.reason)}"
+                break
+    finally:
+        moment = (now or datetime.now(UTC)).astimezone(UTC)
+        _record(lake_root, sink, delivered, dead, moment, dead_letter_file, report)
+    return result
+
+
+def send_new_alerts(
+    lake_root: Path,
+    sinks: list[AlertSink],
+    now: datetime | None = None,
+    *,
+    send_resolved: bool = True,
+    retry_dead_letters: bool = False,
+    dead_letter_file: Path | None = None,
+    lake_config: lake.LakeConfig | None = None,
+) -> AlertReport:
+    """Send each sink every alert (finding, state) it has not accepted, nor dead-lettered (unless
+    ``retry_dead_letters``); record per sink what it accepted and what it refused for good."""
+    report = AlertReport()
+    if not sinks:
+        return report
+    with lake.exclusive_lock(lake_root, ALERTS_LOCK, lake_config):
+        findings = read_findings(lake_root)
+        if findings.is_empty():
+            report.sinks = [SinkReport(s.key, s.name) for s in sinks]
+            return report
+        delivered = delivered_states(lake_root)
+        dead = {} if retry_dead_letters else dead_lettered_states(lake_root)
+        plans = []
+        for sink in sinks:
+            handled = _merged(
+                delivered.get(ALL_SINKS, {}), delivered.get(sink.key, {}), dead.get(sink.key, {})
+            )
+            plans.append((sink, alert_payloads(findings, handled, send_resolved=send_resolved)))
+        report.pending = len({p["alert_id"] for _, payloads in plans for p in payloads})
+        sent: dict[str, dict[str, Any]] = {}
+        try:
+            for sink, payloads in plans:
+                report.sinks.append(_send_to(lake_root, sink, payloads, report, sent, now, dead_letter_file))
+        finally:
+            report.sent = list(sent.values())
+    return report

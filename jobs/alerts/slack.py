@@ -1,0 +1,194 @@
+"""The Slack message of an alert (pure): an incoming-webhook body with ``text`` and Block Kit ``blocks``.
+
+Slack answers 400 ``no_text`` to a body without ``text`` (the notification's fallback) and 400
+``invalid_blocks`` to a block over its limits, so every piece is cut to fit: a header's plain text at most
+150 characters, a section's text 3,000, a field 2,000, 10 fields a section. Query texts and every other
+value from the lake are escaped for mrkdwn (``&``, ``<``, ``>``, so a query holding ``<!channel>`` or
+``<https://x|y>`` can neither ping anyone nor make a link), ``@channel``/``@here``/``@everyone`` get a
+zero-width space after the ``@``, and text objects are ``verbatim`` (Slack links nothing by itself).
+
+An open finding is one message: header, the query in a code block, fields instance, before → after,
+onset, deploy, confidence, added load, and "Plan Diff" (the finding's plan_diff_summary, or "no plans
+captured"), then a context line naming the finding. A recovered or superseded update is one short section.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from datetime import UTC, datetime
+from typing import Any
+
+HEADER_MAX = 150
+SECTION_TEXT_MAX = 3000
+FIELD_MAX = 2000
+FALLBACK_TEXT_MAX = 3000  # Slack truncates `text` past 40,000; a notification shows far less
+QUERY_IN_TEXT_MAX = 120
+ELLIPSIS = "…"
+_ZWSP = "\u200b"
+_BROADCAST = re.compile(r"@(channel|here|everyone)\b", re.IGNORECASE)
+
+
+def escape_mrkdwn(text: str) -> str:
+    """``&``, ``<``, ``>`` as Slack's entities (its only control characters), broadcasts defused."""
+    escaped = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return _BROADCAST.sub(lambda m: f"@{_ZWSP}{m.group(1)}", escaped)
+
+
+def fit(text: str, limit: int, *, escape: bool = True, suffix: str = ELLIPSIS) -> str:
+    """``text`` escaped (when ``escape``) and cut so the result is at most ``limit`` characters: cut before
+    escaping, so an entity (``&amp;``) or a defused ``@channel`` is never split."""
+    render = escape_mrkdwn if escape else (lambda s: s)
+    whole = render(text)
+    if len(whole) <= limit:
+        return whole
+    keep = max(0, limit - len(suffix))
+    while keep > 0:
+        cut = render(text[:keep]) + suffix
+        if len(cut) <= limit:
+            return cut
+        keep -= max(1, len(cut) - limit)
+    return suffix[:limit]
+
+
+def code_block(text: str, limit: int) -> str:
+    """``text`` in a mrkdwn code block of at most ``limit`` characters; a ``` inside cannot end it."""
+    fence = "```"
+    body = text.replace(fence, f"`{_ZWSP}`{_ZWSP}`")
+    return fence + fit(body, limit - 2 * len(fence)) + fence
+
+
+def format_ms(ms: float) -> str:
+    """A latency in plain words: ``0.042 ms``, ``12.1 ms``, ``980 ms``, ``1.23 s``, ``2.5 min``."""
+    if ms is None or not math.isfinite(ms):
+        return "unknown"
+    if ms >= 120_000:
+        return f"{ms / 60_000:.3g} min"
+    if ms >= 1000:
+        return f"{ms / 1000:.3g} s"
+    if ms >= 100:
+        return f"{ms:.0f} ms"
+    return f"{ms:.3g} ms"
+
+
+def format_ratio(before_ms: float, after_ms: float) -> str:
+    """``81× slower`` / ``2.5× slower`` / ``1.2× faster``; empty when a level is zero or unknown."""
+    if not before_ms or not after_ms or before_ms <= 0 or after_ms <= 0:
+        return ""
+    ratio = after_ms / before_ms
+    word = "slower" if ratio >= 1 else "faster"
+    ratio = ratio if ratio >= 1 else 1 / ratio
+    return f"{ratio:.0f}× {word}" if ratio >= 10 else f"{ratio:.2g}× {word}"
+
+
+def before_after(before_ms: float, after_ms: float) -> str:
+    """``12.1 ms → 980 ms (81× slower)``."""
+    ratio = format_ratio(before_ms, after_ms)
+    return f"{format_ms(before_ms)} → {format_ms(after_ms)}" + (f" ({ratio})" if ratio else "")
+
+
+def confidence(p_value: float, analysis: str) -> str:
+    """The p-value in words: how unlikely the step is as chance (the adjusted p for unannounced)."""
+    if p_value < 0.001:
+        words, shown = "very strong evidence", "p < 0.001"
+    elif p_value < 0.01:
+        words, shown = "strong evidence", f"p = {p_value:.2g}"
+    elif p_value < 0.05:
+        words, shown = "moderate evidence", f"p = {p_value:.2g}"
+    else:
+        words, shown = "weak evidence", f"p = {p_value:.2g}"
+    adjusted = ", adjusted for the series searched" if analysis == "unannounced" else ""
+    return f"{words} ({shown}{adjusted})"
+
+
+def format_time(iso: str | None) -> str:
+    """``2026-11-02 10:30 UTC`` from an ISO-8601 time (the payload's form)."""
+    if not iso:
+        return "unknown"
+    moment = datetime.fromisoformat(iso)
+    moment = moment.astimezone(UTC) if moment.tzinfo else moment.replace(tzinfo=UTC)
+    return moment.strftime("%Y-%m-%d %H:%M UTC")
+
+
+def deploy_words(payload: dict[str, Any]) -> str:
+    """The deploy blamed (its version), or ``unannounced``; other deploys near the change after it."""
+    version = payload.get("deploy_version")
+    words = f"{version}" if version and payload.get("analysis") == "deploy" else "unannounced"
+    if payload.get("other_deploys"):
+        words += f" (also near: {payload['other_deploys']})"
+    return words
+
+
+def _short_query(payload: dict[str, Any]) -> str:
+    query = " ".join((payload.get("query") or "").split()) or f"queryid {payload['queryid']}"
+    return query
+
+
+def _field(label: str, value: str) -> dict[str, Any]:
+    head = f"*{label}*\n"
+    return {"type": "mrkdwn", "text": head + fit(value, FIELD_MAX - len(head)), "verbatim": True}
+
+
+def _section(text_mrkdwn: str) -> dict[str, Any]:
+    return {"type": "section", "text": {"type": "mrkdwn", "text": text_mrkdwn, "verbatim": True}}
+
+
+def slack_message(payload: dict[str, Any]) -> dict[str, Any]:
+    """The incoming-webhook body for one alert payload (the contract's object)."""
+    if payload["state"] == "open":
+        return _open_message(payload)
+    return _update_message(payload)
+
+
+def _open_message(payload: dict[str, Any]) -> dict[str, Any]:
+    instance = payload["instance"]
+    change = before_after(payload["before_mean_ms"], payload["after_mean_ms"])
+    query = _short_query(payload)
+    text = fit(
+        f"Query regression on {instance}: {fit(query, QUERY_IN_TEXT_MAX, escape=False)} — {change}, "
+        f"since {format_time(payload['onset'])} (deploy {deploy_words(payload)})",
+        FALLBACK_TEXT_MAX,
+    )
+    fields = [
+        _field("Instance", instance),
+        _field("Before → after", change),
+        _field("Onset", format_time(payload["onset"])),
+        _field("Deploy", deploy_words(payload)),
+        _field("Confidence", confidence(payload["p_value"], payload["analysis"])),
+    ]
+    if payload.get("added_load_ms_per_s") is not None:
+        load = payload["added_load_ms_per_s"]
+        fields.append(_field("Added load", f"{format_ms(load)} of database time per second"))
+    fields.append(_field("Plan Diff", payload.get("plan_diff_summary") or "no plans captured"))
+    header = fit(f"Query regression on {instance}", HEADER_MAX, escape=False)
+    context = (
+        f"finding {payload['finding_id']} · queryid {payload['queryid']} · {payload['analysis']} analysis "
+        f"· alert {payload['alert_id']}"
+    )
+    blocks = [
+        {"type": "header", "text": {"type": "plain_text", "text": header, "emoji": False}},
+        _section(code_block(query, SECTION_TEXT_MAX)),
+        {"type": "section", "fields": fields[:10]},
+        {
+            "type": "context",
+            "elements": [{"type": "mrkdwn", "text": fit(context, FIELD_MAX), "verbatim": True}],
+        },
+    ]
+    return {"text": text, "blocks": blocks}
+
+
+def _update_message(payload: dict[str, Any]) -> dict[str, Any]:
+    instance = payload["instance"]
+    query = fit(_short_query(payload), QUERY_IN_TEXT_MAX, escape=False)
+    if payload["state"] == "recovered":
+        summary = (
+            f"Recovered on {instance}: {query} is back (it was {format_ms(payload['after_mean_ms'])}, "
+            f"{format_ms(payload['before_mean_ms'])} before) since {format_time(payload['recovered_at'])}"
+        )
+    else:
+        summary = (
+            f"Superseded on {instance}: the regression of {query} since {format_time(payload['onset'])} "
+            f"is now followed as finding {payload.get('superseded_by') or 'unknown'}"
+        )
+    line = f"{summary} (finding {payload['finding_id']})"
+    return {"text": fit(line, FALLBACK_TEXT_MAX), "blocks": [_section(fit(line, SECTION_TEXT_MAX))]}
