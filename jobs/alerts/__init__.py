@@ -21,9 +21,10 @@ from jobs.alerts.run import (
     dead_lettered_states,
     delivered_states,
     read_findings,
+    send_alerts,
     send_new_alerts,
 )
-from jobs.alerts.sinks import AlertSink, JsonlFileSink, SlackSink, WebhookSink
+from jobs.alerts.sinks import AlertSink, JsonlFileSink, SlackSink, WebhookSink, sinks_from_settings
 from jobs.alerts.slack import slack_message
 
 __all__ = [
@@ -49,6 +50,8 @@ __all__ = [
     "origin",
     "read_findings",
     "redact_url",
+    "send_alerts",
     "send_new_alerts",
+    "sinks_from_settings",
     "slack_message",
 ]

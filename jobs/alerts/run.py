@@ -15,22 +15,27 @@ from __future__ import annotations
 
 import json
 import os
+import random
+import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
 from jobs import lake
 from jobs.alerts.delivery import DEAD, DELIVERED, Outcome
 from jobs.alerts.payloads import alert_payloads
-from jobs.alerts.sinks import AlertSink
+from jobs.alerts.sinks import AlertSink, sinks_from_settings
 from jobs.detect.findings import latest_states
 from jobs.redaction import scrub
 from jobs.schemas import ALERT_DEAD_LETTERS, ALERTS_SENT, FINDING_STATES
+
+if TYPE_CHECKING:
+    from jobs.config import AlertsConfig
 
 ALERTS_LOCK = "alerts"
 ALL_SINKS = ""  # the ledger key of rows written before per-sink bookkeeping: every sink had them
@@ -327,3 +332,26 @@ def send_new_alerts(
         finally:
             report.sent = list(sent.values())
     return report
+
+
+def send_alerts(
+    lake_root: Path,
+    alerts: AlertsConfig,
+    env: Mapping[str, str] | None = None,
+    *,
+    retry_dead_letters: bool = False,
+    now: datetime | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+    rng: random.Random | None = None,
+    lake_config: lake.LakeConfig | None = None,
+) -> AlertReport:
+    """``send_new_alerts`` to the sinks [alerts] names (webhook URLs read from ``env`` now)."""
+    return send_new_alerts(
+        lake_root,
+        sinks_from_settings(alerts, env, sleep=sleep, rng=rng),
+        now,
+        send_resolved=alerts.send_resolved,
+        retry_dead_letters=retry_dead_letters,
+        dead_letter_file=Path(alerts.dead_letter_file) if alerts.dead_letter_file else None,
+        lake_config=lake_config,
+    )

@@ -13,10 +13,10 @@ import json
 import os
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from jobs.alerts.delivery import (
     DELIVERED,
@@ -30,6 +30,9 @@ from jobs.alerts.delivery import (
     origin,
 )
 from jobs.alerts.slack import slack_message
+
+if TYPE_CHECKING:
+    from jobs.config import AlertsConfig
 
 FILE, SLACK, WEBHOOK = "file", "slack", "webhook"
 
@@ -136,3 +139,28 @@ class WebhookSink(_HttpSink):
 
     def body(self, payload: dict[str, Any]) -> dict[str, Any]:
         return payload
+
+
+def sinks_from_settings(
+    alerts: AlertsConfig,
+    env: Mapping[str, str] | None = None,
+    *,
+    sleep: Callable[[float], None] = time.sleep,
+    rng: random.Random | None = None,
+) -> list[AlertSink]:
+    """The sinks [alerts] names: the JSONL file (unless ``file`` is empty), Slack when its URL is set (in
+    the file or the environment variable ``slack_webhook_env``, read now), the generic webhook likewise.
+    A URL that is not http(s) is a WebhookURLError naming where it came from (never the URL)."""
+    rng = rng or random.Random()
+    sinks: list[AlertSink] = [JsonlFileSink(Path(alerts.file))] if alerts.file else []
+    slack_url = alerts.resolved_slack_url(env)
+    if slack_url:
+        source = (
+            "[alerts] slack_webhook_url" if alerts.slack_webhook_url else f"env {alerts.slack_webhook_env}"
+        )
+        sinks.append(SlackSink(slack_url, alerts, source=source, sleep=sleep, rng=rng))
+    webhook_url = alerts.resolved_webhook_url(env)
+    if webhook_url:
+        source = "[alerts] webhook_url" if alerts.webhook_url else f"env {alerts.webhook_env}"
+        sinks.append(WebhookSink(webhook_url, alerts, source=source, sleep=sleep, rng=rng))
+    return sinks
