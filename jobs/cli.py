@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import tempfile
 from dataclasses import replace
@@ -214,20 +213,71 @@ def cmd_detect(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_alerts(args: argparse.Namespace) -> int:
-    from jobs.alerts import AlertSink, JsonlFileSink, WebhookSink, send_new_alerts
+ALERTS_EXIT_CODES = """\
+exit codes:
+  0  every alert pending for a sink was delivered to it (or none was pending)
+  1  some alert was dead-lettered (refused for good, or out of attempts) or deferred to the next run
+     (a sink that looked down was stopped); the output names the sink and why
+  2  configuration error (a webhook URL that is not http(s), a bad [alerts] key), or no sink at all
+ 75  another `radar alerts` run holds the alerts lock
+"""
 
-    sinks: list[AlertSink] = [JsonlFileSink(Path(args.file))]
-    if args.webhook:
-        sinks.append(WebhookSink(args.webhook))
-    report = send_new_alerts(Path(args.lake), sinks)
+
+def cmd_alerts(args: argparse.Namespace) -> int:
+    """Send each sink of [alerts] every finding alert it has not had; see ALERTS_EXIT_CODES."""
+    import json
+
+    from jobs.alerts import send_alerts
+    from jobs.config import Override, load_settings
+
+    overrides = [
+        Override(key, value, flag)
+        for key, value, flag in (
+            ("alerts.file", args.file, "flag --file"),
+            ("alerts.dead_letter_file", args.dead_letter_file, "flag --dead-letter-file"),
+            ("alerts.webhook_url", args.webhook, "flag --webhook"),
+            ("alerts.send_resolved", False if args.no_resolved else None, "flag --no-resolved"),
+        )
+        if value is not None
+    ]
+    alerts = load_settings(getattr(args, "config", None), overrides=overrides).settings.alerts
+    report = send_alerts(
+        Path(args.lake), alerts, retry_dead_letters=args.retry_dead_letters, lake_config=lake_config(args)
+    )
+    if not report.sinks:
+        console.print(
+            "[red]no alert sink[/red]: [alerts] file is empty and no webhook URL is set "
+            f"(env {alerts.slack_webhook_env} / {alerts.webhook_env})"
+        )
+        return 2
+    if args.format == "json":
+        sys.stdout.write(json.dumps(report.as_json(), indent=2, default=str) + "\n")
+        return 0 if report.ok else 1
     for payload in report.sent:
-        console.print(f"alerted: {payload['instance']}: {payload['query'][:80]}")
-    for sink, why in report.failures.items():
-        console.print(f"[red]{sink} failed[/red]: {why} ({report.pending} alerts will be sent next time)")
+        to = ", ".join(s.name for s in report.sinks if payload["alert_id"] in s.delivered)
+        query = " ".join(payload["query"].split())[:80]
+        console.print(f"alerted ({payload['state']}): {payload['instance']}: {query} → {to}", markup=False)
+    for sink in report.sinks:
+        for letter in sink.dead_lettered:
+            console.print(
+                f"[red]dead letter[/red] {escape(sink.name)}: alert {letter.alert_id} (finding "
+                f"{letter.finding_id}, {letter.state}) after {letter.attempts} attempt(s): "
+                f"{escape(letter.reason)}"
+            )
+        if sink.deferred:
+            console.print(
+                f"[yellow]{escape(sink.name)}[/yellow]: {sink.deferred} alert(s) deferred to the next run "
+                f"({escape(sink.stopped)})"
+            )
+    for note in report.notes:
+        console.print(f"warning: {note}", markup=False)
+    if report.dead_lettered and alerts.dead_letter_file:
+        console.print(
+            f"dead letters: {alerts.dead_letter_file} and the lake table alert_dead_letters", markup=False
+        )
     if not report.pending:
         console.print("no new regression to alert")
-    return 1 if report.failures else 0
+    return 0 if report.ok else 1
 
 
 def cmd_gate(args: argparse.Namespace) -> int:
@@ -428,13 +478,33 @@ def build_parser() -> argparse.ArgumentParser:
     )
     detect.set_defaults(func=cmd_detect)
 
-    alerts = sub.add_parser("alerts", help="send each new detected regression to the alert sinks, once")
-    alerts.add_argument("--file", default="data/alerts.jsonl", help="JSONL file sink (default: %(default)s)")
+    alerts = sub.add_parser(
+        "alerts",
+        help="send each finding to the alert sinks of [alerts] (JSONL file, Slack, webhook), once each",
+        description="Sinks come from [alerts] in the config file: the JSONL file, Slack when its URL is\n"
+        "set (env RADAR_SLACK_WEBHOOK or [alerts] slack_webhook_url), the generic JSON webhook likewise\n"
+        "(env RADAR_ALERT_WEBHOOK or [alerts] webhook_url). Each sink gets each alert at most once;\n"
+        "webhook URLs are never printed (only scheme://host).",
+        epilog=ALERTS_EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    alerts.add_argument("--file", default=None, help="JSONL file sink (default: [alerts] file)")
+    alerts.add_argument(
+        "--dead-letter-file", default=None, help="dead-letter JSONL file (default: [alerts] dead_letter_file)"
+    )
     alerts.add_argument(
         "--webhook",
-        default=os.environ.get("RADAR_ALERT_WEBHOOK"),
-        help="also POST to this URL (env RADAR_ALERT_WEBHOOK)",
+        default=None,
+        metavar="URL",
+        help="generic JSON webhook URL (prefer env RADAR_ALERT_WEBHOOK: a command line is visible to ps)",
     )
+    alerts.add_argument("--no-resolved", action="store_true", help="send no recovered/superseded updates")
+    alerts.add_argument(
+        "--retry-dead-letters",
+        action="store_true",
+        help="send dead-lettered alerts again (each sink: those it refused or did not take)",
+    )
+    alerts.add_argument("--format", choices=["text", "json"], default="text", help="output (default: text)")
     alerts.set_defaults(func=cmd_alerts)
 
     gate = sub.add_parser(

@@ -6,7 +6,7 @@ from pathlib import Path
 import dagster as dg
 
 from jobs.collect.deploys import DeployInboxConfig
-from jobs.config import ConfigError, FleetConfig
+from jobs.config import AlertsConfig, ConfigError, FleetConfig
 from jobs.fleet import EmbeddedFleet
 from jobs.plans.capture import PlanCaptureConfig
 from jobs.redaction import install_log_scrubber
@@ -111,11 +111,20 @@ class ReportResource(dg.ConfigurableResource):
 
 
 class AlertResource(dg.ConfigurableResource):
-    """Alert sinks: a JSONL file always, a webhook when RADAR_ALERT_WEBHOOK (or webhook_url) is set."""
+    """Alert settings: the [alerts] section of the radar config file (``config_file``, or $RADAR_CONFIG /
+    data/radar.toml when empty), read when the asset runs; ``file`` and ``dead_letter_file`` override the
+    file's paths when set. Webhook URLs are never resource config (run config is stored and shown by
+    Dagster): they come from the config file or the environment variables it names, at run time."""
 
-    file: str = os.environ.get("RADAR_ALERT_FILE", "data/alerts.jsonl")
-    webhook_url: str = os.environ.get("RADAR_ALERT_WEBHOOK", "")
+    config_file: str = ""
+    file: str = ""
+    dead_letter_file: str = ""
 
-    @property
-    def file_path(self) -> Path:
-        return Path(self.file)
+    def settings(self) -> "AlertsConfig":
+        from dataclasses import replace
+
+        from jobs.config import load_settings
+
+        alerts = load_settings(self.config_file or None).settings.alerts
+        changes = {"file": self.file, "dead_letter_file": self.dead_letter_file}
+        return replace(alerts, **{k: v for k, v in changes.items() if v})

@@ -481,3 +481,59 @@ def test_the_url_appears_nowhere(lake_root: Path, tmp_path: Path, slack: Emulato
     with pytest.raises(WebhookURLError) as spaced:
         SlackSink(f"https://hooks.slack.com/services/{TOKEN} x", Retry())
     assert "T0SECRET" not in str(spaced.value)
+
+
+def test_the_cli_and_the_asset_take_the_settings_and_the_url_appears_nowhere(
+    lake_root: Path, tmp_path: Path, slack: Emulator, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    """[alerts] from the config file, the Slack URL from RADAR_SLACK_WEBHOOK at run time: the Dagster
+    asset sends, fails the run naming the dead letters; `radar alerts` then has nothing to send (exit 0),
+    a later dead letter is exit 1, a bad URL exit 2; no output, event or file holds the token."""
+    import dagster as dg
+
+    from jobs.cli import main
+    from orchestration.assets.alerts import regression_alerts
+    from orchestration.resources import AlertResource, LakeResource
+
+    config = tmp_path / "radar.toml"
+    config.write_text(
+        f'[alerts]\nfile = "{tmp_path / "alerts.jsonl"}"\ndead_letter_file = "{tmp_path / "dead.jsonl"}"\n'
+        "max_attempts = 2\nbackoff_initial_s = 0.01\njitter = 0.0\ntimeout_s = 2.0\n"
+    )
+    monkeypatch.setenv("RADAR_CONFIG", str(config))
+    monkeypatch.setenv("RADAR_SLACK_WEBHOOK", slack.url)
+    write_findings(lake_root, [finding_row(n) for n in (1, 2, 3)])
+    slack.script = [(200, {}, "ok"), (400, {}, f"no_text {slack.url}"), (500, {}, "x"), (500, {}, "x")]
+    resources = {"lake": LakeResource(root=str(lake_root)), "alerting": AlertResource()}
+    with dg.instance_for_test() as instance:
+        result = dg.materialize(
+            [regression_alerts], resources=resources, instance=instance, raise_on_error=False
+        )
+        assert not result.success
+        events = "\n".join(str(entry) for entry in instance.all_logs(result.run_id))
+        run_config = str(instance.get_run_by_id(result.run_id).run_config)
+    assert "not every alert was delivered: slack http://127.0.0.1: 2 dead-lettered" in events
+    assert len(jsonl(tmp_path / "alerts.jsonl")) == 3 and len(jsonl(tmp_path / "dead.jsonl")) == 2
+    assert slack.keys() == Counter({alert_ids(1): 1, alert_ids(2): 1, alert_ids(3): 2})
+
+    assert main(["--lake", str(lake_root), "alerts", "--format", "json"]) == 0
+    quiet = json.loads(capsys.readouterr().out)
+    assert quiet["pending"] == 0 and quiet["ok"] and [s["sink"] for s in quiet["sinks"]] == ["file", "slack"]
+
+    write_findings(lake_root, [finding_row(4)], run="r2")
+    slack.rule = lambda body: (500, {}, f"down {slack.url}")
+    assert main(["--lake", str(lake_root), "alerts"]) == 1
+    shown = capsys.readouterr()
+    assert "alerted (open): db1: select * from orders_4 where customer_id = $1 → file" in shown.out
+    assert "dead letter slack http://127.0.0.1: alert" in shown.out and "gave up after 2 attempt" in shown.out
+    assert slack.keys()[alert_ids(4)] == 2 and len(jsonl(tmp_path / "alerts.jsonl")) == 4
+
+    monkeypatch.setenv("RADAR_SLACK_WEBHOOK", f"hooks.slack.com/services/{TOKEN}")
+    assert main(["--lake", str(lake_root), "alerts"]) == 2
+    bad = capsys.readouterr()
+    assert "env RADAR_SLACK_WEBHOOK is not an http(s) URL" in bad.out
+
+    files = "\n".join(p.read_text() for p in (tmp_path / "alerts.jsonl", tmp_path / "dead.jsonl"))
+    tables = "\n".join(str(lake.read_table(lake_root, t).rows()) for t in TABLES)
+    for text in (events, run_config, shown.out + shown.err, bad.out + bad.err, files, tables):
+        assert "T0SECRET" not in text and "xoxTOKEN" not in text
