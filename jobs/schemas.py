@@ -549,7 +549,12 @@ ALERTS_SENT = TableSchema(
         Column("sent_at", UTC_TS),
         Column("instance", pl.String()),
         Column("queryid", pl.Int64()),
-        Column("sinks", pl.String(), "sink names (a webhook shows only its scheme and host)"),
+        Column(
+            "sinks",
+            pl.String(),
+            "the sink as shown, e.g. 'slack https://hooks.slack.com' (a webhook shows only its scheme and "
+            "host; before issue 10: every sink of the run, comma-separated)",
+        ),
         Column("finding_id", pl.String(), "the finding alerted (findings.finding_id)"),
         Column("state", pl.String(), "open (the first alert) | recovered | superseded (the one update)"),
         Column("sink", pl.String(), "file | slack | webhook: the sink that accepted it (null: every sink)"),

@@ -33,7 +33,7 @@ from jobs.alerts import (
     alert_payloads,
     send_new_alerts,
 )
-from jobs.alerts.delivery import backoff_delay, retry_after_seconds
+from jobs.alerts.delivery import Answer, backoff_delay, deliver_with_retries, retry_after_seconds
 from jobs.analysis import run_detection
 from jobs.detect.findings import latest_states
 from jobs.schemas import ALERT_DEAD_LETTERS, ALERTS_SENT, FINDING_STATES, TABLES
@@ -281,6 +281,10 @@ def test_backoff_is_capped_and_jitter_stays_within_its_fraction() -> None:
     assert all(0.75 * b <= d <= b for d, b in zip(delays, bases, strict=True)), delays
     assert backoff_delay(3, Retry(jitter=0.0), rng) == 4.0
     assert retry_after_seconds("7") == 7.0 and retry_after_seconds("soon") is None
+    answers = iter([Answer(503, "busy", "3"), Answer(502, "", "99"), Answer(200, "ok")])
+    sleeps: list[float] = []
+    done = deliver_with_retries(lambda: next(answers), Retry(jitter=0.0), sleep=sleeps.append)
+    assert (done.status, done.attempts, sleeps) == ("delivered", 3, [3.0, 2.0]), "503 Retry-After, 502 not"
     http_date = "Sun, 29 Nov 2026 12:00:30 GMT"
     assert retry_after_seconds(http_date, now=datetime(2026, 11, 29, 12, 0, tzinfo=UTC)) == 30.0
 
@@ -527,6 +531,12 @@ def test_the_cli_and_the_asset_take_the_settings_and_the_url_appears_nowhere(
     assert "alerted (open): db1: select * from orders_4 where customer_id = $1 → file" in shown.out
     assert "dead letter slack http://127.0.0.1: alert" in shown.out and "gave up after 2 attempt" in shown.out
     assert slack.keys()[alert_ids(4)] == 2 and len(jsonl(tmp_path / "alerts.jsonl")) == 4
+    slack.rule = lambda body: None
+    assert main(["--lake", str(lake_root), "alerts", "--retry-dead-letters", "--format", "json"]) == 0
+    retried = json.loads(capsys.readouterr().out)
+    assert sorted(a["alert_id"] for a in retried["sent"]) == sorted(alert_ids(n) for n in (2, 3, 4))
+    assert [slack.keys()[alert_ids(n)] for n in (1, 2, 3, 4)] == [1, 2, 3, 3]
+    assert len(jsonl(tmp_path / "alerts.jsonl")) == 4, "the file had them all: nothing written again"
 
     monkeypatch.setenv("RADAR_SLACK_WEBHOOK", f"hooks.slack.com/services/{TOKEN}")
     assert main(["--lake", str(lake_root), "alerts"]) == 2

@@ -6,9 +6,10 @@ Answers and what they mean:
 - 429 (rate limited), 408, 5xx, a network error or a timeout: transient. Retried after an exponential
   backoff with jitter (``backoff_initial_s`` × ``backoff_multiplier``^(n-1), at most ``backoff_max_s``, the
   delay drawn uniformly from its last ``jitter`` fraction), or after the server's ``Retry-After`` when it
-  sent one; at most ``max_attempts`` attempts, then the alert is dead-lettered and the sink is stopped for
-  this run (it looks down: the rest of its alerts wait for the next run instead of each retrying). A
-  Retry-After longer than ``max_retry_after_s`` is not waited for: dead letter, sink stopped.
+  sent one with a 429 or 503; at most ``max_attempts`` attempts, then the alert is dead-lettered and the
+  sink is stopped for this run (it looks down: the rest of its alerts wait for the next run instead of
+  each retrying). A Retry-After longer than ``max_retry_after_s`` is not waited for: dead letter, sink
+  stopped.
 - Any other answer (400 ``no_text``/``invalid_payload``, 403, 404, 410, a redirect, which is never
   followed): permanent. Dead-lettered at once; 401/403/404/410 say the URL itself is wrong or revoked, so
   the sink is stopped for this run too.
@@ -39,6 +40,7 @@ RETRY_LATER = "retry_later"  # not the alert's fault (a file that cannot be writ
 BODY_SHOWN_MAX = 200
 TRANSIENT_STATUSES = frozenset({408, 429})
 SINK_BROKEN_STATUSES = frozenset({401, 403, 404, 410})
+RETRY_AFTER_STATUSES = frozenset({429, 503})  # the answers whose Retry-After header is honoured
 
 
 class RetrySettings(Protocol):
@@ -213,7 +215,7 @@ def deliver_with_retries(
             )
         if attempt == attempts:
             break
-        wait = retry_after_seconds(answer.retry_after) if answer.status == 429 else None
+        wait = retry_after_seconds(answer.retry_after) if answer.status in RETRY_AFTER_STATUSES else None
         if wait is not None and wait > settings.max_retry_after_s:
             return Outcome(
                 DEAD,
