@@ -372,8 +372,10 @@ def test_each_sink_gets_each_alert_at_most_once_whatever_the_others_do(
     write_findings(
         lake_root,
         [
-            finding_row(1, status="recovered", recovered_at=AT + timedelta(hours=2)),
-            finding_row(3, status="superseded", superseded_by=f"{9:016x}"),
+            finding_row(
+                1, status="recovered", recovered_at=AT + timedelta(hours=2), computed_at=datetime.now(UTC)
+            ),
+            finding_row(3, status="superseded", superseded_by=f"{9:016x}", computed_at=datetime.now(UTC)),
         ],
         run="r2",
     )
@@ -429,6 +431,31 @@ def test_rows_from_before_per_sink_bookkeeping_count_for_every_sink(lake_root: P
     lake.write_table(lake_root, ALERTS_SENT, old, {"date": "2026-11-29"}, "old")
     report = send_new_alerts(lake_root, [SlackSink(slack.url, Retry())])
     assert [p["alert_id"] for p in report.sent] == [alert_ids(2)], "a sink added later gets no history"
+
+
+def test_a_sink_added_later_gets_what_is_open_not_the_history(lake_root: Path, slack: Emulator) -> None:
+    """The file has alerted findings 1 (open) and 2 (recovered) for days; Slack is added: it gets 1's
+    alert, not 2's old recovery. Slack then goes down while finding 3 opens and recovers: once back, it
+    gets 3's recovery (it was in use before)."""
+    day = timedelta(days=1)
+    write_findings(
+        lake_root, [finding_row(1), finding_row(2, status="recovered", recovered_at=AT, computed_at=AT)]
+    )
+    file = JsonlFileSink(lake_root.parent / "alerts.jsonl")
+    send_new_alerts(lake_root, [file], now=AT + day)
+    added = send_new_alerts(lake_root, [file, SlackSink(slack.url, Retry())], now=AT + 2 * day)
+    assert slack.keys() == Counter({alert_ids(1): 1})
+    assert added.sinks[1].history_skipped == 1 and added.sinks[0].history_skipped == 0
+
+    slack.rule = lambda body: (500, {}, "down")
+    write_findings(lake_root, [finding_row(3, computed_at=AT + 3 * day)], run="r2")
+    down = send_new_alerts(lake_root, [file, SlackSink(slack.url, Retry(max_attempts=1))], now=AT + 3 * day)
+    assert [d.alert_id for d in down.dead_lettered] == [alert_ids(3)]
+    slack.rule = lambda body: None
+    write_findings(lake_root, [finding_row(3, status="recovered", computed_at=AT + 4 * day)], run="r3")
+    back = send_new_alerts(lake_root, [file, SlackSink(slack.url, Retry())], now=AT + 4 * day)
+    assert slack.keys()[alert_ids(3, "recovered")] == 1 and back.sinks[1].history_skipped == 1, "2 only"
+    assert alert_ids(2, "recovered") not in slack.keys(None)
 
 
 def test_resolved_updates_can_be_turned_off(lake_root: Path, tmp_path: Path) -> None:

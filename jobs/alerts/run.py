@@ -9,6 +9,10 @@ the others nothing. A run holds the lake lock ``alerts``: two runs at once canno
 
 A sink that looks down (attempts exhausted, a long Retry-After, a revoked URL, a file that cannot be
 written) is stopped for the rest of the run: its other alerts are deferred, sent by the next run.
+
+A sink added to a lake that already has alert history is not sent that history: findings that were over
+(recovered or superseded) before the sink's first use and were alerted to another sink are skipped for it
+(``history_for``); the findings open now still get their alert.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from jobs import lake
 from jobs.alerts.delivery import DEAD, DELIVERED, Outcome
 from jobs.alerts.payloads import alert_payloads
 from jobs.alerts.sinks import AlertSink, sinks_from_settings
-from jobs.detect.findings import latest_states
+from jobs.detect.findings import OPEN, latest_states
 from jobs.redaction import scrub
 from jobs.schemas import ALERT_DEAD_LETTERS, ALERTS_SENT, FINDING_STATES
 
@@ -75,6 +79,7 @@ class SinkReport:
     stopped: str = ""  # why the sink was stopped for the rest of the run
     attempts: int = 0
     delays_s: list[float] = field(default_factory=list)  # every wait between attempts, in order
+    history_skipped: int = 0  # updates of findings over before this sink was first used (history_for)
 
     @property
     def ok(self) -> bool:
@@ -93,6 +98,7 @@ class SinkReport:
             "deferred": self.deferred,
             "stopped": self.stopped or None,
             "attempts": self.attempts,
+            "history_skipped": self.history_skipped,
         }
 
 
@@ -169,6 +175,50 @@ def already_sent(lake_root: Path) -> dict[str, set[str]]:
         for finding, states in by_finding.items():
             out.setdefault(finding, set()).update(states)
     return out
+
+
+def first_use(lake_root: Path) -> dict[str, datetime]:
+    """Per sink key: when it first accepted or dead-lettered an alert (rows before per-sink bookkeeping,
+    without a sink, are not counted)."""
+    out: dict[str, datetime] = {}
+    for table, column in ((ALERTS_SENT, "sent_at"), (ALERT_DEAD_LETTERS, "dead_lettered_at")):
+        frame = lake.read_table(
+            lake_root,
+            table,
+            lambda f, c=column: f.filter(pl.col("sink").is_not_null()).group_by("sink").agg(pl.col(c).min()),
+        )
+        for sink, moment in frame.iter_rows():
+            if moment is not None and (sink not in out or moment < out[sink]):
+                out[sink] = moment
+    return out
+
+
+def over_since(lake_root: Path, findings: pl.DataFrame) -> dict[str, datetime]:
+    """Per finding not open: when the radar first recorded its current state (recovered or superseded)."""
+    over = findings.filter(pl.col("status") != OPEN).select("finding_id", "status")
+    if over.is_empty():
+        return {}
+    states = lake.read_table(
+        lake_root, FINDING_STATES, lambda f: f.select("finding_id", "status", "computed_at")
+    )
+    first = (
+        over.join(states, on=["finding_id", "status"]).group_by("finding_id").agg(pl.col("computed_at").min())
+    )
+    return dict(first.iter_rows())
+
+
+def history_for(
+    sink_key: str,
+    delivered: Mapping[str, Mapping[str, set[str]]],
+    over: Mapping[str, datetime],
+    since: datetime,
+) -> set[str]:
+    """The findings a sink is not told about: over before ``since`` (the sink's first use, or now for a
+    sink never used), and already alerted to another sink. A sink added to a lake with a history gets
+    the regressions open now and what happens from then on, not every old recovery; a sink that was
+    down gets what it missed (its first use is before the outage)."""
+    elsewhere = {f for key, ledger in delivered.items() if key != sink_key for f in ledger}
+    return {f for f, moment in over.items() if moment < since and f in elsewhere}
 
 
 def read_findings(lake_root: Path) -> pl.DataFrame:
@@ -318,17 +368,26 @@ def send_new_alerts(
             return report
         delivered = delivered_states(lake_root)
         dead = {} if retry_dead_letters else dead_lettered_states(lake_root)
+        over = over_since(lake_root, findings)
+        used = first_use(lake_root)
+        start = (now or datetime.now(UTC)).astimezone(UTC)
         plans = []
+        skipped: dict[str, int] = {}
         for sink in sinks:
             handled = _merged(
                 delivered.get(ALL_SINKS, {}), delivered.get(sink.key, {}), dead.get(sink.key, {})
             )
-            plans.append((sink, alert_payloads(findings, handled, send_resolved=send_resolved)))
+            history = history_for(sink.key, delivered, over, used.get(sink.key, start))
+            payloads = alert_payloads(findings, handled, send_resolved=send_resolved)
+            skipped[sink.key] = sum(p["finding_id"] in history for p in payloads)
+            plans.append((sink, [p for p in payloads if p["finding_id"] not in history]))
         report.pending = len({p["alert_id"] for _, payloads in plans for p in payloads})
         sent: dict[str, dict[str, Any]] = {}
         try:
             for sink, payloads in plans:
-                report.sinks.append(_send_to(lake_root, sink, payloads, report, sent, now, dead_letter_file))
+                result = _send_to(lake_root, sink, payloads, report, sent, now, dead_letter_file)
+                result.history_skipped = skipped[sink.key]
+                report.sinks.append(result)
         finally:
             report.sent = list(sent.values())
     return report
