@@ -222,7 +222,9 @@ def test_the_slack_payload_is_accepted_and_the_generic_one_is_dead_lettered_once
     assert jsonl(file) == [generic[0]]
     (dead_line,) = jsonl(dead_file)
     assert dead_line["reason"] == letter.reason and dead_line["alert_id"] == generic[0]["alert_id"]
-    assert dead_line["sink"] == "webhook" and dead_line["attempts"] == 1
+    assert (
+        dead_line["sink"] == "webhook" and dead_line["attempts"] == 1 and dead_line["payload"] == generic[0]
+    )
     assert not first.ok and "1 dead-lettered" in first.failures["webhook http://127.0.0.1"]
 
     run_detection(analysed_lake)  # a later analysis finds the same regression again

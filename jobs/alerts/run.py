@@ -58,11 +58,15 @@ class DeadLetter:
     last_status: int | None
     reason: str
     dead_lettered_at: datetime
+    payload: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)  # the file keeps it
 
     def as_row(self) -> dict[str, Any]:
-        return {**self.__dict__, "queryid": int(self.queryid)}
+        """The alert_dead_letters row (no payload: the lake has the finding)."""
+        row = {k: v for k, v in self.__dict__.items() if k != "payload"}
+        return {**row, "queryid": int(self.queryid)}
 
     def as_json(self) -> dict[str, Any]:
+        """The dead-letter file's line: the row plus the payload, to resend by hand."""
         return {**self.__dict__, "dead_lettered_at": self.dead_lettered_at.isoformat()}
 
 
@@ -92,7 +96,7 @@ class SinkReport:
             "pending": self.pending,
             "delivered": len(self.delivered),
             "dead_lettered": [
-                {k: v for k, v in d.as_json().items() if k not in ("sink", "sink_name")}
+                {k: v for k, v in d.as_json().items() if k not in ("sink", "sink_name", "payload")}
                 for d in self.dead_lettered
             ],
             "deferred": self.deferred,
@@ -306,6 +310,7 @@ def _dead_letter(sink: AlertSink, payload: dict[str, Any], outcome: Outcome, mom
         last_status=outcome.last_status,
         reason=scrub(outcome.reason),
         dead_lettered_at=moment,
+        payload=payload,
     )
 
 
