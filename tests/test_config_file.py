@@ -272,6 +272,11 @@ def test_the_readme_reference_is_current() -> None:
     assert block.strip() == reference_markdown().strip(), "run `make config-reference`"
 
 
+def test_the_committed_example_file_is_current() -> None:
+    example = README.parent / "data" / "radar.example.toml"
+    assert example.read_text() == example_toml(), "run `make config-reference`"
+
+
 def test_the_example_file_is_valid_when_uncommented(tmp_path: Path) -> None:
     key_line = re.compile(r"# ([a-z_][a-z0-9_]*) = ")
     lines = [line[2:] if key_line.match(line) else line for line in example_toml().splitlines()]
