@@ -31,6 +31,7 @@ from jobs.config import (
     section_to_plain,
 )
 from jobs.config.reference import _field_docs as field_docs  # the reference's text of each key
+from jobs.config.sections import SECRET_KEYS
 
 
 @functools.cache
@@ -88,11 +89,15 @@ def section_config(
 ) -> type[dg.Config]:
     """The ``dg.Config`` class of one settings section (``"detector"``): a field per section field, nested
     tables as nested classes, defaults from ``settings`` (the definitions' file when None). ``exclude``:
-    fields that are not run config (where things are: those are resources); ``extra``: run-only fields
+    fields that are not run config (where things are: those are resources; secrets are always left out,
+    and keep the file's value); ``extra``: run-only fields
     (``{"full_run": (bool, pydantic.Field(default=False, description=...))}``)."""
     current = getattr(settings or definitions_settings().settings, section)
     cls = typing.get_type_hints(RadarSettings)[section]
-    model = _model(cls, section_to_plain(current), f"{_pascal(section)}RunConfig", frozenset(exclude))
+    # Secrets never become run config: the launchpad and every run's record would show them.
+    secrets = {key.split(".", 1)[1] for key in SECRET_KEYS if key.startswith(f"{section}.")}
+    name = f"{_pascal(section)}RunConfig"
+    model = _model(cls, section_to_plain(current), name, frozenset(exclude) | secrets)
     if not extra:
         return model
     return pydantic.create_model(model.__name__, __base__=model, __doc__=model.__doc__, **extra)

@@ -267,3 +267,20 @@ def test_a_bad_config_file_stops_the_definitions_loading_naming_file_and_key(tmp
     assert done.returncode != 0
     assert "config file data/radar.toml: unknown key 'latency_change_threshld'" in done.stderr
     assert "did you mean" in done.stderr
+
+
+def test_secrets_never_become_run_config() -> None:
+    from jobs.config import AlertsConfig, RadarSettings
+    from orchestration.run_config import section_config, section_from_config
+
+    secret = "https://hooks.slack.com/services/T000/B000/XXXXSECRET"
+    settings = RadarSettings(
+        alerts=AlertsConfig(slack_webhook_url=secret, webhook_url=secret, max_attempts=3)
+    )
+    model = section_config("alerts", settings=settings)
+    assert {"slack_webhook_url", "webhook_url"}.isdisjoint(model.model_fields)
+    assert secret not in json.dumps(model().model_dump())
+    assert model().model_dump()["max_attempts"] == 3
+    # A run still uses the file's secret (it is not run config, so it is not changed either).
+    alerts = section_from_config("alerts", model(max_attempts=4), "regression_alerts", settings=settings)
+    assert (alerts.slack_webhook_url, alerts.max_attempts) == (secret, 4)
