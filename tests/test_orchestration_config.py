@@ -284,3 +284,11 @@ def test_secrets_never_become_run_config() -> None:
     # A run still uses the file's secret (it is not run config, so it is not changed either).
     alerts = section_from_config("alerts", model(max_attempts=4), "regression_alerts", settings=settings)
     assert (alerts.slack_webhook_url, alerts.max_attempts) == (secret, 4)
+
+
+def test_the_launchpad_shows_each_key_with_the_reference_text() -> None:
+    fields = regressions_and_plan_diffs.op.config_schema.config_type.fields
+    assert fields["latency_change_threshold"].description.startswith("Stage 0: a relative change")
+    assert fields["findings"].description.startswith("Finding identity")
+    assert "rank" in fields["changepoint"].config_type.fields["test"].description
+    assert "after changing a threshold" in fields["full_run"].description
