@@ -200,7 +200,7 @@ def test_plan_snapshots_asset_captures_generic_plans(
             [plan_snapshots], resources=res, instance=instance, run_config=plan_run_config(capture_plans=True)
         )
         assert result.success
-    assert result.asset_materializations_for_node("plan_snapshots")[0].metadata["capture"].value == "on"
+    assert result.asset_materializations_for_node("plan_snapshots")[0].metadata["capture"].value == "plans"
     plans = lake.scan_table(lake_root, "plan_snapshots").collect()
     probe = plans.filter(pl.col("relations").list.contains("plan_probe"))
     assert probe.height >= 1

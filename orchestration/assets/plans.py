@@ -26,22 +26,18 @@ def plan_snapshots(
     lake: LakeResource,
 ) -> dg.MaterializeResult:
     cycle = settings_from_config("plans", config, "plan_snapshots").cycle_config()
-    switches = {
-        "capture_plans": "on" if cycle.capture_plans else "off",
-        "ingest_auto_explain": "on" if cycle.ingest_auto_explain else "off",
-    }
-    if not (cycle.capture_plans or cycle.ingest_auto_explain):
+    switches = (("plans", cycle.capture_plans), ("auto_explain", cycle.ingest_auto_explain))
+    switched_on = [name for name, on in switches if on]
+    if not switched_on:
         context.log.info("plan capture off: capture_plans and ingest_auto_explain are both false")
-        return dg.MaterializeResult(
-            metadata={"capture": "off", **switches, "plans_captured": 0, "auto_explain_records": 0}
-        )
+        nothing = {"capture": "off", "plans_captured": 0, "auto_explain_records": 0}
+        return dg.MaterializeResult(metadata=nothing)
     result = capture_fleet_plans(fleet.load(), lake.path, latest_snapshot_times(lake.path), cycle)
     for error in result.plan_errors.values():
         context.log.warning(error)
     return dg.MaterializeResult(
         metadata={
-            "capture": "on",
-            **switches,
+            "capture": " + ".join(switched_on),
             "plans_captured": sum(result.plans_captured.values()),
             "auto_explain_records": sum(result.auto_explain_records.values()),
             "instances_failed": len(result.plan_errors),
