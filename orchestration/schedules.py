@@ -1,14 +1,14 @@
-"""The snapshot schedule: every minute by default (RADAR_SNAPSHOT_CRON to change)."""
-
-import os
+"""The schedules: a fleet snapshot every minute, samples every 15 minutes, the analysis 5 minutes after
+each, the weekly report on Mondays and compaction at night (UTC). A run a schedule starts takes its run
+config's defaults, i.e. the config file's values."""
 
 import dagster as dg
 
 from orchestration.jobs import analysis_job, compaction_job, report_job, samples_job, snapshot_job
 
-SNAPSHOT_CRON = os.environ.get("RADAR_SNAPSHOT_CRON", "* * * * *")
-SAMPLES_CRON = os.environ.get("RADAR_SAMPLES_CRON", "*/15 * * * *")
-ANALYSIS_CRON = os.environ.get("RADAR_ANALYSIS_CRON", "5-59/15 * * * *")
+SNAPSHOT_CRON = "* * * * *"
+SAMPLES_CRON = "*/15 * * * *"
+ANALYSIS_CRON = "5-59/15 * * * *"
 
 
 @dg.schedule(job=snapshot_job, cron_schedule=SNAPSHOT_CRON, execution_timezone="UTC")
