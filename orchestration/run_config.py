@@ -30,7 +30,7 @@ from jobs.config import (
     load_settings,
     section_to_plain,
 )
-from jobs.config.reference import _field_docs as field_docs  # the reference's text of each key
+from jobs.config.reference import field_docs  # the reference's text of each key
 from jobs.config.sections import SECRET_KEYS
 
 

@@ -300,3 +300,10 @@ def test_no_section_loosens_what_another_withholds() -> None:
     assert strictest_query_text("normalized", "withheld") == "withheld"
     assert strictest_query_text("withheld", "normalized") == "withheld"
     assert strictest_query_text("normalized", "normalized") == "normalized"
+
+
+def test_schedules_are_cron_expressions(tmp_path: Path) -> None:
+    loaded = load_settings(write(tmp_path, '[schedules]\nsnapshot = "*/5 * * * *"\n'), env={})
+    assert loaded.settings.schedules.snapshot == "*/5 * * * *"
+    with pytest.raises(ConfigError, match=r"\[schedules\] samples must be a cron expression of 5 fields"):
+        load_settings(write(tmp_path, '[schedules]\nsamples = "every 15 minutes"\n'), env={})

@@ -180,6 +180,7 @@ print(json.dumps({
     "lake_root": defs.resources["lake"].root,
     "inbox": defs.resources["inbox"].inbox,
     "reports": defs.resources["reports"].root,
+    "snapshot_cron": defs.get_schedule_def("snapshot_schedule").cron_schedule,
 }))
 """
 
@@ -214,6 +215,7 @@ def test_definitions_take_their_defaults_from_the_config_file_and_none_from_the_
         '[deploys]\ninbox = "/srv/radar/deploys"\nmax_events_per_file = 77\n'
         "[drift]\nbins = 30\n"
         '[report]\nout = "/srv/radar/reports"\nmax_regressions = 7\n'
+        '[schedules]\nsnapshot = "*/2 * * * *"\n'
     )
     # Every kind of setting variable there is, old and new: none may reach the definitions.
     noise = {
@@ -225,6 +227,7 @@ def test_definitions_take_their_defaults_from_the_config_file_and_none_from_the_
         "RADAR_LAKE_ROOT": "/env/lake",
         "RADAR_DEPLOY_INBOX": "/env/deploys",
         "RADAR_REPORT_ROOT": "/env/reports",
+        "RADAR_SNAPSHOT_CRON": "* * * * *",
     }
     loaded = load_definitions(tmp_path, {"RADAR_CONFIG": str(config), **noise})
     detector = loaded["detector"]
@@ -243,6 +246,7 @@ def test_definitions_take_their_defaults_from_the_config_file_and_none_from_the_
         "/srv/radar/deploys",
         "/srv/radar/reports",
     )
+    assert loaded["snapshot_cron"] == "*/2 * * * *"
 
 
 def test_definitions_without_a_config_file_use_the_built_in_defaults(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ README_END = "<!-- config-reference:end -->"
 
 
 @cache
-def _field_docs(cls: type) -> dict[str, str]:
+def field_docs(cls: type) -> dict[str, str]:
     """Field name -> its text, for ``cls`` and its bases: the docstring under the field, else the comment on
     its line, else the comment block above it (or above the group of fields it belongs to)."""
     out: dict[str, str] = {}
@@ -87,7 +87,7 @@ def _section_classes() -> dict[tuple[str, ...], type]:
 
 def describe(leaf: Leaf) -> str:
     classes = _section_classes()
-    return _field_docs(classes[leaf.key[:-1]]).get(leaf.key[-1], "")
+    return field_docs(classes[leaf.key[:-1]]).get(leaf.key[-1], "")
 
 
 def _toml_value(value: object) -> str:
