@@ -17,6 +17,7 @@ import polars as pl
 import pytest
 
 from jobs import lake
+from jobs.schemas import ANALYSIS_RUNS
 from orchestration.assets.regressions import regressions_and_plan_diffs
 from orchestration.assets.snapshots import statement_snapshots
 from orchestration.definitions import defs
@@ -80,13 +81,18 @@ def test_analysis_run_config_threshold_changes_the_result(tmp_path: Path) -> Non
     assert metadata(strict, "findings")["open"] == 0
 
 
-def test_full_run_applies_a_changed_threshold_to_what_was_analysed(lake_root: Path) -> None:
+def test_a_changed_threshold_re_examines_what_was_analysed(lake_root: Path) -> None:
+    """Changed settings make the run a full one (their digest differs from the last run's); full_run
+    re-examines everything with unchanged settings too."""
     write_step_change_lake(lake_root)
     assert analyse(lake_root).success
     assert metadata(analyse(lake_root), "findings")["open"] == 1  # nothing new: the finding stays open
-    full = analyse(lake_root, {"latency_change_threshold": 20.0, "full_run": True})
-    assert full.success
+    strict = analyse(lake_root, {"latency_change_threshold": 20.0})
+    assert strict.success
     assert detected_deploy_queries(lake_root) == []
+    assert analyse(lake_root, {"latency_change_threshold": 20.0, "full_run": True}).success
+    runs = lake.read_table(lake_root, ANALYSIS_RUNS).sort("computed_at")
+    assert runs["mode"].to_list() == ["full", "incremental", "full", "full"]
 
 
 def test_nested_run_config_reaches_the_detector(tmp_path: Path) -> None:

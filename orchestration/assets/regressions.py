@@ -22,7 +22,8 @@ DetectorRunConfig = section_config(
             pydantic.Field(
                 default=False,
                 description="Re-examine every deploy and series, not only what received samples since the "
-                "last run: after changing a threshold, so it applies to what was already analysed.",
+                "last run (a run whose settings differ from the last run's, e.g. after changing a "
+                "threshold, does so by itself).",
             ),
         )
     },
