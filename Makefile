@@ -30,9 +30,9 @@ lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-# The README's configuration reference, regenerated from the config classes (a test checks it is current).
+# The README's configuration reference and data/radar.example.toml, regenerated from the config classes (a test checks it is current).
 config-reference: venv
-	$(BIN)/python -m jobs.config.reference README.md
+	$(BIN)/python -m jobs.config.reference README.md data/radar.example.toml
 
 fmt: venv
 	$(BIN)/ruff format .

@@ -29,7 +29,16 @@ from jobs.detect.findings import (
     run_id_for,
     update_findings,
 )
-from jobs.detect.scope import AnalysisScope, RunState, ScopeConfig, commit_run, plan_run, read_scoped_samples
+from jobs.detect.scope import (
+    AnalysisScope,
+    RunState,
+    ScopeConfig,
+    analysis_config_digest,
+    commit_run,
+    plan_run,
+    read_scoped_samples,
+    settings_changed_since_last_run,
+)
 from jobs.detect.work import attach_work_evidence, detect_resource_regressions
 from jobs.lake import LakeConfig
 from jobs.plandiff import PlanDiffConfig, attach_plan_diffs, plan_diffs_for_regressions, write_plan_diffs
@@ -110,6 +119,8 @@ class DetectionOutcome:
     """Latest state of every finding after this run (the `findings` view)."""
     finding_changes: pl.DataFrame = field(default_factory=FINDING_STATES.empty)
     """The finding_states rows this run appended (findings opened or changed)."""
+    settings_changed: bool = False
+    """The analysis settings differ from the last run's, so this incremental run ran as a full one."""
 
     @property
     def shown_findings(self) -> pl.DataFrame:
@@ -186,14 +197,14 @@ def read_inputs(lake_root: Path) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFra
 
 
 def read_inputs_in_scope(
-    lake_root: Path, config: DetectionConfig, computed_at: datetime
+    lake_root: Path, config: DetectionConfig, computed_at: datetime, config_digest: str | None = None
 ) -> tuple[RunState, pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """The run's state and inputs: every sample for a full run (or the first one), else only the samples
     its scope needs (``jobs.detect.scope.read_scoped_samples``), with the scope's unannounced series."""
     texts = lake.read_table(lake_root, QUERY_TEXTS)
     deploys = load_deploy_events(lake_root)
     plans = lake.read_table(lake_root, PLAN_SNAPSHOTS)
-    state = plan_run(lake_root, deploys, computed_at, config.incremental)
+    state = plan_run(lake_root, deploys, computed_at, config.incremental, config_digest)
     if state.scope is None:
         return state, lake.read_table(lake_root, QUERY_SAMPLES), texts, deploys, plans
     scoped = read_scoped_samples(lake_root, state.scope, deploys, texts, config.regression, config.scope)
@@ -242,12 +253,19 @@ def write_regressions(lake_root: Path, frame: pl.DataFrame, computed_at: datetim
 def run_detection(
     lake_root: Path, config: DetectionConfig = DetectionConfig(), now: datetime | None = None
 ) -> DetectionOutcome:
+    """One detection run. An incremental run whose analysis settings differ from the last run's (a
+    threshold changed in the config file) runs as a full one: verdicts of earlier runs were judged with the
+    old settings, and the samples (``min_executions``) may have been built with others."""
     computed_at = (now or datetime.now(UTC)).astimezone(UTC)
+    digest = detection_config_digest(config)
+    settings_changed = config.incremental and settings_changed_since_last_run(lake_root, digest)
+    if settings_changed:
+        config = replace(config, incremental=False)
     report = None
     if config.rebuild_samples:
         mode = "append" if config.incremental else "rebuild"
         report = run_samples_job(lake_root, config.samples, lake_config=config.lake, mode=mode)
-    state, samples, texts, deploys, plans = read_inputs_in_scope(lake_root, config, computed_at)
+    state, samples, texts, deploys, plans = read_inputs_in_scope(lake_root, config, computed_at, digest)
     found = stamp_run(detect_from_frames(samples, texts, deploys, plans, config, state.scope), computed_at)
     latency = pl.concat([found.regressions, found.unannounced], how="diagonal_relaxed")
     previous, changes = findings_of_run(lake_root, latency, samples, texts, computed_at, config)
@@ -273,6 +291,7 @@ def run_detection(
         instance_slowdowns=found.instance_slowdowns,
         findings=latest_states(pl.concat([previous, changes], how="diagonal_relaxed")),
         finding_changes=changes,
+        settings_changed=settings_changed,
     )
 
 
@@ -445,7 +464,18 @@ def findings_table(frame: pl.DataFrame, title: str = "Findings") -> Table:
     return table
 
 
+def detection_config_digest(config: DetectionConfig) -> str:
+    """The settings that decide verdicts (not the lake's lock waits or the run's mode)."""
+    return analysis_config_digest(
+        config.samples, config.regression, config.plan_diff, config.scope, config.unannounced, config.findings
+    )
+
+
 def print_detection(outcome: DetectionOutcome, console: Console, show_all: bool = False) -> None:
+    if outcome.settings_changed:
+        console.print(
+            "The analysis settings changed since the last run: every deploy and series re-examined."
+        )
     shown = outcome.shown_findings
     if shown.height:
         console.print(findings_table(shown, "Findings (open, or changed by this run)"))

@@ -694,6 +694,12 @@ ANALYSIS_RUNS = TableSchema(
         Column("mode", pl.String(), "full | incremental"),
         Column("deploys_examined", pl.Int64(), "deploys of the instance whose window the run re-examined"),
         Column("series_examined", pl.Int64(), "series of the instance the unannounced analysis searched"),
+        Column(
+            "config_digest",
+            pl.String(),
+            "hash of the analysis settings the run used (jobs.detect.scope.analysis_config_digest); a run "
+            "whose settings differ from the last run's is a full run (null in runs before issue 10)",
+        ),
     ),
 )
 

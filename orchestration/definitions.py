@@ -1,4 +1,8 @@
-"""The Dagster code location: `make dev` (dagster dev -m orchestration.definitions) loads `defs`."""
+"""The Dagster code location: `make dev` (dagster dev -m orchestration.definitions) loads `defs`.
+
+Loading it reads the config file once (RADAR_CONFIG, else data/radar.toml, else the defaults): its values
+are every asset's run config defaults (orchestration.run_config) and the resources' locations.
+"""
 
 import dagster as dg
 
@@ -17,9 +21,9 @@ from orchestration.resources import (
     DeployInboxResource,
     FleetResource,
     LakeResource,
-    PlanCaptureResource,
     ReportResource,
 )
+from orchestration.run_config import definitions_settings
 from orchestration.schedules import (
     analysis_schedule,
     compaction_schedule,
@@ -28,6 +32,8 @@ from orchestration.schedules import (
     weekly_report_schedule,
 )
 from orchestration.sensors import deploy_inbox_sensor
+
+settings = definitions_settings().settings
 
 defs = dg.Definitions(
     assets=[
@@ -53,10 +59,11 @@ defs = dg.Definitions(
     sensors=[deploy_inbox_sensor],
     resources={
         "fleet": FleetResource(),
-        "lake": LakeResource(),
-        "inbox": DeployInboxResource(),
-        "plans": PlanCaptureResource(),
-        "reports": ReportResource(),
-        "alerting": AlertResource(),
+        "lake": LakeResource(root=settings.lake.root),
+        "inbox": DeployInboxResource(inbox=settings.deploys.inbox),
+        "reports": ReportResource(root=settings.report.out),
+        "alerting": AlertResource(
+            file=settings.alerts.file, dead_letter_file=settings.alerts.dead_letter_file
+        ),
     },
 )

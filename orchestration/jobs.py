@@ -1,15 +1,12 @@
-"""Asset jobs the schedule and the sensor start."""
+"""Asset jobs the schedules and the sensor start."""
 
 import dagster as dg
 
-from orchestration.resources import PlanCaptureResource
-
-# plan_snapshots rides on the snapshot schedule only when capture_plans is on (RADAR_CAPTURE_PLANS=1).
-_SNAPSHOT_ASSETS = [
-    "statement_snapshots",
-    *(["plan_snapshots"] if PlanCaptureResource().capture_plans else []),
-]
-snapshot_job = dg.define_asset_job("snapshot_job", selection=dg.AssetSelection.assets(*_SNAPSHOT_ASSETS))
+# plan_snapshots is always part of the snapshot job: its run config (capture_plans / ingest_auto_explain,
+# defaults from [plans] of the config file, off unless set) decides whether it captures anything.
+snapshot_job = dg.define_asset_job(
+    "snapshot_job", selection=dg.AssetSelection.assets("statement_snapshots", "plan_snapshots")
+)
 analysis_job = dg.define_asset_job(
     "analysis_job",
     selection=dg.AssetSelection.assets(

@@ -519,9 +519,10 @@ def test_the_url_appears_nowhere(lake_root: Path, tmp_path: Path, slack: Emulato
 def test_the_cli_and_the_asset_take_the_settings_and_the_url_appears_nowhere(
     lake_root: Path, tmp_path: Path, slack: Emulator, monkeypatch: pytest.MonkeyPatch, capsys: Any
 ) -> None:
-    """[alerts] from the config file, the Slack URL from RADAR_SLACK_WEBHOOK at run time: the Dagster
-    asset sends, fails the run naming the dead letters; `radar alerts` then has nothing to send (exit 0),
-    a later dead letter is exit 1, a bad URL exit 2; no output, event or file holds the token."""
+    """The asset: [alerts] as run config, the files from AlertResource, the Slack URL from
+    RADAR_SLACK_WEBHOOK at run time; it sends, then fails the run naming the dead letters. `radar alerts`
+    ([alerts] from the config file): nothing left to send (exit 0), a later dead letter is exit 1, a bad
+    URL exit 2. No output, event, run record or file holds the token."""
     import dagster as dg
 
     from jobs.cli import main
@@ -537,14 +538,24 @@ def test_the_cli_and_the_asset_take_the_settings_and_the_url_appears_nowhere(
     monkeypatch.setenv("RADAR_SLACK_WEBHOOK", slack.url)
     write_findings(lake_root, [finding_row(n) for n in (1, 2, 3)])
     slack.script = [(200, {}, "ok"), (400, {}, f"no_text {slack.url}"), (500, {}, "x"), (500, {}, "x")]
-    resources = {"lake": LakeResource(root=str(lake_root)), "alerting": AlertResource()}
+    resources = {
+        "lake": LakeResource(root=str(lake_root)),
+        "alerting": AlertResource(
+            file=str(tmp_path / "alerts.jsonl"), dead_letter_file=str(tmp_path / "dead.jsonl")
+        ),
+    }
+    run_config = {"ops": {"regression_alerts": {"config": {"max_attempts": 2, "backoff_initial_s": 0.01}}}}
     with dg.instance_for_test() as instance:
         result = dg.materialize(
-            [regression_alerts], resources=resources, instance=instance, raise_on_error=False
+            [regression_alerts],
+            resources=resources,
+            instance=instance,
+            run_config=run_config,
+            raise_on_error=False,
         )
         assert not result.success
         events = "\n".join(str(entry) for entry in instance.all_logs(result.run_id))
-        run_config = str(instance.get_run_by_id(result.run_id).run_config)
+        run_record = str(instance.get_run_by_id(result.run_id))
     assert "not every alert was delivered: slack http://127.0.0.1: 2 dead-lettered" in events
     assert len(jsonl(tmp_path / "alerts.jsonl")) == 3 and len(jsonl(tmp_path / "dead.jsonl")) == 2
     assert slack.keys() == Counter({alert_ids(1): 1, alert_ids(2): 1, alert_ids(3): 2})
@@ -574,5 +585,5 @@ def test_the_cli_and_the_asset_take_the_settings_and_the_url_appears_nowhere(
 
     files = "\n".join(p.read_text() for p in (tmp_path / "alerts.jsonl", tmp_path / "dead.jsonl"))
     tables = "\n".join(str(lake.read_table(lake_root, t).rows()) for t in TABLES)
-    for text in (events, run_config, shown.out + shown.err, bad.out + bad.err, files, tables):
+    for text in (events, run_record, shown.out + shown.err, bad.out + bad.err, files, tables):
         assert "T0SECRET" not in text and "xoxTOKEN" not in text

@@ -102,6 +102,8 @@ def test_unknown_keys_and_tables_are_rejected_with_the_closest_valid_one(tmp_pat
         ("[detector]\nwindow_before = 30\n", r"\[detector\] window_before must be a duration .* bare number"),
         ('[detector]\nwindow_before = "30 parsecs"\n', r"\[detector\] window_before: '30 parsecs' is not a"),
         ("[detector]\np_value_threshold = 2\n", r"\[detector\] p_value_threshold must be in \(0, 1\]"),
+        ("[drift]\ntail_quantile = 1.5\n", r"\[drift\] tail_quantile must be in \(0, 1\], not 1.5"),
+        ("[gate]\nconfidence = 0\n", r"\[gate\] confidence must be in \(0, 1\], not 0"),
         ('[detector]\nlatency_change_threshold = "big"\n', r"latency_change_threshold must be a number"),
         ("[collector]\nstatement_timeout_ms = -5\n", r"\[collector\] statement_timeout_ms must be >= 0"),
         ("[samples]\nmin_executions = 1.5\n", r"\[samples\] min_executions must be an integer"),
@@ -127,6 +129,15 @@ def test_bad_config_files_are_rejected_naming_the_file_and_the_key(
     with pytest.raises(ConfigError, match=expected) as caught:
         load_settings(path, env={})
     assert str(path) in str(caught.value)
+
+
+def test_a_nested_table_keeps_its_parents_defaults_for_keys_it_does_not_set(tmp_path: Path) -> None:
+    """[detector.changepoint] defaults are the detector's (no serial correction), not the change point
+    module's own; setting one key of it keeps the rest."""
+    loaded = load_settings(write(tmp_path, "[detector.changepoint]\nmax_p_value = 0.005\n"), env={})
+    changepoint = loaded.settings.detector.changepoint
+    assert changepoint.max_p_value == 0.005
+    assert changepoint.serial_correction is RadarSettings().detector.changepoint.serial_correction is False
 
 
 def test_a_named_config_file_must_exist(tmp_path: Path) -> None:
@@ -261,6 +272,11 @@ def test_the_readme_reference_is_current() -> None:
     assert block.strip() == reference_markdown().strip(), "run `make config-reference`"
 
 
+def test_the_committed_example_file_is_current() -> None:
+    example = README.parent / "data" / "radar.example.toml"
+    assert example.read_text() == example_toml(), "run `make config-reference`"
+
+
 def test_the_example_file_is_valid_when_uncommented(tmp_path: Path) -> None:
     key_line = re.compile(r"# ([a-z_][a-z0-9_]*) = ")
     lines = [line[2:] if key_line.match(line) else line for line in example_toml().splitlines()]
@@ -275,3 +291,19 @@ def test_every_key_has_a_meaning_in_the_reference() -> None:
     missing = [".".join(leaf.key) for leaf in leaves() if not describe(leaf)]
     assert missing == []
     assert plain(timedelta(minutes=30)) == "30m"
+
+
+def test_no_section_loosens_what_another_withholds() -> None:
+    """The collector's query_text and a plan source's: the cycle uses the stricter of the two."""
+    from jobs.collect.texts import strictest_query_text
+
+    assert strictest_query_text("normalized", "withheld") == "withheld"
+    assert strictest_query_text("withheld", "normalized") == "withheld"
+    assert strictest_query_text("normalized", "normalized") == "normalized"
+
+
+def test_schedules_are_cron_expressions(tmp_path: Path) -> None:
+    loaded = load_settings(write(tmp_path, '[schedules]\nsnapshot = "*/5 * * * *"\n'), env={})
+    assert loaded.settings.schedules.snapshot == "*/5 * * * *"
+    with pytest.raises(ConfigError, match=r"\[schedules\] samples must be a cron expression of 5 fields"):
+        load_settings(write(tmp_path, '[schedules]\nsamples = "every 15 minutes"\n'), env={})

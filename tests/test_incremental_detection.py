@@ -388,3 +388,30 @@ def test_a_detection_run_that_dies_before_its_state_is_committed_is_redone(
     redone = run_detection(tmp_path, DetectionConfig(), now=at(70) + timedelta(seconds=40))
     assert set(redone.regressions["deploy_version"]) == {"v1"}  # v1's window (30..90] got 51..70 again
     assert previous_watermarks(tmp_path) == {"alpha": at(70), "beta": at(70)}
+
+
+def test_changed_analysis_settings_make_the_next_incremental_run_a_full_one(lake_root: Path) -> None:
+    """A threshold changed in the config file must re-judge what earlier runs judged with the old one;
+    the run records the settings' digest, and the next run with the same settings is incremental again."""
+    from dataclasses import replace as replaced
+
+    from tests.lakes import write_step_change_lake
+
+    write_step_change_lake(lake_root)
+    base = DetectionConfig(rebuild_samples=False)
+    first = run_detection(lake_root, base, now=START + timedelta(days=1))
+    assert first.detected["queryid"].to_list() == [111] and not first.settings_changed
+
+    same = run_detection(lake_root, base, now=START + timedelta(days=1, minutes=1))
+    assert not same.settings_changed and same.regressions.height == 0  # nothing new: nothing examined
+
+    strict = replaced(base, regression=RegressionConfig(latency_change_threshold=20.0))
+    changed = run_detection(lake_root, strict, now=START + timedelta(days=1, minutes=2))
+    assert changed.settings_changed
+    assert changed.regressions.filter(pl.col("queryid") == 111)["status"].to_list() == ["no_regression"]
+    runs = lake.read_table(lake_root, ANALYSIS_RUNS).sort("computed_at")
+    assert runs["mode"].to_list() == ["full", "incremental", "full"]
+    assert runs["config_digest"].n_unique() == 2
+
+    again = run_detection(lake_root, strict, now=START + timedelta(days=1, minutes=3))
+    assert not again.settings_changed and again.regressions.height == 0

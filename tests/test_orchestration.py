@@ -176,11 +176,14 @@ def test_regressions_asset_and_its_check_on_real_lake_files(lake_root: Path) -> 
     assert found["summary"][0].startswith("shared blocks per call ×10 (75 → 750) at deploy v9, latency ×")
 
 
+def plan_run_config(**values: object) -> dict[str, object]:
+    return {"ops": {"plan_snapshots": {"config": values}}}
+
+
 def test_plan_snapshots_asset_captures_generic_plans(
     pg_fleet: EmbeddedFleet, lake_root: Path, tmp_path: Path
 ) -> None:
     from orchestration.assets.plans import plan_snapshots
-    from orchestration.resources import PlanCaptureResource
 
     today = datetime.now(UTC).date().isoformat()
     server = pg_fleet.server("beta")
@@ -188,19 +191,52 @@ def test_plan_snapshots_asset_captures_generic_plans(
         conn.execute("create table if not exists plan_probe (id int primary key, v int)")
         for i in range(3):
             conn.execute("select v from plan_probe where id = %s", [Int4(i)])
-    res = {
-        **resources(pg_fleet, lake_root, tmp_path),
-        "plans": PlanCaptureResource(ingest_auto_explain=False),
-    }
+    res = resources(pg_fleet, lake_root, tmp_path)
     with dg.instance_for_test() as instance:
         assert dg.materialize(
             [statement_snapshots], partition_key=today, resources=res, instance=instance
         ).success
-        assert dg.materialize([plan_snapshots], resources=res, instance=instance).success
+        result = dg.materialize(
+            [plan_snapshots], resources=res, instance=instance, run_config=plan_run_config(capture_plans=True)
+        )
+        assert result.success
+    assert result.asset_materializations_for_node("plan_snapshots")[0].metadata["capture"].value == "plans"
     plans = lake.scan_table(lake_root, "plan_snapshots").collect()
     probe = plans.filter(pl.col("relations").list.contains("plan_probe"))
     assert probe.height >= 1
     assert probe["source"].unique().to_list() == ["generic_explain"]
+
+
+def test_plan_snapshots_with_capture_off_captures_nothing(
+    pg_fleet: EmbeddedFleet, lake_root: Path, tmp_path: Path
+) -> None:
+    from orchestration.assets.plans import plan_snapshots
+
+    today = datetime.now(UTC).date().isoformat()
+    with psycopg.connect(pg_fleet.server("beta").dsn, autocommit=True) as conn:
+        conn.execute("create table if not exists plan_probe (id int primary key, v int)")
+        conn.execute("select v from plan_probe where id = %s", [Int4(1)])
+    res = resources(pg_fleet, lake_root, tmp_path)
+    with dg.instance_for_test() as instance:
+        # The snapshot job as the schedule runs it: its defaults (the config file's [plans]: off here).
+        job = defs.resolve_job_def("snapshot_job")
+        run = job.execute_in_process(instance=instance, partition_key=today, resources=res)
+        assert run.success
+        # ...and the asset alone, both switches given off explicitly.
+        alone = dg.materialize(
+            [plan_snapshots],
+            resources=res,
+            instance=instance,
+            run_config=plan_run_config(capture_plans=False, ingest_auto_explain=False),
+        )
+        assert alone.success
+    assert lake.table_files(lake_root, "statement_snapshots")  # the snapshot itself ran
+    for result in (run, alone):
+        metadata = result.asset_materializations_for_node("plan_snapshots")[0].metadata
+        assert metadata["capture"].value == "off"
+        assert metadata["plans_captured"].value == 0
+    assert not lake.table_files(lake_root, "plan_snapshots")
+    assert not lake.table_files(lake_root, "plan_capture_log")
 
 
 def test_query_samples_backfill_is_one_run_over_the_range(lake_root: Path) -> None:
@@ -246,12 +282,24 @@ def test_samples_and_analysis_schedules() -> None:
     }
 
 
-def test_capture_and_inbox_thresholds_are_resource_fields() -> None:
-    from orchestration.resources import DeployInboxResource, PlanCaptureResource
-
-    plans = PlanCaptureResource(lock_timeout_ms=250, statement_timeout_ms=1500, top_n=20).config
-    assert (plans.lock_timeout_ms, plans.statement_timeout_ms, plans.top_n) == (250, 1500, 20)
-    assert PlanCaptureResource().config.lock_timeout_ms == 100
-    inbox = DeployInboxResource(max_file_bytes=1000, max_events_per_file=5).config
-    assert (inbox.max_file_bytes, inbox.max_events_per_file) == (1000, 5)
-    assert DeployInboxResource().config.max_file_bytes == 10 * 1024 * 1024
+def test_inbox_limits_are_deploy_events_run_config(lake_root: Path, tmp_path: Path) -> None:
+    inbox = tmp_path / "deploys"
+    inbox.mkdir()
+    (inbox / "two.csv").write_text(
+        "instance,version,deployed_at\nalpha,v1,2026-11-01T10:00:00Z\nalpha,v2,2026-11-01T11:00:00Z\n"
+    )
+    res = {
+        "inbox": DeployInboxResource(inbox=str(inbox)),
+        "lake": LakeResource(root=str(lake_root)),
+        "fleet": FleetResource(fleet_file=str(tmp_path / "no-fleet.toml")),
+    }
+    with dg.instance_for_test() as instance:
+        result = dg.materialize(
+            [deploy_events],
+            resources=res,
+            instance=instance,
+            run_config={"ops": {"deploy_events": {"config": {"max_events_per_file": 1}}}},
+        )
+    assert result.asset_materializations_for_node("deploy_events")[0].metadata["files_rejected"].value == 1
+    assert (inbox / "rejected" / "two.csv").exists()
+    assert not lake.table_files(lake_root, "deploy_events")

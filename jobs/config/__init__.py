@@ -38,6 +38,7 @@ from jobs.config.sections import (
     PlansSettings,
     RadarSettings,
     ReportSettings,
+    ScheduleSettings,
 )
 
 __all__ = [
@@ -60,6 +61,7 @@ __all__ = [
     "PlansSettings",
     "RadarSettings",
     "ReportSettings",
+    "ScheduleSettings",
     "build_section",
     "closest",
     "format_duration",

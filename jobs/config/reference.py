@@ -19,7 +19,7 @@ README_END = "<!-- config-reference:end -->"
 
 
 @cache
-def _field_docs(cls: type) -> dict[str, str]:
+def field_docs(cls: type) -> dict[str, str]:
     """Field name -> its text, for ``cls`` and its bases: the docstring under the field, else the comment on
     its line, else the comment block above it (or above the group of fields it belongs to)."""
     out: dict[str, str] = {}
@@ -87,7 +87,7 @@ def _section_classes() -> dict[tuple[str, ...], type]:
 
 def describe(leaf: Leaf) -> str:
     classes = _section_classes()
-    return _field_docs(classes[leaf.key[:-1]]).get(leaf.key[-1], "")
+    return field_docs(classes[leaf.key[:-1]]).get(leaf.key[-1], "")
 
 
 def _toml_value(value: object) -> str:
@@ -150,7 +150,8 @@ def replace_readme_section(readme: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m jobs.config.reference [README.md]``: print the reference, or rewrite the README's copy."""
+    """``python -m jobs.config.reference [README.md [EXAMPLE.toml]]``: print the reference, or rewrite the
+    README's copy (and the commented example file)."""
     import sys
     from pathlib import Path
 
@@ -158,8 +159,10 @@ def main(argv: list[str] | None = None) -> int:
     if not args:
         sys.stdout.write(reference_markdown())
         return 0
-    path = Path(args[0])
-    path.write_text(replace_readme_section(path.read_text()))
+    readme = Path(args[0])
+    readme.write_text(replace_readme_section(readme.read_text()))
+    if len(args) > 1:
+        Path(args[1]).write_text(example_toml())
     return 0
 
 

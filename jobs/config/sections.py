@@ -139,6 +139,29 @@ class AlertsConfig:
         return self.webhook_url or source.get(self.webhook_env, "")
 
 
+@dataclass(frozen=True)
+class ScheduleSettings:
+    """[schedules]: when Dagster's schedules start their jobs (cron expressions, UTC)."""
+
+    snapshot: str = "* * * * *"
+    """A fleet snapshot (and the plan capture, when on)."""
+    samples: str = "*/15 * * * *"
+    """Today's samples from today's snapshots."""
+    analysis: str = "5-59/15 * * * *"
+    """Detection, plan diffs, alerts and drift: best a few minutes after each samples run."""
+    compaction: str = "30 1 * * *"
+    """Merging each closed day's files (and expiring old analysis rows)."""
+
+    def __post_init__(self) -> None:
+        for item in fields(self):
+            value = getattr(self, item.name)
+            if not isinstance(value, str) or len(value.split()) != 5:
+                raise ConfigError(
+                    f"[schedules] {item.name} must be a cron expression of 5 fields "
+                    f"(minute hour day month weekday), not {value!r}"
+                )
+
+
 SECRET_KEYS = frozenset({"alerts.slack_webhook_url", "alerts.webhook_url"})
 """Keys whose values are never shown (``radar config show`` prints ``<set>``)."""
 
@@ -167,6 +190,8 @@ class RadarSettings:
     """The lake's location and writers."""
     deploys: DeploysSettings = field(default_factory=DeploysSettings)
     """Deploy files."""
+    schedules: ScheduleSettings = field(default_factory=ScheduleSettings)
+    """When Dagster's schedules run (the weekly report's is fixed: Monday 06:00 UTC, its weeks' start)."""
 
     def detection_config(self, *, incremental: bool = True, rebuild_samples: bool = True) -> DetectionConfig:
         """The detector's config from [samples], [detector], [plans.diff] and [lake]."""

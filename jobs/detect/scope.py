@@ -25,6 +25,7 @@ before. Both write the run state, so an incremental run can follow a full one.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -204,9 +205,8 @@ def samples_watermarks(lake_root: Path) -> dict[str, datetime]:
     return marks
 
 
-def previous_watermarks(lake_root: Path) -> dict[str, datetime | None] | None:
-    """The latest run's samples watermark per instance (from the newest ``analysis_runs`` partition);
-    None when no run has been recorded."""
+def latest_run(lake_root: Path) -> pl.DataFrame | None:
+    """The latest run's ``analysis_runs`` rows (from the newest partition); None when no run was recorded."""
     base = Path(lake_root) / ANALYSIS_RUNS.name
     days = sorted(base.glob("date=*"), reverse=True) if base.exists() else []
     for day in days:
@@ -216,9 +216,32 @@ def previous_watermarks(lake_root: Path) -> dict[str, datetime | None] | None:
         runs = lake.scan_files(lake_root, ANALYSIS_RUNS, files).collect()
         if runs.height == 0:
             continue
-        latest = runs.filter(pl.col("run_id") == runs["run_id"].max())
-        return dict(zip(latest["instance"].to_list(), latest["samples_watermark"].to_list(), strict=True))
+        return runs.filter(pl.col("run_id") == runs["run_id"].max())
     return None
+
+
+def previous_watermarks(lake_root: Path) -> dict[str, datetime | None] | None:
+    """The latest run's samples watermark per instance; None when no run has been recorded."""
+    latest = latest_run(lake_root)
+    if latest is None:
+        return None
+    return dict(zip(latest["instance"].to_list(), latest["samples_watermark"].to_list(), strict=True))
+
+
+def analysis_config_digest(*parts: object) -> str:
+    """A stable hash of the settings that decide a run's verdicts (frozen dataclasses' reprs): a changed
+    threshold must re-examine what earlier runs judged with the old one."""
+    return hashlib.sha256("|".join(repr(part) for part in parts).encode()).hexdigest()[:16]
+
+
+def settings_changed_since_last_run(lake_root: Path, digest: str) -> bool:
+    """True when the last recorded run used other analysis settings (a run before issue 10 recorded none:
+    not a change)."""
+    latest = latest_run(lake_root)
+    if latest is None or "config_digest" not in latest.columns:
+        return False
+    recorded = set(latest["config_digest"].drop_nulls().to_list())
+    return bool(recorded) and recorded != {digest}
 
 
 def seen_deploy_ids(lake_root: Path) -> set[str]:
@@ -235,9 +258,17 @@ class RunState:
     scope: AnalysisScope | None
     new_deploys: pl.DataFrame = field(default_factory=ANALYSED_DEPLOYS.empty)
     """deploy_events rows no run had seen (written to ``analysed_deploys`` at commit)."""
+    config_digest: str | None = None
+    """``analysis_config_digest`` of the run's settings (recorded in ``analysis_runs``)."""
 
 
-def plan_run(lake_root: Path, deploys: pl.DataFrame, computed_at: datetime, incremental: bool) -> RunState:
+def plan_run(
+    lake_root: Path,
+    deploys: pl.DataFrame,
+    computed_at: datetime,
+    incremental: bool,
+    config_digest: str | None = None,
+) -> RunState:
     """The run's watermarks and scope: None (everything) for a full run or when no run was recorded."""
     current = samples_watermarks(lake_root)
     seen = seen_deploy_ids(lake_root)
@@ -250,7 +281,7 @@ def plan_run(lake_root: Path, deploys: pl.DataFrame, computed_at: datetime, incr
             current=current,
             new_deploy_ids=frozenset(new_deploys["deploy_id"].to_list()) if deploys.height else frozenset(),
         )
-    return RunState(run_id_for(computed_at), computed_at, current, scope, new_deploys)
+    return RunState(run_id_for(computed_at), computed_at, current, scope, new_deploys, config_digest)
 
 
 def commit_run(
@@ -285,6 +316,7 @@ def commit_run(
             pl.lit(state.run_id).alias("run_id"),
             pl.lit(state.computed_at).alias("computed_at"),
             pl.lit("full" if state.scope is None else "incremental").alias("mode"),
+            pl.lit(state.config_digest, dtype=pl.String).alias("config_digest"),
         )
         files.append(lake.write_table(lake_root, ANALYSIS_RUNS, runs, day, stem, config=config))
     return files

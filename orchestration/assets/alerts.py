@@ -2,10 +2,17 @@
 of [alerts]: the JSONL file, Slack, the generic webhook. Per-sink bookkeeping (jobs.alerts.run) makes a
 re-run safe: nothing a sink accepted is sent to it again."""
 
+import dataclasses
+
 import dagster as dg
 
 from jobs.alerts import send_alerts
 from orchestration.resources import AlertResource, LakeResource
+from orchestration.run_config import section_config, section_from_config
+
+# [alerts] of the config file; where alerts go (file, dead_letter_file) is AlertResource's, and the webhook
+# URLs are never run config (section_config leaves secrets out; the file's or the environment's are used).
+AlertsRunConfig = section_config("alerts", exclude=("file", "dead_letter_file"))
 
 
 @dg.asset(
@@ -16,9 +23,17 @@ from orchestration.resources import AlertResource, LakeResource
     "and/or a JSON webhook; transient failures are retried with backoff, then dead-lettered.",
 )
 def regression_alerts(
-    context: dg.AssetExecutionContext, lake: LakeResource, alerting: AlertResource
+    context: dg.AssetExecutionContext,
+    config: AlertsRunConfig,  # type: ignore[valid-type]
+    lake: LakeResource,
+    alerting: AlertResource,
 ) -> dg.MaterializeResult:
-    report = send_alerts(lake.path, alerting.settings())
+    alerts = dataclasses.replace(
+        section_from_config("alerts", config, "regression_alerts"),
+        file=alerting.file,
+        dead_letter_file=alerting.dead_letter_file,
+    )
+    report = send_alerts(lake.path, alerts)  # webhook URLs: [alerts] or its environment variables, now
     metadata: dict[str, int | str] = {
         "alerts_sent": len(report.sent),
         "pending": report.pending,

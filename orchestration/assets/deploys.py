@@ -4,6 +4,10 @@ import dagster as dg
 
 from jobs.collect.deploys import ingest_deploy_files, load_deploy_events
 from orchestration.resources import DeployInboxResource, FleetResource, LakeResource
+from orchestration.run_config import section_config, section_from_config
+
+# [deploys] of the config file (inbox limits); where the inbox is ([deploys] inbox) is DeployInboxResource's.
+DeploysRunConfig = section_config("deploys", exclude=("inbox",))
 
 
 @dg.asset(
@@ -13,11 +17,16 @@ from orchestration.resources import DeployInboxResource, FleetResource, LakeReso
     "instances the fleet does not know) are moved to rejected/ with their line.",
 )
 def deploy_events(
-    context: dg.AssetExecutionContext, inbox: DeployInboxResource, lake: LakeResource, fleet: FleetResource
+    context: dg.AssetExecutionContext,
+    config: DeploysRunConfig,  # type: ignore[valid-type]
+    inbox: DeployInboxResource,
+    lake: LakeResource,
+    fleet: FleetResource,
 ) -> dg.MaterializeResult:
+    limits = section_from_config("deploys", config, "deploy_events")
     known = fleet.find()
     report = ingest_deploy_files(
-        inbox.path, lake.path, inbox.config, None if known is None else known.instance_names
+        inbox.path, lake.path, limits, None if known is None else known.instance_names
     )
     for path, why in report.rejected.items():
         context.log.warning(f"rejected deploy file {path}: {why}")

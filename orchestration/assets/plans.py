@@ -1,9 +1,14 @@
-"""plan_snapshots: plans for the latest snapshot's top queries (on the snapshot schedule when enabled)."""
+"""plan_snapshots: plans for the latest snapshot's top queries, and new auto_explain records (part of the
+snapshot job; its run config's capture_plans / ingest_auto_explain, off by default, decide)."""
 
 import dagster as dg
 
-from jobs.collect.cycle import CycleConfig, capture_fleet_plans, latest_snapshot_times
-from orchestration.resources import FleetResource, LakeResource, PlanCaptureResource
+from jobs.collect.cycle import capture_fleet_plans, latest_snapshot_times
+from orchestration.resources import FleetResource, LakeResource
+from orchestration.run_config import section_config, settings_from_config
+
+# [plans] of the config file; [plans.diff] belongs to the analysis, not to capture.
+PlansRunConfig = section_config("plans", exclude=("diff",))
 
 
 @dg.asset(
@@ -11,21 +16,28 @@ from orchestration.resources import FleetResource, LakeResource, PlanCaptureReso
     group_name="collect",
     kinds={"postgres", "parquet"},
     description="Plans of each instance's top queries by total time at its latest snapshot "
-    "(pg_store_plans when trusted, else EXPLAIN GENERIC_PLAN), plus new auto_explain records.",
+    "(pg_store_plans when trusted, else EXPLAIN GENERIC_PLAN), plus new auto_explain records; "
+    "run config capture_plans / ingest_auto_explain switch each (both off by default: nothing is run).",
 )
 def plan_snapshots(
-    context: dg.AssetExecutionContext, fleet: FleetResource, lake: LakeResource, plans: PlanCaptureResource
+    context: dg.AssetExecutionContext,
+    config: PlansRunConfig,  # type: ignore[valid-type]
+    fleet: FleetResource,
+    lake: LakeResource,
 ) -> dg.MaterializeResult:
-    config = CycleConfig(
-        capture_plans=True,
-        ingest_auto_explain=plans.ingest_auto_explain,
-        plans=plans.config,
-    )
-    result = capture_fleet_plans(fleet.load(), lake.path, latest_snapshot_times(lake.path), config)
+    cycle = settings_from_config("plans", config, "plan_snapshots").cycle_config()
+    switches = (("plans", cycle.capture_plans), ("auto_explain", cycle.ingest_auto_explain))
+    switched_on = [name for name, on in switches if on]
+    if not switched_on:
+        context.log.info("plan capture off: capture_plans and ingest_auto_explain are both false")
+        nothing = {"capture": "off", "plans_captured": 0, "auto_explain_records": 0}
+        return dg.MaterializeResult(metadata=nothing)
+    result = capture_fleet_plans(fleet.load(), lake.path, latest_snapshot_times(lake.path), cycle)
     for error in result.plan_errors.values():
         context.log.warning(error)
     return dg.MaterializeResult(
         metadata={
+            "capture": " + ".join(switched_on),
             "plans_captured": sum(result.plans_captured.values()),
             "auto_explain_records": sum(result.auto_explain_records.values()),
             "instances_failed": len(result.plan_errors),

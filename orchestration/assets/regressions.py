@@ -3,13 +3,31 @@ pass over the whole fleet."""
 
 import dagster as dg
 import polars as pl
+import pydantic
 
 from jobs import lake as lake_io
-from jobs.analysis import DetectionConfig, run_detection
+from jobs.analysis import run_detection
 from jobs.detect.findings import FINDING_STATUSES
 from jobs.regressions import DETECTED, SERIES_KEY
 from orchestration.resources import LakeResource
+from orchestration.run_config import section_config, settings_from_config
 from orchestration.tables import lake_incident_metadata, markdown_table
+
+# [detector] of the config file, nested tables included; full_run is this run's only.
+DetectorRunConfig = section_config(
+    "detector",
+    extra={
+        "full_run": (
+            bool,
+            pydantic.Field(
+                default=False,
+                description="Re-examine every deploy and series, not only what received samples since the "
+                "last run (a run whose settings differ from the last run's, e.g. after changing a "
+                "threshold, does so by itself).",
+            ),
+        )
+    },
+)
 
 
 @dg.multi_asset(
@@ -55,9 +73,11 @@ from orchestration.tables import lake_incident_metadata, markdown_table
         ),
     ]
 )
-def regressions_and_plan_diffs(lake: LakeResource):
+def regressions_and_plan_diffs(config: DetectorRunConfig, lake: LakeResource):  # type: ignore[valid-type]
+    settings = settings_from_config("detector", config, "regressions_and_plan_diffs")
     mark = lake_io.incident_mark()
-    outcome = run_detection(lake.path, DetectionConfig(rebuild_samples=False))
+    detection = settings.detection_config(incremental=not config.full_run, rebuild_samples=False)
+    outcome = run_detection(lake.path, detection)
     detected = pl.concat([outcome.regressions, outcome.unannounced], how="diagonal_relaxed").filter(
         pl.col("status") == DETECTED
     )

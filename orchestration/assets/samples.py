@@ -5,14 +5,13 @@ from datetime import date
 import dagster as dg
 
 from jobs.lake import incident_mark
-from jobs.samples import SampleConfig, run_samples_job
+from jobs.samples import run_samples_job
 from orchestration.partitions import daily
 from orchestration.resources import LakeResource
+from orchestration.run_config import section_config, section_from_config
 from orchestration.tables import lake_incident_metadata, markdown_table
 
-
-class SamplesRunConfig(dg.Config):
-    min_executions: int = SampleConfig.min_executions
+SamplesRunConfig = section_config("samples")  # [samples] of the config file
 
 
 @dg.asset(
@@ -24,13 +23,15 @@ class SamplesRunConfig(dg.Config):
     description="Per-interval deltas of every statement (invalid deltas dropped and counted by reason).",
 )
 def query_samples(
-    context: dg.AssetExecutionContext, config: SamplesRunConfig, lake: LakeResource
+    context: dg.AssetExecutionContext,
+    config: SamplesRunConfig,  # type: ignore[valid-type]
+    lake: LakeResource,
 ) -> dg.MaterializeResult:
     # A normal run appends the snapshots after the watermark; a single-run backfill of several days
     # rebuilds them (a repair, up to the watermark) and then appends what is newer.
     first, last = context.partition_key_range.start, context.partition_key_range.end
     mark = incident_mark()
-    sample_config = SampleConfig(min_executions=config.min_executions)
+    sample_config = section_from_config("samples", config, "query_samples")
     if first != last:
         run_samples_job(lake.path, sample_config, dates=(date.fromisoformat(first), date.fromisoformat(last)))
     report = run_samples_job(lake.path, sample_config, mode="append")

@@ -1,5 +1,6 @@
 """statement_snapshots: one snapshot of the whole fleet per run, into today's partition."""
 
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import dagster as dg
@@ -9,7 +10,12 @@ from jobs.collect.collector import snapshot_fleet
 from jobs.lake import incident_mark
 from orchestration.partitions import daily
 from orchestration.resources import FleetResource, LakeResource
+from orchestration.run_config import definitions_settings, section_config, section_from_config
 from orchestration.tables import lake_incident_metadata, markdown_table
+
+# [collector] of the config file. A run's collector: the fleet file's [collector], under the config file's
+# keys (LoadedSettings.collector_for, as the CLI), under what this run's config changed.
+CollectorRunConfig = section_config("collector")
 
 
 @dg.asset(
@@ -20,7 +26,10 @@ from orchestration.tables import lake_incident_metadata, markdown_table
     "pg_stat_statements cannot be backfilled: only today's partition can be materialized.",
 )
 def statement_snapshots(
-    context: dg.AssetExecutionContext, fleet: FleetResource, lake: LakeResource
+    context: dg.AssetExecutionContext,
+    config: CollectorRunConfig,  # type: ignore[valid-type]
+    fleet: FleetResource,
+    lake: LakeResource,
 ) -> dg.MaterializeResult:
     today = datetime.now(UTC).date().isoformat()
     if context.partition_key != today:
@@ -28,8 +37,11 @@ def statement_snapshots(
             f"statement_snapshots reads live counters: partition {context.partition_key} cannot be "
             f"backfilled (today is {today})"
         )
+    fleet_config = fleet.load()
+    base = definitions_settings().collector_for(fleet_config)
+    collector = section_from_config("collector", config, "statement_snapshots", base=base)
     mark = incident_mark()
-    result = snapshot_fleet(fleet.load(), lake.path)
+    result = snapshot_fleet(replace(fleet_config, collector=collector), lake.path)
     for failed in result.failed:
         context.log.warning(f"snapshot failed: {failed.reason}")
     for degraded in result.degraded:
