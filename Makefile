@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test test-store-plans lint bench dev clean fmt
+.PHONY: venv demo test test-store-plans lint bench dev clean fmt config-reference
 
 venv: $(STAMP)
 
@@ -29,6 +29,10 @@ test-store-plans: venv
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+
+# The README's configuration reference, regenerated from the config classes (a test checks it is current).
+config-reference: venv
+	$(BIN)/python -m jobs.config.reference README.md
 
 fmt: venv
 	$(BIN)/ruff format .

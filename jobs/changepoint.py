@@ -27,10 +27,11 @@ import math
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Literal
 
 import numpy as np
 from scipy import special, stats
+
+from jobs.detect.config import ChangePointConfig as ChangePointConfig
 
 __all__ = [
     "ChangePoint",
@@ -44,45 +45,6 @@ __all__ = [
     "seeded_intervals",
     "segment_change_points",
 ]
-
-
-_EXACT_RANK_LIMIT = 64  # C(64, 32) < 2^63: the exact Mann-Whitney null counts fit int64
-
-
-@dataclass(frozen=True)
-class ChangePointConfig:
-    """Thresholds of the detector; defaults chosen on bench_changepoint (precision first)."""
-
-    min_segment: int = 5  # fewest points on either side of a split (>= 2: a within term needs a pair)
-    max_p_value: float = 0.01  # significance level of the change point test, after the split correction
-    test: Literal["rank", "permutation"] = "rank"  # rank: ~1 location pass; permutation: ~permutations+1
-    permutations: int = 199  # permutation test only
-    serial_correction: bool = True  # rank test: widen its variance by the serial correlation (trends)
-    serial_white_z: float = 2.0  # rank test: a lag-1 correlation below z / sqrt(n) is white noise's spread
-    serial_white_max_n: int = 40  # ...applied to series (segments) of at most this many points
-    exact_rank_max_n: int = 60  # rank test: exact Mann-Whitney tail for tie-free series of at most this n
-    seed: int = 0  # permutation test only; mixed with a hash of each series so results ignore batch makeup
-    batch_elements: int = 1 << 17  # values per chunk: small enough for the scatters to stay in cache
-    segmentation: Literal["seeded", "binary"] = "seeded"  # segment_change_points: seeded or plain binary
-    seeded_decay: float = 0.71  # seeded: interval length of each scale over the previous one (~1/sqrt 2)
-
-    def __post_init__(self) -> None:
-        if self.min_segment < 2:
-            raise ValueError("min_segment must be >= 2: a within-segment term needs at least one pair")
-        if not 0.0 < self.max_p_value <= 1.0:
-            raise ValueError("max_p_value must be in (0, 1]")
-        if self.test not in ("rank", "permutation"):
-            raise ValueError(f"unknown test {self.test!r}")
-        if self.permutations < 1:
-            raise ValueError("permutations must be >= 1")
-        if self.serial_white_z < 0 or self.serial_white_max_n < 0:
-            raise ValueError("serial_white_z and serial_white_max_n must be >= 0")
-        if not 0 <= self.exact_rank_max_n <= _EXACT_RANK_LIMIT:
-            raise ValueError(f"exact_rank_max_n must be in [0, {_EXACT_RANK_LIMIT}] (int64 null counts)")
-        if self.segmentation not in ("seeded", "binary"):
-            raise ValueError(f"unknown segmentation {self.segmentation!r}")
-        if not 0.5 <= self.seeded_decay < 1.0:
-            raise ValueError("seeded_decay must be in [0.5, 1): larger gaps between scales can miss steps")
 
 
 @dataclass(frozen=True)

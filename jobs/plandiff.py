@@ -20,24 +20,12 @@ from typing import Any
 import polars as pl
 
 from jobs.lake import stem_for, write_table
+from jobs.plans.config import PlanDiffConfig as PlanDiffConfig
 from jobs.plans.shape import node_label, plan_facts, plan_root, walk_nodes
 from jobs.regressions import SERIES_KEY
 from jobs.schemas import PLAN_DIFFS
 
 GENERIC_CAUTION = "Caution: {side} (EXPLAIN GENERIC_PLAN): an estimate, not what ran."
-
-
-@dataclass(frozen=True)
-class PlanDiffConfig:
-    """Thresholds of the plan diff; defaults are the issue's."""
-
-    cost_change_ratio: float = 2.0
-    row_error_factor: float = 10.0
-    max_row_errors: int = 5
-    source_preference: tuple[str, ...] = ("pg_store_plans", "auto_explain", "generic_explain")
-    # A shape change up to this long before detected_change_at still counts as "after" (change points
-    # are located to within a tolerance; the detector's production floor is 2 minutes).
-    change_tolerance: timedelta = timedelta(minutes=2)
 
 
 @dataclass(frozen=True)

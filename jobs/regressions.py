@@ -23,7 +23,7 @@ p-values of all candidates of the fleet are Benjamini-Hochberg adjusted (reporte
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC as UTC_ZONE
 from datetime import datetime, timedelta
 from itertools import pairwise
@@ -41,9 +41,8 @@ from jobs.changepoint import (
     segment_change_points,
 )
 from jobs.collect.deploys import deploys_for_instances
-from jobs.detect.contention import ContentionConfig
+from jobs.detect.config import RegressionConfig as RegressionConfig
 from jobs.detect.identity import IdentityConfig, identify_samples
-from jobs.detect.work_config import ResourceConfig
 from jobs.schemas import PERFORMANCE_REGRESSIONS
 
 if TYPE_CHECKING:  # scope imports this module's series building
@@ -58,92 +57,6 @@ DEFAULT_IDENTITY = IdentityConfig()
 SERIES_KEY = ("instance", "series")
 """The columns naming a series: ``series`` is ``jobs.detect.identity``'s name (database, fingerprint,
 chain of successive queryids) and is unique within an instance."""
-
-
-@dataclass(frozen=True)
-class RegressionConfig:
-    """Every threshold of the detector; defaults are the issue's."""
-
-    window_before: timedelta = timedelta(minutes=30)
-    """How much history before a deploy is compared."""
-    window_after: timedelta = timedelta(minutes=30)
-    """How much history after a deploy is compared."""
-    latency_change_threshold: float = 0.20
-    """Stage 0: a relative change of the naive pre/post means below this is rejected without more work,
-    unless the ``local_change_samples`` samples on each side of the deploy changed by this much."""
-    local_change_samples: int = 5
-    """Stage 0: samples next to the deploy on each side whose means are compared too: an earlier, slower
-    episode in the window (an index dropped, restored, dropped again at this deploy) can lift the naive
-    pre-mean above the new level, and the deploy's own step must still reach stage 1. 0 = issue 3's
-    stage 0 exactly (naive pre/post means only)."""
-    changepoint_tolerance: float = 0.20
-    """Stage 1: how far the change point may lie from the deploy, as a fraction of the analysis window..."""
-    changepoint_tolerance_floor: timedelta = timedelta(minutes=2)
-    """...but never less than this."""
-    attribution_slack_samples: int = 1
-    """Attribution: a deploy up to this many sample intervals after a change point still counts as "at or
-    before" it (jobs.regressions.attribute_to_deploys): detected_change_at is the start of the first
-    new-regime interval, so a deploy inside that interval explains it, and at an interval boundary the
-    change point lands one sample early about as often as on time."""
-    p_value_threshold: float = 0.05
-    """Stage 2: Welch's p below this is a detection."""
-    min_samples_per_side: int = 5
-    """Fewer samples than this on either side of the deploy is insufficient data (>= min_segment)."""
-    min_added_load_ms_per_s: float = 10.0
-    """Materiality: a slowdown must add at least this much execution time per wall-clock second after the
-    change (10 ms/s = 1% of one core)...; CPU contention from one bad query makes every tiny query on the
-    host measurably slower (0.01 ms -> 0.03 ms), which is true, significant and not worth an alert."""
-    min_latency_increase_ms: float = 50.0
-    """...unless each call slowed by at least this much (a rare report query going 2 s -> 20 s matters)."""
-    require_ongoing: bool = True
-    """Unannounced analysis: the series' latest segment must still be above the level before the step;
-    a step that came back down is a transient episode (lock contention, a backup), not a regression."""
-    changepoint: ChangePointConfig = field(default_factory=lambda: ChangePointConfig(serial_correction=False))
-    """Stage 1 change point test. Without the serial correction: real latency drifts within a regime, and
-    the correction left 20-vs-20-sample steps of 300x at a deploy insignificant (p 0.01-0.07) on real
-    servers; the deploy prior, the tolerance and stages 0 and 2 guard precision here instead."""
-    unannounced_changepoint: ChangePointConfig = field(default_factory=ChangePointConfig)
-    """Change point test of the unannounced analysis: no deploy prior, so trends and walks are the main
-    false alarm and the module's serially corrected default applies."""
-    deploy_max_change_points: int = 5
-    """Deploy analysis: change points per window at most (hierarchical segmentation; the one nearest the
-    deploy is analysed). Five covers a drop, a restore and a re-drop inside one window with room to spare;
-    each further split needs 2 * min_segment samples, so a 60-minute window of 1-minute samples holds
-    at most 5 anyway."""
-    history: timedelta = timedelta(days=7)
-    """Unannounced analysis: history analysed, counted back from the latest sample of the input."""
-    max_change_points: int = 5
-    """Unannounced analysis: change points per series at most."""
-    fdr_q: float = 0.05
-    """Unannounced analysis: Benjamini-Hochberg false discovery rate across all candidates of the fleet."""
-    resource: ResourceConfig = field(default_factory=ResourceConfig)
-    """Regressions of work (jobs.detect.work): ratio threshold and absolute floors per call."""
-    contention: ContentionConfig = field(default_factory=ContentionConfig)
-    """Contention vs regression (jobs.detect.contention): when the instance slowed as a whole."""
-    identity: IdentityConfig = field(default_factory=IdentityConfig)
-    """Which samples make one series (jobs.detect.identity): users split or merged, how much two
-    queryids of one fingerprint may overlap and still be one query's succession."""
-
-    def tolerance(self) -> timedelta:
-        window = self.window_before + self.window_after
-        return max(window * self.changepoint_tolerance, self.changepoint_tolerance_floor)
-
-    def __post_init__(self) -> None:
-        if self.window_before <= timedelta(0) or self.window_after <= timedelta(0):
-            raise ValueError("window_before and window_after must be positive")
-        if self.min_samples_per_side < self.changepoint.min_segment:
-            raise ValueError("min_samples_per_side must be >= changepoint.min_segment")
-        if self.local_change_samples < 0:
-            raise ValueError("local_change_samples must be >= 0 (0: naive pre/post means only)")
-        if self.attribution_slack_samples < 0:
-            raise ValueError("attribution_slack_samples must be >= 0")
-        if self.deploy_max_change_points < 1:
-            raise ValueError("deploy_max_change_points must be >= 1")
-        if self.min_added_load_ms_per_s < 0 or self.min_latency_increase_ms < 0:
-            raise ValueError("min_added_load_ms_per_s and min_latency_increase_ms must be >= 0")
-        for name in ("changepoint_tolerance", "p_value_threshold", "fdr_q"):
-            if not 0.0 < getattr(self, name) <= 1.0:
-                raise ValueError(f"{name} must be in (0, 1]")
 
 
 class RegressionInputError(ValueError):

@@ -21,6 +21,7 @@ from typing import Literal
 import polars as pl
 
 from jobs import lake
+from jobs.detect.config import SampleConfig as SampleConfig
 from jobs.lake import LakeConfig, exclusive_lock, scan_table, stem_for, with_recovery, write_table
 from jobs.schemas import (
     QUERY_SAMPLES,
@@ -55,25 +56,6 @@ _SNAPSHOT_COLUMNS: tuple[str, ...] = (
     "stats_since",
     *SAMPLE_DELTAS,
 )
-
-
-@dataclass(frozen=True)
-class SampleConfig:
-    """Thresholds of the samples job."""
-
-    min_executions: int = 1
-    """An interval with fewer calls than this is not a sample (its mean latency is too noisy or undefined)."""
-    drop_when_dealloc_grew: bool = False
-    """Flagged by default (``evictions`` > 0): on a busy server eviction is constant and would drop all."""
-    max_clock_skew_s: float = 2.0
-    """An interval whose (server clock - collector clock) offset changed by more than this is dropped
-    (``clock_skew``): one of the two clocks was stepped, so the server-clock length cannot be trusted.
-    2 s sits far above the offset's own noise (half a read's round trip, milliseconds on a LAN, and NTP
-    slews at most 0.5 ms/s) and far below a typical 60 s interval, whose mean latency it would distort."""
-    frontier_keep: timedelta = timedelta(days=7)
-    """Append mode keeps each entry's latest snapshot row (the predecessor of its next sample) until the
-    entry has been absent from the snapshots this long: the collector snapshots every entry every time, so
-    an absent entry was evicted or reset, and a delta across such a gap is not an interval sample."""
 
 
 @dataclass(frozen=True)

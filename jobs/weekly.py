@@ -19,12 +19,7 @@ from jobs import lake
 from jobs.detect.findings import RECOVERED, SUPERSEDED, latest_states
 from jobs.report import plot_regression, plt, regression_series
 from jobs.schemas import FINDING_STATES, QUERY_SAMPLES, QUERY_TEXTS, SNAPSHOT_RUNS
-
-
-@dataclass(frozen=True)
-class WeeklyReportConfig:
-    max_regressions: int = 20
-    """Regressions shown in detail (largest added load first); the rest are counted."""
+from jobs.weekly_config import WeeklyReportConfig as WeeklyReportConfig
 
 
 @dataclass(frozen=True)

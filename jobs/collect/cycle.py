@@ -14,6 +14,7 @@ import polars as pl
 
 from jobs import lake
 from jobs.collect.collector import FleetSnapshotResult, snapshot_fleet
+from jobs.collect.texts import strictest_query_text
 from jobs.config import ConfigError, FleetConfig, InstanceConfig
 from jobs.plans.auto_explain import AutoExplainConfig, ingest_auto_explain_logs
 from jobs.plans.capture import PlanCaptureConfig, capture_plans, select_plan_candidates, write_plan_snapshots
@@ -28,6 +29,8 @@ class CycleConfig:
     ingest_auto_explain: bool = False
     """Read new auto_explain records from each instance's log_dir."""
     plans: PlanCaptureConfig = field(default_factory=PlanCaptureConfig)
+    auto_explain: AutoExplainConfig = field(default_factory=AutoExplainConfig)
+    """Limits of the auto_explain log reader."""
 
 
 @dataclass
@@ -72,8 +75,13 @@ def capture_fleet_plans(
 ) -> CycleResult:
     """Plans for each instance's snapshot at the given time; failures are kept per instance, not raised."""
     result = CycleResult(snapshot=None)
-    plans_config = replace(config.plans, query_text=fleet.collector.query_text)
-    auto_explain_config = AutoExplainConfig(query_text=fleet.collector.query_text)
+    collector_text = fleet.collector.query_text
+    plans_config = replace(
+        config.plans, query_text=strictest_query_text(config.plans.query_text, collector_text)
+    )
+    auto_explain_config = replace(
+        config.auto_explain, query_text=strictest_query_text(config.auto_explain.query_text, collector_text)
+    )
     for instance in fleet.instances:
         captured_at = snapshot_times.get(instance.name)
         if captured_at is None:

@@ -62,11 +62,18 @@ class DeployInboxConfig:
     """
 
     max_file_bytes: int = 10 * 1024 * 1024
+    """A deploy file bigger than this is refused unread."""
     max_events_per_file: int = 10_000
+    """A deploy file with more events is refused (a runaway export, not a release)."""
     earliest_deploy: datetime = datetime(2000, 1, 1, tzinfo=UTC)
+    """A deploy dated before this is a typo and refused."""
     max_future_s: float = 86_400.0
+    """A deploy more than this many seconds in the future is a typo and refused (a day covers clock skew and
+    local times taken as UTC)."""
     max_field_chars: int = 256
+    """Longest version or instance name accepted."""
     allow_unknown_instance: bool = False
+    """Record deploys to instance names the fleet does not know (default: refuse them)."""
 
 
 def _cut(text: str, limit: int) -> str:

@@ -67,6 +67,13 @@ _MARKER = re.compile(
 _PLAN_REFERENCE = re.compile(r"(?:SubPlan|InitPlan|CTE) $")
 _DOLLAR_TAG = re.compile(r"\$([A-Za-z_\x80-\U0010ffff][\w\x80-\U0010ffff]*)?\$")
 
+
+def strictest_query_text(*modes: str) -> str:
+    """The mode that keeps the least of several settings (the collector's and a plan source's): "withheld"
+    when any says so, so no section can loosen what another withholds."""
+    return "withheld" if "withheld" in modes else "normalized"
+
+
 # Plan JSON keys whose string values are identifiers or enumerations (never a literal of the query):
 # they are kept as they are, so the shape hash (jobs.plans.shape.SHAPE_KEYS) never moves with redaction.
 PLAN_IDENTIFIER_KEYS: frozenset[str] = frozenset(

@@ -37,12 +37,12 @@ Pure: frames in, frames out; vectorized with joins and group-bys over the whole 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
 import polars as pl
 
+from jobs.detect.config import ContentionConfig as ContentionConfig
 from jobs.detect.identity import IdentityConfig
 from jobs.schemas import INSTANCE_SLOWDOWNS
 
@@ -58,66 +58,6 @@ MAD_TO_SIGMA = 1.4826
 """Median absolute deviation x this = standard deviation for normal data."""
 _FLOOR_MS = 1e-6
 """Latency floor before taking logs (an interval of 0 ms execution time)."""
-
-
-@dataclass(frozen=True)
-class ContentionConfig:
-    """Every threshold of the contention step; reached as ``RegressionConfig.contention``."""
-
-    window_samples: int = 10
-    """Samples per side of the moment compared (the nearest ones): short enough that a contention episode
-    of a few samples is not diluted by a long quiet window, long enough for a robust median."""
-    max_window: timedelta = timedelta(minutes=30)
-    """Never look farther than this from the moment (sparse series)."""
-    min_samples_per_side: int = 5
-    """A series with fewer samples than this on either side is not compared."""
-    min_compared_latency_ms: float = 1.0
-    """A series whose median latency before the moment is below this is not compared (CPU contention
-    barely reaches sub-millisecond queries; see the module docstring). A finding below it is still
-    judged: its own ratio is always computed."""
-    shift_threshold: float = 0.20
-    """A series slowed at the moment when its latency ratio is at least 1 + this (the detector's
-    latency_change_threshold)."""
-    min_series: int = 4
-    """An episode needs at least this many series of the instance compared..."""
-    min_shifted_series: int = 3
-    """...at least this many of them slowed..."""
-    min_shifted_share: float = 0.5
-    """...and this share of all series compared slowed."""
-    excess_factor: float = 3.0
-    """Inside an episode a finding is reported only when its latency ratio / the common ratio is above
-    this (or its work per call changed)... CPU contention slows long queries more than short ones (more
-    preemptions): on a real server the heaviest light query (26 ms) went ×4.0 while the common shift was
-    ×2.45, an excess of 1.64 with no change of its own; a lost index went ×630. On 740 labelled synthetic
-    episodes (each series slowed common^U(0.5, 1.5), noise 5-25%; tests/test_contention.py), episodes
-    reporting a contention-only query: 2.0 → 20, 2.5 → 1, 3.0 → 0; latency-only regressions of ×3-20 on
-    top kept: 2.5 → 312 of 318, 3.0 → 306 of 318 (work-changed ones are kept by their work)."""
-    spread_factor: float = 2.0
-    """...and above ``spread_factor`` x the spread of the other series' log ratios (MAD-based), so an
-    episode in which queries slowed unevenly does not pass its most sensitive query off as a regression."""
-    same_moment_within: timedelta = timedelta(minutes=2)
-    """Unannounced findings of one instance whose change times lie this close (chained) are one moment."""
-    attach_within: timedelta = timedelta(minutes=15)
-    """A detected finding whose own moment has no episode is judged at the nearest episode of its instance
-    whose moment lies this close to its change time: in a contention episode the change point of one noisy
-    series often lands minutes off the step the others share (8-16 min seen in bench_contention), and
-    judged alone at that moment it looked like a regression of its own. 0 turns this off."""
-
-    def __post_init__(self) -> None:
-        if self.window_samples < self.min_samples_per_side or self.min_samples_per_side < 1:
-            raise ValueError("contention: need window_samples >= min_samples_per_side >= 1")
-        if self.min_series < 2 or self.min_shifted_series < 1:
-            raise ValueError("contention: need min_series >= 2 and min_shifted_series >= 1")
-        if not 0.0 < self.min_shifted_share <= 1.0:
-            raise ValueError("contention: min_shifted_share must be in (0, 1]")
-        if self.shift_threshold <= 0 or self.excess_factor <= 1.0 or self.spread_factor < 0:
-            raise ValueError("contention: need shift_threshold > 0, excess_factor > 1, spread_factor >= 0")
-        if self.min_compared_latency_ms < 0:
-            raise ValueError("contention: min_compared_latency_ms must be >= 0")
-        if self.max_window <= timedelta(0) or self.same_moment_within < timedelta(0):
-            raise ValueError("contention: max_window must be positive, same_moment_within >= 0")
-        if self.attach_within < timedelta(0):
-            raise ValueError("contention: attach_within must be >= 0")
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -38,6 +38,7 @@ from datetime import datetime, timedelta
 import numpy as np
 import polars as pl
 
+from jobs.detect.config import FindingsConfig as FindingsConfig
 from jobs.detect.identity import series_owner
 from jobs.regressions import (
     ATTRIBUTED_ELSEWHERE,
@@ -87,33 +88,6 @@ STATE_COLUMNS: tuple[str, ...] = (
 )
 # Copied from the step's analysis row into the finding.
 ROW_COLUMNS: tuple[str, ...] = ("database", "fingerprint", *QUERY_COLUMNS, *STEP_COLUMNS)
-
-
-@dataclass(frozen=True)
-class FindingsConfig:
-    onset_tolerance_samples: int = 3
-    """A detected change within this many sample intervals (the instance's median) of a finding's onset or
-    latest change time is that finding: a change point moving by a few samples between runs (as the post
-    window fills) keeps its finding and its alert."""
-    default_sample_interval: timedelta = timedelta(minutes=1)
-    """Sample interval assumed for an instance with no samples in the run (tolerance and slack)."""
-    recovery_samples: int = 5
-    """Recovery re-check: at least this many samples after the series last stood at or above the midpoint
-    of the finding's before and after levels, whose median is back at the old level: what remains of the
-    step would not be reported by the detector (below RegressionConfig.latency_change_threshold of the
-    before level, or immaterial by its min_added_load_ms_per_s / min_latency_increase_ms rule). The median,
-    not the mean: on a real server one slow interval among 25 after an index came back (0.76 ms among
-    0.03-0.06 ms) lifted the mean to 1.7x the old level while every other interval was back; and the
-    materiality rule because a 0.09 ms query came back at 0.11 ms (+25%, 0.9 ms of work per second) after
-    a 24 ms episode: back, by any measure a user has."""
-
-    def __post_init__(self) -> None:
-        if self.onset_tolerance_samples < 0:
-            raise ValueError("findings.onset_tolerance_samples must be >= 0")
-        if self.recovery_samples < 1:
-            raise ValueError("findings.recovery_samples must be >= 1")
-        if self.default_sample_interval <= timedelta(0):
-            raise ValueError("findings.default_sample_interval must be positive")
 
 
 def run_id_for(computed_at: datetime) -> str:

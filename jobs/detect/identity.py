@@ -36,11 +36,12 @@ from __future__ import annotations
 import difflib
 import hashlib
 import re
-from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
 from pglast.parser import ParseError, fingerprint
+
+from jobs.detect.config import IdentityConfig as IdentityConfig
 
 FINGERPRINT_SOURCES = ("pglast", "text", "queryid")
 _SPACES = re.compile(r"\s+")
@@ -102,22 +103,6 @@ def attach_fingerprints(samples: pl.DataFrame, fingerprints: pl.DataFrame) -> pl
 
 # ---------------------------------------------------------------------------------------------------------
 # Series: (instance, database[, user], chain of successive queryids of one fingerprint)
-
-
-@dataclass(frozen=True)
-class IdentityConfig:
-    """What makes one series (``RegressionConfig.identity``)."""
-
-    split_users: bool = False
-    """Users of one database are one series (the default) or one series each."""
-    rotation_overlap_intervals: int = 2
-    """Two queryids of one fingerprint whose sample spans overlap by more than this many of the instance's
-    intervals run side by side (two series); up to this many, one succeeded the other (one series): the
-    interval of a deploy can hold calls of both the old and the new queryid."""
-
-    def __post_init__(self) -> None:
-        if self.rotation_overlap_intervals < 0:
-            raise ValueError("identity.rotation_overlap_intervals must be >= 0")
 
 
 def group_keys(config: IdentityConfig) -> list[str]:

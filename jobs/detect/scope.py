@@ -27,27 +27,19 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 
 import polars as pl
 
 from jobs import lake
 from jobs.collect.deploys import deploys_for_instances
+from jobs.detect.config import ScopeConfig as ScopeConfig
 from jobs.detect.findings import run_id_for
 from jobs.regressions import SERIES_KEY, RegressionConfig, fingerprinted_samples, merge_intervals
 from jobs.schemas import ANALYSED_DEPLOYS, ANALYSIS_RUNS, QUERY_SAMPLES
 
 _STAMP_LENGTH = len("20261129T120000000000Z")
-
-
-@dataclass(frozen=True)
-class ScopeConfig:
-    """Thresholds of the incremental scope."""
-
-    level_window: timedelta = timedelta(hours=1)
-    """A series' level for the unannounced pre-filter: its calls-weighted mean latency over this long
-    before the previous watermark (bounded: a run reads at most this much old data for the pre-filter)."""
 
 
 @dataclass(frozen=True)

@@ -1,28 +1,33 @@
-"""Plan capture (pg_store_plans, EXPLAIN GENERIC_PLAN, auto_explain logs) and plan snapshots in the lake."""
+"""Plan capture (pg_store_plans, EXPLAIN GENERIC_PLAN, auto_explain logs) and plan snapshots in the lake.
 
-from jobs.plans.auto_explain import AutoExplainConfig, IngestResult, ingest_auto_explain_logs
-from jobs.plans.capture import (
-    PlanCaptureConfig,
-    PlanCaptureResult,
-    capture_plans,
-    select_plan_candidates,
-    write_plan_snapshots,
-)
-from jobs.plans.history import bound_plan_history, new_shape_rows
-from jobs.plans.shape import plan_facts, plan_root, plan_shape_hash
+The names below load on first use (PEP 562), so importing ``jobs.plans.config`` (the thresholds, read by the
+config file loader and the CLI) does not import psycopg and polars.
+"""
 
-__all__ = [
-    "AutoExplainConfig",
-    "IngestResult",
-    "PlanCaptureConfig",
-    "PlanCaptureResult",
-    "bound_plan_history",
-    "capture_plans",
-    "ingest_auto_explain_logs",
-    "new_shape_rows",
-    "plan_facts",
-    "plan_root",
-    "plan_shape_hash",
-    "select_plan_candidates",
-    "write_plan_snapshots",
-]
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+_EXPORTS = {
+    "AutoExplainConfig": "jobs.plans.config",
+    "IngestResult": "jobs.plans.auto_explain",
+    "ingest_auto_explain_logs": "jobs.plans.auto_explain",
+    "PlanCaptureConfig": "jobs.plans.config",
+    "PlanCaptureResult": "jobs.plans.capture",
+    "capture_plans": "jobs.plans.capture",
+    "select_plan_candidates": "jobs.plans.capture",
+    "write_plan_snapshots": "jobs.plans.capture",
+    "bound_plan_history": "jobs.plans.history",
+    "new_shape_rows": "jobs.plans.history",
+    "plan_facts": "jobs.plans.shape",
+    "plan_root": "jobs.plans.shape",
+    "plan_shape_hash": "jobs.plans.shape",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'jobs.plans' has no attribute {name!r}")
+    return getattr(import_module(_EXPORTS[name]), name)

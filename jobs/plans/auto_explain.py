@@ -38,6 +38,7 @@ from jobs.collect.texts import (
     redact_plan,
     redact_query_parameters,
 )
+from jobs.plans.config import AutoExplainConfig as AutoExplainConfig
 from jobs.plans.history import snapshot_stem, store_snapshot_rows
 from jobs.plans.shape import PlanFormatError, plan_facts, plan_root, plan_shape_hash
 from jobs.schemas import PLAN_SNAPSHOTS
@@ -47,20 +48,6 @@ _PLAN_MARK = b"  plan:\\n"
 _MESSAGE_START = "duration: "
 MAX_ERRORS_KEPT = 100
 _OFFSET_ZONE = re.compile(r"^([+-])(\d{2}):?(\d{2})?$")
-
-
-@dataclass(frozen=True)
-class AutoExplainConfig:
-    """Where files are and how much to read per run."""
-
-    file_glob: str = "*.json"
-    max_bytes_per_run: int = 512 * 1024 * 1024
-    read_chunk_bytes: int = 8 * 1024 * 1024
-    max_shapes_per_query: int = 5
-    query_text: str = "normalized"
-    """Literal values never reach the lake: "normalized" keeps parameter names and redacted expressions,
-    "withheld" keeps no parameter and no expression text (jobs.collect.texts)."""
-    fingerprint_bytes: int = 4096
 
 
 @dataclass

@@ -26,11 +26,10 @@ import psycopg
 
 from jobs.collect.texts import is_radar_text, redact_plan
 from jobs.lake import stem_for, write_table
+from jobs.plans.config import PlanCaptureConfig as PlanCaptureConfig
 from jobs.plans.generic import ExplainFailed, classify_statement
 from jobs.plans.history import SnapshotWrite, snapshot_stem, store_snapshot_rows
 from jobs.plans.safety import (
-    EXPLAIN_MODE_HELPER,
-    EXPLAIN_MODES,
     ExplainTarget,
     explain_in_target,
     explain_target,
@@ -53,45 +52,6 @@ STORE_PLANS_HIDDEN = "<insufficient privilege>"
 
 _UNSUPPORTED_LOGGED: set[str] = set()
 _PROBLEMS_LOGGED: set[tuple[str, str]] = set()
-
-
-@dataclass(frozen=True)
-class PlanCaptureConfig:
-    """Thresholds of the plan capture; defaults are the issue's."""
-
-    top_n: int = 500
-    statement_timeout_ms: int = 2000
-    lock_timeout_ms: int = 100
-    """A migration's ACCESS EXCLUSIVE lock costs each EXPLAIN one short wait, never a queue behind it."""
-    idle_in_transaction_timeout_ms: int = 10000
-    watchdog_grace_ms: int = 2000
-    """An EXPLAIN still running this long after its statement_timeout has its backend terminated."""
-    connect_timeout_s: int = 10
-    store_plans_min_version: str = "1.6"
-    store_plans_min_server_version_num: int = 140000
-    generic_plan_min_server_version_num: int = 160000
-    store_plans_relation: str = "pg_store_plans"
-    # Skip the gate and trust store_plans_relation: only for a fixture view standing in for the extension.
-    store_plans_assume_trusted: bool = False
-    use_store_plans: bool = True
-    use_generic_explain: bool = True
-    max_shapes_per_query: int = 5
-    application_name: str = "pg-regression-radar plan capture"
-    query_text: str = "normalized"
-    """Plan JSON keeps no literal value either way; "withheld" also replaces every expression string."""
-    explain_mode: str = EXPLAIN_MODE_HELPER
-    """helper: through the SECURITY DEFINER helper (radar setup-sql); session: as the session role."""
-    explain_helper: str = "radar.explain_generic"
-    explain_search_path: str = '"$user", public'
-    """search_path a captured text is planned with; $user is the role that ran it (its default path)."""
-    unsafe_allow_privileged_explain: bool = False
-    """DANGER: EXPLAIN as a superuser / writing role (or without the helper): planned functions run so."""
-
-    def __post_init__(self) -> None:
-        if self.explain_mode not in EXPLAIN_MODES:
-            raise ValueError(f"explain_mode {self.explain_mode!r} must be one of {', '.join(EXPLAIN_MODES)}")
-        if self.lock_timeout_ms <= 0 or self.statement_timeout_ms <= 0:
-            raise ValueError("lock_timeout_ms and statement_timeout_ms must be positive (0 means no limit)")
 
 
 @dataclass(frozen=True)

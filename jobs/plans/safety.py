@@ -34,6 +34,7 @@ import psycopg
 from psycopg import sql
 
 from jobs.config import redact_dsn
+from jobs.plans.config import EXPLAIN_MODE_HELPER, EXPLAIN_MODE_SESSION
 from jobs.plans.generic import ExplainFailed, explain_generic, explain_via_helper
 from jobs.sqlfiles import load_sql
 
@@ -42,9 +43,6 @@ log = logging.getLogger(__name__)
 if TYPE_CHECKING:
     from jobs.plans.capture import PlanCaptureConfig
 
-EXPLAIN_MODE_HELPER = "helper"
-EXPLAIN_MODE_SESSION = "session"
-EXPLAIN_MODES = (EXPLAIN_MODE_HELPER, EXPLAIN_MODE_SESSION)
 
 # Superuser-only settings the capture wants for its own sessions, with the value it wants: tracking off
 # (its statements add no pg_stat_statements rows), auto_explain off (its EXPLAINs are not logged).

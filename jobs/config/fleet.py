@@ -75,13 +75,17 @@ class CollectorConfig:
     deadline_grace_s: int = 5
     """Backstop: an instance still running this long after its deadline is given up (failed row)."""
     max_parallel_instances: int = 8
+    """Instances snapshotted at once (threads; each holds one connection)."""
     keepalives_idle_s: int = 10
     """TCP keepalive: idle seconds before the first probe (a silently dead peer is noticed)."""
     keepalives_interval_s: int = 5
+    """TCP keepalive: seconds between unanswered probes."""
     keepalives_count: int = 3
+    """TCP keepalive: unanswered probes before the connection is considered dead."""
     tcp_user_timeout_ms: int = 20_000
     """Linux TCP_USER_TIMEOUT: unacknowledged data for this long breaks the connection."""
     application_name: str = "pg-regression-radar"
+    """application_name of the collector's sessions (how DBAs see it in pg_stat_activity)."""
     query_text: str = "normalized"
     """What of a query text reaches the lake: "normalized" (every literal a $n placeholder, libpg_query)
     or "withheld" (a length-and-hash marker only); see jobs.collect.texts.storable_query_text."""

@@ -1,0 +1,207 @@
+"""The sections of the one configuration file (``data/radar.toml``): one frozen dataclass per table.
+
+Each table is the config class of the code it tunes, so a key is the field that code reads, with its
+default and its validation; a section that needs more than that class (where output goes, whether plans
+are captured) is a subclass adding those fields. Everything imported here is stdlib-only or the lake's
+writer module, so loading the file costs no numpy or scipy.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING
+
+from jobs.collect.deploys import DeployInboxConfig
+from jobs.config.fleet import CollectorConfig, ConfigError
+from jobs.detect.config import FindingsConfig, RegressionConfig, SampleConfig, ScopeConfig
+from jobs.drift_config import DriftConfig
+from jobs.gate.config import GateConfig
+from jobs.lake import LakeConfig
+from jobs.plans.config import AutoExplainConfig, PlanCaptureConfig, PlanDiffConfig
+from jobs.weekly_config import WeeklyReportConfig
+
+if TYPE_CHECKING:
+    from jobs.analysis import DetectionConfig
+    from jobs.collect.cycle import CycleConfig
+
+
+@dataclass(frozen=True)
+class DetectorSettings(RegressionConfig):
+    """[detector]: the regression detector's thresholds, with the finding and scope rules beside them."""
+
+    findings: FindingsConfig = field(default_factory=FindingsConfig)
+    """Finding identity (onset tolerance) and the recovery re-check."""
+    scope: ScopeConfig = field(default_factory=ScopeConfig)
+    """What an incremental run re-examines."""
+    unannounced: bool = True
+    """Also look for regressions no deploy explains (multiple change points, Benjamini-Hochberg)."""
+
+    def regression_config(self) -> RegressionConfig:
+        """The plain detector config (its repr, and so anything derived from it, as before the file)."""
+        return RegressionConfig(**{f.name: getattr(self, f.name) for f in fields(RegressionConfig)})
+
+
+@dataclass(frozen=True)
+class PlansSettings(PlanCaptureConfig):
+    """[plans]: whether each collection cycle captures plans and reads auto_explain logs, and how."""
+
+    capture_plans: bool = False
+    """Capture the top queries' plans each snapshot cycle (pg_store_plans or EXPLAIN GENERIC_PLAN); off by
+    default: EXPLAIN costs server time."""
+    ingest_auto_explain: bool = False
+    """Read new auto_explain JSON records from each instance's log_dir each cycle."""
+    auto_explain: AutoExplainConfig = field(default_factory=AutoExplainConfig)
+    """Limits of the auto_explain log reader."""
+    diff: PlanDiffConfig = field(default_factory=PlanDiffConfig)
+    """What counts as a changed plan between before and after a regression."""
+
+    def capture_config(self) -> PlanCaptureConfig:
+        return PlanCaptureConfig(**{f.name: getattr(self, f.name) for f in fields(PlanCaptureConfig)})
+
+
+@dataclass(frozen=True)
+class ReportSettings(WeeklyReportConfig):
+    """[report]: the weekly regression report."""
+
+    out: str = "data/reports"
+    """Folder the weekly reports are written to (one sub-folder per ISO week)."""
+
+
+@dataclass(frozen=True)
+class LakeSettings(LakeConfig):
+    """[lake]: where the Parquet lake is and the rules of its writers."""
+
+    root: str = "data/lake"
+    """Root folder of the hive-partitioned Parquet lake."""
+
+
+@dataclass(frozen=True)
+class DeploysSettings(DeployInboxConfig):
+    """[deploys]: the deploy inbox and the limits on what a deploy file may hold."""
+
+    inbox: str = "data/deploys"
+    """Folder deploy tools drop CSV/JSON deploy files into (read by `radar deploy ingest` and the sensor)."""
+
+
+@dataclass(frozen=True)
+class AlertsConfig:
+    """[alerts]: where alerts go and how hard delivery is tried."""
+
+    file: str = "data/alerts.jsonl"
+    """JSONL sink: one line per finding alert (and per update), each written once."""
+    dead_letter_file: str = "data/alerts.dead-letter.jsonl"
+    """One line per alert a sink refused for good or did not take within max_attempts, naming why."""
+    slack_webhook_url: str = ""
+    """Slack incoming-webhook URL (a secret: prefer the environment variable named by slack_webhook_env;
+    never printed)."""
+    slack_webhook_env: str = "RADAR_SLACK_WEBHOOK"
+    """Environment variable holding the Slack incoming-webhook URL, read when alerts are sent."""
+    webhook_url: str = ""
+    """Generic JSON webhook URL (regression_alert.schema.json payloads; a secret, never printed)."""
+    webhook_env: str = "RADAR_ALERT_WEBHOOK"
+    """Environment variable holding the generic webhook URL, read when alerts are sent."""
+    send_resolved: bool = True
+    """Also send one update when a finding recovers or is superseded."""
+    max_attempts: int = 5
+    """Attempts per alert per sink in one run before it is dead-lettered."""
+    backoff_initial_s: float = 1.0
+    """Delay before the first retry."""
+    backoff_multiplier: float = 2.0
+    """Each further retry waits this many times longer..."""
+    backoff_max_s: float = 30.0
+    """...but never longer than this."""
+    jitter: float = 0.5
+    """Fraction of each delay drawn at random (0 = exact exponential delays)."""
+    max_retry_after_s: float = 60.0
+    """A Retry-After longer than this is not waited for: the alert is dead-lettered instead."""
+    timeout_s: float = 10.0
+    """HTTP timeout of one delivery attempt."""
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise ConfigError("[alerts] max_attempts must be >= 1")
+        if self.backoff_multiplier < 1.0:
+            raise ConfigError("[alerts] backoff_multiplier must be >= 1")
+        if not 0.0 <= self.jitter <= 1.0:
+            raise ConfigError("[alerts] jitter must be between 0 and 1")
+        if self.timeout_s <= 0:
+            raise ConfigError("[alerts] timeout_s must be > 0")
+
+    def resolved_slack_url(self, env: Mapping[str, str] | None = None) -> str:
+        """The Slack URL: the file's, else the environment variable's, else "" (no Slack sink)."""
+        source = os.environ if env is None else env
+        return self.slack_webhook_url or source.get(self.slack_webhook_env, "")
+
+    def resolved_webhook_url(self, env: Mapping[str, str] | None = None) -> str:
+        source = os.environ if env is None else env
+        return self.webhook_url or source.get(self.webhook_env, "")
+
+
+SECRET_KEYS = frozenset({"alerts.slack_webhook_url", "alerts.webhook_url"})
+"""Keys whose values are never shown (``radar config show`` prints ``<set>``)."""
+
+
+@dataclass(frozen=True)
+class RadarSettings:
+    """The whole configuration: one field per table of ``data/radar.toml``."""
+
+    collector: CollectorConfig = field(default_factory=CollectorConfig)
+    """How one snapshot reads a server (also accepted in the fleet file's [collector] table)."""
+    samples: SampleConfig = field(default_factory=SampleConfig)
+    """Which snapshot intervals become samples."""
+    detector: DetectorSettings = field(default_factory=DetectorSettings)
+    """The regression detector."""
+    plans: PlansSettings = field(default_factory=PlansSettings)
+    """Plan capture, auto_explain ingest and plan diffs."""
+    drift: DriftConfig = field(default_factory=DriftConfig)
+    """Latency distribution drift."""
+    gate: GateConfig = field(default_factory=GateConfig)
+    """The benchmark gate (`radar gate`)."""
+    alerts: AlertsConfig = field(default_factory=AlertsConfig)
+    """Alert sinks and delivery."""
+    report: ReportSettings = field(default_factory=ReportSettings)
+    """The weekly report."""
+    lake: LakeSettings = field(default_factory=LakeSettings)
+    """The lake's location and writers."""
+    deploys: DeploysSettings = field(default_factory=DeploysSettings)
+    """Deploy files."""
+
+    def detection_config(self, *, incremental: bool = True, rebuild_samples: bool = True) -> DetectionConfig:
+        """The detector's config from [samples], [detector], [plans.diff] and [lake]."""
+        from jobs.analysis import DetectionConfig
+
+        return DetectionConfig(
+            samples=self.samples,
+            regression=self.detector.regression_config(),
+            plan_diff=self.plans.diff,
+            rebuild_samples=rebuild_samples,
+            incremental=incremental,
+            scope=self.detector.scope,
+            unannounced=self.detector.unannounced,
+            lake=self.lake_config(),
+            findings=self.detector.findings,
+        )
+
+    def lake_config(self) -> LakeConfig:
+        return LakeConfig(**{f.name: getattr(self.lake, f.name) for f in fields(LakeConfig)})
+
+    def deploy_inbox_config(self) -> DeployInboxConfig:
+        return DeployInboxConfig(**{f.name: getattr(self.deploys, f.name) for f in fields(DeployInboxConfig)})
+
+    def report_config(self) -> WeeklyReportConfig:
+        return WeeklyReportConfig(
+            **{f.name: getattr(self.report, f.name) for f in fields(WeeklyReportConfig)}
+        )
+
+    def cycle_config(self) -> CycleConfig:
+        """One collection cycle's config from [plans]."""
+        from jobs.collect.cycle import CycleConfig
+
+        return CycleConfig(
+            capture_plans=self.plans.capture_plans,
+            ingest_auto_explain=self.plans.ingest_auto_explain,
+            plans=self.plans.capture_config(),
+            auto_explain=self.plans.auto_explain,
+        )

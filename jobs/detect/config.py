@@ -1,0 +1,268 @@
+"""The detector's thresholds (samples, change points, series identity, contention, findings, scope,
+the regression rules): stdlib-only, so the config file loader and the CLI import them without numpy or scipy.
+
+Each class is re-exported by the module that uses it (``jobs.regressions.RegressionConfig`` etc.).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Literal
+
+from jobs.detect.work_config import ResourceConfig
+
+_EXACT_RANK_LIMIT = 64  # C(64, 32) < 2^63: the exact Mann-Whitney null counts fit int64
+
+
+@dataclass(frozen=True)
+class ChangePointConfig:
+    """Thresholds of the detector; defaults chosen on bench_changepoint (precision first)."""
+
+    min_segment: int = 5  # fewest points on either side of a split (>= 2: a within term needs a pair)
+    max_p_value: float = 0.01  # significance level of the change point test, after the split correction
+    test: Literal["rank", "permutation"] = "rank"  # rank: ~1 location pass; permutation: ~permutations+1
+    permutations: int = 199  # permutation test only
+    serial_correction: bool = True  # rank test: widen its variance by the serial correlation (trends)
+    serial_white_z: float = 2.0  # rank test: a lag-1 correlation below z / sqrt(n) is white noise's spread
+    serial_white_max_n: int = 40  # ...applied to series (segments) of at most this many points
+    exact_rank_max_n: int = 60  # rank test: exact Mann-Whitney tail for tie-free series of at most this n
+    seed: int = 0  # permutation test only; mixed with a hash of each series so results ignore batch makeup
+    batch_elements: int = 1 << 17  # values per chunk: small enough for the scatters to stay in cache
+    segmentation: Literal["seeded", "binary"] = "seeded"  # segment_change_points: seeded or plain binary
+    seeded_decay: float = 0.71  # seeded: interval length of each scale over the previous one (~1/sqrt 2)
+
+    def __post_init__(self) -> None:
+        if self.min_segment < 2:
+            raise ValueError("min_segment must be >= 2: a within-segment term needs at least one pair")
+        if not 0.0 < self.max_p_value <= 1.0:
+            raise ValueError("max_p_value must be in (0, 1]")
+        if self.test not in ("rank", "permutation"):
+            raise ValueError(f"unknown test {self.test!r}")
+        if self.permutations < 1:
+            raise ValueError("permutations must be >= 1")
+        if self.serial_white_z < 0 or self.serial_white_max_n < 0:
+            raise ValueError("serial_white_z and serial_white_max_n must be >= 0")
+        if not 0 <= self.exact_rank_max_n <= _EXACT_RANK_LIMIT:
+            raise ValueError(f"exact_rank_max_n must be in [0, {_EXACT_RANK_LIMIT}] (int64 null counts)")
+        if self.segmentation not in ("seeded", "binary"):
+            raise ValueError(f"unknown segmentation {self.segmentation!r}")
+        if not 0.5 <= self.seeded_decay < 1.0:
+            raise ValueError("seeded_decay must be in [0.5, 1): larger gaps between scales can miss steps")
+
+
+@dataclass(frozen=True)
+class SampleConfig:
+    """Thresholds of the samples job."""
+
+    min_executions: int = 1
+    """An interval with fewer calls than this is not a sample (its mean latency is too noisy or undefined)."""
+    drop_when_dealloc_grew: bool = False
+    """Flagged by default (``evictions`` > 0): on a busy server eviction is constant and would drop all."""
+    max_clock_skew_s: float = 2.0
+    """An interval whose (server clock - collector clock) offset changed by more than this is dropped
+    (``clock_skew``): one of the two clocks was stepped, so the server-clock length cannot be trusted.
+    2 s sits far above the offset's own noise (half a read's round trip, milliseconds on a LAN, and NTP
+    slews at most 0.5 ms/s) and far below a typical 60 s interval, whose mean latency it would distort."""
+    frontier_keep: timedelta = timedelta(days=7)
+    """Append mode keeps each entry's latest snapshot row (the predecessor of its next sample) until the
+    entry has been absent from the snapshots this long: the collector snapshots every entry every time, so
+    an absent entry was evicted or reset, and a delta across such a gap is not an interval sample."""
+
+
+@dataclass(frozen=True)
+class IdentityConfig:
+    """What makes one series (``RegressionConfig.identity``)."""
+
+    split_users: bool = False
+    """Users of one database are one series (the default) or one series each."""
+    rotation_overlap_intervals: int = 2
+    """Two queryids of one fingerprint whose sample spans overlap by more than this many of the instance's
+    intervals run side by side (two series); up to this many, one succeeded the other (one series): the
+    interval of a deploy can hold calls of both the old and the new queryid."""
+
+    def __post_init__(self) -> None:
+        if self.rotation_overlap_intervals < 0:
+            raise ValueError("identity.rotation_overlap_intervals must be >= 0")
+
+
+@dataclass(frozen=True)
+class ContentionConfig:
+    """Every threshold of the contention step; reached as ``RegressionConfig.contention``."""
+
+    window_samples: int = 10
+    """Samples per side of the moment compared (the nearest ones): short enough that a contention episode
+    of a few samples is not diluted by a long quiet window, long enough for a robust median."""
+    max_window: timedelta = timedelta(minutes=30)
+    """Never look farther than this from the moment (sparse series)."""
+    min_samples_per_side: int = 5
+    """A series with fewer samples than this on either side is not compared."""
+    min_compared_latency_ms: float = 1.0
+    """A series whose median latency before the moment is below this is not compared (CPU contention
+    barely reaches sub-millisecond queries; see the module docstring). A finding below it is still
+    judged: its own ratio is always computed."""
+    shift_threshold: float = 0.20
+    """A series slowed at the moment when its latency ratio is at least 1 + this (the detector's
+    latency_change_threshold)."""
+    min_series: int = 4
+    """An episode needs at least this many series of the instance compared..."""
+    min_shifted_series: int = 3
+    """...at least this many of them slowed..."""
+    min_shifted_share: float = 0.5
+    """...and this share of all series compared slowed."""
+    excess_factor: float = 3.0
+    """Inside an episode a finding is reported only when its latency ratio / the common ratio is above
+    this (or its work per call changed)... CPU contention slows long queries more than short ones (more
+    preemptions): on a real server the heaviest light query (26 ms) went ×4.0 while the common shift was
+    ×2.45, an excess of 1.64 with no change of its own; a lost index went ×630. On 740 labelled synthetic
+    episodes (each series slowed common^U(0.5, 1.5), noise 5-25%; tests/test_contention.py), episodes
+    reporting a contention-only query: 2.0 → 20, 2.5 → 1, 3.0 → 0; latency-only regressions of ×3-20 on
+    top kept: 2.5 → 312 of 318, 3.0 → 306 of 318 (work-changed ones are kept by their work)."""
+    spread_factor: float = 2.0
+    """...and above ``spread_factor`` x the spread of the other series' log ratios (MAD-based), so an
+    episode in which queries slowed unevenly does not pass its most sensitive query off as a regression."""
+    same_moment_within: timedelta = timedelta(minutes=2)
+    """Unannounced findings of one instance whose change times lie this close (chained) are one moment."""
+    attach_within: timedelta = timedelta(minutes=15)
+    """A detected finding whose own moment has no episode is judged at the nearest episode of its instance
+    whose moment lies this close to its change time: in a contention episode the change point of one noisy
+    series often lands minutes off the step the others share (8-16 min seen in bench_contention), and
+    judged alone at that moment it looked like a regression of its own. 0 turns this off."""
+
+    def __post_init__(self) -> None:
+        if self.window_samples < self.min_samples_per_side or self.min_samples_per_side < 1:
+            raise ValueError("contention: need window_samples >= min_samples_per_side >= 1")
+        if self.min_series < 2 or self.min_shifted_series < 1:
+            raise ValueError("contention: need min_series >= 2 and min_shifted_series >= 1")
+        if not 0.0 < self.min_shifted_share <= 1.0:
+            raise ValueError("contention: min_shifted_share must be in (0, 1]")
+        if self.shift_threshold <= 0 or self.excess_factor <= 1.0 or self.spread_factor < 0:
+            raise ValueError("contention: need shift_threshold > 0, excess_factor > 1, spread_factor >= 0")
+        if self.min_compared_latency_ms < 0:
+            raise ValueError("contention: min_compared_latency_ms must be >= 0")
+        if self.max_window <= timedelta(0) or self.same_moment_within < timedelta(0):
+            raise ValueError("contention: max_window must be positive, same_moment_within >= 0")
+        if self.attach_within < timedelta(0):
+            raise ValueError("contention: attach_within must be >= 0")
+
+
+@dataclass(frozen=True)
+class FindingsConfig:
+    onset_tolerance_samples: int = 3
+    """A detected change within this many sample intervals (the instance's median) of a finding's onset or
+    latest change time is that finding: a change point moving by a few samples between runs (as the post
+    window fills) keeps its finding and its alert."""
+    default_sample_interval: timedelta = timedelta(minutes=1)
+    """Sample interval assumed for an instance with no samples in the run (tolerance and slack)."""
+    recovery_samples: int = 5
+    """Recovery re-check: at least this many samples after the series last stood at or above the midpoint
+    of the finding's before and after levels, whose median is back at the old level: what remains of the
+    step would not be reported by the detector (below RegressionConfig.latency_change_threshold of the
+    before level, or immaterial by its min_added_load_ms_per_s / min_latency_increase_ms rule). The median,
+    not the mean: on a real server one slow interval among 25 after an index came back (0.76 ms among
+    0.03-0.06 ms) lifted the mean to 1.7x the old level while every other interval was back; and the
+    materiality rule because a 0.09 ms query came back at 0.11 ms (+25%, 0.9 ms of work per second) after
+    a 24 ms episode: back, by any measure a user has."""
+
+    def __post_init__(self) -> None:
+        if self.onset_tolerance_samples < 0:
+            raise ValueError("findings.onset_tolerance_samples must be >= 0")
+        if self.recovery_samples < 1:
+            raise ValueError("findings.recovery_samples must be >= 1")
+        if self.default_sample_interval <= timedelta(0):
+            raise ValueError("findings.default_sample_interval must be positive")
+
+
+@dataclass(frozen=True)
+class ScopeConfig:
+    """Thresholds of the incremental scope."""
+
+    level_window: timedelta = timedelta(hours=1)
+    """A series' level for the unannounced pre-filter: its calls-weighted mean latency over this long
+    before the previous watermark (bounded: a run reads at most this much old data for the pre-filter)."""
+
+
+@dataclass(frozen=True)
+class RegressionConfig:
+    """Every threshold of the detector; defaults are the issue's."""
+
+    window_before: timedelta = timedelta(minutes=30)
+    """How much history before a deploy is compared."""
+    window_after: timedelta = timedelta(minutes=30)
+    """How much history after a deploy is compared."""
+    latency_change_threshold: float = 0.20
+    """Stage 0: a relative change of the naive pre/post means below this is rejected without more work,
+    unless the ``local_change_samples`` samples on each side of the deploy changed by this much."""
+    local_change_samples: int = 5
+    """Stage 0: samples next to the deploy on each side whose means are compared too: an earlier, slower
+    episode in the window (an index dropped, restored, dropped again at this deploy) can lift the naive
+    pre-mean above the new level, and the deploy's own step must still reach stage 1. 0 = issue 3's
+    stage 0 exactly (naive pre/post means only)."""
+    changepoint_tolerance: float = 0.20
+    """Stage 1: how far the change point may lie from the deploy, as a fraction of the analysis window..."""
+    changepoint_tolerance_floor: timedelta = timedelta(minutes=2)
+    """...but never less than this."""
+    attribution_slack_samples: int = 1
+    """Attribution: a deploy up to this many sample intervals after a change point still counts as "at or
+    before" it (jobs.regressions.attribute_to_deploys): detected_change_at is the start of the first
+    new-regime interval, so a deploy inside that interval explains it, and at an interval boundary the
+    change point lands one sample early about as often as on time."""
+    p_value_threshold: float = 0.05
+    """Stage 2: Welch's p below this is a detection."""
+    min_samples_per_side: int = 5
+    """Fewer samples than this on either side of the deploy is insufficient data (>= min_segment)."""
+    min_added_load_ms_per_s: float = 10.0
+    """Materiality: a slowdown must add at least this much execution time per wall-clock second after the
+    change (10 ms/s = 1% of one core)...; CPU contention from one bad query makes every tiny query on the
+    host measurably slower (0.01 ms -> 0.03 ms), which is true, significant and not worth an alert."""
+    min_latency_increase_ms: float = 50.0
+    """...unless each call slowed by at least this much (a rare report query going 2 s -> 20 s matters)."""
+    require_ongoing: bool = True
+    """Unannounced analysis: the series' latest segment must still be above the level before the step;
+    a step that came back down is a transient episode (lock contention, a backup), not a regression."""
+    changepoint: ChangePointConfig = field(default_factory=lambda: ChangePointConfig(serial_correction=False))
+    """Stage 1 change point test. Without the serial correction: real latency drifts within a regime, and
+    the correction left 20-vs-20-sample steps of 300x at a deploy insignificant (p 0.01-0.07) on real
+    servers; the deploy prior, the tolerance and stages 0 and 2 guard precision here instead."""
+    unannounced_changepoint: ChangePointConfig = field(default_factory=ChangePointConfig)
+    """Change point test of the unannounced analysis: no deploy prior, so trends and walks are the main
+    false alarm and the module's serially corrected default applies."""
+    deploy_max_change_points: int = 5
+    """Deploy analysis: change points per window at most (hierarchical segmentation; the one nearest the
+    deploy is analysed). Five covers a drop, a restore and a re-drop inside one window with room to spare;
+    each further split needs 2 * min_segment samples, so a 60-minute window of 1-minute samples holds
+    at most 5 anyway."""
+    history: timedelta = timedelta(days=7)
+    """Unannounced analysis: history analysed, counted back from the latest sample of the input."""
+    max_change_points: int = 5
+    """Unannounced analysis: change points per series at most."""
+    fdr_q: float = 0.05
+    """Unannounced analysis: Benjamini-Hochberg false discovery rate across all candidates of the fleet."""
+    resource: ResourceConfig = field(default_factory=ResourceConfig)
+    """Regressions of work (jobs.detect.work): ratio threshold and absolute floors per call."""
+    contention: ContentionConfig = field(default_factory=ContentionConfig)
+    """Contention vs regression (jobs.detect.contention): when the instance slowed as a whole."""
+    identity: IdentityConfig = field(default_factory=IdentityConfig)
+    """Which samples make one series (jobs.detect.identity): users split or merged, how much two
+    queryids of one fingerprint may overlap and still be one query's succession."""
+
+    def tolerance(self) -> timedelta:
+        window = self.window_before + self.window_after
+        return max(window * self.changepoint_tolerance, self.changepoint_tolerance_floor)
+
+    def __post_init__(self) -> None:
+        if self.window_before <= timedelta(0) or self.window_after <= timedelta(0):
+            raise ValueError("window_before and window_after must be positive")
+        if self.min_samples_per_side < self.changepoint.min_segment:
+            raise ValueError("min_samples_per_side must be >= changepoint.min_segment")
+        if self.local_change_samples < 0:
+            raise ValueError("local_change_samples must be >= 0 (0: naive pre/post means only)")
+        if self.attribution_slack_samples < 0:
+            raise ValueError("attribution_slack_samples must be >= 0")
+        if self.deploy_max_change_points < 1:
+            raise ValueError("deploy_max_change_points must be >= 1")
+        if self.min_added_load_ms_per_s < 0 or self.min_latency_increase_ms < 0:
+            raise ValueError("min_added_load_ms_per_s and min_latency_increase_ms must be >= 0")
+        for name in ("changepoint_tolerance", "p_value_threshold", "fdr_q"):
+            if not 0.0 < getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} must be in (0, 1]")

@@ -1,0 +1,101 @@
+"""Plan capture, auto_explain ingest and plan diff thresholds: stdlib-only, so the config file loader and
+the CLI import them without psycopg or polars. Re-exported by jobs.plans.capture, jobs.plans.auto_explain
+and jobs.plandiff.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+EXPLAIN_MODE_HELPER = "helper"
+EXPLAIN_MODE_SESSION = "session"
+EXPLAIN_MODES = (EXPLAIN_MODE_HELPER, EXPLAIN_MODE_SESSION)
+
+
+@dataclass(frozen=True)
+class PlanCaptureConfig:
+    """Thresholds of the plan capture; defaults are the issue's."""
+
+    top_n: int = 500
+    """Plans are captured for each instance's top this-many queries by total execution time."""
+    statement_timeout_ms: int = 2000
+    """Each EXPLAIN (and each read of pg_store_plans) is cancelled by the server after this long."""
+    lock_timeout_ms: int = 100
+    """A migration's ACCESS EXCLUSIVE lock costs each EXPLAIN one short wait, never a queue behind it."""
+    idle_in_transaction_timeout_ms: int = 10000
+    """A capture session left idle in a transaction is ended by the server after this long."""
+    watchdog_grace_ms: int = 2000
+    """An EXPLAIN still running this long after its statement_timeout has its backend terminated."""
+    connect_timeout_s: int = 10
+    """libpq connect_timeout of the capture's connections."""
+    store_plans_min_version: str = "1.6"
+    """Oldest pg_store_plans extension version read (older ones lack the columns used)."""
+    store_plans_min_server_version_num: int = 140000
+    """pg_store_plans is read only on servers at least this new."""
+    generic_plan_min_server_version_num: int = 160000
+    """EXPLAIN (GENERIC_PLAN) needs PostgreSQL 16 (160000) or newer."""
+    store_plans_relation: str = "pg_store_plans"
+    """The relation pg_store_plans' plans are read from."""
+    # Skip the gate and trust store_plans_relation: only for a fixture view standing in for the extension.
+    store_plans_assume_trusted: bool = False
+    use_store_plans: bool = True
+    """Read plans from pg_store_plans where it is installed and trusted."""
+    use_generic_explain: bool = True
+    """EXPLAIN (GENERIC_PLAN) the top queries' normalized texts (PostgreSQL 16+)."""
+    max_shapes_per_query: int = 5
+    """Distinct plan shapes kept per query (older shapes beyond this are dropped from the history)."""
+    application_name: str = "pg-regression-radar plan capture"
+    """application_name of the capture's sessions."""
+    query_text: str = "normalized"
+    """Plan JSON keeps no literal value either way; "withheld" also replaces every expression string."""
+    explain_mode: str = EXPLAIN_MODE_HELPER
+    """helper: through the SECURITY DEFINER helper (radar setup-sql); session: as the session role."""
+    explain_helper: str = "radar.explain_generic"
+    """schema.function of the SECURITY DEFINER EXPLAIN helper (radar setup-sql installs it)."""
+    explain_search_path: str = '"$user", public'
+    """search_path a captured text is planned with; $user is the role that ran it (its default path)."""
+    unsafe_allow_privileged_explain: bool = False
+    """DANGER: EXPLAIN as a superuser / writing role (or without the helper): planned functions run so."""
+
+    def __post_init__(self) -> None:
+        if self.explain_mode not in EXPLAIN_MODES:
+            raise ValueError(f"explain_mode {self.explain_mode!r} must be one of {', '.join(EXPLAIN_MODES)}")
+        if self.lock_timeout_ms <= 0 or self.statement_timeout_ms <= 0:
+            raise ValueError("lock_timeout_ms and statement_timeout_ms must be positive (0 means no limit)")
+
+
+@dataclass(frozen=True)
+class AutoExplainConfig:
+    """Where files are and how much to read per run."""
+
+    file_glob: str = "*.json"
+    """Which files of an instance's log_dir are auto_explain JSON logs."""
+    max_bytes_per_run: int = 512 * 1024 * 1024
+    """At most this many new log bytes are read per instance per run (the rest next run)."""
+    read_chunk_bytes: int = 8 * 1024 * 1024
+    """Log files are read in chunks of this size (bounded memory whatever a line's length)."""
+    max_shapes_per_query: int = 5
+    """Distinct plan shapes kept per query (older shapes beyond this are dropped from the history)."""
+    query_text: str = "normalized"
+    """Literal values never reach the lake: "normalized" keeps parameter names and redacted expressions,
+    "withheld" keeps no parameter and no expression text (jobs.collect.texts)."""
+    fingerprint_bytes: int = 4096
+    """The first this-many bytes of a log file identify it across rotations."""
+
+
+@dataclass(frozen=True)
+class PlanDiffConfig:
+    """Thresholds of the plan diff; defaults are the issue's."""
+
+    cost_change_ratio: float = 2.0
+    """A plan node's total cost changed by this factor or more is a changed node."""
+    row_error_factor: float = 10.0
+    """Estimated vs actual rows off by this factor or more is a misestimate worth reporting."""
+    max_row_errors: int = 5
+    """At most this many misestimated nodes are listed per plan diff."""
+    source_preference: tuple[str, ...] = ("pg_store_plans", "auto_explain", "generic_explain")
+    """Which plan source is diffed when several captured the query, best first."""
+    # A shape change up to this long before detected_change_at still counts as "after" (change points
+    # are located to within a tolerance; the detector's production floor is 2 minutes).
+    change_tolerance: timedelta = timedelta(minutes=2)
