@@ -334,3 +334,71 @@ def test_help_imports_no_heavy_module() -> None:
         [sys.executable, "-m", "jobs.cli", "--help"], cwd=ROOT, capture_output=True, text=True
     )
     assert helped.returncode == 0 and "plans" in helped.stdout and "config" in helped.stdout
+
+
+# ---------------------------------------------------------------------------------------------------------
+# drift and report rows
+
+
+def test_drift_json_matches_the_lake_and_takes_the_drift_settings(
+    lake_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("RADAR_CONFIG", raising=False)
+    write_step_change_lake(lake_root)
+    rows, err = json_out(capsys, "--lake", str(lake_root), "drift", "--all", "--format", "json")
+    stored = lake.read_table(lake_root, "latency_drift").sort("instance", "series")
+    assert sorted((r["instance"], r["series"]) for r in rows) == list(
+        stored.select("instance", "series").rows()
+    )
+    assert rows and set(rows[0]) == set(stored.columns) - {"date"}
+    assert "no_drift" in err or "insufficient" in err or "drift" in err  # the counts line, on stderr
+    spans = {
+        datetime.fromisoformat(r["current_end"]) - datetime.fromisoformat(r["current_start"]) for r in rows
+    }
+    assert spans == {timedelta(days=1)}
+    config = tmp_path / "radar.toml"
+    config.write_text('[drift]\ncurrent_window = "30m"\n')
+    rows, _ = json_out(
+        capsys, "--config", str(config), "--lake", str(lake_root), "drift", "--all", "--format", "json"
+    )
+    spans = {
+        datetime.fromisoformat(r["current_end"]) - datetime.fromisoformat(r["current_start"]) for r in rows
+    }
+    assert spans == {timedelta(minutes=30)}
+
+
+def test_report_json_lists_the_findings_of_the_week(
+    lake_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_step_change_lake(lake_root)
+    assert radar("--lake", str(lake_root), "detect") == 0
+    out = tmp_path / "reports"
+    rows, err = json_out(
+        capsys,
+        "--lake",
+        str(lake_root),
+        "report",
+        "--week",
+        "2026-W45",
+        "--out",
+        str(out),
+        "--format",
+        "json",
+    )
+    findings = latest_states(lake.read_table(lake_root, FINDING_STATES))
+    assert [r["finding_id"] for r in rows] == findings["finding_id"].to_list()
+    assert f"weekly report: {out / '2026-W45' / 'report.md'}" in err
+    assert (out / "2026-W45" / "report.md").exists()
+    rows, _ = json_out(
+        capsys,
+        "--lake",
+        str(lake_root),
+        "report",
+        "--week",
+        "2026-W40",
+        "--out",
+        str(out),
+        "--format",
+        "json",
+    )
+    assert rows == []
