@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -82,9 +83,18 @@ def _machine(args: argparse.Namespace) -> bool:
     return getattr(args, "format", "table") in ("json", "csv")
 
 
+_STYLE_TAG = re.compile(r"(?<!\\)\[/?(?:red|yellow|dim|bold|green)?\]")
+
+
 def say(args: argparse.Namespace, text: str, *, markup: bool = True) -> None:
-    """A message for people: on stdout with the table format, on stderr with JSON or CSV."""
-    (err_console if _machine(args) else console).print(text, markup=markup, highlight=False, soft_wrap=True)
+    """A message for people: on stdout with the table format (rich), as plain lines on stderr with JSON or
+    CSV (no styles, no rich import: a script's start-up stays small)."""
+    if not _machine(args):
+        console.print(text, markup=markup, highlight=False, soft_wrap=True)
+        return
+    if markup:
+        text = _STYLE_TAG.sub("", text).replace("\\[", "[")
+    sys.stderr.write(text + "\n")
 
 
 def show_rows(
@@ -325,13 +335,12 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     from jobs.redaction import scrub
 
     fleet = load_fleet(args)
-    cycle = settings_of(args).cycle_config()
-    plans_asked = cycle.capture_plans or cycle.ingest_auto_explain
+    plans = settings_of(args).plans
     with status(f"snapshotting {len(fleet.instances)} instances"):
-        if plans_asked:
+        if plans.capture_plans or plans.ingest_auto_explain:  # only then the plan modules are imported
             from jobs.collect.cycle import run_cycle
 
-            outcome = run_cycle(fleet, lake_root(args), cycle)
+            outcome = run_cycle(fleet, lake_root(args), settings_of(args).cycle_config())
             result = outcome.snapshot
         else:
             from jobs.collect.collector import snapshot_fleet
@@ -341,9 +350,9 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     if outcome is not None:
         for row in rows:
             name = row["instance"]
-            row["plans_captured"] = outcome.plans_captured.get(name) if cycle.capture_plans else None
+            row["plans_captured"] = outcome.plans_captured.get(name) if plans.capture_plans else None
             row["auto_explain_records"] = (
-                outcome.auto_explain_records.get(name) if cycle.ingest_auto_explain else None
+                outcome.auto_explain_records.get(name) if plans.ingest_auto_explain else None
             )
             row["plan_error"] = outcome.plan_errors.get(name)
     columns = [*SNAPSHOT_COLUMNS, *(PLAN_COLUMNS if outcome is not None else ())]
@@ -359,7 +368,7 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     if outcome is not None:
         for error in outcome.plan_errors.values():
             say(args, f"[yellow]plans[/yellow] {_escape(scrub(error, *fleet.dsns()))}")
-        if cycle.ingest_auto_explain and not any(i.log_dir for i in fleet.instances):
+        if plans.ingest_auto_explain and not any(i.log_dir for i in fleet.instances):
             say(
                 args,
                 "[yellow]--auto-explain[/yellow]: no instance has a log_dir in the fleet file: nothing read",
@@ -367,10 +376,13 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     return snapshot_exit_code(len(result.ok), len(result.failed))
 
 
-def _escape(text: str) -> str:
-    from rich.markup import escape
+_MARKUP_LIKE = re.compile(r"(\\*)(\[[a-z#/@][^[]*?])")
 
-    return escape(text)
+
+def _escape(text: str) -> str:
+    """rich.markup.escape without importing rich: ``text`` printed as it is, never read as markup."""
+    escaped = _MARKUP_LIKE.sub(lambda m: f"{m.group(1)}{m.group(1)}\\{m.group(2)}", text)
+    return escaped + "\\" if escaped.endswith("\\") and not escaped.endswith("\\\\") else escaped
 
 
 def snapshot_exit_code(ok: int, failed: int) -> int:
