@@ -11,6 +11,7 @@ import os
 import re
 import sys
 import tempfile
+import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -906,7 +907,7 @@ def _command(
     parser = sub.add_parser(
         name,
         help=help_text,
-        description=description or help_text,
+        description=textwrap.fill(description or help_text, 100),
         epilog=EXIT_CODES[name],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
