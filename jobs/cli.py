@@ -1,93 +1,292 @@
-"""`radar`: the command line. Thin: each command parses, calls jobs/, and renders with rich."""
+"""`radar`: the command line. Thin: each command parses, calls jobs/, and prints rows as a table, JSON or CSV.
+
+Start-up is kept small: this module imports only the standard library at its top; each command imports
+what it needs (polars, rich, psycopg, ...) when it runs, so `radar --help` answers without them.
+"""
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import tempfile
-from dataclasses import replace
-from datetime import date
+import textwrap
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-import polars as pl
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
+if TYPE_CHECKING:
+    import polars as pl
 
-from jobs.collect.deploys import DeployInboxConfig
-from jobs.config import ConfigError, FleetConfig
-from jobs.lake import LakeConfig, LakeLockError, incident_mark, incidents_since
-from jobs.redaction import install_log_scrubber, registered_dsns, scrub
+    from jobs.config import FleetConfig
+    from jobs.lake import LakeConfig
 
-# Wide enough for the regression tables when output is not a terminal (make demo in CI, logs).
-console = Console(width=None if sys.stdout.isatty() else 180)
 DEFAULT_LAKE = Path("data/lake")
 DEFAULT_FLEET_FILE = Path("data/fleet.toml")
 DEFAULT_EMBEDDED_ROOT = Path(tempfile.gettempdir()) / "pg-regression-radar" / "fleet"
 EXIT_LOCKED = 75  # EX_TEMPFAIL: another run holds a lake lock; try again later
+EXIT_USAGE = 2
+TABLE_MAX_ROWS = 40
+"""Rows a table shows by default (`--max-rows`); JSON and CSV print every row unless --max-rows is given."""
 
 
-def render(frame: pl.DataFrame, title: str | None = None, max_rows: int = 40) -> None:
-    table = Table(title=title, show_lines=False)
-    for name in frame.columns:
-        table.add_column(name, overflow="fold")
-    for row in frame.head(max_rows).iter_rows():
-        table.add_row(*("" if v is None else str(v) for v in row))
-    console.print(table)
-    if frame.height > max_rows:
-        console.print(f"[dim]… {frame.height - max_rows} more rows[/dim]")
+class _LazyConsole:
+    """The rich Console, created on first use (importing rich costs start-up time `--help` need not pay)."""
+
+    def __init__(self, stderr: bool = False) -> None:
+        object.__setattr__(self, "_stderr", stderr)
+        object.__setattr__(self, "_console", None)
+        object.__setattr__(self, "_replaced", {})
+
+    def _real(self) -> Any:
+        if self._console is None:
+            from rich.console import Console
+
+            # Wide enough for the regression tables when output is not a terminal (make demo, CI logs).
+            stream = sys.stderr if self._stderr else sys.stdout
+            object.__setattr__(
+                self, "_console", Console(stderr=self._stderr, width=None if stream.isatty() else 180)
+            )
+        return self._console
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real(), name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        real = self._real()
+        self._replaced.setdefault(name, getattr(real, name))
+        setattr(real, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        """Undo a set (what monkeypatch's undo does): the value before the first set comes back."""
+        if name in self._replaced:
+            setattr(self._real(), name, self._replaced.pop(name))
+        else:
+            delattr(self._real(), name)
+
+
+console: Any = _LazyConsole()
+"""stdout: tables and the human messages of the table format."""
+err_console: Any = _LazyConsole(stderr=True)
+"""stderr: every message of the JSON and CSV formats (stdout carries only the rows there)."""
+
+
+def status(text: str) -> Any:
+    """A spinner on stderr while a long step runs, only on a terminal (no rich import for cron or pipes)."""
+    if not sys.stderr.isatty():
+        import contextlib
+
+        return contextlib.nullcontext()
+    return err_console.status(text)
+
+
+def _machine(args: argparse.Namespace) -> bool:
+    return getattr(args, "format", "table") in ("json", "csv")
+
+
+_STYLE_TAG = re.compile(r"(?<!\\)\[/?(?:red|yellow|dim|bold|green)?\]")
+
+
+def say(args: argparse.Namespace, text: str, *, markup: bool = True) -> None:
+    """A message for people: on stdout with the table format (rich), as plain lines on stderr with JSON or
+    CSV (no styles, no rich import: a script's start-up stays small)."""
+    if not _machine(args):
+        console.print(text, markup=markup, highlight=False, soft_wrap=True)
+        return
+    if markup:
+        text = _STYLE_TAG.sub("", text).replace("\\[", "[")
+    sys.stderr.write(text + "\n")
+
+
+def show_rows(
+    args: argparse.Namespace,
+    frame: pl.DataFrame,
+    title: str | None = None,
+    *,
+    columns: list[str] | None = None,
+) -> int:
+    """The frame in --format (jobs.publish.output: the documented JSON/CSV shape); returns rows shown.
+
+    ``columns``: a narrower selection for the table only (JSON and CSV always carry every column)."""
+    from jobs.publish.output import write_frame
+
+    fmt = getattr(args, "format", "table")
+    max_rows = getattr(args, "max_rows", None)
+    if fmt == "table":
+        max_rows = TABLE_MAX_ROWS if max_rows is None else max_rows
+        if columns is not None:
+            frame = frame.select([c for c in columns if c in frame.columns])
+    return write_frame(
+        frame,
+        fmt,
+        stdout=sys.stdout,
+        stderr=sys.stderr,
+        title=title,
+        max_rows=max_rows,
+        console=console,
+    )
+
+
+def render(frame: pl.DataFrame, title: str | None = None, max_rows: int = TABLE_MAX_ROWS) -> None:
+    """A rich table on stdout (at most ``max_rows`` rows, and a line saying how many were left out)."""
+    from jobs.publish.output import write_frame
+
+    write_frame(
+        frame, "table", stdout=sys.stdout, stderr=sys.stderr, title=title, max_rows=max_rows, console=console
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Settings, fleet, lake
+
+
+def _flag_overrides(args: argparse.Namespace) -> list[Any]:
+    """Overrides of the flags that are not design flags (jobs.config.flags): each names its flag."""
+    from jobs.config import Override
+
+    pairs = (
+        ("lake", "lake.root", str),
+        ("lock_wait_s", "lake.lock_wait_s", float),
+        ("analysis_retention_days", "lake.analysis_retention_days", int),
+        ("inbox", "deploys.inbox", str),
+        ("max_file_bytes", "deploys.max_file_bytes", int),
+        ("max_events_per_file", "deploys.max_events_per_file", int),
+        ("max_seconds", "gate.max_seconds", float),
+        ("out", "report.out", str),
+    )
+    found = []
+    for dest, key, kind in pairs:
+        value = getattr(args, dest, None)
+        if value is not None:
+            found.append(Override(key, kind(value), f"flag --{dest.replace('_', '-')}"))
+    if getattr(args, "allow_unknown_instance", False):
+        found.append(Override("deploys.allow_unknown_instance", True, "flag --allow-unknown-instance"))
+    if getattr(args, "no_fail_on_warn", False):
+        found.append(Override("gate.fail_on_warn", False, "flag --no-fail-on-warn"))
+    if args.command == "alerts":
+        for dest, key in (
+            ("file", "alerts.file"),
+            ("dead_letter_file", "alerts.dead_letter_file"),
+            ("webhook", "alerts.webhook_url"),
+        ):
+            if getattr(args, dest, None) is not None:
+                found.append(Override(key, getattr(args, dest), f"flag --{dest.replace('_', '-')}"))
+        if args.no_resolved:
+            found.append(Override("alerts.send_resolved", False, "flag --no-resolved"))
+    return found
+
+
+def loaded_settings(args: argparse.Namespace) -> Any:
+    """jobs.config.LoadedSettings: defaults < --config file (or RADAR_CONFIG, or data/radar.toml) < env
+    RADAR_<SECTION>__<KEY> < flags. Loaded once per run."""
+    cached = getattr(args, "_loaded_settings", None)
+    if cached is None:
+        from jobs.config import load_settings
+        from jobs.config.flags import overrides_from_args
+
+        cached = load_settings(
+            getattr(args, "config", None), overrides=[*overrides_from_args(args), *_flag_overrides(args)]
+        )
+        args._loaded_settings = cached
+    return cached
+
+
+def settings_of(args: argparse.Namespace) -> Any:
+    """jobs.config.RadarSettings of this run (see loaded_settings)."""
+    return loaded_settings(args).settings
+
+
+def lake_root(args: argparse.Namespace) -> Path:
+    return Path(args.lake)
+
+
+def lake_config(args: argparse.Namespace) -> LakeConfig:
+    """[lake] (lock wait, retention, temp files) with --lock-wait-s applied."""
+    return settings_of(args).lake_config()
 
 
 def _scrubbing(fleet: FleetConfig) -> FleetConfig:
     """Register the fleet's DSNs with the log scrubber, so no log record shows a secret of theirs."""
+    from jobs.redaction import install_log_scrubber
+
     install_log_scrubber(*fleet.dsns())
     return fleet
 
 
 def find_fleet(args: argparse.Namespace) -> FleetConfig | None:
-    """An explicit --fleet-file (must exist), else data/fleet.toml if it exists, else the embedded fleet.
+    """--fleet-file (must exist), --embedded (the fleet of `radar fleet up`, must run), else
+    data/fleet.toml if it exists; None when there is none of them.
 
-    Only the default path may fall back to the embedded fleet started by `radar fleet up`: a mistyped
-    --fleet-file is an error, never a silent snapshot of some other fleet. None when there is no fleet.
+    Nothing falls back silently: a mistyped --fleet-file is an error, and the embedded fleet is used only
+    when --embedded asks for it, never because data/fleet.toml is missing.
     """
-    from jobs.fleet import EmbeddedFleet
+    from jobs.config import ConfigError, FleetConfig
 
+    if args.fleet_file is not None and args.embedded:
+        raise ConfigError("give either --fleet-file or --embedded, not both")
     if args.fleet_file is not None:
         if not Path(args.fleet_file).is_file():
             raise ConfigError(f"fleet file not found: {args.fleet_file} (given with --fleet-file)")
         return _scrubbing(FleetConfig.load(Path(args.fleet_file)))
+    if args.embedded:
+        from jobs.fleet import EmbeddedFleet
+
+        embedded = EmbeddedFleet.load(Path(args.embedded_root))
+        if embedded is None:
+            raise ConfigError(
+                f"--embedded: no embedded fleet at {args.embedded_root} (start one with `radar fleet up`)"
+            )
+        return _scrubbing(FleetConfig.from_embedded(embedded))
     if DEFAULT_FLEET_FILE.exists():
         return _scrubbing(FleetConfig.load(DEFAULT_FLEET_FILE))
-    embedded = EmbeddedFleet.load(Path(args.embedded_root))
-    return None if embedded is None else _scrubbing(FleetConfig.from_embedded(embedded))
+    return None
+
+
+NO_FLEET_HINT = (
+    f"{DEFAULT_FLEET_FILE} does not exist (copy data/fleet.example.toml to it, give --fleet-file PATH, "
+    "or --embedded for the fleet of `radar fleet up`)"
+)
 
 
 def load_fleet(args: argparse.Namespace) -> FleetConfig:
-    """--fleet-file if it exists, else the embedded fleet started by `radar fleet up`."""
+    """The fleet of find_fleet; a ConfigError (exit 2) when there is none."""
+    from dataclasses import replace
+
+    from jobs.config import ConfigError
+
     fleet = find_fleet(args)
-    if fleet is not None:
-        return fleet
-    raise ConfigError(
-        f"no fleet: {DEFAULT_FLEET_FILE} does not exist and no embedded fleet runs at {args.embedded_root} "
-        "(copy data/fleet.example.toml to data/fleet.toml, or run `radar fleet up`)"
-    )
+    if fleet is None:
+        raise ConfigError(f"no fleet: {NO_FLEET_HINT}")
+    # The fleet file's [collector], with every key the config file, environment or a flag sets on top.
+    return replace(fleet, collector=loaded_settings(args).collector_for(fleet))
 
 
-def lake_config(args: argparse.Namespace) -> LakeConfig:
-    return LakeConfig(lock_wait_s=args.lock_wait_s)
+def _iso_date(text: str) -> Any:
+    from datetime import date
 
-
-def _iso_date(text: str) -> date:
     try:
         return date.fromisoformat(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a date (YYYY-MM-DD)") from None
 
 
-def print_lake_incidents(mark: int) -> None:
+def _positive_rows(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of rows") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} rows: give 0 (every row) or more")
+    return value
+
+
+def print_lake_incidents(mark: int, args: argparse.Namespace) -> None:
     """One warning line per lake file this run quarantined or skipped (jobs.lake.LakeIncident)."""
+    if "jobs.lake" not in sys.modules:  # the command never read the lake: nothing can have happened
+        return
+    from jobs.lake import incidents_since
+
     for incident in incidents_since(mark):
-        console.print(f"warning: {incident.message()}", markup=False, highlight=False, soft_wrap=True)
+        say(args, f"warning: {incident.message()}", markup=False)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -95,16 +294,21 @@ def print_lake_incidents(mark: int) -> None:
 
 
 def cmd_fleet(args: argparse.Namespace) -> int:
+    import polars as pl
+
     from jobs.fleet import EmbeddedFleet
 
     root = Path(args.embedded_root)
     if args.action == "up":
         names = [n.strip() for n in args.names.split(",") if n.strip()]
-        with console.status(f"starting {len(names)} PostgreSQL 18 servers under {root}"):
+        with status(f"starting {len(names)} PostgreSQL 18 servers under {root}"):
             fleet = EmbeddedFleet.create(root, names)
         (root / "fleet.toml").write_text(fleet.fleet_config_toml())
         render(pl.DataFrame(fleet.status()), "embedded fleet")
-        console.print(f"fleet file: {root / 'fleet.toml'}  (radar snapshot picks the fleet up by itself)")
+        console.print(
+            f"fleet file: {root / 'fleet.toml'}  (use it with `radar --embedded snapshot`, or "
+            f"--fleet-file {root / 'fleet.toml'})"
+        )
         return 0
     fleet = EmbeddedFleet.load(root)
     if fleet is None:
@@ -118,24 +322,77 @@ def cmd_fleet(args: argparse.Namespace) -> int:
     return 0
 
 
+SNAPSHOT_COLUMNS = (
+    "instance",
+    "status",
+    "health",
+    "statements",
+    "new_texts",
+    "explain_dropped",
+    "own_dropped",
+    "hidden_rows",
+    "bytes",
+    "server_ms",
+    "reason",
+)
+PLAN_COLUMNS = ("plans_captured", "auto_explain_records", "plan_error")
+
+
 def cmd_snapshot(args: argparse.Namespace) -> int:
-    from jobs.collect.collector import snapshot_fleet
+    """One collection cycle: the snapshot, then (when asked) plans and auto_explain records for it."""
+    import polars as pl
+
+    from jobs.redaction import scrub
 
     fleet = load_fleet(args)
-    with console.status(f"snapshotting {len(fleet.instances)} instances"):
-        result = snapshot_fleet(fleet, Path(args.lake))
-    render(pl.DataFrame(result.summary_rows()).drop("reason"), "snapshot")
-    for label, rows in (("[red]failed[/red]", result.failed), ("[yellow]degraded[/yellow]", result.degraded)):
+    plans = settings_of(args).plans
+    with status(f"snapshotting {len(fleet.instances)} instances"):
+        if plans.capture_plans or plans.ingest_auto_explain:  # only then the plan modules are imported
+            from jobs.collect.cycle import run_cycle
+
+            outcome = run_cycle(fleet, lake_root(args), settings_of(args).cycle_config())
+            result = outcome.snapshot
+        else:
+            from jobs.collect.collector import snapshot_fleet
+
+            result, outcome = snapshot_fleet(fleet, lake_root(args)), None
+    rows = result.summary_rows()
+    if outcome is not None:
         for row in rows:
-            console.print(f"{label} {row.instance}: {escape(row.reason)}", soft_wrap=True)
+            name = row["instance"]
+            row["plans_captured"] = outcome.plans_captured.get(name) if plans.capture_plans else None
+            row["auto_explain_records"] = (
+                outcome.auto_explain_records.get(name) if plans.ingest_auto_explain else None
+            )
+            row["plan_error"] = outcome.plan_errors.get(name)
+    columns = [*SNAPSHOT_COLUMNS, *(PLAN_COLUMNS if outcome is not None else ())]
+    frame = pl.DataFrame([{c: row.get(c) for c in columns} for row in rows], infer_schema_length=None)
+    table_columns = [c for c in columns if c not in ("reason", "plan_error")]
+    show_rows(args, frame, "snapshot", columns=table_columns)
+    for label, failed in (
+        ("[red]failed[/red]", result.failed),
+        ("[yellow]degraded[/yellow]", result.degraded),
+    ):
+        for row in failed:
+            say(args, f"{label} {row.instance}: {_escape(row.reason)}")
+    if outcome is not None:
+        for error in outcome.plan_errors.values():
+            say(args, f"[yellow]plans[/yellow] {_escape(scrub(error, *fleet.dsns()))}")
+        if plans.ingest_auto_explain and not any(i.log_dir for i in fleet.instances):
+            say(
+                args,
+                "[yellow]--auto-explain[/yellow]: no instance has a log_dir in the fleet file: nothing read",
+            )
     return snapshot_exit_code(len(result.ok), len(result.failed))
 
 
-SNAPSHOT_EXIT_CODES = """exit codes of `radar snapshot`:
-  0  every instance was read (degraded ones included: they are listed)
-  1  some instances failed (each is listed with its reason; the others are in the lake)
-  2  usage or configuration error (bad fleet file, --fleet-file not found): nothing was read
-  3  every instance failed"""
+_MARKUP_LIKE = re.compile(r"(\\*)(\[[a-z#/@][^[]*?])")
+
+
+def _escape(text: str) -> str:
+    """rich.markup.escape without importing rich: ``text`` printed as it is, never read as markup."""
+    escaped = _MARKUP_LIKE.sub(lambda m: f"{m.group(1)}{m.group(1)}\\{m.group(2)}", text)
+    return escaped + "\\" if escaped.endswith("\\") and not escaped.endswith("\\\\") else escaped
 
 
 def snapshot_exit_code(ok: int, failed: int) -> int:
@@ -145,21 +402,32 @@ def snapshot_exit_code(ok: int, failed: int) -> int:
 
 
 def cmd_deploy(args: argparse.Namespace) -> int:
-    from jobs.collect.deploys import DeployInboxConfig, ingest_deploy_files, mark_deploy
+    from jobs.collect.deploys import ingest_deploy_files, mark_deploy
+    from jobs.config import ConfigError
 
-    # Instance names are checked against the fleet when one is known (a fleet file or embedded fleet).
+    settings = settings_of(args)
+    config = settings.deploy_inbox_config()
+    # Instance names are checked against the fleet. No fleet: refused unless --allow-unknown-instance
+    # (a deploy to a typo'd instance would attribute nothing and say nothing).
     fleet = find_fleet(args)
     known = None if fleet is None else fleet.instance_names
-    if known is None and not args.fleet:
-        console.print("[dim]no fleet file or embedded fleet: instance names are not checked[/dim]")
-    config = DeployInboxConfig(
-        allow_unknown_instance=args.allow_unknown_instance,
-        max_file_bytes=args.max_file_bytes,
-        max_events_per_file=args.max_events_per_file,
-    )
+    if known is None:
+        if config.allow_unknown_instance:
+            say(args, "[dim]no fleet: instance names are not checked (--allow-unknown-instance)[/dim]")
+        elif args.action == "mark" and not args.fleet:
+            raise ConfigError(
+                f"deploy mark --instance {', '.join(args.instance)}: no fleet to check the name against: "
+                f"{NO_FLEET_HINT}; or record it unchecked with --allow-unknown-instance"
+            )
+        else:
+            known = ()
+            if args.action == "ingest":
+                say(args, f"no fleet ({NO_FLEET_HINT}): deploys naming an instance are refused", markup=False)
     if args.action == "mark":
+        import polars as pl
+
         events = mark_deploy(
-            Path(args.lake),
+            lake_root(args),
             version=args.version,
             instances=args.instance or None,
             fleet=args.fleet,
@@ -167,19 +435,19 @@ def cmd_deploy(args: argparse.Namespace) -> int:
             known_instances=known,
             config=config,
         )
-        render(pl.DataFrame([e.as_row() for e in events]), "deploy recorded")
+        show_rows(args, pl.DataFrame([e.as_row() for e in events]), "deploy recorded")
         return 0
-    report = ingest_deploy_files(Path(args.inbox), Path(args.lake), config, known)
-    console.print(f"{len(report.processed)} files processed, {len(report.events)} deploys recorded")
+    report = ingest_deploy_files(Path(settings.deploys.inbox), lake_root(args), config, known)
+    say(args, f"{len(report.processed)} files processed, {len(report.events)} deploys recorded")
     for path, why in report.rejected.items():
-        console.print(f"[red]rejected[/red] {path}: {why}")
+        say(args, f"[red]rejected[/red] {_escape(str(path))}: {_escape(why)}")
     for path, why in report.failed.items():
-        console.print(f"[red]not recorded[/red] {path}: {why}")
+        say(args, f"[red]not recorded[/red] {_escape(str(path))}: {_escape(why)}")
     return 1 if report.rejected or report.failed else 0
 
 
 def cmd_samples(args: argparse.Namespace) -> int:
-    from jobs.samples import SampleConfig, run_samples_job
+    from jobs.samples import run_samples_job
 
     if (args.date_from or args.date_to) and not args.rebuild:
         raise ValueError("radar samples: --from/--to choose the days of a rebuild; add --rebuild")
@@ -188,10 +456,11 @@ def cmd_samples(args: argparse.Namespace) -> int:
         dates = (args.date_from or args.date_to, args.date_to or args.date_from)
         if dates[0] > dates[1]:
             raise ValueError(f"radar samples: --from {dates[0]} is after --to {dates[1]}")
+    settings = settings_of(args)
     report = run_samples_job(
-        Path(args.lake),
-        SampleConfig(min_executions=args.min_executions),
-        lake_config=lake_config(args),
+        lake_root(args),
+        settings.samples,
+        lake_config=settings.lake_config(),
         dates=dates,
         mode="rebuild" if args.rebuild else "append",
     )
@@ -205,42 +474,33 @@ def cmd_samples(args: argparse.Namespace) -> int:
 
 
 def cmd_detect(args: argparse.Namespace) -> int:
-    from jobs.analysis import DetectionConfig, print_detection, run_detection
+    import polars as pl
 
-    config = DetectionConfig(lake=lake_config(args), incremental=not args.full)
-    outcome = run_detection(Path(args.lake), config)
-    print_detection(outcome, console, show_all=args.all)
+    from jobs.analysis import print_detection, run_detection
+    from jobs.detect.findings import OPEN
+    from jobs.schemas import FINDING_STATES
+
+    config = settings_of(args).detection_config(incremental=not args.full)
+    outcome = run_detection(lake_root(args), config)
+    if args.format == "table":
+        print_detection(outcome, console, show_all=args.all)
+    else:
+        shown = outcome.shown_findings.sort("onset", "finding_id")
+        show_rows(args, shown.select(FINDING_STATES.columns_of(shown)))
+    open_findings = outcome.findings.filter(pl.col("status") == OPEN).height
+    if args.fail_on_detect and open_findings:
+        say(args, f"{open_findings} open findings (--fail-on-detect: exit 1)")
+        return 1
     return 0
 
 
-ALERTS_EXIT_CODES = """\
-exit codes:
-  0  every alert pending for a sink was delivered to it (or none was pending)
-  1  some alert was dead-lettered (refused for good, or out of attempts) or deferred to the next run
-     (a sink that looked down was stopped); the output names the sink and why
-  2  configuration error (a webhook URL that is not http(s), a bad [alerts] key), or no sink at all
- 75  another `radar alerts` run holds the alerts lock
-"""
-
-
 def cmd_alerts(args: argparse.Namespace) -> int:
-    """Send each sink of [alerts] every finding alert it has not had; see ALERTS_EXIT_CODES."""
+    """Send each sink of [alerts] every finding alert it has not had; exit codes: EXIT_CODES["alerts"]."""
     import json
 
     from jobs.alerts import send_alerts
-    from jobs.config import Override, load_settings
 
-    overrides = [
-        Override(key, value, flag)
-        for key, value, flag in (
-            ("alerts.file", args.file, "flag --file"),
-            ("alerts.dead_letter_file", args.dead_letter_file, "flag --dead-letter-file"),
-            ("alerts.webhook_url", args.webhook, "flag --webhook"),
-            ("alerts.send_resolved", False if args.no_resolved else None, "flag --no-resolved"),
-        )
-        if value is not None
-    ]
-    alerts = load_settings(getattr(args, "config", None), overrides=overrides).settings.alerts
+    alerts = settings_of(args).alerts
     report = send_alerts(
         Path(args.lake), alerts, retry_dead_letters=args.retry_dead_letters, lake_config=lake_config(args)
     )
@@ -260,14 +520,14 @@ def cmd_alerts(args: argparse.Namespace) -> int:
     for sink in report.sinks:
         for letter in sink.dead_lettered:
             console.print(
-                f"[red]dead letter[/red] {escape(sink.name)}: alert {letter.alert_id} (finding "
+                f"[red]dead letter[/red] {_escape(sink.name)}: alert {letter.alert_id} (finding "
                 f"{letter.finding_id}, {letter.state}) after {letter.attempts} attempt(s): "
-                f"{escape(letter.reason)}"
+                f"{_escape(letter.reason)}"
             )
         if sink.deferred:
             console.print(
-                f"[yellow]{escape(sink.name)}[/yellow]: {sink.deferred} alert(s) deferred to the next run "
-                f"({escape(sink.stopped)})"
+                f"[yellow]{_escape(sink.name)}[/yellow]: {sink.deferred} alert(s) deferred to the next run "
+                f"({_escape(sink.stopped)})"
             )
     for note in report.notes:
         console.print(f"warning: {note}", markup=False)
@@ -282,16 +542,23 @@ def cmd_alerts(args: argparse.Namespace) -> int:
 
 def cmd_gate(args: argparse.Namespace) -> int:
     """Exit 0 PASS, 1 WARN (0 with --no-fail-on-warn), 2 BLOCK, 3 the gate could not run."""
-    from jobs.gate import GateConfig, GateError, WorkloadError, render_gate_report, run_gate
+    from jobs.gate.runner import GateError, run_gate
+    from jobs.gate.verdict import render_gate_report
+    from jobs.gate.workload import WorkloadError
 
-    config = GateConfig(fail_on_warn=not args.no_fail_on_warn, max_seconds=args.max_seconds)
+    config = settings_of(args).gate
     try:
-        with console.status("measuring baseline and candidate (interleaved rounds)"):
+        with status("measuring baseline and candidate (interleaved rounds)"):
             report = run_gate(args.baseline, args.candidate, Path(args.workload), config)
     except (GateError, WorkloadError) as exc:
-        console.print(f"[red]gate could not run:[/red] {exc}")
+        say(args, f"[red]gate could not run:[/red] {_escape(str(exc))}")
         return 3
-    print(render_gate_report(report))
+    if args.format == "json":
+        sys.stdout.write(report.to_json() + "\n")  # the gate_report.schema.json contract, one object
+    elif args.format == "csv":
+        show_rows(args, gate_query_rows(report.to_dict()))
+    else:
+        print(render_gate_report(report))
     if args.json:
         out = Path(args.json)
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -301,34 +568,72 @@ def cmd_gate(args: argparse.Namespace) -> int:
     return report.exit_code
 
 
+def gate_query_rows(report: dict[str, Any]) -> pl.DataFrame:
+    """One flat row per gate query (the CSV of `radar gate`): verdict, latency and statement figures."""
+    import polars as pl
+
+    rows = []
+    for q in report["queries"]:
+        latency = q.get("latency") or {}
+        statements = q.get("statements") or {}
+        plan = q.get("plan") or {}
+        rows.append(
+            {
+                "verdict_of_run": report["verdict"],
+                "name": q["name"],
+                "verdict": q["verdict"],
+                "baseline_p50_ms": latency.get("baseline_p50_ms"),
+                "candidate_p50_ms": latency.get("candidate_p50_ms"),
+                "p50_ratio": latency.get("p50_ratio"),
+                "p50_ci_low": (latency.get("p50_ci") or [None, None])[0],
+                "p50_ci_high": (latency.get("p50_ci") or [None, None])[1],
+                "p95_ratio": latency.get("p95_ratio"),
+                "mann_whitney_p": latency.get("mann_whitney_p"),
+                "buffers_ratio": statements.get("buffers_ratio"),
+                "plan_changed": plan.get("changed"),
+                "settled_by": q.get("settled_by"),
+                "reasons": "; ".join(q.get("reasons") or []),
+                "error": q.get("error"),
+                "sql": q["sql"],
+            }
+        )
+    return pl.DataFrame(rows, infer_schema_length=None)
+
+
+DRIFT_TABLE_COLUMNS = ["instance", "status", "reason", "query", "js", "psi"]
+
+
 def cmd_drift(args: argparse.Namespace) -> int:
+    import polars as pl
+
     from jobs.collect.deploys import parse_timestamp
-    from jobs.drift import DriftConfig, anchor_baseline, run_drift
+    from jobs.drift import anchor_baseline, run_drift
 
     if args.action == "anchor":
         if not (args.start and args.end and args.label):
-            console.print("[red]radar drift anchor needs --start, --end and --label[/red]")
+            say(args, "[red]radar drift anchor needs --start, --end and --label[/red]")
             return 2
         row = anchor_baseline(
-            Path(args.lake),
+            lake_root(args),
             start=parse_timestamp(args.start, "--start"),
             end=parse_timestamp(args.end, "--end"),
             instance=args.instance,
             fingerprint=args.fingerprint,
             label=args.label,
         )
-        console.print(f"baseline anchored: {row}")
+        say(args, f"baseline anchored: {_escape(str(row))}")
         return 0
-    drift = run_drift(Path(args.lake), DriftConfig())
-    shown = drift.filter(pl.col("status").is_in(["drift", "watch"])).select(
-        "instance", "status", "reason", "query", "js", "psi"
-    )
-    if shown.height:
-        render(shown, "latency drift")
+    drift = run_drift(lake_root(args), settings_of(args).drift)
+    shown = drift if args.all else drift.filter(pl.col("status").is_in(["drift", "watch"]))
+    if shown.height or args.format != "table":
+        show_rows(args, shown, "latency drift", columns=DRIFT_TABLE_COLUMNS)
     counts = drift.group_by("status").len().sort("status")
-    console.print(
-        "  ".join(f"{row['status']}: {row['len']}" for row in counts.iter_rows(named=True)) or "no series"
+    say(
+        args,
+        "  ".join(f"{row['status']}: {row['len']}" for row in counts.iter_rows(named=True)) or "no series",
     )
+    if args.fail_on_drift and drift.filter(pl.col("status") == "drift").height:
+        return 1
     return 0
 
 
@@ -336,8 +641,9 @@ def cmd_compact(args: argparse.Namespace) -> int:
     from jobs.compaction import ExpiredPartition, compact_lake
 
     expired: list[ExpiredPartition] = []
-    config = replace(lake_config(args), analysis_retention_days=args.analysis_retention_days)
-    done = compact_lake(Path(args.lake), min_age_days=args.min_age_days, config=config, expired=expired)
+    done = compact_lake(
+        lake_root(args), min_age_days=args.min_age_days, config=lake_config(args), expired=expired
+    )
     for gone in expired:
         console.print(
             f"{gone.table}/{gone.partition}: expired ({gone.files} files past the analysis retention)"
@@ -348,21 +654,50 @@ def cmd_compact(args: argparse.Namespace) -> int:
     return 0
 
 
+REPORT_TABLE_COLUMNS = [
+    "instance",
+    "query",
+    "status",
+    "onset",
+    "before_mean_ms",
+    "after_mean_ms",
+    "deploy_version",
+]
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from datetime import UTC, datetime, timedelta
 
-    from jobs.weekly import iso_week, write_weekly_report
+    from jobs import lake
+    from jobs.detect.findings import latest_states
+    from jobs.schemas import FINDING_STATES
+    from jobs.weekly import iso_week, weekly_summary, write_weekly_report
 
+    settings = settings_of(args)
     week = args.week or iso_week(datetime.now(UTC) - timedelta(days=7))
-    path = write_weekly_report(Path(args.lake), week, Path(args.out))
-    console.print(f"weekly report: {path}")
+    path = write_weekly_report(lake_root(args), week, Path(settings.report.out), settings.report_config())
+    # The rows: the week's findings the report lists (weekly_summary, the same rule as the markdown).
+    findings = latest_states(lake.read_table(lake_root(args), FINDING_STATES))
+    runs, deploys = (
+        lake.read_table(lake_root(args), "snapshot_runs"),
+        lake.read_table(lake_root(args), "deploy_events"),
+    )
+    regressions = weekly_summary(week, findings, runs, deploys).regressions
+    if regressions.height or args.format != "table":
+        show_rows(
+            args,
+            regressions.select(FINDING_STATES.columns_of(regressions)),
+            f"regressions of {week}",
+            columns=REPORT_TABLE_COLUMNS,
+        )
+    say(args, f"weekly report: {path}", markup=False)
     return 0
 
 
 def cmd_views(args: argparse.Namespace) -> int:
     from jobs.duckdb_views import view_statements
 
-    for statement in view_statements(Path(args.lake)):
+    for statement in view_statements(lake_root(args)):
         print(statement.rstrip(";") + ";\n")
     return 0
 
@@ -370,7 +705,97 @@ def cmd_views(args: argparse.Namespace) -> int:
 def cmd_sql(args: argparse.Namespace) -> int:
     from jobs.duckdb_views import query
 
-    render(query(Path(args.lake), args.query), max_rows=args.max_rows)
+    show_rows(args, query(lake_root(args), args.query))
+    return 0
+
+
+PLANS_TABLE_COLUMNS = [
+    "instance",
+    "queryid",
+    "source",
+    "captured_at",
+    "root_node",
+    "total_cost",
+    "plan_rows",
+    "shape_hash",
+    "change_summary",
+]
+
+
+def cmd_plans(args: argparse.Namespace) -> int:
+    from jobs.plans.query_plans import last_change, read_query_plans
+
+    settings = settings_of(args)
+    found = read_query_plans(
+        lake_root(args), args.query, instance=args.instance, source=args.source, config=settings.plans.diff
+    )
+    if found.matched.is_empty():
+        say(
+            args,
+            f"no query matches {args.query!r} (a queryid, or a fragment of the query text)",
+            markup=False,
+        )
+        if args.format != "table":
+            show_rows(args, found.history)
+        return 1
+    if found.history.is_empty():
+        say(
+            args,
+            f"{found.matched.height} queries match {args.query!r} but none has a plan snapshot "
+            "(capture plans with `radar snapshot --capture-plans`, or read auto_explain logs with "
+            "--auto-explain)",
+            markup=False,
+        )
+        if args.format != "table":
+            show_rows(args, found.history)
+        return 1
+    show_rows(args, found.history, f"plan history of {args.query}", columns=PLANS_TABLE_COLUMNS)
+    if args.format == "table":
+        change = last_change(found.history, settings.plans.diff)
+        console.print(
+            "last change: " + (change.summary if change else "none (one shape per source so far)"),
+            markup=False,
+            soft_wrap=True,
+        )
+        if found.regression_diffs.height:
+            latest = found.regression_diffs.row(0, named=True)
+            console.print(
+                f"plan diff of the latest regression ({latest['instance']}, change at "
+                f"{latest['detected_change_at']:%Y-%m-%d %H:%M:%S}): {latest['plan_diff_summary']}",
+                markup=False,
+                soft_wrap=True,
+            )
+    return 0
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    from jobs.publish.output import plain_rows, write_rows
+
+    loaded = loaded_settings(args)
+    if args.action == "show":
+        # value: as the config file writes it (numbers, booleans, "30m" durations, lists); secrets masked.
+        columns = ["key", "value", "source"]
+        write_rows(
+            columns,
+            plain_rows(loaded.rows(), columns),
+            args.format,
+            stdout=sys.stdout,
+            stderr=sys.stderr,
+            title="effective configuration",
+            console=console,
+        )
+        return 0
+    fleet = find_fleet(args)  # a given --fleet-file must be valid too
+    where = loaded.path if loaded.path is not None else "no config file: defaults"
+    say(args, f"configuration valid ({where}, {len(loaded.rows())} settings)", markup=False)
+    if fleet is None:
+        say(args, f"no fleet: {NO_FLEET_HINT}", markup=False)
+    else:
+        say(
+            args,
+            f"fleet valid: {len(fleet.instances)} instances ({', '.join(fleet.instance_names)})",
+            markup=False,
+        )
     return 0
 
 
@@ -388,78 +813,253 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from jobs.demo import DemoConfig, run_demo
 
     config = DemoConfig(
-        lake_root=Path(args.lake),
+        lake_root=lake_root(args),
         fleet_root=Path(args.embedded_root).parent / "demo-fleet",
         seconds=args.seconds,
         keep_fleet=args.keep,
     )
-    return run_demo(config, console)
+    return run_demo(config, console._real())
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="radar", description=__doc__)
-    parser.add_argument("--lake", default=str(DEFAULT_LAKE), help="lake root (default: %(default)s)")
-    parser.add_argument(
+# ---------------------------------------------------------------------------------------------------------
+# Parser
+
+COMMON_EXIT_CODES = (
+    "  2  usage or configuration error (bad flag, bad --config or fleet file, no fleet): nothing done\n"
+    "  75 another run holds a lake lock (EX_TEMPFAIL): try again later"
+)
+
+
+def _exit_codes(command: str, *lines: str) -> str:
+    return (
+        f"exit codes of `radar {command}`:\n"
+        + "\n".join(f"  {line}" for line in lines)
+        + "\n"
+        + COMMON_EXIT_CODES
+    )
+
+
+SNAPSHOT_EXIT_CODES = _exit_codes(
+    "snapshot",
+    "0  every instance was read (degraded ones included: they are listed)",
+    "1  some instances failed (each is listed with its reason; the others are in the lake)",
+    "3  every instance failed",
+    "   plan capture and auto_explain problems are listed as warnings and never change the code",
+)
+EXIT_CODES = {
+    "fleet": _exit_codes("fleet", "0  done", "1  status: no embedded fleet runs at --embedded-root"),
+    "snapshot": SNAPSHOT_EXIT_CODES,
+    "deploy": _exit_codes(
+        "deploy",
+        "0  recorded (ingest: every file processed)",
+        "1  ingest: some files were rejected or not recorded (each is listed)",
+        "   mark: an instance the fleet does not know, or no fleet to check names against, exits 2",
+    ),
+    "samples": _exit_codes("samples", "0  samples appended (or rebuilt)"),
+    "detect": _exit_codes(
+        "detect",
+        "0  detection ran (findings or not)",
+        "1  --fail-on-detect and at least one finding is open after the run",
+    ),
+    "gate": _exit_codes(
+        "gate",
+        "0  PASS (or WARN with --no-fail-on-warn)",
+        "1  WARN",
+        "2  BLOCK (a bad flag or config file also exits 2: it prints no verdict)",
+        "3  the gate could not run (unreachable database, bad workload file)",
+    ),
+    "drift": _exit_codes(
+        "drift",
+        "0  drift computed (or baseline anchored)",
+        "1  --fail-on-drift and a series has status drift",
+    ),
+    "compact": _exit_codes("compact", "0  done"),
+    "report": _exit_codes("report", "0  report written"),
+    "views": _exit_codes("views", "0  done"),
+    "sql": _exit_codes("sql", "0  rows printed (a failing query exits 2 with DuckDB's message)"),
+    "plans": _exit_codes(
+        "plans",
+        "0  plan history printed",
+        "1  no query matches, or the matched queries have no plan snapshot",
+    ),
+    "config": _exit_codes("config", "0  show: printed; check: the configuration (and fleet file) is valid"),
+    "setup-sql": _exit_codes("setup-sql", "0  printed"),
+    "demo": _exit_codes("demo", "0  the demo found and explained its regression", "1  it did not"),
+    "alerts": _exit_codes(
+        "alerts",
+        "0  every alert pending for a sink was delivered to it (or none was pending)",
+        "1  some alert was dead-lettered (refused for good, or out of attempts) or deferred to the next",
+        "   run (a sink that looked down was stopped); the output names the sink and why",
+        "2  also: a webhook URL that is not http(s), or no sink at all",
+        "75 another `radar alerts` run holds the alerts lock",
+    ),
+}
+FORMAT_HELP = (
+    "table (default), json (an array of objects, one per row; ISO-8601 UTC times) or csv; "
+    "see jobs/publish/output.py and the README's 'Use from scripts'"
+)
+
+
+def _global_options(parser: argparse.ArgumentParser, *, in_subcommand: bool) -> None:
+    """The options every command takes, before or after the command name.
+
+    On a subcommand they default to SUPPRESS, so one given before the command is not reset by the
+    subcommand's defaults."""
+
+    def default(value: object) -> object:
+        return argparse.SUPPRESS if in_subcommand else value
+
+    group = parser.add_argument_group("global options (before or after the command)")
+    group.add_argument(
+        "--config",
+        default=default(None),
+        metavar="PATH",
+        help="settings TOML; must exist when given (default: env RADAR_CONFIG, else data/radar.toml if "
+        "present, else the built-in defaults; see `radar config show`)",
+    )
+    group.add_argument(
+        "--lake", default=default(None), help=f"lake root (default: [lake] root, {DEFAULT_LAKE})"
+    )
+    group.add_argument(
         "--fleet-file",
-        default=None,
-        help=f"fleet TOML; must exist when given (default: {DEFAULT_FLEET_FILE} if present, else the "
-        "embedded fleet of `radar fleet up`)",
+        default=default(None),
+        metavar="PATH",
+        help=f"fleet TOML; must exist when given (default: {DEFAULT_FLEET_FILE}; missing is an error "
+        "unless --embedded)",
     )
-    parser.add_argument(
+    group.add_argument(
+        "--embedded",
+        action="store_true",
+        default=default(False),
+        help="use the embedded fleet of `radar fleet up` (at --embedded-root) as the fleet",
+    )
+    group.add_argument(
         "--embedded-root",
-        default=str(DEFAULT_EMBEDDED_ROOT),
-        help="embedded fleet folder (default: %(default)s)",
+        default=default(str(DEFAULT_EMBEDDED_ROOT)),
+        help=f"embedded fleet folder (default: {DEFAULT_EMBEDDED_ROOT})",
     )
-    parser.add_argument(
+    group.add_argument(
         "--lock-wait-s",
         type=float,
-        default=LakeConfig.lock_wait_s,
-        help="wait at most this long for a lake lock held by another run (default: %(default)s)",
+        default=default(None),
+        help="wait at most this long for a lake lock held by another run (default: [lake] lock_wait_s, 10)",
     )
-    sub = parser.add_subparsers(dest="command", required=True)
 
-    fleet = sub.add_parser("fleet", help="start, stop or list a local embedded PostgreSQL 18 fleet")
+
+def _command(
+    sub: Any, name: str, help_text: str, *, formats: bool = False, description: str | None = None
+) -> argparse.ArgumentParser:
+    """A subcommand with the global options, its exit codes epilog and (``formats``) --format."""
+    parser = sub.add_parser(
+        name,
+        help=help_text,
+        description=textwrap.fill(description or help_text, 100),
+        epilog=EXIT_CODES[name],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _global_options(parser, in_subcommand=True)
+    chosen = getattr(sub, "_radar_command", ALL_COMMANDS)
+    parser._radar_full = chosen in (ALL_COMMANDS, name)  # type: ignore[attr-defined]
+    if formats:
+        parser.add_argument("--format", choices=["table", "json", "csv"], default="table", help=FORMAT_HELP)
+    return parser
+
+
+ALL_COMMANDS = "*"
+
+
+def _design_flags(parser: argparse.ArgumentParser, *names: str) -> None:
+    """The design flags (jobs.config.flags) on the command being run only: importing jobs.config costs
+    more than the whole of `radar --help` may (it loads the lake's and the fleet file's modules)."""
+    if getattr(parser, "_radar_full", False):
+        from jobs.config.flags import add_design_flags
+
+        add_design_flags(parser, *names)
+
+
+GLOBAL_OPTIONS_WITH_VALUE = frozenset(
+    {"--config", "--lake", "--fleet-file", "--embedded-root", "--lock-wait-s"}
+)
+
+
+def command_in(argv: list[str]) -> str | None:
+    """The command an argument list runs: its first word that is not a global option or its value."""
+    words = iter(argv)
+    for word in words:
+        if word in GLOBAL_OPTIONS_WITH_VALUE:
+            next(words, None)
+        elif not word.startswith("-"):
+            return word
+    return None
+
+
+DETECTOR_FLAGS = ("window_minutes", "min_executions", "latency_threshold", "changepoint_tolerance")
+ALL_DESIGN_FLAGS = (*DETECTOR_FLAGS, "capture_plans", "auto_explain")
+
+
+def build_parser(command: str | None = ALL_COMMANDS) -> argparse.ArgumentParser:
+    """The parser; ``command``: the one whose design flags to add (ALL_COMMANDS: every command's, None:
+    none, for the top-level help)."""
+    parser = argparse.ArgumentParser(
+        prog="radar",
+        description=__doc__.splitlines()[0],
+        epilog="Every command documents its exit codes in `radar COMMAND --help`.",
+    )
+    _global_options(parser, in_subcommand=False)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub._radar_command = command  # type: ignore[attr-defined]
+
+    fleet = _command(sub, "fleet", "start, stop or list a local embedded PostgreSQL 18 fleet")
     fleet.add_argument("action", choices=["up", "down", "status"])
     fleet.add_argument("--names", default="alpha,beta", help="comma-separated instance names (up)")
     fleet.add_argument("--destroy", action="store_true", help="delete the data folders too (down)")
     fleet.set_defaults(func=cmd_fleet)
 
-    sub.add_parser(
+    snapshot = _command(
+        sub,
         "snapshot",
-        help="snapshot the whole fleet into the lake now",
-        epilog=SNAPSHOT_EXIT_CODES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    ).set_defaults(func=cmd_snapshot)
+        "one collection cycle: snapshot the fleet, then (when asked) capture plans and read auto_explain",
+        formats=True,
+        description="One collection cycle, what the Dagster job does: snapshot pg_stat_statements of every "
+        "instance, then with --capture-plans the plans of that snapshot's top queries (pg_store_plans when "
+        "trusted, else EXPLAIN GENERIC_PLAN), and with --auto-explain the new auto_explain records of each "
+        "instance's log_dir. Both default to the [plans] settings.",
+    )
+    _design_flags(snapshot, "capture_plans", "auto_explain")
+    snapshot.set_defaults(func=cmd_snapshot)
 
-    deploy = sub.add_parser("deploy", help="record deploys")
+    deploy = _command(sub, "deploy", "record deploys")
     deploy.add_argument("action", choices=["mark", "ingest"])
     target = deploy.add_mutually_exclusive_group()
     target.add_argument("--instance", action="append", help="instance deployed to (repeatable)")
     target.add_argument("--fleet", action="store_true", help="the deploy went to every instance")
     deploy.add_argument("--version", help="version deployed (mark)")
     deploy.add_argument("--at", help="ISO-8601 time of the deploy (default: now)")
-    deploy.add_argument("--inbox", default="data/deploys", help="folder of deploy files (ingest)")
+    deploy.add_argument(
+        "--inbox", default=None, help="folder of deploy files (ingest; default: [deploys] inbox)"
+    )
     deploy.add_argument(
         "--allow-unknown-instance",
         action="store_true",
-        help="record instance names the fleet does not know (default: refuse them)",
+        help="record instance names the fleet does not know, or unchecked when there is no fleet "
+        "(default: refuse them)",
     )
     deploy.add_argument(
         "--max-file-bytes",
         type=int,
-        default=DeployInboxConfig.max_file_bytes,
-        help="refuse an inbox file bigger than this, unread (default: %(default)s)",
+        default=None,
+        help="refuse an inbox file bigger than this, unread (default: [deploys] max_file_bytes)",
     )
     deploy.add_argument(
         "--max-events-per-file",
         type=int,
-        default=DeployInboxConfig.max_events_per_file,
-        help="refuse an inbox file with more deploy events (default: %(default)s)",
+        default=None,
+        help="refuse an inbox file with more deploy events (default: [deploys] max_events_per_file)",
     )
     deploy.set_defaults(func=cmd_deploy)
 
-    samples = sub.add_parser("samples", help="append per-interval samples for new snapshots (or --rebuild)")
-    samples.add_argument("--min-executions", type=int, default=1)
+    samples = _command(sub, "samples", "append per-interval samples for new snapshots (or --rebuild)")
+    _design_flags(samples, "min_executions")
     samples.add_argument(
         "--rebuild",
         action="store_true",
@@ -469,24 +1069,34 @@ def build_parser() -> argparse.ArgumentParser:
     samples.add_argument("--to", dest="date_to", type=_iso_date, help="last day of the rebuild (UTC)")
     samples.set_defaults(func=cmd_samples)
 
-    detect = sub.add_parser("detect", help="find regressions around deploys and unannounced ones")
+    detect = _command(
+        sub,
+        "detect",
+        "find regressions around deploys and unannounced ones",
+        formats=True,
+        description="Find regressions around deploys and unannounced ones. JSON/CSV rows: the findings "
+        "that are open or that this run changed (the finding_states columns).",
+    )
+    _design_flags(detect, *DETECTOR_FLAGS)
     detect.add_argument("--all", action="store_true", help="also list the series that were not reported")
     detect.add_argument(
         "--full",
         action="store_true",
         help="rebuild the samples and re-examine every deploy and series (default: only what is new)",
     )
+    detect.add_argument(
+        "--fail-on-detect", action="store_true", help="exit 1 when a finding is open after the run"
+    )
     detect.set_defaults(func=cmd_detect)
 
-    alerts = sub.add_parser(
+    alerts = _command(
+        sub,
         "alerts",
-        help="send each finding to the alert sinks of [alerts] (JSONL file, Slack, webhook), once each",
-        description="Sinks come from [alerts] in the config file: the JSONL file, Slack when its URL is\n"
-        "set (env RADAR_SLACK_WEBHOOK or [alerts] slack_webhook_url), the generic JSON webhook likewise\n"
-        "(env RADAR_ALERT_WEBHOOK or [alerts] webhook_url). Each sink gets each alert at most once;\n"
+        "send each finding to the alert sinks of [alerts] (JSONL file, Slack, webhook), once each",
+        description="Sinks come from [alerts] in the config file: the JSONL file, Slack when its URL is "
+        "set (env RADAR_SLACK_WEBHOOK or [alerts] slack_webhook_url), the generic JSON webhook likewise "
+        "(env RADAR_ALERT_WEBHOOK or [alerts] webhook_url). Each sink gets each alert at most once; "
         "webhook URLs are never printed (only scheme://host).",
-        epilog=ALERTS_EXIT_CODES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     alerts.add_argument("--file", default=None, help="JSONL file sink (default: [alerts] file)")
     alerts.add_argument(
@@ -507,8 +1117,13 @@ def build_parser() -> argparse.ArgumentParser:
     alerts.add_argument("--format", choices=["text", "json"], default="text", help="output (default: text)")
     alerts.set_defaults(func=cmd_alerts)
 
-    gate = sub.add_parser(
-        "gate", help="PASS / WARN / BLOCK: a workload on a baseline vs a candidate database"
+    gate = _command(
+        sub,
+        "gate",
+        "PASS / WARN / BLOCK: a workload on a baseline vs a candidate database",
+        formats=True,
+        description="PASS / WARN / BLOCK: a workload on a baseline vs a candidate database. --format json "
+        "prints the report object of jobs/contracts/gate_report.schema.json; csv one row per query.",
     )
     gate.add_argument("--baseline", required=True, help="DSN of the database with the current schema")
     gate.add_argument("--candidate", required=True, help="DSN of the database with the change applied")
@@ -516,45 +1131,104 @@ def build_parser() -> argparse.ArgumentParser:
         "--workload", required=True, help="workload TOML (see tests/fixtures/gate_workload.toml)"
     )
     gate.add_argument("--json", help="also write the JSON report (gate_report.schema.json) here")
-    gate.add_argument("--max-seconds", type=float, default=120.0, help="measurement budget (default 120)")
+    gate.add_argument(
+        "--max-seconds",
+        type=float,
+        default=None,
+        help="measurement budget (default: [gate] max_seconds, 120)",
+    )
     gate.add_argument("--no-fail-on-warn", action="store_true", help="exit 0 on WARN")
     gate.set_defaults(func=cmd_gate)
 
-    drift = sub.add_parser("drift", help="latency distribution drift against anchored baselines")
+    drift = _command(
+        sub, "drift", "latency distribution drift against anchored baselines ([drift] settings)", formats=True
+    )
     drift.add_argument("action", nargs="?", choices=["run", "anchor"], default="run")
     drift.add_argument("--start", help="anchor: baseline window start (ISO-8601)")
     drift.add_argument("--end", help="anchor: baseline window end (ISO-8601)")
     drift.add_argument("--label", help="anchor: a name for the baseline, e.g. 'before v812'")
     drift.add_argument("--instance", help="anchor: one instance (default: the whole fleet)")
     drift.add_argument("--fingerprint", help="anchor: one query fingerprint (default: every query)")
+    drift.add_argument(
+        "--all", action="store_true", help="rows of every series (default: status drift or watch)"
+    )
+    drift.add_argument("--fail-on-drift", action="store_true", help="exit 1 when a series has status drift")
     drift.set_defaults(func=cmd_drift)
 
-    compact = sub.add_parser("compact", help="merge each closed day's snapshot files into one per instance")
+    compact = _command(sub, "compact", "merge each closed day's snapshot files into one per instance")
     compact.add_argument(
         "--min-age-days", type=int, default=1, help="only days at least this old (default 1)"
     )
     compact.add_argument(
         "--analysis-retention-days",
         type=int,
-        default=LakeConfig.analysis_retention_days,
-        help="delete analysis rows of runs older than this many days (0 keeps them; default %(default)s)",
+        default=None,
+        help="delete analysis rows of runs older than this many days (0 keeps them; default: [lake] "
+        "analysis_retention_days, 30)",
     )
     compact.set_defaults(func=cmd_compact)
 
-    report = sub.add_parser("report", help="write the weekly regression report (markdown + plots)")
+    report = _command(
+        sub,
+        "report",
+        "write the weekly regression report (markdown + plots)",
+        formats=True,
+        description="Write the weekly regression report (markdown + plots) and print its regressions "
+        "(the findings that began in the week, the finding_states columns).",
+    )
     report.add_argument("--week", help="ISO week YYYY-Www (default: last week)")
-    report.add_argument("--out", default="data/reports", help="report folder (default: %(default)s)")
+    report.add_argument("--out", default=None, help="report folder (default: [report] out, data/reports)")
     report.set_defaults(func=cmd_report)
 
-    views = sub.add_parser("views", help="print the DuckDB view definitions over the lake")
+    views = _command(sub, "views", "print the DuckDB view definitions over the lake")
     views.set_defaults(func=cmd_views)
-    sql = sub.add_parser("sql", help="run a DuckDB query over the lake views")
+    sql = _command(sub, "sql", "run a DuckDB query over the lake views", formats=True)
     sql.add_argument("query")
-    sql.add_argument("--max-rows", type=int, default=40)
+    sql.add_argument(
+        "--max-rows",
+        type=_positive_rows,
+        default=None,
+        help=f"print at most this many rows, 0 for all (default: {TABLE_MAX_ROWS} in a table, all in JSON "
+        "and CSV); a line (stderr for JSON/CSV) says when rows were left out",
+    )
     sql.set_defaults(func=cmd_sql)
 
-    setup = sub.add_parser(
-        "setup-sql", help="print the SQL for the monitoring login, the explain role and the EXPLAIN helper"
+    plans = _command(
+        sub,
+        "plans",
+        "a query's plan history and its last plan change",
+        formats=True,
+        description="A query's plan history: every stored plan shape per source, oldest first, each with "
+        "what changed since the one before it, then the last change and the plan diff of its latest "
+        "regression. QUERY is a queryid (negative ones too) or a fragment of the normalized text.",
+    )
+    plans.add_argument("query", metavar="QUERYID|TEXT")
+    plans.add_argument("--instance", help="only this instance")
+    plans.add_argument(
+        "--source",
+        choices=["pg_store_plans", "generic_explain", "auto_explain"],
+        help="only this plan source",
+    )
+    plans.add_argument(
+        "--max-rows", type=_positive_rows, default=None, help="print at most this many rows, 0 for all"
+    )
+    plans.set_defaults(func=cmd_plans)
+
+    config = _command(
+        sub,
+        "config",
+        "show the effective settings and where each came from, or check them without running",
+        formats=True,
+        description="show: every setting's effective value and its source (default, file, env, flag); "
+        "check: validate the settings (and the fleet file) without running anything. The design flags "
+        "given here are applied as they would be on the command that takes them.",
+    )
+    config.add_argument("action", choices=["show", "check"])
+    _design_flags(config, *ALL_DESIGN_FLAGS)
+    config.set_defaults(func=cmd_config)
+
+    setup = _command(
+        sub, "setup-sql", "print the SQL for the monitoring login, the explain role and the EXPLAIN helper"
     )
     setup.add_argument(
         "--server-version-num", type=int, default=180000, help="target server (default: %(default)s)"
@@ -567,34 +1241,61 @@ def build_parser() -> argparse.ArgumentParser:
     setup.add_argument("--helper", default="radar.explain_generic", help="schema.function of the helper")
     setup.set_defaults(func=cmd_setup_sql)
 
-    demo = sub.add_parser("demo", help="embedded fleet + workload + a real regression found and explained")
+    demo = _command(sub, "demo", "embedded fleet + workload + a real regression found and explained")
     demo.add_argument("--seconds", type=float, default=75.0, help="workload duration")
     demo.add_argument("--keep", action="store_true", help="leave the demo fleet running")
     demo.set_defaults(func=cmd_demo, lake="data/demo/lake")
     return parser
 
 
+LAKELESS_COMMANDS = frozenset({"fleet", "setup-sql", "config", "gate"})
+"""Commands that never read or write the lake (their run does not resolve [lake] root)."""
+
+
+def _is_error(exc: BaseException, *names: str) -> bool:
+    """The exception is (a subclass of) one of these jobs/ classes, checked without importing them."""
+    return any(cls.__name__ in names and cls.__module__.startswith("jobs.") for cls in type(exc).__mro__)
+
+
+def _scrubbed(text: str) -> str:
+    """``text`` without the DSNs registered with the scrubber (none can be before jobs.redaction loads)."""
+    if "jobs.redaction" not in sys.modules:
+        return text
+    from jobs.redaction import registered_dsns, scrub
+
+    return scrub(text, *registered_dsns())
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    install_log_scrubber(getattr(args, "baseline", None), getattr(args, "candidate", None))
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser(command_in(argv)).parse_args(argv)
     if (
         args.command == "deploy"
         and args.action == "mark"
         and (not args.version or not (args.instance or args.fleet))
     ):
-        console.print("[red]radar deploy mark needs --version and one of --instance NAME or --fleet[/red]")
-        return 2
-    mark = incident_mark()
+        say(args, "[red]radar deploy mark needs --version and one of --instance NAME or --fleet[/red]")
+        return EXIT_USAGE
+    if getattr(args, "baseline", None) or getattr(args, "candidate", None):
+        from jobs.redaction import install_log_scrubber
+
+        install_log_scrubber(args.baseline, args.candidate)
+    # The lake's incident log is per process; not imported yet means empty (0).
+    mark = sys.modules["jobs.lake"].incident_mark() if "jobs.lake" in sys.modules else 0
     try:
+        if args.lake is None and args.command not in LAKELESS_COMMANDS:
+            args.lake = str(settings_of(args).lake.root)
         return int(args.func(args))
-    except LakeLockError as exc:
-        console.print(f"[red]error:[/red] {escape(str(exc))}")
-        return EXIT_LOCKED
-    except (ConfigError, ValueError, RuntimeError, FileNotFoundError) as exc:
-        console.print(f"[red]error:[/red] {escape(scrub(str(exc), *registered_dsns()))}", soft_wrap=True)
-        return 2
+    except Exception as exc:
+        if _is_error(exc, "LakeLockError"):
+            say(args, f"[red]error:[/red] {_escape(str(exc))}")
+            return EXIT_LOCKED
+        if _is_error(exc, "ConfigError") or isinstance(exc, ValueError | RuntimeError | FileNotFoundError):
+            say(args, f"[red]error:[/red] {_escape(_scrubbed(str(exc)))}")
+            return EXIT_USAGE
+        raise
     finally:
-        print_lake_incidents(mark)
+        print_lake_incidents(mark, args)
 
 
 if __name__ == "__main__":

@@ -357,11 +357,18 @@ def test_cli_mark_and_ingest_check_names_against_the_fleet(
     (inbox / "y.csv").write_text("version,at,instance\nv3,2026-11-29T12:00:00Z,typo\n")
     assert main([*ingest, "--allow-unknown-instance"]) == 0
     assert sorted(load_deploy_events(lake)["version"]) == ["v1", "v1", "v3"]
-    # No fleet anywhere (no --fleet-file, no data/fleet.toml under the working folder, no embedded
-    # fleet): names are not checked (said so), the mark is recorded.
+    # No fleet anywhere (no --fleet-file, no data/fleet.toml under the working folder, no --embedded):
+    # a named instance cannot be checked, so it is refused unless --allow-unknown-instance (said so).
     monkeypatch.chdir(tmp_path)
     nofleet = ["--lake", str(lake), "--embedded-root", str(tmp_path)]
-    assert main([*nofleet, "deploy", "mark", "--version", "v4", "--instance", "typo"]) == 0
+    assert main([*nofleet, "deploy", "mark", "--version", "v4", "--instance", "typo"]) == 2
+    assert "no fleet to check the name against" in capsys.readouterr().out
+    assert (
+        main(
+            [*nofleet, "deploy", "mark", "--version", "v4", "--instance", "typo", "--allow-unknown-instance"]
+        )
+        == 0
+    )
     assert "instance names are not checked" in capsys.readouterr().out
 
 
