@@ -7,66 +7,61 @@
 - ``jobs.config.reference``: the README's configuration reference, generated from the classes.
 """
 
-from jobs.config.fleet import (
-    COLLECTOR_RANGES,
-    INSTANCE_KEYS,
-    NAME_PATTERN,
-    TOP_LEVEL_TABLES,
-    CollectorConfig,
-    ConfigError,
-    FleetConfig,
-    InstanceConfig,
-    closest,
-    redact_dsn,
-)
-from jobs.config.loader import (
-    CONFIG_ENV,
-    DEFAULT_CONFIG_FILE,
-    LoadedSettings,
-    Override,
-    build_section,
-    format_duration,
-    load_settings,
-    parse_duration,
-    section_to_plain,
-)
-from jobs.config.sections import (
-    AlertsConfig,
-    DeploysSettings,
-    DetectorSettings,
-    LakeSettings,
-    PlansSettings,
-    RadarSettings,
-    ReportSettings,
-    ScheduleSettings,
-)
+from __future__ import annotations
 
-__all__ = [
-    "COLLECTOR_RANGES",
-    "CONFIG_ENV",
-    "DEFAULT_CONFIG_FILE",
-    "INSTANCE_KEYS",
-    "NAME_PATTERN",
-    "TOP_LEVEL_TABLES",
-    "AlertsConfig",
-    "CollectorConfig",
-    "ConfigError",
-    "DeploysSettings",
-    "DetectorSettings",
-    "FleetConfig",
-    "InstanceConfig",
-    "LakeSettings",
-    "LoadedSettings",
-    "Override",
-    "PlansSettings",
-    "RadarSettings",
-    "ReportSettings",
-    "ScheduleSettings",
-    "build_section",
-    "closest",
-    "format_duration",
-    "load_settings",
-    "parse_duration",
-    "redact_dsn",
-    "section_to_plain",
-]
+from importlib import import_module
+from typing import Any
+
+# Loaded on first use (PEP 562): `radar COMMAND --help` imports jobs.config.flags alone, without the
+# fleet file's and the lake's modules (pglast, psycopg, polars).
+_EXPORTS = {
+    **dict.fromkeys(
+        (
+            "COLLECTOR_RANGES",
+            "INSTANCE_KEYS",
+            "NAME_PATTERN",
+            "TOP_LEVEL_TABLES",
+            "CollectorConfig",
+            "ConfigError",
+            "FleetConfig",
+            "InstanceConfig",
+            "closest",
+            "redact_dsn",
+        ),
+        "jobs.config.fleet",
+    ),
+    **dict.fromkeys(
+        (
+            "CONFIG_ENV",
+            "DEFAULT_CONFIG_FILE",
+            "LoadedSettings",
+            "build_section",
+            "format_duration",
+            "load_settings",
+            "parse_duration",
+            "section_to_plain",
+        ),
+        "jobs.config.loader",
+    ),
+    "Override": "jobs.config.flags",
+    **dict.fromkeys(
+        (
+            "AlertsConfig",
+            "DeploysSettings",
+            "DetectorSettings",
+            "LakeSettings",
+            "PlansSettings",
+            "RadarSettings",
+            "ReportSettings",
+            "ScheduleSettings",
+        ),
+        "jobs.config.sections",
+    ),
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'jobs.config' has no attribute {name!r}")
+    return getattr(import_module(_EXPORTS[name]), name)

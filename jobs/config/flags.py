@@ -10,7 +10,15 @@ import argparse
 from dataclasses import dataclass
 from datetime import timedelta
 
-from jobs.config.loader import Override
+
+@dataclass(frozen=True)
+class Override:
+    """One value from a flag or run config: a dotted key ("detector.window_before"), its value, where from
+    ("flag --window-minutes"); ``jobs.config.loader`` applies it over the file and the environment."""
+
+    key: str
+    value: object
+    source: str
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
+from jobs.config.flags import Override
 from jobs.config.fleet import CollectorConfig, ConfigError, FleetConfig, closest
 from jobs.config.sections import SECRET_KEYS, RadarSettings
 
@@ -35,15 +36,6 @@ Key = tuple[str, ...]
 PROBABILITY_KEYS = re.compile(r"p_value|fdr_q$|confidence$|quantile$|_share$")
 """Keys matching are probabilities or fractions: in (0, 1]. Every other number must be >= 0 and finite
 (no threshold of the radar is negative); the sections' own checks add the tighter ranges."""
-
-
-@dataclass(frozen=True)
-class Override:
-    """One value from a flag or run config: a dotted key ("detector.window_before"), its value, where from."""
-
-    key: str
-    value: object
-    source: str
 
 
 @dataclass(frozen=True)
