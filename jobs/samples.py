@@ -460,9 +460,11 @@ def _run_samples_job(
         samples = result.samples.drop("instance")
         if dates is not None and watermark is not None:
             samples = samples.filter(pl.col("interval_end") <= watermark)
+        written_days: set[str] = set()
         for day, part in _by_end_date(samples):
             if dates is not None and not (dates[0].isoformat() <= day <= dates[1].isoformat()):
                 continue
+            written_days.add(day)
             sample_rows += part.height
             stem = stem_for(part["interval_end"].max())  # type: ignore[arg-type]
             written = write_table(
@@ -471,6 +473,8 @@ def _run_samples_job(
             if mode == "rebuild" or watermark is None:
                 replace_partition(out_root, written)
             files += 1
+        if mode == "rebuild" or watermark is None:
+            clear_days_without_samples(lake_root, out_root, name, written_days, dates)
         if front.height and (mode == "append" or dates is None):
             write_frontier(out_root, name, front, lake_config)
     dropped = (pl.concat(drops) if drops else SamplesResult(samples=pl.DataFrame()).dropped_counts).sort(
@@ -582,8 +586,34 @@ def replace_partition(out_root: Path, kept: Path) -> list[Path]:
     """A rebuild replaces the (instance, date) partition: the job's older files beside the new one would
     duplicate it and are removed; any other file there is not the job's to delete and is quarantined (moved
     with a note, named in the run's output). Returns the removed files."""
+    return clear_partition(out_root, kept.parent, kept)
+
+
+def clear_days_without_samples(
+    lake_root: Path, out_root: Path, instance: str, written: set[str], dates: tuple[date, date] | None
+) -> list[Path]:
+    """A rebuild replaces every day it read, also a day whose snapshots now give no sample at all (a higher
+    ``min_executions``): its old samples would otherwise outlive the rule that excludes them. Only days
+    that still have snapshots are cleared (samples whose snapshots are gone are all that is left of them)."""
+
+    def days(root: Path, table: TableSchema) -> set[str]:
+        base = lake.partition_dir(root, table, {"instance": instance, "date": "0"}).parent
+        return {p.name.removeprefix("date=") for p in base.glob("date=*") if p.is_dir()}
+
+    stale = (days(out_root, QUERY_SAMPLES) & days(lake_root, STATEMENT_SNAPSHOTS)) - written
+    if dates is not None:
+        stale = {d for d in stale if dates[0].isoformat() <= d <= dates[1].isoformat()}
+    removed: list[Path] = []
+    for day in sorted(stale):
+        folder = lake.partition_dir(out_root, QUERY_SAMPLES, {"instance": instance, "date": day})
+        removed += clear_partition(out_root, folder, None)
+    return removed
+
+
+def clear_partition(out_root: Path, folder: Path, kept: Path | None) -> list[Path]:
+    """Remove the samples job's files of one query_samples partition but ``kept``; quarantine any other."""
     removed = []
-    for old in kept.parent.glob("*.parquet"):
+    for old in folder.glob("*.parquet"):
         if old == kept:
             continue
         if is_own_file(old):

@@ -3,7 +3,7 @@ a run with nothing new reads no snapshot file; a run that dies mid-way leaves no
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -325,3 +325,20 @@ def test_a_truncated_new_snapshot_file_is_quarantined_and_the_rest_appended(tmp_
     ends = beta.filter(pl.col("queryid") == 0)["interval_end"].to_list()
     assert T0 + timedelta(minutes=9) not in ends and T0 + timedelta(minutes=10) in ends
     assert report.sample_rows > 0
+
+
+def test_a_rebuild_that_now_yields_no_sample_for_a_day_clears_its_old_samples(tmp_path: Path) -> None:
+    """A higher min_executions excludes every interval of a day: the rebuild must not leave that day's old
+    samples in place (each interval here has 3 to 5 calls)."""
+    snapshots, runs = history_of(30)  # crosses midnight: two days per instance
+    write_snapshot_files(tmp_path, snapshots, runs)
+    run_samples_job(tmp_path)
+    before = lake_samples(tmp_path)
+    days = sorted({d.isoformat() for d in before["interval_end"].dt.date()})
+    assert len(days) == 2
+    second = date.fromisoformat(days[1])
+    run_samples_job(tmp_path, SampleConfig(min_executions=100), mode="rebuild", dates=(second, second))
+    after = lake_samples(tmp_path)
+    assert after.equals(before.filter(pl.col("interval_end").dt.date() < second))
+    run_samples_job(tmp_path, SampleConfig(min_executions=100), mode="rebuild")
+    assert lake_samples(tmp_path).height == 0
