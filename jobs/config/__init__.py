@@ -9,8 +9,7 @@
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import Any
+from jobs.lazy import lazy_exports
 
 # Loaded on first use (PEP 562): `radar COMMAND --help` imports jobs.config.flags alone, without the
 # fleet file's and the lake's modules (pglast, psycopg, polars).
@@ -60,8 +59,4 @@ _EXPORTS = {
 }
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'jobs.config' has no attribute {name!r}")
-    return getattr(import_module(_EXPORTS[name]), name)
+__getattr__ = lazy_exports(__name__, _EXPORTS)

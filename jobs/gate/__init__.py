@@ -6,8 +6,7 @@ config file loader and the CLI) does not import the runner and its statistics.
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import Any
+from jobs.lazy import lazy_exports
 
 _EXPORTS = {
     "BLOCK": "jobs.gate.verdict",
@@ -26,8 +25,4 @@ _EXPORTS = {
 }
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'jobs.gate' has no attribute {name!r}")
-    return getattr(import_module(_EXPORTS[name]), name)
+__getattr__ = lazy_exports(__name__, _EXPORTS)
