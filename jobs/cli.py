@@ -468,6 +468,12 @@ def cmd_samples(args: argparse.Namespace) -> int:
         f"{report.snapshot_rows} snapshot rows → {report.sample_rows} samples "
         f"({report.instances} instances, {report.seconds:.2f} s)"
     )
+    if report.rebuilt_for_settings:
+        console.print(
+            "rebuilt, not appended (built with other [samples] settings before): "
+            + ", ".join(report.rebuilt_for_settings),
+            markup=False,
+        )
     if report.dropped_counts.height:
         render(report.dropped_counts, "dropped intervals")
     return 0

@@ -9,6 +9,7 @@ instances are processed one at a time so memory stays bounded by the largest ins
 
 from __future__ import annotations
 
+import hashlib
 import re
 import resource
 import time
@@ -257,7 +258,12 @@ def frontier_of(
         .join(marks, on="instance", how="left")
         .filter(pl.col("_taken") >= pl.col("watermark_taken") - keep)
     )
-    return latest.select(SAMPLE_FRONTIER.scan_schema().names()).cast(dict(SAMPLE_FRONTIER.scan_schema()))
+    schema = SAMPLE_FRONTIER.scan_schema()
+    return (
+        latest.with_columns(pl.lit(None, dtype=pl.String).alias("config_digest"))
+        .select(schema.names())
+        .cast(dict(schema))
+    )  # the digest is the writer's to set (write_frontier's caller)
 
 
 def append_samples(
@@ -325,6 +331,8 @@ class SamplesJobReport:
     files_written: int
     seconds: float
     peak_rss_mib: float
+    rebuilt_for_settings: tuple[str, ...] = ()
+    """Instances an append rebuilt instead: their samples were built with other sample settings."""
 
     @property
     def rows_per_second(self) -> float:
@@ -446,9 +454,16 @@ def _run_samples_job(
     sample_rows = 0
     files = 0
     drops: list[pl.DataFrame] = []
+    digest = sample_config_digest(config)
+    rebuilt_for_settings: list[str] = []
     for name in names:
         frontier = read_frontier(out_root, name)
         watermark = frontier["watermark_captured_at"].max() if frontier.height else None
+        recorded = set(frontier["config_digest"].drop_nulls().to_list())
+        if mode == "append" and watermark is not None and recorded and recorded != {digest}:
+            # Appending under other settings would mix two rules in one series: rebuild the instance.
+            rebuilt_for_settings.append(name)
+            watermark = None
         tables = (STATEMENT_SNAPSHOTS, SNAPSHOT_RUNS)
         if mode == "append" and watermark is not None:
             remove_unconfirmed_samples(out_root, name, watermark)  # type: ignore[arg-type]
@@ -476,7 +491,9 @@ def _run_samples_job(
         if mode == "rebuild" or watermark is None:
             clear_days_without_samples(lake_root, out_root, name, written_days, dates)
         if front.height and (mode == "append" or dates is None):
-            write_frontier(out_root, name, front, lake_config)
+            write_frontier(
+                out_root, name, front.with_columns(pl.lit(digest).alias("config_digest")), lake_config
+            )
     dropped = (pl.concat(drops) if drops else SamplesResult(samples=pl.DataFrame()).dropped_counts).sort(
         "instance", "reason"
     )
@@ -488,7 +505,13 @@ def _run_samples_job(
         files_written=files,
         seconds=time.perf_counter() - started,
         peak_rss_mib=peak_rss_mib(),
+        rebuilt_for_settings=tuple(rebuilt_for_settings),
     )
+
+
+def sample_config_digest(config: SampleConfig) -> str:
+    """A stable hash of the sample settings (a frozen dataclass's repr), recorded with each frontier."""
+    return hashlib.sha256(repr(config).encode()).hexdigest()[:16]
 
 
 def latest_stamp(path: Path) -> str | None:

@@ -678,6 +678,13 @@ SAMPLE_FRONTIER = TableSchema(
         Column(
             "watermark_captured_at", UTC_TS, "server clock of that snapshot; snapshot files after it are new"
         ),
+        Column(
+            "config_digest",
+            pl.String(),
+            "hash of the sample settings the instance's samples were built with (jobs.samples."
+            "sample_config_digest); an append under other settings rebuilds the instance (null before "
+            "issue 10)",
+        ),
     ),
 )
 

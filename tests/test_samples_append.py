@@ -342,3 +342,19 @@ def test_a_rebuild_that_now_yields_no_sample_for_a_day_clears_its_old_samples(tm
     assert after.equals(before.filter(pl.col("interval_end").dt.date() < second))
     run_samples_job(tmp_path, SampleConfig(min_executions=100), mode="rebuild")
     assert lake_samples(tmp_path).height == 0
+
+
+def test_an_append_under_other_sample_settings_rebuilds_the_instance(tmp_path: Path) -> None:
+    """`radar samples --min-executions 4` then a run with other settings must not mix the two rules in one
+    series (the issue: detect silently undid samples' --min-executions)."""
+    snapshots, runs = history_of(20)
+    first, second = in_batches(snapshots, runs, [9, 19])
+    write_snapshot_files(tmp_path, *first)
+    assert run_samples_job(tmp_path).rebuilt_for_settings == ()
+    write_snapshot_files(tmp_path, *second)
+    stricter = SampleConfig(min_executions=4)
+    report = run_samples_job(tmp_path, stricter)
+    assert report.rebuilt_for_settings == ("alpha", "beta")
+    expected = samples_from_snapshots(snapshots, runs, stricter).samples
+    assert lake_samples(tmp_path).equals(sorted_samples(expected))
+    assert run_samples_job(tmp_path, stricter).rebuilt_for_settings == ()  # the same settings: an append
