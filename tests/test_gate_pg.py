@@ -116,15 +116,14 @@ def test_without_pg_stat_statements_and_with_a_failing_candidate(gate_fleet: dic
 
 
 def test_gate_cli_exit_codes_and_json(gate_fleet: dict[str, Any], tmp_path: Path) -> None:
+    """PASS exits 0 and writes the report file (--json); BLOCK (exit 2), the JSON on stdout and a gate that
+    cannot run (exit 3) are tests/test_cli_pg.py's gate test."""
     from jobs.cli import main
 
     cand = gate_fleet["cand"]
     out = tmp_path / "gate.json"
     args = ["gate", "--baseline", cand.dsn, "--workload", str(WORKLOAD), "--json", str(out)]
     assert main([*args, "--candidate", cand.dsn_for("gate_copy")]) == 0
-    jsonschema.validate(json.loads(out.read_text()), gate_report_contract())
-    assert main([*args, "--candidate", cand.dsn_for("gate_noindex")]) == 2
-    assert json.loads(out.read_text())["verdict"] == "BLOCK"
-    bad = tmp_path / "bad.toml"
-    bad.write_text('[[queries]]\nname = "two"\nsql = "select 1; drop table gate_orders"\n')
-    assert main(["gate", "--baseline", cand.dsn, "--candidate", cand.dsn, "--workload", str(bad)]) == 3
+    report = json.loads(out.read_text())
+    jsonschema.validate(report, gate_report_contract())
+    assert report["verdict"] == "PASS"
