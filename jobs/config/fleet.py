@@ -193,6 +193,18 @@ def _collector_from_table(raw: object, source: str) -> CollectorConfig:
         raise ConfigError(f"fleet file {source}: {exc}") from None
 
 
+def read_toml(path: Path, kind: str) -> dict[str, Any]:
+    """A TOML file's tables; any problem is a ConfigError naming the ``kind`` ("fleet file") and the path."""
+    try:
+        return tomllib.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{kind} not found: {path}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{kind} {path}: cannot be read: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{kind} {path}: invalid TOML: {exc}") from None
+
+
 @dataclass(frozen=True)
 class FleetConfig:
     instances: tuple[InstanceConfig, ...]
@@ -205,15 +217,7 @@ class FleetConfig:
 
     @classmethod
     def load(cls, path: Path) -> FleetConfig:
-        try:
-            raw = tomllib.loads(Path(path).read_text())
-        except FileNotFoundError:
-            raise ConfigError(f"fleet file not found: {path}") from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"fleet file {path}: cannot be read: {exc}") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"fleet file {path}: invalid TOML: {exc}") from None
-        return cls.from_mapping(raw, source=str(path))
+        return cls.from_mapping(read_toml(path, "fleet file"), source=str(path))
 
     @classmethod
     def from_mapping(cls, raw: dict[str, Any], source: str = "<memory>") -> FleetConfig:

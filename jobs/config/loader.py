@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from jobs.config.flags import Override
-from jobs.config.fleet import CollectorConfig, ConfigError, FleetConfig, closest
+from jobs.config.fleet import CollectorConfig, ConfigError, FleetConfig, closest, read_toml
 from jobs.config.sections import SECRET_KEYS, RadarSettings
 
 DEFAULT_CONFIG_FILE = Path("data/radar.toml")
@@ -311,14 +311,7 @@ def _construct(
 
 
 def read_config_file(path: Path) -> dict[str, object]:
-    try:
-        return tomllib.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"config file not found: {path}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"config file {path}: cannot be read: {exc}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"config file {path}: invalid TOML: {exc}") from None
+    return read_toml(path, "config file")
 
 
 @dataclass(frozen=True)
