@@ -22,6 +22,7 @@ from psycopg import sql
 from jobs.analysis import DetectionConfig
 from jobs.collect.deploys import mark_deploy
 from jobs.config import FleetConfig
+from jobs.detect.contention import ContentionConfig
 from jobs.fleet import EmbeddedFleet
 from jobs.regressions import RegressionConfig
 from tests.detection_frames import Frames
@@ -38,8 +39,16 @@ pytestmark = pytest.mark.postgres
 
 NEIGHBOUR_SESSIONS = 8
 PHASE = 30  # snapshots on each side of the deploy (~0.2 s apart)
+# The contention step judges an episode on the samples nearest the moment (ContentionConfig.window_samples,
+# 10: ten minutes at the production one-minute cadence). At this file's 0.2 s snapshots that is 2 s, less
+# than the CPU neighbour takes to slow the whole mix (CI once saw one mix query's change point 3.3 s after
+# the deploy, so the episode was missed and 3 mix queries were reported): 20 samples, 4 s here.
 CONFIG = DetectionConfig(
-    regression=RegressionConfig(window_before=timedelta(minutes=1), window_after=timedelta(minutes=1))
+    regression=RegressionConfig(
+        window_before=timedelta(minutes=1),
+        window_after=timedelta(minutes=1),
+        contention=ContentionConfig(window_samples=20),
+    )
 )
 
 # The mix: seven distinct queries. CPU contention stretches a query by the CPU time it needs: measured on
