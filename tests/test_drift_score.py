@@ -172,6 +172,23 @@ def test_psi_over_the_data_quality_limit_falls_back_to_js() -> None:
     assert list(flag) == [WARN, BLOCK] and list(reason) == ["js_warn", "js_block"] and quality.all()
 
 
+def test_the_data_quality_limit_is_strict() -> None:
+    flag, reason, quality = flag_pairs([0.0, 0.0], [10.0, 10.0001], [[500, 500], [500, 500]], DESIGN)
+    assert list(flag) == [BLOCK, PASS] and list(reason) == ["psi_block", "psi_data_quality_fallback"]
+    assert list(quality) == [False, True]
+
+
+def test_a_band_counts_only_over_its_noise_threshold() -> None:
+    enough = np.full((4, 2), 500)
+    js, psi = [0.3, 0.3, 0.0, 0.0], [0.0, 0.0, 0.3, 0.3]
+    js_noise, psi_noise = [0.35, 0.2, 0.0, 0.0], [1.0, 1.0, 0.4, 0.2]
+    flag, reason, _ = flag_pairs(js, psi, enough, DESIGN, js_noise, psi_noise)
+    assert list(flag) == [PASS, BLOCK, PASS, BLOCK]
+    assert list(reason) == ["within_bands", "js_block", "within_bands", "psi_block"]
+    warn, _, _ = flag_pairs([0.15, 0.15], [0.0, 0.0], enough[:2], DESIGN, [0.2, 0.12], [1.0, 1.0])
+    assert list(warn) == [PASS, WARN]
+
+
 def test_negative_and_non_finite_samples_are_rejected_naming_the_pair() -> None:
     with pytest.raises(ValueError, match=rf"query_hash={H1}, metric=latency.*negative"):
         one([1.0, -0.5], [1.0])
