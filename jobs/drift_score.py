@@ -156,6 +156,22 @@ class _Samples:
     counts: np.ndarray  # int64 (pairs, 2): samples per side
 
 
+def _check_keys(frame: pl.DataFrame) -> None:
+    for column in ("query_hash", "metric"):
+        nulls = frame.filter(pl.col(column).is_null())
+        if nulls.height:
+            raise ValueError(f"drift samples: null {column} ({nulls.row(0, named=True)})")
+    bad_hash = frame.filter(~pl.col("query_hash").str.contains(QUERY_HASH_PATTERN.pattern))
+    if bad_hash.height:
+        raise ValueError(f"drift samples: query_hash {bad_hash['query_hash'][0]!r} is not 64 lower-case hex")
+    bad = frame.filter(~pl.col("metric").is_in(METRICS))
+    if bad.height:
+        row = bad.row(0, named=True)
+        raise ValueError(
+            f"drift samples: metric {row['metric']!r} not in {METRICS} (query_hash={row['query_hash']})"
+        )
+
+
 def _prepare(samples: pl.DataFrame) -> _Samples:
     missing = [c for c in INPUT_COLUMNS if c not in samples.columns]
     if missing:
@@ -173,10 +189,8 @@ def _prepare(samples: pl.DataFrame) -> _Samples:
             raise ValueError(
                 f"drift samples: null {column} (query_hash={row['query_hash']}, {row['metric']})"
             )
-    bad_hash = frame.filter(~pl.col("query_hash").str.contains(QUERY_HASH_PATTERN.pattern))
-    if bad_hash.height:
-        raise ValueError(f"drift samples: query_hash {bad_hash['query_hash'][0]!r} is not 64 lower-case hex")
-    for column, allowed in (("metric", METRICS), ("side", SIDES)):
+    _check_keys(frame)
+    for column, allowed in (("side", SIDES),):
         bad = frame.filter(~pl.col(column).is_in(allowed))
         if bad.height:
             row = bad.row(0, named=True)
@@ -420,7 +434,56 @@ def score_drift(samples: pl.DataFrame, config: DriftScoreConfig = DriftScoreConf
     samples in any row order give byte-identical output."""
     if samples.height == 0:
         return pl.DataFrame(schema=OUTPUT_SCHEMA)
-    s = _prepare(samples)
+    return _score(_prepare(samples), config)
+
+
+def score_drift_arrays(
+    keys: pl.DataFrame,
+    baseline: np.ndarray,
+    baseline_offsets: np.ndarray,
+    candidate: np.ndarray,
+    candidate_offsets: np.ndarray,
+    config: DriftScoreConfig = DriftScoreConfig(),
+) -> pl.DataFrame:
+    """``score_drift`` over flat arrays: pair i (row i of ``keys``: query_hash, metric, unique) has the
+    baseline samples ``baseline[baseline_offsets[i]:baseline_offsets[i + 1]]`` and the candidate's
+    likewise (offsets: pairs + 1 non-decreasing, from 0). Same output, same checks, no long frame."""
+    keys = keys.select(pl.col("query_hash").cast(pl.String), pl.col("metric").cast(pl.String))
+    pairs = keys.height
+    b_off = np.asarray(baseline_offsets, dtype=np.int64)
+    c_off = np.asarray(candidate_offsets, dtype=np.int64)
+    b_val = np.asarray(baseline, dtype=np.float64)
+    c_val = np.asarray(candidate, dtype=np.float64)
+    for name, off, val in (("baseline", b_off, b_val), ("candidate", c_off, c_val)):
+        if off.shape != (pairs + 1,) or off[0] != 0 or off[-1] != val.size or (np.diff(off) < 0).any():
+            raise ValueError(
+                f"drift samples: {name}_offsets must be {pairs + 1} non-decreasing offsets 0..{val.size}"
+            )
+    if keys.is_duplicated().any():
+        row = keys.filter(keys.is_duplicated()).row(0, named=True)
+        raise ValueError(f"drift samples: pair query_hash={row['query_hash']}, {row['metric']} given twice")
+    _check_keys(keys)
+    for name, off, val in (("baseline", b_off, b_val), ("candidate", c_off, c_val)):
+        bad = np.flatnonzero(~np.isfinite(val) | (val < 0))
+        if bad.size:
+            row = keys.row(int(np.searchsorted(off, bad[0], side="right") - 1), named=True)
+            raise ValueError(
+                f"drift samples: {name} value {val[bad[0]]!r} of query_hash={row['query_hash']},"
+                f" metric={row['metric']} is negative or not finite (rejected, not clipped)"
+            )
+    order = np.asarray(keys.select(pl.int_range(pl.len()).sort_by("query_hash", "metric")).to_series())
+    rank = np.empty(pairs, dtype=np.int64)
+    rank[order] = np.arange(pairs)
+    b_pair = np.repeat(rank, np.diff(b_off))
+    c_pair = np.repeat(rank, np.diff(c_off))
+    group = np.concatenate([b_pair * 2, c_pair * 2 + 1])
+    values = np.concatenate([b_val, c_val])
+    sort = np.lexsort((values, group))
+    counts = np.stack([np.diff(b_off)[order], np.diff(c_off)[order]], axis=1)
+    return _score(_Samples(keys[order], values[sort], group[sort], counts), config)
+
+
+def _score(s: _Samples, config: DriftScoreConfig) -> pl.DataFrame:
     h = _histograms(s, config)
     wasserstein = _wasserstein(s.values, s.group, s.counts)
     pairs = s.counts.shape[0]

@@ -23,6 +23,7 @@ from jobs.drift_score import (
     parse_payload,
     query_hash,
     score_drift,
+    score_drift_arrays,
     score_payload,
     shard_of,
     validate_payload,
@@ -285,6 +286,28 @@ def test_same_bytes_twice_and_in_any_row_order(profile: str) -> None:
     # a pair's calibrated result does not depend on the other pairs of the batch
     alone = score_drift(samples.filter(pl.col("query_hash") == query_hash("d2")), config)
     assert _bytes(alone) == _bytes(first.filter(pl.col("query_hash") == query_hash("d2")))
+
+
+def test_the_arrays_entry_point_gives_the_frames_bytes() -> None:
+    pairs = {
+        (query_hash(f"a{i}"), m): (lognormal(i, 210 + i), lognormal(50 + i, 205, 1.5))
+        for i in range(3)
+        for m in METRICS
+    }
+    items = list(pairs.items())[::-1]  # keys in any order
+    keys = pl.DataFrame({"query_hash": [k[0] for k, _ in items], "metric": [k[1] for k, _ in items]})
+    offsets = [np.concatenate([[0], np.cumsum([len(v[side]) for _, v in items])]) for side in (0, 1)]
+    values = [np.concatenate([v[side] for _, v in items]) for side in (0, 1)]
+    for profile in ("design", "calibrated"):
+        config = DriftScoreConfig(profile=profile, null_resamples=50)
+        arrays = score_drift_arrays(keys, values[0], offsets[0], values[1], offsets[1], config)
+        assert _bytes(arrays) == _bytes(score_drift(frame(pairs), config))
+    bad = values[1].copy()
+    bad[offsets[1][2]] = -1.0  # first sample of the third pair given
+    with pytest.raises(ValueError, match=f"query_hash={items[2][0][0]}, metric={items[2][0][1]}"):
+        score_drift_arrays(keys, values[0], offsets[0], bad, offsets[1])
+    with pytest.raises(ValueError, match="candidate_offsets"):
+        score_drift_arrays(keys, values[0], offsets[0], values[1], offsets[1][:-1])
 
 
 # --- the calibrated profile ---
