@@ -219,6 +219,20 @@ def _prepare(samples: pl.DataFrame) -> _Samples:
 # The kernel: every pair at once
 
 
+def _sorted_by(key: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """The permutation sorting by (key, value) for a non-negative int64 key: one float argsort, then a
+    stable LSD radix over the key's 16-bit digits (numpy radix-sorts uint16; np.lexsort is ~3x slower)."""
+    order = np.argsort(values)
+    top = int(key.max()) if key.size else 0
+    shift = 0
+    while True:
+        digit = ((key[order] >> shift) & 0xFFFF).astype(np.uint16)
+        order = order[np.argsort(digit, kind="stable")]
+        shift += 16
+        if top >> shift == 0:
+            return order
+
+
 def _linear_quantile(values: np.ndarray, starts: np.ndarray, sizes: np.ndarray, q: float) -> np.ndarray:
     """numpy's 'linear' quantile of each sorted segment (size >= 1), with numpy's exact arithmetic."""
     virtual = (sizes - 1) * q
@@ -260,7 +274,7 @@ def _wasserstein(values: np.ndarray, group: np.ndarray, counts: np.ndarray) -> n
     """W1 between the raw sorted samples of both sides of every pair (NaN when a side is empty)."""
     pairs = counts.shape[0]
     pair = group // 2
-    order = np.lexsort((values, pair))
+    order = _sorted_by(pair, values)
     v = values[order]
     p = pair[order]
     is_cand = (group[order] % 2).astype(np.int64)
@@ -316,17 +330,22 @@ def _histograms(s: _Samples, config: DriftScoreConfig) -> _Histograms:
     hi = np.maximum(last_w[0::2], last_w[1::2])
     width = (hi - lo) / n_bins
 
-    def bin_index(v: np.ndarray) -> np.ndarray:
-        w = width[pair]
-        with np.errstate(invalid="ignore", divide="ignore"):
-            raw = np.where(w > 0, (v - lo[pair]) / np.where(w > 0, w, 1.0), 0.0)
+    flat = width > 0
+    safe_width = np.where(flat, width, 1.0)  # hi == lo: (v - lo) is 0 for every sample, so bin 0
+
+    def bin_index(v: np.ndarray, at: np.ndarray) -> np.ndarray:
+        raw = (v - lo[at]) / safe_width[at]
         return np.minimum(raw.astype(np.int64), n_bins - 1)  # astype truncates toward zero, as int()
 
-    index = bin_index(winsorized)
+    index = bin_index(winsorized, pair)
     hist = np.bincount(s.group * n_bins + index, minlength=pairs * 2 * n_bins).reshape(pairs, 2, n_bins)
-    raw_cand = np.bincount(
-        pair[is_cand] * n_bins + bin_index(s.values)[is_cand], minlength=pairs * n_bins
-    ).reshape(pairs, n_bins)
+    if config.profile == "calibrated":  # the permutation null pools the raw candidate on the same grid
+        cand_pair = pair[is_cand]
+        raw_cand = np.bincount(
+            cand_pair * n_bins + bin_index(s.values[is_cand], cand_pair), minlength=pairs * n_bins
+        ).reshape(pairs, n_bins)
+    else:
+        raw_cand = np.zeros((pairs, n_bins), dtype=np.int64)
     q = _normalised(hist[:, 0, :], s.counts[:, 0], config.smoothing)
     p = _normalised(hist[:, 1, :], s.counts[:, 1], config.smoothing)
     js, psi = _js_psi(p, q)
@@ -478,7 +497,7 @@ def score_drift_arrays(
     c_pair = np.repeat(rank, np.diff(c_off))
     group = np.concatenate([b_pair * 2, c_pair * 2 + 1])
     values = np.concatenate([b_val, c_val])
-    sort = np.lexsort((values, group))
+    sort = _sorted_by(group, values)
     counts = np.stack([np.diff(b_off)[order], np.diff(c_off)[order]], axis=1)
     return _score(_Samples(keys[order], values[sort], group[sort], counts), config)
 
