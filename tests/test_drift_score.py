@@ -1,0 +1,410 @@
+"""The design's drift scorer (jobs.drift_score): hand-computed values, bands, floors, winsorizing, the PSI
+fallback, determinism, the calibrated profile's noise floor and the CI payload contract."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+
+import numpy as np
+import polars as pl
+import pytest
+from scipy.stats import wasserstein_distance
+
+from jobs.drift_score import (
+    BLOCK,
+    METRICS,
+    PASS,
+    WARN,
+    DriftScoreConfig,
+    PayloadError,
+    flag_pairs,
+    parse_payload,
+    query_hash,
+    score_drift,
+    score_drift_arrays,
+    score_payload,
+    shard_of,
+    validate_payload,
+)
+
+DESIGN = DriftScoreConfig(profile="design")
+TINY = DriftScoreConfig(profile="design", min_samples=0)
+H1 = query_hash("select 1")
+H2 = query_hash("select 2")
+
+
+def frame(pairs: dict[tuple[str, str], tuple[object, object]]) -> pl.DataFrame:
+    """(query_hash, metric) -> (baseline values, candidate values) as the scorer's long frame."""
+    parts = []
+    for (qh, metric), sides in pairs.items():
+        for side, values in zip(("baseline", "candidate"), sides, strict=True):
+            v = np.asarray(values, dtype=np.float64)
+            parts.append(
+                pl.DataFrame(
+                    {"query_hash": [qh] * v.size, "metric": [metric] * v.size, "side": side, "value": v}
+                )
+            )
+    return pl.concat(parts).with_columns(pl.col("side").cast(pl.String))
+
+
+def one(baseline: object, candidate: object, config: DriftScoreConfig = DESIGN) -> dict[str, object]:
+    return score_drift(frame({(H1, "latency"): (baseline, candidate)}), config).row(0, named=True)
+
+
+def lognormal(seed: int, n: int, scale: float = 1.0) -> np.ndarray:
+    return np.random.default_rng(seed).lognormal(0.0, 1.0, n) * scale
+
+
+# --- hand-computed values ---
+
+
+def test_js_and_psi_match_the_hand_computed_two_bin_case() -> None:
+    # grid [0, 1], 2 bins: baseline [0,0,1,1] -> (1/2, 1/2), candidate [0,1,1,1] -> (1/4, 3/4)
+    row = one([0, 0, 1, 1], [0, 1, 1, 1], DriftScoreConfig(profile="design", min_samples=0, n_bins=2))
+    p, q = (0.25, 0.75), (0.5, 0.5)
+    m = (0.375, 0.625)
+    js = 0.5 * sum(a * math.log2(a / c) for a, c in zip(p, m, strict=True))
+    js += 0.5 * sum(b * math.log2(b / c) for b, c in zip(q, m, strict=True))
+    assert row["js"] == pytest.approx(js, abs=1e-8)  # 0.048795...
+    assert row["psi"] == pytest.approx(math.log(3) / 4, abs=1e-8)  # 0.25 ln 2 + 0.25 ln 1.5
+    assert row["wasserstein"] == pytest.approx(0.25)
+    assert (row["flag"], row["reason"]) == (BLOCK, "psi_block")  # PSI 0.2747 > 0.25
+
+
+def test_disjoint_histograms_give_js_one_and_a_finite_psi() -> None:
+    row = one([0.0] * 10, [1.0] * 10, TINY)
+    assert row["js"] == pytest.approx(1.0, abs=1e-7)
+    assert math.isfinite(row["psi"])
+    eps = 1e-9 / (1 + 32e-9)  # the empty bin's probability after smoothing and normalisation
+    top = (1 + 1e-9) / (1 + 32e-9)
+    assert row["psi"] == pytest.approx(2 * (top - eps) * math.log(top / eps), rel=1e-9)
+    assert row["psi_data_quality"] is True  # PSI ~41 > 10: falls back to JS, which blocks
+    assert (row["flag"], row["reason"]) == (BLOCK, "js_block")
+
+
+def test_identical_and_constant_samples_score_zero() -> None:
+    same = np.linspace(1.0, 2.0, 300)
+    row = one(same, same)
+    assert (row["js"], row["psi"], row["wasserstein"], row["flag"]) == (0.0, 0.0, 0.0, PASS)
+    constant = one([7.0] * 300, [7.0] * 300)  # hi == lo: one bin, no division by zero
+    assert (constant["js"], constant["psi"], constant["flag"]) == (0.0, 0.0, PASS)
+
+
+def test_the_design_rule_warns_on_identical_heavy_tailed_samples_the_calibrated_one_does_not() -> None:
+    # winsorizing only the candidate moves its top 1% into a lower bin while the baseline's stay in bins
+    # the candidate left empty: PSI 0.16 for the very same 300 samples on both sides
+    same = lognormal(1, 300)
+    design = one(same, same)
+    assert (design["flag"], design["reason"], design["wasserstein"]) == (WARN, "psi_warn", 0.0)
+    calibrated = one(same, same, DriftScoreConfig(null_resamples=200))
+    assert calibrated["psi"] == design["psi"] and calibrated["flag"] == PASS
+    assert calibrated["psi_noise"] > calibrated["psi"]
+
+
+def test_bounds_hold_and_empty_bins_stay_finite_on_random_inputs() -> None:
+    rng = np.random.default_rng(7)
+    pairs = {}
+    for i in range(40):
+        b = rng.lognormal(rng.normal(), rng.uniform(0.1, 3), rng.integers(1, 60))
+        c = rng.lognormal(rng.normal(), rng.uniform(0.1, 3), rng.integers(1, 60))
+        pairs[(query_hash(f"q{i}"), "cost")] = (b, c)
+    out = score_drift(frame(pairs), TINY)
+    assert out.height == 40
+    assert out["js"].is_between(0.0, 1.0).all()
+    assert out["psi"].is_finite().all() and (out["psi"] >= 0).all()
+
+
+# --- bands and floors ---
+
+
+def test_each_band_is_strict_except_psi_warn() -> None:
+    enough = np.full((8, 2), 500)
+    js = np.array([0.1, 0.1001, 0.25, 0.2501, 0.0, 0.0, 0.0, 0.0])
+    psi = np.array([0.0, 0.0, 0.0, 0.0, 0.0999, 0.1, 0.25, 0.2501])
+    flag, reason, _ = flag_pairs(js, psi, enough, DESIGN)
+    assert list(flag) == [PASS, WARN, WARN, BLOCK, PASS, WARN, WARN, BLOCK]
+    assert list(reason) == [
+        "within_bands",
+        "js_warn",
+        "js_warn",
+        "js_block",
+        "within_bands",
+        "psi_warn",
+        "psi_warn",
+        "psi_block",
+    ]
+
+
+def test_fewer_than_200_samples_on_either_side_warns_never_passes() -> None:
+    same = np.linspace(1.0, 2.0, 400)
+    assert one(same[:199], same[:300])["reason"] == "insufficient_samples"
+    assert one(same[:300], same[:199])["flag"] == WARN
+    assert one(same[:200], same[:200])["flag"] == PASS  # 200 is enough
+    blow_out = one(same[:150], same[:150] * 50)  # even an obvious blow-out: WARN, not BLOCK
+    assert (blow_out["flag"], blow_out["reason"]) == (WARN, "insufficient_samples")
+    flag, reason, _ = flag_pairs([0.0], [0.0], [[200, 199]], DESIGN)
+    assert (flag[0], reason[0]) == (WARN, "insufficient_samples")
+
+
+def test_a_runaway_outlier_does_not_hide_a_blow_out() -> None:
+    base = lognormal(3, 600)
+    cand = np.concatenate([lognormal(4, 599) * 4, [1e9]])  # 4x slower, plus one runaway sample
+    row = one(base, cand)
+    assert (row["flag"], row["reason"]) == (BLOCK, "js_block")
+    # without winsorizing the grid stretches to 1e9, every sample lands in bin 0 and the blow-out hides
+    hidden = one(base, cand, DriftScoreConfig(profile="design", winsor_quantile=1.0))
+    assert hidden["flag"] == PASS
+    assert row["wasserstein"] > 1e6  # W1 is on the raw samples (metadata), the outlier shows there
+
+
+def test_psi_over_the_data_quality_limit_falls_back_to_js() -> None:
+    base = np.linspace(0.0, 1.0, 1000, endpoint=False)
+    cand = np.concatenate([np.linspace(0.0, 1.0, 950, endpoint=False), [2.0] * 50])  # 5% in empty bins
+    plain = one(base, cand)
+    assert plain["psi"] > 0.25 and plain["js"] < 0.1 and not plain["psi_data_quality"]
+    assert (plain["flag"], plain["reason"]) == (BLOCK, "psi_block")
+    config = DriftScoreConfig(profile="design", psi_data_quality=plain["psi"] - 0.01)
+    fallback = one(base, cand, config)
+    assert fallback["psi_data_quality"] is True
+    assert (fallback["flag"], fallback["reason"]) == (PASS, "psi_data_quality_fallback")
+    flag, reason, quality = flag_pairs([0.15, 0.3], [11.0, 11.0], [[500, 500], [500, 500]], DESIGN)
+    assert list(flag) == [WARN, BLOCK] and list(reason) == ["js_warn", "js_block"] and quality.all()
+
+
+def test_the_data_quality_limit_is_strict() -> None:
+    flag, reason, quality = flag_pairs([0.0, 0.0], [10.0, 10.0001], [[500, 500], [500, 500]], DESIGN)
+    assert list(flag) == [BLOCK, PASS] and list(reason) == ["psi_block", "psi_data_quality_fallback"]
+    assert list(quality) == [False, True]
+
+
+def test_a_band_counts_only_over_its_noise_threshold() -> None:
+    enough = np.full((4, 2), 500)
+    js, psi = [0.3, 0.3, 0.0, 0.0], [0.0, 0.0, 0.3, 0.3]
+    js_noise, psi_noise = [0.35, 0.2, 0.0, 0.0], [1.0, 1.0, 0.4, 0.2]
+    flag, reason, _ = flag_pairs(js, psi, enough, DESIGN, js_noise, psi_noise)
+    assert list(flag) == [PASS, BLOCK, PASS, BLOCK]
+    assert list(reason) == ["within_bands", "js_block", "within_bands", "psi_block"]
+    warn, _, _ = flag_pairs([0.15, 0.15], [0.0, 0.0], enough[:2], DESIGN, [0.2, 0.12], [1.0, 1.0])
+    assert list(warn) == [PASS, WARN]
+
+
+def test_negative_and_non_finite_samples_are_rejected_naming_the_pair() -> None:
+    with pytest.raises(ValueError, match=rf"query_hash={H1}, metric=latency.*negative"):
+        one([1.0, -0.5], [1.0])
+    with pytest.raises(ValueError, match="not finite"):
+        one([1.0], [float("nan")])
+    with pytest.raises(ValueError, match="metric 'rows' not in"):
+        score_drift(frame({(H1, "rows"): ([1.0], [1.0])}))
+    with pytest.raises(ValueError, match="not 64 lower-case hex"):
+        score_drift(frame({(H1.upper(), "cost"): ([1.0], [1.0])}))
+    with pytest.raises(ValueError, match="missing columns"):
+        score_drift(pl.DataFrame({"query_hash": [H1]}))
+
+
+# --- the design profile equals a plain per-pair implementation ---
+
+
+def plain_rule(baseline: np.ndarray, candidate: np.ndarray, c: DriftScoreConfig) -> tuple[float, float, str]:
+    """The design's rule for one pair, written out in plain Python."""
+    cand = np.minimum(candidate, np.quantile(candidate, c.winsor_quantile))
+    lo = min(baseline.min(), cand.min())
+    hi = max(baseline.max(), cand.max())
+    width = (hi - lo) / c.n_bins
+
+    def histogram(values: np.ndarray) -> np.ndarray:
+        counts = np.zeros(c.n_bins)
+        for v in values:
+            counts[0 if hi == lo else min(int((v - lo) / width), c.n_bins - 1)] += 1
+        freq = counts / len(values) + c.smoothing
+        return freq / freq.sum()
+
+    p, q = histogram(cand), histogram(baseline)
+    m = (p + q) / 2
+    js = min(max(0.5 * sum(p * np.log2(p / m)) + 0.5 * sum(q * np.log2(q / m)), 0.0), 1.0)
+    psi = sum((p - q) * np.log(p / q))
+    if len(baseline) < c.min_samples or len(candidate) < c.min_samples:
+        return js, psi, WARN
+    if psi > c.psi_data_quality:
+        return js, psi, BLOCK if js > c.js_block else WARN if js > c.js_warn else PASS
+    if js > c.js_block or psi > c.psi_block:
+        return js, psi, BLOCK
+    if js > c.js_warn or psi >= c.psi_warn:
+        return js, psi, WARN
+    return js, psi, PASS
+
+
+def test_design_profile_equals_the_plain_rule_on_random_inputs() -> None:
+    rng = np.random.default_rng(11)
+    pairs = {}
+    for i in range(60):
+        nb, nc = rng.integers(150, 500, 2)
+        b = rng.lognormal(0, rng.uniform(0.2, 2), nb)
+        kind = i % 5
+        c = rng.lognormal(rng.choice([0.0, 0.1, 0.5, 1.5]), rng.uniform(0.2, 2), nc)
+        if kind == 1:
+            b, c = np.round(b), np.round(c)  # ties, integer cardinalities
+        elif kind == 2:
+            c = np.concatenate([c, [1e6]])  # a runaway outlier
+        elif kind == 3:
+            b, c = np.full(nb, 3.0), np.full(nc, 3.0)  # hi == lo
+        pairs[(query_hash(f"r{i}"), METRICS[i % 3])] = (b, c)
+    out = score_drift(frame(pairs), DESIGN)
+    flags = set()
+    for row in out.iter_rows(named=True):
+        b, c = pairs[(row["query_hash"], row["metric"])]
+        js, psi, flag = plain_rule(b, c, DESIGN)
+        assert row["js"] == pytest.approx(js, abs=1e-12)
+        assert row["psi"] == pytest.approx(psi, rel=1e-12, abs=1e-12)
+        assert row["flag"] == flag
+        assert row["wasserstein"] == pytest.approx(wasserstein_distance(b, c), rel=1e-9, abs=1e-12)
+        flags.add(flag)
+    assert flags == {PASS, WARN, BLOCK}
+
+
+# --- determinism ---
+
+
+def _bytes(out: pl.DataFrame) -> bytes:
+    return out.write_csv().encode() + json.dumps(out.schema, default=str).encode()
+
+
+@pytest.mark.parametrize("profile", ["design", "calibrated"])
+def test_same_bytes_twice_and_in_any_row_order(profile: str) -> None:
+    pairs = {
+        (query_hash(f"d{i}"), m): (lognormal(i, 250), lognormal(i + 100, 220, 1.3))
+        for i in range(4)
+        for m in METRICS
+    }
+    samples = frame(pairs)
+    config = DriftScoreConfig(profile=profile, null_resamples=100)
+    first = score_drift(samples, config)
+    assert _bytes(first) == _bytes(score_drift(samples, config))
+    shuffled = samples.sample(fraction=1.0, shuffle=True, seed=5)
+    assert _bytes(first) == _bytes(score_drift(shuffled, config))
+    # a pair's calibrated result does not depend on the other pairs of the batch
+    alone = score_drift(samples.filter(pl.col("query_hash") == query_hash("d2")), config)
+    assert _bytes(alone) == _bytes(first.filter(pl.col("query_hash") == query_hash("d2")))
+
+
+def test_the_arrays_entry_point_gives_the_frames_bytes() -> None:
+    pairs = {
+        (query_hash(f"a{i}"), m): (lognormal(i, 210 + i), lognormal(50 + i, 205, 1.5))
+        for i in range(3)
+        for m in METRICS
+    }
+    items = list(pairs.items())[::-1]  # keys in any order
+    keys = pl.DataFrame({"query_hash": [k[0] for k, _ in items], "metric": [k[1] for k, _ in items]})
+    offsets = [np.concatenate([[0], np.cumsum([len(v[side]) for _, v in items])]) for side in (0, 1)]
+    values = [np.concatenate([v[side] for _, v in items]) for side in (0, 1)]
+    for profile in ("design", "calibrated"):
+        config = DriftScoreConfig(profile=profile, null_resamples=50)
+        arrays = score_drift_arrays(keys, values[0], offsets[0], values[1], offsets[1], config)
+        assert _bytes(arrays) == _bytes(score_drift(frame(pairs), config))
+    bad = values[1].copy()
+    bad[offsets[1][2]] = -1.0  # first sample of the third pair given
+    with pytest.raises(ValueError, match=f"query_hash={items[2][0][0]}, metric={items[2][0][1]}"):
+        score_drift_arrays(keys, values[0], offsets[0], bad, offsets[1])
+    with pytest.raises(ValueError, match="candidate_offsets"):
+        score_drift_arrays(keys, values[0], offsets[0], values[1], offsets[1][:-1])
+
+
+# --- the calibrated profile ---
+
+
+def test_calibrated_profile_stops_flagging_noise_but_still_blocks_a_shift() -> None:
+    noise = {
+        (query_hash(f"n{i}"), "latency"): (lognormal(i, 672), lognormal(1000 + i, 384)) for i in range(20)
+    }
+    samples = frame(noise)
+    design = score_drift(samples, DESIGN)
+    calibrated = score_drift(samples, DriftScoreConfig(null_resamples=200))
+    assert (design["flag"] != PASS).sum() >= 10  # the exact rule flags sampling noise...
+    assert (calibrated["flag"] == BLOCK).sum() <= 1  # ...the calibrated one mostly does not
+    assert calibrated["js_noise"].drop_nulls().len() > 0
+    shifted = one(lognormal(1, 672), lognormal(2, 384, 2.0), DriftScoreConfig(null_resamples=200))
+    assert shifted["flag"] == BLOCK and shifted["js"] > shifted["js_noise"]
+    assert shifted["profile"] == "calibrated"
+
+
+def test_config_rejects_an_unknown_profile() -> None:
+    with pytest.raises(ValueError, match="profile"):
+        DriftScoreConfig(profile="strict")
+
+
+# --- identity and shard key ---
+
+
+def test_query_hash_and_shard_key() -> None:
+    assert query_hash("select $1") == hashlib.sha256(b"select $1").hexdigest()
+    assert shard_of(H1, 64) == int(H1[-8:], 16) % 64
+    out = score_drift(frame({(H1, "cost"): ([1.0] * 3, [1.0] * 3), (H2, "cost"): ([1.0] * 3, [1.0] * 3)}))
+    assert out["shard"].to_list() == [shard_of(h, 64) for h in out["query_hash"]]
+
+
+# --- the CI payload contract ---
+
+GOOD = {
+    "query_hash": H1,
+    "metric": "latency",
+    "baseline_version": "v1.2.3",
+    "candidate_samples": [0.5, 1, 2.25],
+    "captured_at": "2026-12-01T18:00:00Z",
+}
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("query_hash", H1.upper()),
+        ("query_hash", H1[:63]),
+        ("query_hash", 12),
+        ("metric", "rows"),
+        ("baseline_version", ""),
+        ("baseline_version", 3),
+        ("candidate_samples", []),
+        ("candidate_samples", "1,2"),
+        ("candidate_samples/1", ["1.5"]),
+        ("candidate_samples/1", [True]),
+        ("candidate_samples/1", [-0.1]),
+        ("candidate_samples/1", [None]),
+        ("candidate_samples/1", [float("nan")]),
+        ("captured_at", "2026-12-01 18:00"),
+        ("captured_at", "2026-13-01T18:00:00Z"),
+        ("captured_at", 1733076000),
+    ],
+)
+def test_each_contract_violation_is_rejected_naming_the_field(field: str, value: object) -> None:
+    payload = dict(GOOD)
+    key = field.split("/")[0]
+    payload[key] = [1.0, *value] if field.endswith("/1") else value
+    with pytest.raises(PayloadError, match=f"drift payload: {field}"):
+        validate_payload(payload)
+
+
+@pytest.mark.parametrize("missing", ["query_hash", "metric", "baseline_version", "candidate_samples"])
+def test_a_missing_required_field_is_named(missing: str) -> None:
+    payload = {k: v for k, v in GOOD.items() if k != missing}
+    with pytest.raises(PayloadError, match=f"drift payload: {missing}: "):
+        validate_payload(payload)
+
+
+def test_additional_properties_are_rejected_and_a_good_payload_passes() -> None:
+    with pytest.raises(PayloadError, match="drift payload: extra: "):
+        validate_payload({**GOOD, "extra": 1})
+    assert validate_payload(GOOD) == GOOD
+    without_time = {k: v for k, v in GOOD.items() if k != "captured_at"}
+    assert validate_payload(without_time) == without_time
+    with pytest.raises(PayloadError, match="NaN"):
+        parse_payload(json.dumps(GOOD).replace("2.25", "NaN"))
+    with pytest.raises(PayloadError, match="not JSON"):
+        parse_payload("{")
+
+
+def test_score_payload_scores_a_validated_candidate() -> None:
+    payload = {**GOOD, "candidate_samples": list(lognormal(8, 300, 3.0))}
+    row = score_payload(payload, lognormal(9, 300), DESIGN)
+    assert (row["query_hash"], row["metric"], row["flag"]) == (H1, "latency", BLOCK)
+    with pytest.raises(PayloadError, match="metric"):
+        score_payload({**GOOD, "metric": "Latency"}, [1.0])
