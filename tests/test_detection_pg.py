@@ -140,6 +140,7 @@ def slowdowns_at(frames: Frames, version: str) -> pl.DataFrame:
     return frames.instance_slowdowns.filter(pl.col("instance") == "alpha")
 
 
+@pytest.mark.contention_mix
 def test_noop_deploy_with_a_cpu_heavy_neighbour_is_no_query_regression(
     alpha: tuple[str, FleetConfig], lake_root: Path
 ) -> None:
@@ -169,6 +170,7 @@ def test_noop_deploy_with_a_cpu_heavy_neighbour_is_no_query_regression(
     assert (explained["kind"] == "contention").all() and (explained["status"] == "no_regression").all()
 
 
+@pytest.mark.contention_mix
 def test_index_drop_under_contention_is_the_only_query_regression(
     alpha: tuple[str, FleetConfig], lake_root: Path
 ) -> None:
