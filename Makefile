@@ -21,7 +21,7 @@ test: venv
 	$(BIN)/pytest -q -m "not store_plans and not contention_mix"
 
 # Two real-server contention scenarios of tests/test_detection_pg.py whose outcome varies with the host's
-# load (3 failures in 6 fresh-clone CI runs on the shared 2-core machine): run on their own, not in CI.
+# load (3 failures in 5 fresh-clone CI runs on the shared 2-core machine): run on their own, not in CI.
 test-contention: venv
 	$(BIN)/pytest -q -rs -m contention_mix tests/test_detection_pg.py
 
