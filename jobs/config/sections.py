@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from jobs.collect.deploys import DeployInboxConfig
 from jobs.config.fleet import CollectorConfig, ConfigError
@@ -22,9 +22,17 @@ from jobs.lake import LakeConfig
 from jobs.plans.config import AutoExplainConfig, PlanCaptureConfig, PlanDiffConfig
 from jobs.weekly_config import WeeklyReportConfig
 
+T = TypeVar("T")
+
 if TYPE_CHECKING:
     from jobs.analysis import DetectionConfig
     from jobs.collect.cycle import CycleConfig
+
+
+def as_base(base: type[T], section: object) -> T:
+    """A section as the plain config class it extends (its own fields dropped): the code it tunes gets the
+    class it always got, so its repr, and anything derived from it, is as before the file."""
+    return base(**{f.name: getattr(section, f.name) for f in fields(base)})
 
 
 @dataclass(frozen=True)
@@ -40,7 +48,7 @@ class DetectorSettings(RegressionConfig):
 
     def regression_config(self) -> RegressionConfig:
         """The plain detector config (its repr, and so anything derived from it, as before the file)."""
-        return RegressionConfig(**{f.name: getattr(self, f.name) for f in fields(RegressionConfig)})
+        return as_base(RegressionConfig, self)
 
 
 @dataclass(frozen=True)
@@ -58,7 +66,7 @@ class PlansSettings(PlanCaptureConfig):
     """What counts as a changed plan between before and after a regression."""
 
     def capture_config(self) -> PlanCaptureConfig:
-        return PlanCaptureConfig(**{f.name: getattr(self, f.name) for f in fields(PlanCaptureConfig)})
+        return as_base(PlanCaptureConfig, self)
 
 
 @dataclass(frozen=True)
@@ -210,15 +218,13 @@ class RadarSettings:
         )
 
     def lake_config(self) -> LakeConfig:
-        return LakeConfig(**{f.name: getattr(self.lake, f.name) for f in fields(LakeConfig)})
+        return as_base(LakeConfig, self.lake)
 
     def deploy_inbox_config(self) -> DeployInboxConfig:
-        return DeployInboxConfig(**{f.name: getattr(self.deploys, f.name) for f in fields(DeployInboxConfig)})
+        return as_base(DeployInboxConfig, self.deploys)
 
     def report_config(self) -> WeeklyReportConfig:
-        return WeeklyReportConfig(
-            **{f.name: getattr(self.report, f.name) for f in fields(WeeklyReportConfig)}
-        )
+        return as_base(WeeklyReportConfig, self.report)
 
     def cycle_config(self) -> CycleConfig:
         """One collection cycle's config from [plans]."""
