@@ -584,7 +584,7 @@ ALERT_DEAD_LETTERS = TableSchema(
 )
 
 # ---------------------------------------------------------------------------------------------------------
-# Latency distribution drift (jobs/drift.py)
+# Latency distribution drift (jobs/drift/interval.py)
 
 DRIFT_BASELINES = TableSchema(
     name="drift_baselines",

@@ -1,4 +1,4 @@
-"""The design's drift scorer (jobs.drift_score): hand-computed values, bands, floors, winsorizing, the PSI
+"""The design's drift scorer (jobs.drift.scorer): hand-computed values, bands, floors, winsorizing, the PSI
 fallback, determinism, the calibrated profile's noise floor and the CI payload contract."""
 
 from __future__ import annotations
@@ -12,21 +12,18 @@ import polars as pl
 import pytest
 from scipy.stats import wasserstein_distance
 
-from jobs.drift_score import (
+from jobs.drift.config import DriftScoreConfig
+from jobs.drift.contract import PayloadError, parse_payload, score_payload, validate_payload
+from jobs.drift.scorer import (
     BLOCK,
     METRICS,
     PASS,
     WARN,
-    DriftScoreConfig,
-    PayloadError,
     flag_pairs,
-    parse_payload,
     query_hash,
     score_drift,
     score_drift_arrays,
-    score_payload,
     shard_of,
-    validate_payload,
 )
 
 DESIGN = DriftScoreConfig(profile="design")

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, TypeVar
 from jobs.collect.deploys import DeployInboxConfig
 from jobs.config.fleet import CollectorConfig, ConfigError
 from jobs.detect.config import FindingsConfig, RegressionConfig, SampleConfig, ScopeConfig
-from jobs.drift_config import DriftConfig
+from jobs.drift.config import DriftConfig
 from jobs.gate.config import GateConfig
 from jobs.lake import LakeConfig
 from jobs.plans.config import AutoExplainConfig, PlanCaptureConfig, PlanDiffConfig

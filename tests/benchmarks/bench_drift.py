@@ -7,7 +7,7 @@ current intervals 3-20x slower; or a shift of the whole shape 1.3-3x slower), th
 (80% unchanged, 20% faster 0.4-0.8x, which must not be called drift).
 
 Contenders on the same arrays:
-- ``jobs.drift.drift_kernel``: vectorized over blocks of thousands of series (bincounts over ids);
+- ``jobs.drift.interval.drift_kernel``: vectorized over blocks of thousands of series (bincounts over ids);
 - peer: a Python loop per series calling ``scipy.spatial.distance.jensenshannon`` and
   ``scipy.stats.wasserstein_distance`` (plus ``np.histogram`` on the same edges and the PSI formula),
   run on the first ``PEER_SERIES`` series and scaled to series/s; its metrics are checked equal.

@@ -1,4 +1,4 @@
-"""The drift scorer (jobs.drift_score) against a per-pair scipy loop, and its false-BLOCK rate and recall.
+"""The drift scorer (jobs.drift.scorer) against a per-pair scipy loop, and its false-BLOCK rate and recall.
 
 Throughput (seed 20260111): ``RADAR_BENCH_SCORE_PAIRS`` (query hash, metric) pairs (default 2,000; the
 issue's full size is 300,000 = 100,000 hashes x 3 metrics), ``RADAR_BENCH_SCORE_SAMPLES`` samples per
@@ -29,7 +29,8 @@ import polars as pl
 from scipy.spatial.distance import jensenshannon
 from scipy.stats import wasserstein_distance
 
-from jobs.drift_score import BLOCK, METRICS, PASS, DriftScoreConfig, query_hash, score_drift_arrays
+from jobs.drift.config import DriftScoreConfig
+from jobs.drift.scorer import BLOCK, METRICS, PASS, query_hash, score_drift_arrays
 
 RESULTS = Path(".bench/results")
 SEED = 20260111

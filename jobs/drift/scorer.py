@@ -37,30 +37,26 @@ Negative and non-finite samples are rejected (ValueError naming the pair), never
 from __future__ import annotations
 
 import hashlib
-import json
-import math
 import re
 from dataclasses import dataclass
-from functools import cache
-from pathlib import Path
-from typing import Any
 
 import numpy as np
 import polars as pl
+
+from jobs.drift.config import PROFILES as PROFILES
+from jobs.drift.config import DriftScoreConfig
 
 PASS = "PASS"
 WARN = "WARN"
 BLOCK = "BLOCK"
 METRICS = ("cost", "latency", "cardinality")
 SIDES = ("baseline", "candidate")
-PROFILES = ("calibrated", "design")
 # Reasons, one per row, first that applies: insufficient_samples, then (PSI > psi_data_quality)
 # js_block / js_warn / psi_data_quality_fallback; else js_block, psi_block, js_warn, psi_warn, within_bands.
 INSUFFICIENT_SAMPLES = "insufficient_samples"
 PSI_DATA_QUALITY_FALLBACK = "psi_data_quality_fallback"
 WITHIN_BANDS = "within_bands"
 QUERY_HASH_PATTERN = re.compile(r"^[a-f0-9]{64}$")
-CONTRACT = Path(__file__).resolve().parent / "contracts" / "drift_payload.schema.json"
 INPUT_COLUMNS = ("query_hash", "metric", "side", "value")
 OUTPUT_SCHEMA: dict[str, pl.DataType] = {
     "query_hash": pl.String(),
@@ -78,55 +74,6 @@ OUTPUT_SCHEMA: dict[str, pl.DataType] = {
     "js_noise": pl.Float64(),
     "psi_noise": pl.Float64(),
 }
-
-
-@dataclass(frozen=True)
-class DriftScoreConfig:
-    """Every constant of the drift scorer, with the design's default."""
-
-    n_bins: int = 32
-    """Bins of the one grid over the union support of both sides."""
-    winsor_quantile: float = 0.99
-    """The candidate is winsorized at this quantile (numpy 'linear') before binning."""
-    smoothing: float = 1e-9
-    """Added to every bin's frequency before normalisation (an empty bin stays finite)."""
-    js_block: float = 0.25
-    """JS divergence (base 2) above this blocks."""
-    psi_block: float = 0.25
-    """PSI above this blocks."""
-    js_warn: float = 0.1
-    """JS divergence above this warns."""
-    psi_warn: float = 0.1
-    """PSI at or above this warns (the design's >=, unlike the other three bands)."""
-    min_samples: int = 200
-    """Fewer samples than this on either side: WARN insufficient_samples, never PASS."""
-    psi_data_quality: float = 10.0
-    """PSI above this is a data-quality flag: the PSI is not trusted and the flag falls back to JS."""
-    profile: str = "calibrated"
-    """'calibrated' (bands count only over the pair's noise quantile) or 'design' (the rule, exactly)."""
-    null_resamples: int = 1000
-    """Calibrated: permutation relabellings per pair for the noise null (~10-15 ms a flagged pair)."""
-    null_quantile: float = 0.999
-    """Calibrated: the null's quantile (numpy 'linear') a distance must exceed. Measured on 1,000
-    unchanged lognormal pairs: 400 / 0.995 gave 1.3% (200 vs 200) and 1.4% (672 vs 384) false BLOCK, all
-    from PSI (the null holds the observed grid, so it is a little narrower than the truth); 1000 / 0.999
-    gave 0.7% and 0.3%."""
-    seed: int = 20260111
-    """Calibrated: base seed, mixed with each pair's key (SHA-256) into the pair's own generator."""
-    shard_count: int = 64
-    """Shard key = int(query_hash[-8:], 16) % shard_count."""
-
-    def __post_init__(self) -> None:
-        if self.n_bins < 1 or self.min_samples < 0 or self.shard_count < 1 or self.null_resamples < 1:
-            raise ValueError("n_bins, null_resamples and shard_count must be >= 1, min_samples >= 0")
-        if not 0.0 < self.winsor_quantile <= 1.0 or not 0.0 < self.null_quantile <= 1.0:
-            raise ValueError("winsor_quantile and null_quantile must be in (0, 1]")
-        if not self.smoothing > 0:
-            raise ValueError("smoothing must be > 0")
-        if self.js_warn > self.js_block or self.psi_warn > self.psi_block:
-            raise ValueError("warn bands must not exceed block bands")
-        if self.profile not in PROFILES:
-            raise ValueError(f"profile must be one of {PROFILES}, got {self.profile!r}")
 
 
 def query_hash(fingerprint: str) -> str:
@@ -530,90 +477,3 @@ def _score(s: _Samples, config: DriftScoreConfig) -> pl.DataFrame:
         pl.Series("psi_noise", psi_noise, dtype=pl.Float64, nan_to_null=True),
     )
     return out.select(list(OUTPUT_SCHEMA))
-
-
-def score_payload(
-    payload: dict[str, Any],
-    baseline_samples: list[float] | np.ndarray,
-    config: DriftScoreConfig = DriftScoreConfig(),
-) -> dict[str, Any]:
-    """Score one CI payload (validated first, see ``validate_payload``) against its baseline samples."""
-    checked = validate_payload(payload)
-    baseline = np.asarray(baseline_samples, dtype=np.float64)
-    candidate = np.asarray(checked["candidate_samples"], dtype=np.float64)
-    frame = pl.DataFrame(
-        {
-            "query_hash": [checked["query_hash"]] * (baseline.size + candidate.size),
-            "metric": [checked["metric"]] * (baseline.size + candidate.size),
-            "side": ["baseline"] * baseline.size + ["candidate"] * candidate.size,
-            "value": np.concatenate([baseline, candidate]),
-        }
-    )
-    return score_drift(frame, config).row(0, named=True)
-
-
-# ---------------------------------------------------------------------------------------------------------
-# The CI payload contract
-
-
-class PayloadError(ValueError):
-    """A drift payload that does not meet drift_payload.schema.json; the message names the field."""
-
-
-@cache
-def payload_contract() -> dict[str, Any]:
-    """The JSON Schema of a CI drift payload (jobs/contracts/drift_payload.schema.json)."""
-    return json.loads(CONTRACT.read_text())
-
-
-def _reject_constant(name: str) -> float:
-    raise PayloadError(f"drift payload: {name} is not a JSON number (NaN and Infinity are rejected)")
-
-
-def parse_payload(text: str) -> dict[str, Any]:
-    """Parse a JSON payload text (NaN / Infinity rejected) and validate it."""
-    try:
-        payload = json.loads(text, parse_constant=_reject_constant)
-    except json.JSONDecodeError as error:
-        raise PayloadError(f"drift payload: not JSON ({error})") from None
-    return validate_payload(payload)
-
-
-def _is_date_time(value: str) -> bool:
-    """RFC 3339 date-time: a 'T' (or 't') between date and time and an explicit offset or Z."""
-    from datetime import datetime
-
-    if not re.fullmatch(r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})", value):
-        return False
-    try:
-        datetime.fromisoformat(value.upper().replace("Z", "+00:00"))
-    except ValueError:
-        return False
-    return True
-
-
-def validate_payload(payload: Any) -> dict[str, Any]:
-    """The payload itself when it meets the contract; else PayloadError naming the field. Nothing is
-    coerced: a numeric string, a boolean, a NaN or a negative sample is rejected."""
-    import jsonschema
-
-    validator = jsonschema.Draft202012Validator(payload_contract())
-    errors = sorted(
-        validator.iter_errors(payload), key=lambda e: (list(map(str, e.absolute_path)), e.message)
-    )
-    if errors:
-        error = errors[0]
-        field = "/".join(str(part) for part in error.absolute_path)
-        if error.validator == "required":
-            field = str(error.message).split("'")[1]
-        elif error.validator == "additionalProperties":
-            extra = sorted(set(payload) - set(payload_contract()["properties"]))
-            field = extra[0] if extra else field
-        raise PayloadError(f"drift payload: {field or '(root)'}: {error.message}")
-    for i, sample in enumerate(payload["candidate_samples"]):
-        if not math.isfinite(sample):
-            raise PayloadError(f"drift payload: candidate_samples/{i}: {sample!r} is not a finite number")
-    captured_at = payload.get("captured_at")
-    if captured_at is not None and not _is_date_time(captured_at):
-        raise PayloadError(f"drift payload: captured_at: {captured_at!r} is not an RFC 3339 date-time")
-    return payload

@@ -36,7 +36,7 @@ import polars as pl
 from scipy import stats
 
 from jobs import lake
-from jobs.drift_config import DriftConfig as DriftConfig
+from jobs.drift.config import DriftConfig as DriftConfig
 from jobs.regressions import (
     SERIES_KEY,
     fingerprinted_samples,
