@@ -644,6 +644,106 @@ LATENCY_DRIFT = TableSchema(
 )
 
 # ---------------------------------------------------------------------------------------------------------
+# Per-execution drift (issue 11): auto_explain sampler samples, table statistics, anchored sample baselines
+
+EXECUTION_SAMPLES = TableSchema(
+    name="execution_samples",
+    description=(
+        "One row per statement execution logged by the auto_explain sampler (sample_rate, "
+        "log_min_duration = 0, log_analyze with log_timing off, JSON): latency, cost and cardinality."
+    ),
+    primary_key=("instance", "session_id", "line_num"),
+    columns=(
+        Column("logged_at", UTC_TS, "the jsonlog record's timestamp (its date is the partition)"),
+        Column("session_id", pl.String(), "jsonlog session_id: with line_num, the record's identity"),
+        Column("line_num", pl.Int64(), "jsonlog line_num within the session"),
+        Column("dbname", pl.String()),
+        Column("queryid", pl.Int64(), "Query Identifier (log_verbose) or the record's query_id"),
+        Column("fingerprint", pl.String(), "query fingerprint (jobs.detect.identity) of the normalized text"),
+        Column("query_hash", pl.String(), "SHA-256 hex of the fingerprint (jobs.drift.scorer.query_hash)"),
+        Column("shape_hash", pl.String(), "plan shape (jobs.plans.shape.plan_shape_hash)"),
+        Column("latency_ms", pl.Float64(), "auto_explain duration of the execution (metric latency)"),
+        Column("total_cost", pl.Float64(), "root Total Cost, the planner's estimate (metric cost)"),
+        Column("cardinality", pl.Float64(), "worst q-error of the plan's nodes (metric cardinality)"),
+        Column("cardinality_node", pl.String(), "node type and relation of that worst node"),
+        Column("relations", pl.List(pl.String()), "distinct relation names of the plan, sorted"),
+        Column("log_file", pl.String(), "the jsonlog file the record came from"),
+    ),
+)
+
+TABLE_STATS_SNAPSHOTS = TableSchema(
+    name="table_stats_snapshots",
+    description="pg_stat_user_tables with each snapshot: when each table was last analysed, and churn since.",
+    primary_key=("instance", "captured_at", "dbname", "relid"),
+    columns=(
+        Column("captured_at", UTC_TS, "the snapshot's time (its date is the partition)"),
+        Column("dbname", pl.String()),
+        Column("relid", pl.Int64()),
+        Column("schemaname", pl.String()),
+        Column("relname", pl.String()),
+        Column("n_live_tup", pl.Int64()),
+        Column("n_mod_since_analyze", pl.Int64()),
+        Column("last_analyze", UTC_TS),
+        Column("last_autoanalyze", UTC_TS),
+        Column("analyze_count", pl.Int64()),
+        Column("autoanalyze_count", pl.Int64()),
+    ),
+)
+
+DRIFT_SAMPLE_BASELINES = TableSchema(
+    name="drift_sample_baselines",
+    description=(
+        "Anchored per-execution baselines: explicit rows per (baseline_version, instance, query_hash, "
+        "metric), never a rolling window; a re-anchor writes a new version."
+    ),
+    partition_by=("date",),
+    primary_key=("baseline_version", "instance", "query_hash", "metric"),
+    columns=(
+        Column("baseline_version", pl.String(), "non-empty label, e.g. 'v812' or '2026-12-01T10:00Z'"),
+        Column("instance", pl.String()),
+        Column("query_hash", pl.String()),
+        Column("metric", pl.String(), "cost | latency | cardinality"),
+        Column("fingerprint", pl.String()),
+        Column("queryid", pl.Int64(), "the queryid seen most often in the window"),
+        Column("window_start", UTC_TS, "execution samples with logged_at > window_start..."),
+        Column("window_end", UTC_TS, "...and <= window_end"),
+        Column("n_window", pl.Int64(), "samples in the window"),
+        Column("samples", pl.List(pl.Float64()), "the kept samples (at most max_baseline_samples, seeded)"),
+        Column("created_at", UTC_TS, "the anchor's time (its date is the partition)"),
+    ),
+)
+
+EXECUTION_DRIFT = TableSchema(
+    name="execution_drift",
+    description="One row per (instance, query_hash, metric) per scoring run: the scorer's DriftScore.",
+    partition_by=("date",),
+    primary_key=("scored_at", "instance", "query_hash", "metric"),
+    columns=(
+        Column("scored_at", UTC_TS, "the run's as-of time (its date is the partition)"),
+        Column("instance", pl.String()),
+        Column("query_hash", pl.String()),
+        Column("metric", pl.String(), "cost | latency | cardinality"),
+        Column("fingerprint", pl.String()),
+        Column("queryid", pl.Int64()),
+        Column("baseline_version", pl.String()),
+        Column("window_start", UTC_TS, "candidate: samples logged in (window_start, window_end]"),
+        Column("window_end", UTC_TS),
+        Column("shard", pl.Int64(), "int(query_hash[-8:], 16) % shard_count"),
+        Column("n_baseline", pl.Int64()),
+        Column("n_candidate", pl.Int64()),
+        Column("js", pl.Float64(), "Jensen-Shannon divergence, base 2, in [0, 1]: the drift score"),
+        Column("psi", pl.Float64(), "population stability index (natural log; p = candidate)"),
+        Column("wasserstein", pl.Float64(), "W1 of the raw samples in the metric's unit (metadata)"),
+        Column("flag", pl.String(), "PASS | WARN | BLOCK"),
+        Column("reason", pl.String(), "insufficient_samples | js_block | psi_block | ... | within_bands"),
+        Column("psi_data_quality", pl.Boolean(), "PSI > psi_data_quality: the flag fell back to JS"),
+        Column("profile", pl.String(), "calibrated | design"),
+        Column("js_noise", pl.Float64(), "calibrated: the pair's null quantile of JS"),
+        Column("psi_noise", pl.Float64(), "calibrated: the pair's null quantile of PSI"),
+    ),
+)
+
+# ---------------------------------------------------------------------------------------------------------
 # Incremental runs: state kept in the lake (jobs/samples.py append mode, jobs/detect/scope.py)
 
 SAMPLE_FRONTIER = TableSchema(
@@ -744,6 +844,10 @@ TABLES: dict[str, TableSchema] = {
         ALERT_DEAD_LETTERS,
         DRIFT_BASELINES,
         LATENCY_DRIFT,
+        EXECUTION_SAMPLES,
+        TABLE_STATS_SNAPSHOTS,
+        DRIFT_SAMPLE_BASELINES,
+        EXECUTION_DRIFT,
         SAMPLE_FRONTIER,
         ANALYSIS_RUNS,
         ANALYSED_DEPLOYS,
