@@ -9,7 +9,7 @@ The CLI (`radar detect`), the demo and the Dagster assets all go through here, s
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import polars as pl
@@ -42,6 +42,8 @@ from jobs.detect.scope import (
 from jobs.detect.work import attach_work_evidence, detect_resource_regressions
 from jobs.lake import LakeConfig
 from jobs.plandiff import PlanDiffConfig, attach_plan_diffs, plan_diffs_for_regressions, write_plan_diffs
+from jobs.plans.analyses import DEFAULT_WINDOW as ANALYZE_WINDOW
+from jobs.plans.analyses import table_analyses
 from jobs.regressions import (
     DETECTED,
     SERIES_KEY,
@@ -63,6 +65,7 @@ from jobs.schemas import (
     QUERY_SAMPLES,
     QUERY_TEXTS,
     RESOURCE_REGRESSIONS,
+    TABLE_STATS_SNAPSHOTS,
     TableSchema,
 )
 
@@ -86,6 +89,9 @@ class DetectionConfig:
     """Lock wait and temp-file rules of the samples rebuild."""
     findings: FindingsConfig = field(default_factory=FindingsConfig)
     """Finding identity (onset tolerance) and the recovery re-check (jobs.detect.findings)."""
+    analyze_before_plan_change: timedelta = ANALYZE_WINDOW
+    """[drift.samples] analyze_before_plan_change: an ANALYZE of a table of the query at most this long
+    before a regression's change is named in its plan diff and finding (jobs.plans.analyses)."""
 
 
 @dataclass(frozen=True)
@@ -144,10 +150,12 @@ def detect_from_frames(
     plan_snapshots: pl.DataFrame,
     config: DetectionConfig = DetectionConfig(),
     scope: AnalysisScope | None = None,
+    table_stats: pl.DataFrame | None = None,
 ) -> DetectionFrames:
     """Latency findings of both analyses with their work evidence, contention separated and plan diffs
     attached; resource regressions; instance slowdowns. ``scope``: what an incremental run re-examines
-    (jobs.detect.scope; None = everything)."""
+    (jobs.detect.scope; None = everything). ``table_stats``: table_stats_snapshots rows, so a plan diff
+    names an ANALYZE of the query's tables shortly before the change (None: not looked for)."""
     # Identified once here; every step below reuses it (fingerprinted_samples passes identified frames).
     if samples.height:
         samples = fingerprinted_samples(samples, texts, config.regression.identity)
@@ -178,7 +186,13 @@ def detect_from_frames(
     detected = one_row_per_finding(
         pl.concat([regressions, unannounced], how="diagonal_relaxed").filter(pl.col("status") == DETECTED)
     )
-    diffs = plan_diffs_for_regressions(detected, plan_snapshots, config.plan_diff)
+    diffs = plan_diffs_for_regressions(
+        detected,
+        plan_snapshots,
+        config.plan_diff,
+        analyses=table_analyses(table_stats),
+        analyze_window=config.analyze_before_plan_change,
+    )
     return DetectionFrames(
         regressions=attach_plan_diffs(regressions, diffs),
         unannounced=attach_plan_diffs(unannounced, diffs),
@@ -266,7 +280,10 @@ def run_detection(
         mode = "append" if config.incremental else "rebuild"
         report = run_samples_job(lake_root, config.samples, lake_config=config.lake, mode=mode)
     state, samples, texts, deploys, plans = read_inputs_in_scope(lake_root, config, computed_at, digest)
-    found = stamp_run(detect_from_frames(samples, texts, deploys, plans, config, state.scope), computed_at)
+    table_stats = lake.read_table(lake_root, TABLE_STATS_SNAPSHOTS)
+    found = stamp_run(
+        detect_from_frames(samples, texts, deploys, plans, config, state.scope, table_stats), computed_at
+    )
     latency = pl.concat([found.regressions, found.unannounced], how="diagonal_relaxed")
     previous, changes = findings_of_run(lake_root, latency, samples, texts, computed_at, config)
     files = [

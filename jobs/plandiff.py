@@ -20,6 +20,7 @@ from typing import Any
 import polars as pl
 
 from jobs.lake import stem_for, write_table
+from jobs.plans.analyses import DEFAULT_WINDOW, analyses_before, analyze_note
 from jobs.plans.config import PlanDiffConfig as PlanDiffConfig
 from jobs.plans.shape import node_label, plan_facts, plan_root, walk_nodes
 from jobs.regressions import SERIES_KEY
@@ -399,11 +400,58 @@ def _diff_row(reg: dict[str, Any], snaps: list[dict[str, Any]], config: PlanDiff
     }
 
 
+def with_analyze_note(
+    row: dict[str, Any],
+    snaps: list[dict[str, Any]],
+    analyses: pl.DataFrame | None,
+    window: timedelta = DEFAULT_WINDOW,
+) -> dict[str, Any]:
+    """``row`` (a plan_diffs row) with the ANALYZEs of the query's tables (the relations of its plans)
+    within ``window`` before its change named in the summary ("ANALYZE of <table> at <time>, <N> min before
+    the plan change") and listed in the structured diff (``analyze_before_change``)."""
+    change_at = row.get("detected_change_at")
+    if analyses is None or analyses.is_empty() or change_at is None or not snaps:
+        return row
+    relations = {r for s in snaps for r in (s.get("relations") or [])}
+    dbnames = {s.get("dbname") for s in snaps} - {None}
+    found = analyses_before(
+        analyses,
+        row["instance"],
+        relations,
+        change_at,
+        window,
+        next(iter(dbnames)) if len(dbnames) == 1 else None,
+    )
+    if not found:
+        return row
+    note = analyze_note(found, change_at, plan_changed=row.get("diff_status") == "changed")
+    out = {**row, "plan_diff_summary": f"{row.get('plan_diff_summary') or ''} {note}".strip()}
+    if out.get("plan_diff"):
+        structured = json.loads(out["plan_diff"])
+        structured["analyze_before_change"] = [
+            {
+                "table": f"{f['schemaname']}.{f['relname']}" if f.get("schemaname") else f["relname"],
+                "kind": f["kind"],
+                "analysed_at": f["analysed_at"].isoformat(),
+                "minutes_before": round((change_at - f["analysed_at"]).total_seconds() / 60, 1),
+            }
+            for f in found
+        ]
+        out["plan_diff"] = json.dumps(structured, sort_keys=True)
+    return out
+
+
 def plan_diffs_for_regressions(
-    regressions: pl.DataFrame, plan_snapshots: pl.DataFrame, config: PlanDiffConfig | None = None
+    regressions: pl.DataFrame,
+    plan_snapshots: pl.DataFrame,
+    config: PlanDiffConfig | None = None,
+    analyses: pl.DataFrame | None = None,
+    analyze_window: timedelta = DEFAULT_WINDOW,
 ) -> pl.DataFrame:
     """One plan_diffs row per detected regression, matching plans by instance + any of its queryids, of its
-    own database (``_same_database``: on PG18 one query has one queryid in every database)."""
+    own database (``_same_database``: on PG18 one query has one queryid in every database). ``analyses``
+    (jobs.plans.analyses.table_analyses): an ANALYZE of a table of the query at most ``analyze_window``
+    before the change is named in the summary."""
     config = config or PlanDiffConfig()
     detected = regressions
     if "status" in detected.columns:
@@ -424,6 +472,7 @@ def plan_diffs_for_regressions(
             "duration_ms",
             "dbid",
             "dbname",
+            "relations",
         ]
         for snap in snaps.select([c for c in cols if c in snaps.columns]).to_dicts():
             by_key.setdefault((snap["instance"], snap["queryid"]), []).append(snap)
@@ -436,7 +485,7 @@ def plan_diffs_for_regressions(
             if _same_database(reg, s)
         ]
         try:
-            out.append(_diff_row(reg, mine, config))
+            out.append(with_analyze_note(_diff_row(reg, mine, config), mine, analyses, analyze_window))
         except Exception as exc:  # one bad plan must not lose the other regressions' diffs
             out.append(
                 {

@@ -215,6 +215,7 @@ class RadarSettings:
             unannounced=self.detector.unannounced,
             lake=self.lake_config(),
             findings=self.detector.findings,
+            analyze_before_plan_change=self.drift.samples.analyze_before_plan_change,
         )
 
     def lake_config(self) -> LakeConfig:
