@@ -44,6 +44,7 @@ from jobs.lake import LakeConfig
 from jobs.plandiff import PlanDiffConfig, attach_plan_diffs, plan_diffs_for_regressions, write_plan_diffs
 from jobs.plans.analyses import DEFAULT_WINDOW as ANALYZE_WINDOW
 from jobs.plans.analyses import table_analyses
+from jobs.publish.drift import DRIFT_FLAG_COLUMNS, drift_flags_text, with_drift_flags
 from jobs.regressions import (
     DETECTED,
     SERIES_KEY,
@@ -449,7 +450,10 @@ def _deploy_text(row: dict) -> str:
 
 
 def findings_table(frame: pl.DataFrame, title: str = "Findings") -> Table:
-    """Each finding once (jobs.detect.findings): the deploy blamed or unannounced, with its status."""
+    """Each finding once (jobs.detect.findings): the deploy blamed or unannounced, with its status; a
+    "drift" column with the latest per-execution drift flag per metric when ``frame`` has them
+    (jobs.publish.drift.with_drift_flags; "–" where the query was not scored)."""
+    drifted = all(c in frame.columns for c in DRIFT_FLAG_COLUMNS)
     table = Table(title=title, show_lines=True)
     for name in (
         "instance",
@@ -462,6 +466,7 @@ def findings_table(frame: pl.DataFrame, title: str = "Findings") -> Table:
         "kind",
         "plan change",
         "work",
+        *(["drift"] if drifted else []),
     ):
         table.add_column(name, overflow="fold")
     for row in frame.sort("onset", "finding_id").to_dicts():
@@ -477,6 +482,7 @@ def findings_table(frame: pl.DataFrame, title: str = "Findings") -> Table:
             _kind_text(row),
             str(row.get("plan_diff_summary") or "no plans captured"),
             str(row.get("work_evidence") or "-"),
+            *([drift_flags_text(row)] if drifted else []),
         )
     return table
 
@@ -488,12 +494,18 @@ def detection_config_digest(config: DetectionConfig) -> str:
     )
 
 
-def print_detection(outcome: DetectionOutcome, console: Console, show_all: bool = False) -> None:
+def print_detection(
+    outcome: DetectionOutcome,
+    console: Console,
+    show_all: bool = False,
+    drift: pl.DataFrame | None = None,
+) -> None:
+    """The run as tables; ``drift`` (execution_drift rows): each finding's latest drift flags shown."""
     if outcome.settings_changed:
         console.print(
             "The analysis settings changed since the last run: every deploy and series re-examined."
         )
-    shown = outcome.shown_findings
+    shown = with_drift_flags(outcome.shown_findings, drift)
     if shown.height:
         console.print(findings_table(shown, "Findings (open, or changed by this run)"))
     else:

@@ -482,17 +482,20 @@ def cmd_samples(args: argparse.Namespace) -> int:
 def cmd_detect(args: argparse.Namespace) -> int:
     import polars as pl
 
+    from jobs import lake
     from jobs.analysis import print_detection, run_detection
     from jobs.detect.findings import OPEN
-    from jobs.schemas import FINDING_STATES
+    from jobs.publish.drift import DRIFT_FLAG_COLUMNS, with_drift_flags
+    from jobs.schemas import EXECUTION_DRIFT, FINDING_STATES
 
     config = settings_of(args).detection_config(incremental=not args.full)
     outcome = run_detection(lake_root(args), config)
+    drift = lake.read_table(lake_root(args), EXECUTION_DRIFT)  # each finding's per-execution drift flags
     if args.format == "table":
-        print_detection(outcome, console, show_all=args.all)
+        print_detection(outcome, console, show_all=args.all, drift=drift)
     else:
-        shown = outcome.shown_findings.sort("onset", "finding_id")
-        show_rows(args, shown.select(FINDING_STATES.columns_of(shown)))
+        shown = with_drift_flags(outcome.shown_findings.sort("onset", "finding_id"), drift)
+        show_rows(args, shown.select(*FINDING_STATES.columns_of(shown), *DRIFT_FLAG_COLUMNS))
     open_findings = outcome.findings.filter(pl.col("status") == OPEN).height
     if args.fail_on_detect and open_findings:
         say(args, f"{open_findings} open findings (--fail-on-detect: exit 1)")
@@ -1081,7 +1084,8 @@ def build_parser(command: str | None = ALL_COMMANDS) -> argparse.ArgumentParser:
         "find regressions around deploys and unannounced ones",
         formats=True,
         description="Find regressions around deploys and unannounced ones. JSON/CSV rows: the findings "
-        "that are open or that this run changed (the finding_states columns).",
+        "that are open or that this run changed (the finding_states columns, then drift_cost, drift_latency, "
+        "drift_cardinality: the latest per-execution drift flag of the query, null when never scored).",
     )
     _design_flags(detect, *DETECTOR_FLAGS)
     detect.add_argument("--all", action="store_true", help="also list the series that were not reported")

@@ -20,8 +20,10 @@ from jobs import lake
 from jobs.cli import EXIT_CODES, build_parser, main
 from jobs.detect.findings import latest_states
 from jobs.duckdb_views import query
+from jobs.publish.drift import DRIFT_FLAG_COLUMNS
 from jobs.publish.output import json_value, rows_to_csv, rows_to_json
 from jobs.schemas import FINDING_STATES
+from tests.drift_frames import drift_row, write_drift
 from tests.lakes import snapshot_frame, snapshot_row, write_snapshot_files, write_step_change_lake
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -79,7 +81,8 @@ def test_detect_json_is_the_findings_of_the_lake_and_fail_on_detect_exits_1(
     rows, _ = json_out(capsys, "--lake", str(lake_root), "detect", "--format", "json")
     lake_findings = latest_states(lake.read_table(lake_root, FINDING_STATES)).sort("onset", "finding_id")
     assert len(rows) == lake_findings.height >= 1
-    assert list(rows[0]) == FINDING_STATES.columns_of(lake_findings)
+    assert list(rows[0]) == [*FINDING_STATES.columns_of(lake_findings), *DRIFT_FLAG_COLUMNS]
+    assert {r["drift_latency"] for r in rows} == {None}, "never scored: null, not an error"
     for row, expected in zip(rows, lake_findings.iter_rows(named=True), strict=True):
         assert row["finding_id"] == expected["finding_id"] and row["status"] == "open"
         assert row["queryid"] == str(expected["queryid"])
@@ -91,6 +94,12 @@ def test_detect_json_is_the_findings_of_the_lake_and_fail_on_detect_exits_1(
         capsys, "--lake", str(lake_root), "detect", "--format", "json", "--fail-on-detect", code=1
     )
     assert still_open and "open findings (--fail-on-detect" in err
+    # Once the drift stage scored the query, each of its findings carries the latest flag per metric.
+    write_drift(
+        lake_root, [drift_row(rows[0]["fingerprint"], "latency", "BLOCK", instance=rows[0]["instance"])]
+    )
+    flagged, _ = json_out(capsys, "--lake", str(lake_root), "detect", "--format", "json")
+    assert [(r["drift_latency"], r["drift_cost"]) for r in flagged][:1] == [("BLOCK", None)]
     assert radar("--lake", str(lake_root), "detect") == 0  # without the flag: 0
 
 

@@ -208,3 +208,32 @@ def test_analyze_note_words_and_window_edges() -> None:
     assert analyses_before(analyses, "db1", ["orders"], change, timedelta(minutes=2)) == []
     assert analyses_before(analyses, "db1", ["orders"], change, timedelta(minutes=30), dbname="other") == []
     assert analyze_note([], change) == ""
+
+
+def test_findings_view_and_table_show_the_drift_flags(lake_root: Path) -> None:
+    from rich.console import Console
+
+    from jobs.analysis import findings_table
+    from jobs.lake import write_table
+    from tests.drift_frames import SCORED as AT
+
+    findings = pl.DataFrame(
+        {"finding_id": ["f1", "f2"], "status": ["open", "open"], "instance": ["db1", "db1"],
+         "fingerprint": ["fp-a", "fp-z"], "query": ["select a", "select z"], "onset": [AT, AT],
+         "computed_at": [AT, AT], "run_id": ["r", "r"], "detected_change_at": [AT, AT]}
+    )  # fmt: skip
+    write_table(lake_root, "finding_states", findings, {"date": "2026-11-30"}, "f")
+    write_drift(lake_root, _history())
+    conn = duckdb_views.connect(lake_root)
+    rows = conn.execute(
+        "select finding_id, drift_cost, drift_latency, drift_cardinality from findings_with_drift order by 1"
+    ).fetchall()
+    assert rows == [("f1", "WARN", "PASS", None), ("f2", None, None, None)]
+    console = Console(width=400, record=True)
+    console.print(findings_table(with_drift_flags(findings, drift_frame(_history()))))
+    text = console.export_text()
+    assert "cost WARN · latency PASS · cardinality –" in text
+    assert "cost – · latency – · cardinality –" in text
+    console = Console(width=400, record=True)
+    console.print(findings_table(findings))
+    assert "drift" not in console.export_text(), "no drift read: no column"
