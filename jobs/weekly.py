@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
@@ -17,8 +17,9 @@ import polars as pl
 
 from jobs import lake
 from jobs.detect.findings import RECOVERED, SUPERSEDED, latest_states
+from jobs.publish.drift import WeekDrift, drift_flags_text, week_drift, with_drift_flags
 from jobs.report import plot_regression, plt, regression_series
-from jobs.schemas import FINDING_STATES, QUERY_SAMPLES, QUERY_TEXTS, SNAPSHOT_RUNS
+from jobs.schemas import EXECUTION_DRIFT, FINDING_STATES, QUERY_SAMPLES, QUERY_TEXTS, SNAPSHOT_RUNS
 from jobs.weekly_config import WeeklyReportConfig as WeeklyReportConfig
 
 
@@ -34,6 +35,10 @@ class WeeklySummary:
     deploys: pl.DataFrame
     drift: pl.DataFrame
     """Queries whose latency distribution drifted (status drift) in a run ending in the week, once each."""
+    execution_drift: WeekDrift | None = None
+    """Per-execution drift (execution_drift) scored in the week; None: the lake has no such row at all."""
+    query_names: dict[tuple[str, int], str] = field(default_factory=dict)
+    """(instance, queryid) -> query text, to name drifted queries (query_texts)."""
 
 
 def week_bounds(week: str) -> tuple[datetime, datetime]:
@@ -58,9 +63,14 @@ def weekly_summary(
     runs: pl.DataFrame,
     deploys: pl.DataFrame,
     drift: pl.DataFrame | None = None,
+    execution_drift: pl.DataFrame | None = None,
+    texts: pl.DataFrame | None = None,
 ) -> WeeklySummary:
     """Pure: the week's findings (latest state of each, jobs.detect.findings: one per regression, however
-    many analysis runs saw it) that began in the week and were not superseded; health; deploys."""
+    many analysis runs saw it) that began in the week and were not superseded; health; deploys.
+    ``execution_drift``: the per-execution drift rows (jobs.publish.drift.week_drift); with any, each
+    regression also carries its query's latest drift flags. ``texts`` (query_texts): names of drifted
+    queries."""
     start, end = week_bounds(week)
     detected = findings.filter(
         pl.col("onset").is_between(start, end, closed="left") & (pl.col("status") != SUPERSEDED)
@@ -89,7 +99,24 @@ def weekly_summary(
             .unique(["instance", "series"], keep="last", maintain_order=True)
             .sort("added_load_ms_per_s", descending=True, nulls_last=True)
         )
-    return WeeklySummary(week, start, end, detected, health, week_deploys, drifted)
+    scored = execution_drift is not None and execution_drift.height > 0
+    if scored:
+        detected = with_drift_flags(detected, execution_drift)
+    names: dict[tuple[str, int], str] = {}
+    if scored and texts is not None and texts.height:
+        latest_texts = texts.sort("captured_at").unique(["instance", "queryid"], keep="last")
+        names = {(i, q): t for i, q, t in latest_texts.select("instance", "queryid", "query").iter_rows()}
+    return WeeklySummary(
+        week,
+        start,
+        end,
+        detected,
+        health,
+        week_deploys,
+        drifted,
+        execution_drift=week_drift(execution_drift, start, end) if scored else None,
+        query_names=names,
+    )
 
 
 def _ms(value: float | None) -> str:
@@ -137,6 +164,7 @@ def render_markdown(
             f"- added load: {row['added_load_ms_per_s'] or 0:,.1f} ms of execution per second; "
             f"queryid {row['queryid']} (all: {row['queryids']})",
             f"- plan: {row.get('plan_diff_summary') or 'no plan captured'}",
+            *([f"- per-execution drift: {drift_flags_text(row)}"] if "drift_latency" in row else []),
             "",
         ]
         if number in plots:
@@ -161,6 +189,7 @@ def render_markdown(
                 f"{_ms(row['current_p95_ms'])} | {row['js']:.2f} | {row['psi']:.2f} | {_cell(baseline)} |"
             )
         out.append("")
+    out += render_execution_drift(summary)
     out += ["## Deploys", ""]
     if summary.deploys.is_empty():
         out += ["None recorded.", ""]
@@ -182,6 +211,50 @@ def render_markdown(
     return "\n".join(out) + "\n"
 
 
+def _flag_number(value: float | None) -> str:
+    return "–" if value is None else f"{value:.3f}"
+
+
+def render_execution_drift(summary: WeeklySummary) -> list[str]:
+    """Pure: the report's per-execution drift section: every pair WARN or BLOCK in the week, and how many
+    pairs had too few samples to be judged (said, never folded into PASS)."""
+    out = ["## Per-execution drift (cost, latency, cardinality)", ""]
+    week = summary.execution_drift
+    if week is None or week.scored_pairs == 0:
+        return [*out, "No per-execution drift scored this week (no execution_drift rows).", ""]
+    counts = week.latest_counts
+    out += [
+        f"{week.scored_pairs} (instance, query, metric) pair(s) scored; at their latest scoring of the week "
+        f"{counts['BLOCK']} BLOCK, {counts['WARN']} WARN, {counts['PASS']} PASS.",
+        "",
+    ]
+    if week.flagged.is_empty():
+        out += ["No pair's distribution drifted to WARN or BLOCK this week.", ""]
+    else:
+        out += [
+            "| flag | instance | query | metric | JS | PSI | baseline | scorings flagged | first flagged "
+            "| latest |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for row in week.flagged.iter_rows(named=True):
+            name = summary.query_names.get((row["instance"], row["queryid"]))
+            query = name or row["fingerprint"] or row["query_hash"][:16]
+            out.append(
+                f"| {row['flag']} | {_cell(row['instance'])} | `{_cell(str(query)[:100])}` | "
+                f"{row['metric']} | {_flag_number(row['js'])} | {_flag_number(row['psi'])} | "
+                f"{_cell(row['baseline_version'])} | "
+                f"{row['scorings_flagged']} | {row['first_flagged_at']:%Y-%m-%d %H:%M} UTC | "
+                f"{row['latest_flag'] or '–'} |"
+            )
+        out.append("")
+    out += [
+        f"{week.insufficient_pairs} pair(s) had too few samples to be judged at their latest scoring "
+        "(WARN insufficient_samples: not a PASS; widen the capture window or the sample rate).",
+        "",
+    ]
+    return out
+
+
 def write_weekly_report(
     lake_root: Path, week: str, out_root: Path, config: WeeklyReportConfig = WeeklyReportConfig()
 ) -> Path:
@@ -190,7 +263,9 @@ def write_weekly_report(
     runs = lake.read_table(lake_root, SNAPSHOT_RUNS)
     deploys = lake.read_table(lake_root, "deploy_events")
     drift = lake.read_table(lake_root, "latency_drift")
-    summary = weekly_summary(week, regressions, runs, deploys, drift)
+    execution_drift = lake.read_table(lake_root, EXECUTION_DRIFT)
+    texts = lake.read_table(lake_root, QUERY_TEXTS) if execution_drift.height else None
+    summary = weekly_summary(week, regressions, runs, deploys, drift, execution_drift, texts)
     out_root = Path(out_root)
     out_root.mkdir(parents=True, exist_ok=True)
     building = Path(tempfile.mkdtemp(prefix=f".{week}-", dir=out_root))

@@ -9,9 +9,12 @@ null flags (shown as "–"), never an error; insufficient_samples rows are a WAR
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import datetime
+
 import polars as pl
 
-from jobs.drift.scorer import METRICS, query_hash
+from jobs.drift.scorer import BLOCK, INSUFFICIENT_SAMPLES, METRICS, WARN, query_hash
 from jobs.schemas import EXECUTION_DRIFT
 
 PAIR_KEY = ("instance", "query_hash", "metric")
@@ -66,3 +69,59 @@ def with_drift_flags(frame: pl.DataFrame, drift_latest: pl.DataFrame | None) -> 
 def drift_flags_text(row: dict[str, object]) -> str:
     """``latency WARN · cost PASS · cardinality –``: a row's drift flags in words, "–" where not scored."""
     return " · ".join(f"{metric} {row.get(f'drift_{metric}') or NOT_SCORED}" for metric in METRICS)
+
+
+FLAG_ORDER = {"BLOCK": 0, "WARN": 1, "PASS": 2}
+
+
+@dataclass(frozen=True)
+class WeekDrift:
+    """What the weekly report says about per-execution drift (``week_drift``)."""
+
+    scored_pairs: int
+    """(instance, query_hash, metric) pairs scored at least once in the week (0: "no per-execution drift
+    scored")."""
+    latest_counts: dict[str, int]
+    """Per flag, the pairs whose latest scoring of the week had it."""
+    flagged: pl.DataFrame
+    """One row per pair WARN or BLOCK at some scoring of the week for its distributions (not for too few
+    samples): worst flag, largest JS and PSI, baseline, how often, first and latest flagged, latest flag."""
+    insufficient_pairs: int
+    """Pairs whose latest scoring of the week was WARN insufficient_samples: too few samples to judge."""
+
+
+def week_drift(drift: pl.DataFrame | None, start: datetime, end: datetime) -> WeekDrift:
+    """Pure: the week's execution_drift rows (``start <= scored_at < end``) summarised for the report."""
+    week = (
+        drift.filter(pl.col("scored_at").is_between(start, end, closed="left"))
+        if drift is not None and drift.height
+        else EXECUTION_DRIFT.empty()
+    )
+    latest = latest_execution_drift(week)
+    counts = {flag: latest.filter(pl.col("flag") == flag).height for flag in FLAG_ORDER}
+    insufficient = latest.filter(pl.col("reason") == INSUFFICIENT_SAMPLES).height
+    shaped = week.filter(pl.col("flag").is_in([WARN, BLOCK]) & (pl.col("reason") != INSUFFICIENT_SAMPLES))
+    latest_flag = latest.select(*PAIR_KEY, pl.col("flag").alias("latest_flag"))
+    flagged = (
+        shaped.sort("scored_at")
+        .group_by(list(PAIR_KEY), maintain_order=True)
+        .agg(
+            pl.when((pl.col("flag") == BLOCK).any())
+            .then(pl.lit(BLOCK))
+            .otherwise(pl.lit(WARN))
+            .alias("flag"),
+            pl.col("fingerprint").last(),
+            pl.col("queryid").drop_nulls().last(),
+            pl.col("js").max(),
+            pl.col("psi").max(),
+            pl.col("baseline_version").last(),
+            pl.len().alias("scorings_flagged"),
+            pl.col("scored_at").min().alias("first_flagged_at"),
+            pl.col("scored_at").max().alias("last_flagged_at"),
+        )
+        .join(latest_flag, on=list(PAIR_KEY), how="left")
+        .with_columns(pl.col("flag").replace_strict(FLAG_ORDER, return_dtype=pl.Int64).alias("_order"))
+        .sort("_order", "js", *PAIR_KEY, descending=[False, True, False, False, False], nulls_last=True)
+        .drop("_order")
+    )
+    return WeekDrift(latest.height, counts, flagged, insufficient)
