@@ -525,7 +525,10 @@ def cmd_alerts(args: argparse.Namespace) -> int:
     for payload in report.sent:
         to = ", ".join(s.name for s in report.sinks if payload["alert_id"] in s.delivered)
         query = " ".join(payload["query"].split())[:80]
-        console.print(f"alerted ({payload['state']}): {payload['instance']}: {query} → {to}", markup=False)
+        what = f"drift {payload['metric']} " if payload.get("kind") == "execution_drift" else ""
+        console.print(
+            f"alerted {what}({payload['state']}): {payload['instance']}: {query} → {to}", markup=False
+        )
     for sink in report.sinks:
         for letter in sink.dead_lettered:
             console.print(

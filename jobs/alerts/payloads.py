@@ -22,6 +22,7 @@ import polars as pl
 
 from jobs.collect.texts import storable_query_text
 from jobs.detect.findings import OPEN
+from jobs.drift.scorer import METRICS
 
 CONTRACT = Path(__file__).parent.parent / "contracts" / "regression_alert.schema.json"
 
@@ -54,7 +55,9 @@ def alert_state(status: str, sent_states: set[str], *, send_resolved: bool = Tru
 def alert_payloads(
     findings: pl.DataFrame, sent: Mapping[str, set[str]], *, send_resolved: bool = True
 ) -> list[dict[str, Any]]:
-    """Pure: one valid payload per finding (latest state, the `findings` view) with a state to alert.
+    """Pure: one valid payload per finding (latest state, the `findings` view) with a state to alert;
+    ``drift_flags`` the query's latest per-execution drift flag per metric when ``findings`` carries them
+    (jobs.publish.drift.with_drift_flags), else null.
 
     ``sent``: per finding_id, the states already alerted (to the sink at hand), in onset order."""
     out = []
@@ -84,6 +87,11 @@ def alert_payloads(
             "plan_diff_summary": row.get("plan_diff_summary"),
             "recovered_at": row["recovered_at"].isoformat() if row.get("recovered_at") else None,
             "superseded_by": row.get("superseded_by"),
+            "drift_flags": (
+                {metric: row.get(f"drift_{metric}") for metric in METRICS}
+                if f"drift_{METRICS[0]}" in row
+                else None
+            ),
         }
         jsonschema.validate(payload, alert_contract())
         out.append(payload)

@@ -32,11 +32,13 @@ import polars as pl
 
 from jobs import lake
 from jobs.alerts.delivery import DEAD, DELIVERED, Outcome
+from jobs.alerts.drift import cleared_since, drift_alert_payloads
 from jobs.alerts.payloads import alert_payloads
 from jobs.alerts.sinks import AlertSink, sinks_from_settings
 from jobs.detect.findings import OPEN, latest_states
+from jobs.publish.drift import latest_execution_drift, with_drift_flags
 from jobs.redaction import scrub
-from jobs.schemas import ALERT_DEAD_LETTERS, ALERTS_SENT, FINDING_STATES
+from jobs.schemas import ALERT_DEAD_LETTERS, ALERTS_SENT, EXECUTION_DRIFT, FINDING_STATES, QUERY_TEXTS
 
 if TYPE_CHECKING:
     from jobs.config import AlertsConfig
@@ -53,7 +55,7 @@ class DeadLetter:
     finding_id: str
     state: str
     instance: str
-    queryid: str
+    queryid: str | None  # null for a drift alert whose samples had no queryid
     attempts: int
     last_status: int | None
     reason: str
@@ -63,7 +65,7 @@ class DeadLetter:
     def as_row(self) -> dict[str, Any]:
         """The alert_dead_letters row (no payload: the lake has the finding)."""
         row = {k: v for k, v in self.__dict__.items() if k != "payload"}
-        return {**row, "queryid": int(self.queryid)}
+        return {**row, "queryid": None if self.queryid is None else int(self.queryid)}
 
     def as_json(self) -> dict[str, Any]:
         """The dead-letter file's line: the row plus the payload, to resend by hand."""
@@ -230,6 +232,28 @@ def read_findings(lake_root: Path) -> pl.DataFrame:
     return latest_states(lake.read_table(lake_root, FINDING_STATES))
 
 
+def read_execution_drift(lake_root: Path) -> tuple[pl.DataFrame, pl.DataFrame, dict[tuple[str, int], str]]:
+    """The latest execution_drift row of every pair (the flags shown with regression alerts), every row of
+    the pairs that were ever BLOCK (what drift alerts look at), and the texts of those queries by
+    (instance, queryid)."""
+    keys = ["instance", "query_hash", "metric", "baseline_version"]
+    every = lake.read_table(lake_root, EXECUTION_DRIFT)
+    latest = latest_execution_drift(every)
+    drift = every.join(every.filter(pl.col("flag") == "BLOCK").select(keys).unique(), on=keys, how="semi")
+    if drift.is_empty():
+        return latest, drift, {}
+    wanted = drift.select("instance", "queryid").drop_nulls().unique()
+    texts = lake.read_table(
+        lake_root,
+        QUERY_TEXTS,
+        lambda f: f.join(wanted.lazy(), on=["instance", "queryid"], how="semi").select(
+            "instance", "queryid", "query", "captured_at"
+        ),
+    )
+    named = texts.sort("captured_at").unique(["instance", "queryid"], keep="last")
+    return latest, drift, {(i, q): t for i, q, t in named.select("instance", "queryid", "query").iter_rows()}
+
+
 def _merged(*ledgers: Mapping[str, set[str]]) -> dict[str, set[str]]:
     out: dict[str, set[str]] = {}
     for ledger in ledgers:
@@ -256,7 +280,7 @@ def _record(
                     "alert_id": p["alert_id"],
                     "sent_at": moment,
                     "instance": p["instance"],
-                    "queryid": int(p["queryid"]),
+                    "queryid": None if p["queryid"] is None else int(p["queryid"]),
                     "sinks": sink.name,
                     "finding_id": p["finding_id"],
                     "state": p["state"],
@@ -265,7 +289,7 @@ def _record(
                 }
                 for p, outcome in delivered
             ],
-            schema_overrides={"sent_at": ALERTS_SENT.polars_schema["sent_at"]},
+            schema_overrides={"sent_at": ALERTS_SENT.polars_schema["sent_at"], "queryid": pl.Int64()},
         )
         lake.write_table(lake_root, ALERTS_SENT, rows, partition, stem)
     if dead:
@@ -274,6 +298,7 @@ def _record(
             schema_overrides={
                 "dead_lettered_at": ALERT_DEAD_LETTERS.polars_schema["dead_lettered_at"],
                 "last_status": pl.Int64(),
+                "queryid": pl.Int64(),
             },
         )
         lake.write_table(lake_root, ALERT_DEAD_LETTERS, frame, partition, stem)
@@ -368,12 +393,15 @@ def send_new_alerts(
         return report
     with lake.exclusive_lock(lake_root, ALERTS_LOCK, lake_config):
         findings = read_findings(lake_root)
-        if findings.is_empty():
+        latest_drift, drift, drift_texts = read_execution_drift(lake_root)
+        if latest_drift.height:
+            findings = with_drift_flags(findings, latest_drift)
+        if findings.is_empty() and drift.is_empty():
             report.sinks = [SinkReport(s.key, s.name) for s in sinks]
             return report
         delivered = delivered_states(lake_root)
         dead = {} if retry_dead_letters else dead_lettered_states(lake_root)
-        over = over_since(lake_root, findings)
+        over = {**over_since(lake_root, findings), **cleared_since(drift)}
         used = first_use(lake_root)
         start = (now or datetime.now(UTC)).astimezone(UTC)
         plans = []
@@ -383,7 +411,9 @@ def send_new_alerts(
                 delivered.get(ALL_SINKS, {}), delivered.get(sink.key, {}), dead.get(sink.key, {})
             )
             history = history_for(sink.key, delivered, over, used.get(sink.key, start))
-            payloads = alert_payloads(findings, handled, send_resolved=send_resolved)
+            payloads = alert_payloads(findings, handled, send_resolved=send_resolved) + drift_alert_payloads(
+                drift, handled, drift_texts, send_resolved=send_resolved
+            )
             skipped[sink.key] = sum(p["finding_id"] in history for p in payloads)
             plans.append((sink, [p for p in payloads if p["finding_id"] not in history]))
         report.pending = len({p["alert_id"] for _, payloads in plans for p in payloads})

@@ -134,7 +134,10 @@ def _section(text_mrkdwn: str) -> dict[str, Any]:
 
 
 def slack_message(payload: dict[str, Any]) -> dict[str, Any]:
-    """The incoming-webhook body for one alert payload (the contract's object)."""
+    """The incoming-webhook body for one alert payload (the contract's object: a regression finding, or
+    BLOCK per-execution drift when ``kind`` is ``execution_drift``)."""
+    if payload.get("kind") == "execution_drift":
+        return _drift_message(payload)
     if payload["state"] == "open":
         return _open_message(payload)
     return _update_message(payload)
@@ -160,6 +163,9 @@ def _open_message(payload: dict[str, Any]) -> dict[str, Any]:
         load = payload["added_load_ms_per_s"]
         fields.append(_field("Added load", f"{format_ms(load)} of database time per second"))
     fields.append(_field("Plan Diff", payload.get("plan_diff_summary") or "no plans captured"))
+    flags = payload.get("drift_flags")
+    if flags and any(flags.values()):
+        fields.append(_field("Drift", " · ".join(f"{m} {f or '–'}" for m, f in flags.items())))
     header = fit(f"Query regression on {instance}", HEADER_MAX, escape=False)
     context = (
         f"finding {payload['finding_id']} · queryid {payload['queryid']} · {payload['analysis']} analysis "
@@ -192,3 +198,59 @@ def _update_message(payload: dict[str, Any]) -> dict[str, Any]:
         )
     line = f"{summary} (finding {payload['finding_id']})"
     return {"text": fit(line, FALLBACK_TEXT_MAX), "blocks": [_section(fit(line, SECTION_TEXT_MAX))]}
+
+
+def _score(value: float | None) -> str:
+    return "–" if value is None else f"{value:.3f}"
+
+
+def drift_scores(payload: dict[str, Any]) -> str:
+    """``JS 0.412 · PSI 1.200``."""
+    return f"JS {_score(payload.get('js'))} · PSI {_score(payload.get('psi'))}"
+
+
+def _drift_message(payload: dict[str, Any]) -> dict[str, Any]:
+    """BLOCK drift of one (instance, query, metric) against its baseline: query, metric, JS/PSI, baseline
+    version; or the one line saying it cleared."""
+    instance, metric = payload["instance"], payload["metric"]
+    query = _short_query(payload)
+    short = fit(query, QUERY_IN_TEXT_MAX, escape=False)
+    baseline = payload["baseline_version"]
+    if payload["state"] != "open":
+        line = (
+            f"Drift cleared on {instance}: {metric} of {short} is {payload['flag']} again against baseline "
+            f"{baseline} ({drift_scores(payload)}) since {format_time(payload.get('cleared_at'))}; "
+            f"BLOCK since {format_time(payload['blocked_since'])} (drift {payload['finding_id']})"
+        )
+        return {"text": fit(line, FALLBACK_TEXT_MAX), "blocks": [_section(fit(line, SECTION_TEXT_MAX))]}
+    text = fit(
+        f"BLOCK drift on {instance}: {metric} of {short} — {drift_scores(payload)} against baseline "
+        f"{baseline}, since {format_time(payload['blocked_since'])}",
+        FALLBACK_TEXT_MAX,
+    )
+    fields = [
+        _field("Instance", instance),
+        _field("Metric", metric),
+        _field(
+            "JS / PSI", drift_scores(payload) + (f" ({payload['reason']})" if payload.get("reason") else "")
+        ),
+        _field("Baseline version", baseline),
+        _field("Samples", f"{payload['n_baseline']:,} baseline · {payload['n_candidate']:,} candidate"),
+        _field("BLOCK since", format_time(payload["blocked_since"])),
+    ]
+    header = fit(f"Distribution drift (BLOCK) on {instance}: {metric}", HEADER_MAX, escape=False)
+    queryid = f"queryid {payload['queryid']} · " if payload.get("queryid") else ""
+    context = (
+        f"drift {payload['finding_id']} · {queryid}query_hash {payload['query_hash'][:16]}… · "
+        f"{payload.get('profile') or 'calibrated'} profile · alert {payload['alert_id']}"
+    )
+    blocks = [
+        {"type": "header", "text": {"type": "plain_text", "text": header, "emoji": False}},
+        _section(code_block(query, SECTION_TEXT_MAX)),
+        {"type": "section", "fields": fields},
+        {
+            "type": "context",
+            "elements": [{"type": "mrkdwn", "text": fit(context, FIELD_MAX), "verbatim": True}],
+        },
+    ]
+    return {"text": text, "blocks": blocks}
