@@ -558,10 +558,12 @@ def cmd_gate(args: argparse.Namespace) -> int:
     from jobs.gate.verdict import render_gate_report
     from jobs.gate.workload import WorkloadError
 
-    config = settings_of(args).gate
+    settings = settings_of(args)
     try:
         with status("measuring baseline and candidate (interleaved rounds)"):
-            report = run_gate(args.baseline, args.candidate, Path(args.workload), config)
+            report = run_gate(
+                args.baseline, args.candidate, Path(args.workload), settings.gate, settings.drift.score
+            )
     except (GateError, WorkloadError) as exc:
         say(args, f"[red]gate could not run:[/red] {_escape(str(exc))}")
         return 3
@@ -603,6 +605,10 @@ def gate_query_rows(report: dict[str, Any]) -> pl.DataFrame:
                 "mann_whitney_p": latency.get("mann_whitney_p"),
                 "buffers_ratio": statements.get("buffers_ratio"),
                 "plan_changed": plan.get("changed"),
+                "drift_flag": (q.get("drift") or {}).get("flag"),
+                "drift_reason": (q.get("drift") or {}).get("reason"),
+                "drift_js": (q.get("drift") or {}).get("js"),
+                "drift_psi": (q.get("drift") or {}).get("psi"),
                 "settled_by": q.get("settled_by"),
                 "reasons": "; ".join(q.get("reasons") or []),
                 "error": q.get("error"),

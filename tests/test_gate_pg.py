@@ -65,6 +65,9 @@ def test_identical_databases_pass(gate_fleet: dict[str, Any]) -> None:
         # Every measured call was counted (plus the discarded warm-up calls after each reconnect).
         assert query.baseline_statements.calls >= query.latency.n_baseline + query.latency.dropped_baseline
         assert query.candidate_statements.rows_per_call == query.baseline_statements.rows_per_call
+        # Every measured call's timing went to the drift scorer (informational: the verdict is PASS above).
+        assert query.drift is not None and query.drift.flag in (PASS, "WARN", "BLOCK")
+        assert query.drift.n_baseline == query.latency.n_baseline + query.latency.dropped_baseline
     jsonschema.validate(json.loads(report.to_json()), gate_report_contract())
     assert "password" not in report.to_json()
 
@@ -83,6 +86,7 @@ def test_candidate_missing_the_index_blocks_with_the_plan_change(gate_fleet: dic
     assert "-gate_orders_customer_id_idx" in hit.plan.summary and "Seq Scan" in hit.plan.summary
     assert hit.buffers_ratio is not None and hit.buffers_ratio >= 2.0
     assert any(r.startswith("BLOCK: shared buffers/call") for r in hit.reasons)
+    assert hit.drift is not None and hit.drift.flag != PASS, "a 10x slower plan is a drift (or too few calls)"
     assert verdicts["customer_by_id"].verdict == PASS, table
     assert "Plan changed" in table and "orders_by_customer" in table
 

@@ -20,7 +20,9 @@ import numpy as np
 import psycopg
 from psycopg import RawCursor
 
+from jobs.drift.config import DriftScoreConfig
 from jobs.gate.config import GateConfig
+from jobs.gate.drift import gate_drift, gate_query_hash
 from jobs.gate.stats import (
     ALL_FAILED,
     MAX_ROUNDS,
@@ -182,15 +184,35 @@ def _compare(samples: Rounds, name: str, config: GateConfig) -> LatencyCompariso
     return compare_latencies(base, cand, config)
 
 
+def per_execution_ms(samples: Rounds) -> dict[str, tuple[list[float], list[float]]]:
+    """Per query: every measured call's client latency in ms, (baseline, candidate), rounds flattened (the
+    drift scorer's samples: no outlier is dropped, the scorer winsorizes the candidate itself)."""
+    return {
+        name: tuple(  # type: ignore[misc]
+            [ns / 1e6 for one_round in sides[side] for ns in one_round] for side in (BASELINE, CANDIDATE)
+        )
+        for name, sides in samples.items()
+    }
+
+
 def run_gate(
-    baseline_dsn: str, candidate_dsn: str, workload_path: Path | str, config: GateConfig | None = None
+    baseline_dsn: str,
+    candidate_dsn: str,
+    workload_path: Path | str,
+    config: GateConfig | None = None,
+    drift_config: DriftScoreConfig | None = None,
 ) -> GateReport:
-    """Measure the workload file on both databases and return the report (see GateReport.exit_code)."""
-    return run_gate_workload(baseline_dsn, candidate_dsn, load_workload(workload_path), config)
+    """Measure the workload file on both databases and return the report (see GateReport.exit_code).
+    ``drift_config`` ([drift.score]): the scorer that gives each query its informational drift flag."""
+    return run_gate_workload(baseline_dsn, candidate_dsn, load_workload(workload_path), config, drift_config)
 
 
 def run_gate_workload(
-    baseline_dsn: str, candidate_dsn: str, workload: GateWorkload, config: GateConfig | None = None
+    baseline_dsn: str,
+    candidate_dsn: str,
+    workload: GateWorkload,
+    config: GateConfig | None = None,
+    drift_config: DriftScoreConfig | None = None,
 ) -> GateReport:
     """``run_gate`` for an already parsed workload."""
     config = config or GateConfig()
@@ -204,7 +226,7 @@ def run_gate_workload(
         base.conn.close()
         raise
     try:
-        return _measure(base, cand, workload, config, rng, started_at, t0)
+        return _measure(base, cand, workload, config, rng, started_at, t0, drift_config or DriftScoreConfig())
     finally:
         base.conn.close()
         cand.conn.close()
@@ -229,6 +251,7 @@ def _measure(
     rng: random.Random,
     started_at: datetime,
     t0: float,
+    drift_config: DriftScoreConfig,
 ) -> GateReport:
     failed: dict[str, str] = {}
     sides = (base, cand)
@@ -306,6 +329,9 @@ def _measure(
     else:
         reason = decision.reason or (MAX_ROUNDS if rounds >= config.max_rounds else MAX_SECONDS)
 
+    drift = gate_drift(
+        per_execution_ms(samples), {q.name: gate_query_hash(q.sql) for q in workload.queries}, drift_config
+    )
     results = []
     notes = sorted({s.pgss_note for s in sides if s.pgss_note})
     for query in workload.queries:
@@ -333,6 +359,7 @@ def _measure(
                 statements_note=b_note or c_note,
                 plan=plan,
                 error=error,
+                drift=drift.get(query.name),
             )
         )
     return GateReport(

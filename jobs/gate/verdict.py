@@ -12,6 +12,7 @@ from typing import Any
 import jsonschema
 
 from jobs.gate.config import GateConfig
+from jobs.gate.drift import GateDrift
 from jobs.gate.stats import LatencyComparison
 
 PASS, WARN, BLOCK = "PASS", "WARN", "BLOCK"
@@ -62,6 +63,9 @@ class QueryResult:
     statements_note: str | None = None
     plan: PlanComparison | None = None
     error: str | None = None
+    drift: GateDrift | None = None
+    """Informational: the drift scorer's flag of this query's per-execution latencies (jobs.gate.drift);
+    it never changes ``verdict``."""
 
     @property
     def buffers_ratio(self) -> float | None:
@@ -263,6 +267,7 @@ def _query_dict(q: QueryResult) -> dict[str, Any]:
         },
         "plan": plan,
         "error": q.error,
+        "drift": None if q.drift is None else q.drift.to_dict(),
     }
 
 
@@ -270,11 +275,21 @@ def _cell(value: float | None, fmt: str) -> str:
     return "–" if value is None else format(value, fmt)
 
 
+def drift_line(drift: GateDrift) -> str:
+    """``drift (informational, not in the verdict): WARN insufficient_samples, JS 0.120, PSI 0.300, 150 vs
+    150 calls``."""
+    return (
+        f"drift (informational, not in the verdict): {drift.flag} {drift.reason}, "
+        f"JS {_cell(drift.js, '.3f')}, PSI {_cell(drift.psi, '.3f')}, "
+        f"{drift.n_baseline} vs {drift.n_candidate} calls (latency)"
+    )
+
+
 def render_gate_report(report: GateReport) -> str:
     """A short plain-text table: one line per query, then the reasons and how the run ended."""
     header = (
         f"{'query':<26} {'verdict':<7} {'p50 base→cand ms':>20} {'p50 ratio (CI)':>24} "
-        f"{'p95 ×':>7} {'buf ×':>6} {'settled':>10}"
+        f"{'p95 ×':>7} {'buf ×':>6} {'settled':>10} {'drift':>6}"
     )
     lines = [header, "-" * len(header)]
     for q in report.queries:
@@ -284,10 +299,13 @@ def render_gate_report(report: GateReport) -> str:
         p95 = "–" if lat is None else f"{lat.p95_ratio:.3f}"
         lines.append(
             f"{q.name[:26]:<26} {q.verdict:<7} {p50:>20} {ratio:>24} {p95:>7} "
-            f"{_cell(q.buffers_ratio, '.2f'):>6} {q.settled_by or 'no':>10}"
+            f"{_cell(q.buffers_ratio, '.2f'):>6} {q.settled_by or 'no':>10} "
+            f"{q.drift.flag if q.drift else '–':>6}"
         )
     for q in report.queries:
         lines.extend(f"  {q.name}: {reason}" for reason in q.reasons)
+        if q.drift is not None:
+            lines.append(f"  {q.name}: {drift_line(q.drift)}")
     t = report.termination
     lines.append(
         f"Verdict {report.verdict} (exit {report.exit_code}); stopped: {t.reason} after {t.rounds} rounds, "
