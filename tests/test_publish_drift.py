@@ -237,3 +237,37 @@ def test_findings_view_and_table_show_the_drift_flags(lake_root: Path) -> None:
     console = Console(width=400, record=True)
     console.print(findings_table(findings))
     assert "drift" not in console.export_text(), "no drift read: no column"
+
+
+def test_a_detection_run_names_the_analyze_in_the_finding_and_its_plan_diff(lake_root: Path) -> None:
+    from jobs import lake
+    from jobs.analysis import run_detection
+    from jobs.config.sections import RadarSettings
+    from jobs.drift.config import DriftConfig, SampleDriftConfig
+    from tests.lakes import write_step_change_lake
+
+    deploy_at = write_step_change_lake(lake_root)  # queryid 111 ten times slower from the deploy on
+    plans = _plans(deploy_at).with_columns(pl.lit(5, pl.Int64()).alias("dbid")).drop("instance")
+    lake.write_table(lake_root, PLAN_SNAPSHOTS, plans, {"instance": "db1", "date": "2026-11-02"}, "p1")
+    analysed = deploy_at - timedelta(minutes=12)
+    write_stats(
+        lake_root,
+        [
+            stats_row(deploy_at - timedelta(hours=1), "orders"),
+            stats_row(deploy_at - timedelta(minutes=5), "orders", last_analyze=analysed),
+        ],
+    )
+    outcome = run_detection(lake_root)
+    (finding,) = outcome.findings.filter(pl.col("queryid") == 111).rows(named=True)
+    assert "ANALYZE of public.orders at 2026-11-02 10:18:00 UTC" in finding["plan_diff_summary"]
+    assert "min before the plan change" in finding["plan_diff_summary"]
+    assert "analyze_before_change" in outcome.plan_diffs["plan_diff"][0]
+    # The window is [drift.samples] analyze_before_plan_change, carried into the detection config.
+    narrow = RadarSettings(
+        drift=DriftConfig(samples=SampleDriftConfig(analyze_before_plan_change=timedelta(minutes=5)))
+    )
+    config = narrow.detection_config(incremental=False)
+    assert config.analyze_before_plan_change == timedelta(minutes=5)
+    assert RadarSettings().detection_config().analyze_before_plan_change == timedelta(minutes=30)
+    quiet = run_detection(lake_root, config)
+    assert all("ANALYZE" not in (s or "") for s in quiet.plan_diffs["plan_diff_summary"].to_list())
