@@ -159,3 +159,18 @@ def test_a_regression_alert_carries_its_querys_drift_flags(lake_root: Path, tmp_
     ).replace("\\n", "\n")
     plain = slack_message(next(p for p in report.sent if p["fingerprint"] == "fp2"))
     assert "*Drift*" not in json.dumps(plain), "never scored: no drift field"
+
+
+def test_a_sink_added_later_is_not_sent_old_drift_clearings(lake_root: Path, tmp_path: Path) -> None:
+    first, later = tmp_path / "first.jsonl", tmp_path / "later.jsonl"
+    write_drift(lake_root, _scorings(["BLOCK"]))
+    send_new_alerts(lake_root, [JsonlFileSink(first)], SCORED + timedelta(hours=1))
+    write_drift(lake_root, [drift_row("fp-a", "latency", "PASS", scored_at=SCORED + STEP)])
+    send_new_alerts(lake_root, [JsonlFileSink(first)], SCORED + timedelta(hours=2))
+    assert [p["state"] for p in map(json.loads, first.read_text().splitlines())] == ["open", "recovered"]
+    # A second sink first used after the episode cleared: the clearing is history, not news.
+    report = send_new_alerts(
+        lake_root, [JsonlFileSink(first), JsonlFileSink(later, key="file2")], SCORED + timedelta(hours=3)
+    )
+    assert report.sent == [] and report.sinks[1].history_skipped == 1
+    assert not later.exists() or later.read_text() == ""

@@ -133,9 +133,9 @@ BEFORE = {
 AFTER = {"Node Type": "Seq Scan", "Relation Name": "orders", "Total Cost": 1800.0}
 
 
-def _plans(change: object) -> pl.DataFrame:
+def _plans(change: object, after: dict = AFTER) -> pl.DataFrame:
     rows = []
-    for at, plan in ((change - timedelta(minutes=1), BEFORE), (change + timedelta(minutes=1), AFTER)):  # type: ignore[operator]
+    for at, plan in ((change - timedelta(minutes=1), BEFORE), (change + timedelta(minutes=1), after)):  # type: ignore[operator]
         facts = plan_facts(plan)
         rows.append(
             {
@@ -194,6 +194,12 @@ def test_plan_diff_names_an_analyze_of_the_querys_table_within_the_window() -> N
         assert "analyze_before_change" not in json.loads(quiet["plan_diff"])
     unchanged = plan_diffs_for_regressions(regression, _plans(change)).row(0, named=True)
     assert "ANALYZE" not in unchanged["plan_diff_summary"], "no table stats: nothing said"
+    stats = stats_frame([stats_row(change, "orders", last_analyze=change - timedelta(minutes=4))])
+    same_shape = plan_diffs_for_regressions(
+        regression, _plans(change, after={**BEFORE, "Total Cost": 9.0}), analyses=table_analyses(stats)
+    ).row(0, named=True)
+    assert same_shape["diff_status"] == "unchanged"
+    assert same_shape["plan_diff_summary"].endswith("4 min before the change."), "no plan change to name"
 
 
 def test_analyze_note_words_and_window_edges() -> None:

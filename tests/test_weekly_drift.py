@@ -25,6 +25,8 @@ def _rows() -> list[dict]:
         drift_row("fp-c", "latency", "WARN", reason="insufficient_samples", n=40, scored_at=later),
         drift_row("fp-d", "cost", "PASS", scored_at=later),
         drift_row("fp-e", "latency", "BLOCK", scored_at=SCORED - timedelta(days=2)),  # the week before
+        drift_row("fp-f", "cost", "WARN", js=0.12),
+        drift_row("fp-f", "cost", "BLOCK", js=0.3, scored_at=later),  # worse later: the week's worst is BLOCK
     ]
 
 
@@ -35,11 +37,12 @@ def _section(text: str) -> str:
 def test_week_drift_lists_warn_and_block_pairs_and_counts_insufficient_samples() -> None:
     start, end = SCORED, SCORED + timedelta(days=7)
     week = week_drift(drift_frame(_rows()), start, end)
-    assert week.scored_pairs == 4 and week.insufficient_pairs == 1
-    assert week.latest_counts == {"BLOCK": 0, "WARN": 2, "PASS": 2}
+    assert week.scored_pairs == 5 and week.insufficient_pairs == 1
+    assert week.latest_counts == {"BLOCK": 1, "WARN": 2, "PASS": 2}
     flagged = week.flagged.select("fingerprint", "metric", "flag", "js", "latest_flag", "scorings_flagged")
     assert flagged.rows() == [
-        ("fp-a", "latency", "BLOCK", 0.41, "PASS", 1),  # BLOCK first, even though it has cleared
+        ("fp-a", "latency", "BLOCK", 0.41, "PASS", 1),  # BLOCK first (largest JS first), though cleared
+        ("fp-f", "cost", "BLOCK", 0.3, "BLOCK", 2),
         ("fp-b", "cardinality", "WARN", 0.15, "WARN", 1),
     ], "an insufficient_samples WARN is counted, not listed as drift; last week's BLOCK is not this week's"
 
@@ -57,7 +60,7 @@ def test_report_section_names_the_query_metric_scores_and_baseline() -> None:
     )  # fmt: skip
     summary = weekly_summary(WEEK, empty, runs, deploys, None, drift_frame(_rows()), texts)
     section = _section(render_markdown(summary, {}))
-    assert "4 (instance, query, metric) pair(s) scored" in section and "0 BLOCK, 2 WARN, 2 PASS" in section
+    assert "5 (instance, query, metric) pair(s) scored" in section and "1 BLOCK, 2 WARN, 2 PASS" in section
     assert (
         "| BLOCK | db1 | `fp-a` | latency | 0.410 | 1.200 | v812 | 1 | 2026-11-30 10:00 UTC | PASS |"
         in section
