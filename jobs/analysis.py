@@ -500,12 +500,15 @@ def print_detection(
     show_all: bool = False,
     drift: pl.DataFrame | None = None,
 ) -> None:
-    """The run as tables; ``drift`` (execution_drift rows): each finding's latest drift flags shown."""
+    """The run as tables; ``drift`` (execution_drift rows): each finding's latest drift flags in a column
+    (none on a lake without drift scores: the table stays as narrow as before)."""
     if outcome.settings_changed:
         console.print(
             "The analysis settings changed since the last run: every deploy and series re-examined."
         )
-    shown = with_drift_flags(outcome.shown_findings, drift)
+    shown = outcome.shown_findings
+    if drift is not None and drift.height:
+        shown = with_drift_flags(shown, drift)
     if shown.height:
         console.print(findings_table(shown, "Findings (open, or changed by this run)"))
     else:

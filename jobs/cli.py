@@ -680,6 +680,7 @@ REPORT_TABLE_COLUMNS = [
     "before_mean_ms",
     "after_mean_ms",
     "deploy_version",
+    "drift_latency",
 ]
 
 
@@ -688,7 +689,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     from jobs import lake
     from jobs.detect.findings import latest_states
-    from jobs.schemas import FINDING_STATES
+    from jobs.publish.drift import DRIFT_FLAG_COLUMNS, with_drift_flags
+    from jobs.schemas import EXECUTION_DRIFT, FINDING_STATES
     from jobs.weekly import iso_week, weekly_summary, write_weekly_report
 
     settings = settings_of(args)
@@ -700,11 +702,14 @@ def cmd_report(args: argparse.Namespace) -> int:
         lake.read_table(lake_root(args), "snapshot_runs"),
         lake.read_table(lake_root(args), "deploy_events"),
     )
-    regressions = weekly_summary(week, findings, runs, deploys).regressions
+    regressions = with_drift_flags(  # each query's latest per-execution drift flags, null when not scored
+        weekly_summary(week, findings, runs, deploys).regressions,
+        lake.read_table(lake_root(args), EXECUTION_DRIFT),
+    )
     if regressions.height or args.format != "table":
         show_rows(
             args,
-            regressions.select(FINDING_STATES.columns_of(regressions)),
+            regressions.select(*FINDING_STATES.columns_of(regressions), *DRIFT_FLAG_COLUMNS),
             f"regressions of {week}",
             columns=REPORT_TABLE_COLUMNS,
         )
