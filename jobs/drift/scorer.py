@@ -436,6 +436,11 @@ def _pair_seed(config: DriftScoreConfig, query_hash_value: str, metric: str) -> 
     return np.random.default_rng([config.seed, int.from_bytes(digest[:16], "big")])
 
 
+_NULL_GROUP_PAIRS = 16
+"""Pairs whose permutation nulls are computed together: (16, null_resamples, n_bins) temporaries stay a
+few MB, reused by the allocator (a whole chunk at once faulted in hundreds of MB per step)."""
+
+
 def _noise(
     s: _Samples, h: _Histograms, which: np.ndarray, config: DriftScoreConfig
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -444,19 +449,30 @@ def _noise(
     pairs = counts.shape[0]
     js_noise = np.full(pairs, np.nan)
     psi_noise = np.full(pairs, np.nan)
-    idx = np.flatnonzero(which)
-    if idx.size == 0:
-        return js_noise, psi_noise
-    r = config.null_resamples
+    chosen = np.flatnonzero(which)
     hashes = s.keys["query_hash"].to_list()
     metrics = s.keys["metric"].to_list()
-    draws = np.empty((idx.size, r, config.n_bins), dtype=np.int64)
-    for k, i in enumerate(idx):  # one generator per pair: a pair's null never depends on the batch
-        rng = _pair_seed(config, hashes[i], metrics[i])
-        draws[k] = rng.multivariate_hypergeometric(h.pooled[i], int(counts[i, 1]), size=r)
-    n_c = counts[idx, 1]
-    n_b = counts[idx, 0]
-    pseudo_base = h.pooled[idx][:, None, :] - draws
+    for start in range(0, chosen.size, _NULL_GROUP_PAIRS):
+        idx = chosen[start : start + _NULL_GROUP_PAIRS]
+        js, psi = _null_distances(h.pooled[idx], counts[idx], [(hashes[i], metrics[i]) for i in idx], config)
+        js_noise[idx] = np.quantile(js, config.null_quantile, axis=1)
+        psi_noise[idx] = np.quantile(psi, config.null_quantile, axis=1)
+    return js_noise, psi_noise
+
+
+def _null_distances(
+    pooled: np.ndarray, counts: np.ndarray, keys: list[tuple[str, str]], config: DriftScoreConfig
+) -> tuple[np.ndarray, np.ndarray]:
+    """(pairs, null_resamples) JS and PSI of random relabellings of each pair's pooled bin counts into
+    n_baseline / n_candidate samples, the pseudo-candidate winsorized at the bin level as the real one is."""
+    r = config.null_resamples
+    draws = np.empty((len(keys), r, config.n_bins), dtype=np.int64)
+    for k, (query_hash_value, metric) in enumerate(keys):  # a pair's null never depends on the batch
+        rng = _pair_seed(config, query_hash_value, metric)
+        draws[k] = rng.multivariate_hypergeometric(pooled[k], int(counts[k, 1]), size=r)
+    n_c = counts[:, 1]
+    n_b = counts[:, 0]
+    pseudo_base = pooled[:, None, :] - draws
     # winsorize each pseudo-candidate at the bin level: its quantile's bin takes everything above it
     virtual = (n_c - 1) * config.winsor_quantile
     rank = np.minimum(np.ceil(virtual), n_c - 1).astype(np.int64)  # 0-based rank of the upper neighbour
@@ -467,12 +483,9 @@ def _noise(
     at = bins[None, None, :] == q_bin[..., None]
     before = np.where(below, draws, 0).sum(axis=-1)
     pseudo_cand = np.where(below, draws, 0) + np.where(at, (n_c[:, None] - before)[..., None], 0)
-    p = _normalised(pseudo_cand, np.broadcast_to(n_c[:, None], (idx.size, r)), config.smoothing)
-    q = _normalised(pseudo_base, np.broadcast_to(n_b[:, None], (idx.size, r)), config.smoothing)
-    js, psi = _js_psi(p, q)
-    js_noise[idx] = np.quantile(js, config.null_quantile, axis=1)
-    psi_noise[idx] = np.quantile(psi, config.null_quantile, axis=1)
-    return js_noise, psi_noise
+    p = _normalised(pseudo_cand, np.broadcast_to(n_c[:, None], (len(keys), r)), config.smoothing)
+    q = _normalised(pseudo_base, np.broadcast_to(n_b[:, None], (len(keys), r)), config.smoothing)
+    return _js_psi(p, q)
 
 
 def flag_pairs(
