@@ -246,6 +246,6 @@ def test_sampler_settings_are_the_designed_ones_and_validated() -> None:
         "auto_explain.log_buffers": "off",
         "auto_explain.log_format": "json",
     }
-    for bad in ({"sample_rate": 0}, {"sample_rate": 1.5}, {"log_format": "text"}, {"log_analyze": False}):
+    for bad in ({"sample_rate": 0}, {"sample_rate": 1.5}, {"log_format": "text"}):
         with pytest.raises(ValueError, match="sampler"):
             AutoExplainSamplerConfig(**bad)  # type: ignore[arg-type]

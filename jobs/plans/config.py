@@ -77,7 +77,8 @@ class AutoExplainSamplerConfig:
     """auto_explain.log_min_duration: 0 logs every sampled execution whatever its duration (a sampler,
     not a slow-query log)."""
     log_analyze: bool = True
-    """auto_explain.log_analyze: actual rows per node (the cardinality metric needs them)."""
+    """auto_explain.log_analyze: actual rows per node; off, samples keep latency and cost and their
+    cardinality is null (it needs actual rows)."""
     log_timing: bool = False
     """auto_explain.log_timing: per-node timing costs two clock reads per row; off, the total is kept."""
     log_buffers: bool = False
@@ -95,11 +96,6 @@ class AutoExplainSamplerConfig:
             raise ValueError(
                 f"[plans.auto_explain.sampler] log_format must be 'json' (the ingest reads JSON plans), "
                 f"not {self.log_format!r}"
-            )
-        if not self.log_analyze:
-            raise ValueError(
-                "[plans.auto_explain.sampler] log_analyze must be on: without actual rows there is no "
-                "cardinality sample"
             )
 
     def server_settings(self) -> dict[str, str]:
