@@ -237,9 +237,26 @@ def read_execution_drift(lake_root: Path) -> tuple[pl.DataFrame, pl.DataFrame, d
     the pairs that were ever BLOCK (what drift alerts look at), and the texts of those queries by
     (instance, queryid)."""
     keys = ["instance", "query_hash", "metric", "baseline_version"]
-    every = lake.read_table(lake_root, EXECUTION_DRIFT)
-    latest = latest_execution_drift(every)
-    drift = every.join(every.filter(pl.col("flag") == "BLOCK").select(keys).unique(), on=keys, how="semi")
+    pair = ["instance", "query_hash", "metric"]
+    # Two narrow scans, not the whole history: the latest flag of each pair (five columns), and every
+    # column only of the pairs that were ever BLOCK.
+    latest = latest_execution_drift(
+        lake.read_table(
+            lake_root,
+            EXECUTION_DRIFT,
+            lambda f: (
+                f.select(*pair, "scored_at", "flag")
+                .sort("scored_at")
+                .group_by(pair)
+                .agg(pl.col("scored_at", "flag").last())
+            ),
+        )
+    )
+    drift = lake.read_table(
+        lake_root,
+        EXECUTION_DRIFT,
+        lambda f: f.join(f.filter(pl.col("flag") == "BLOCK").select(keys).unique(), on=keys, how="semi"),
+    )
     if drift.is_empty():
         return latest, drift, {}
     wanted = drift.select("instance", "queryid").drop_nulls().unique()

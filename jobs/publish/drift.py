@@ -100,7 +100,9 @@ def week_drift(drift: pl.DataFrame | None, start: datetime, end: datetime) -> We
     latest = latest_execution_drift(week)
     counts = {flag: latest.filter(pl.col("flag") == flag).height for flag in FLAG_ORDER}
     insufficient = latest.filter(pl.col("reason") == INSUFFICIENT_SAMPLES).height
-    shaped = week.filter(pl.col("flag").is_in([WARN, BLOCK]) & (pl.col("reason") != INSUFFICIENT_SAMPLES))
+    shaped = week.filter(
+        pl.col("flag").is_in([WARN, BLOCK]) & (pl.col("reason").fill_null("") != INSUFFICIENT_SAMPLES)
+    )
     latest_flag = latest.select(*PAIR_KEY, pl.col("flag").alias("latest_flag"))
     flagged = (
         shaped.sort("scored_at")
