@@ -88,9 +88,13 @@ def test_baseline_keeps_at_most_max_samples_seeded_and_byte_identical_in_any_row
     kept = by_pair[("alpha", "latency")]["samples"]
     assert set(kept) <= set(samples.filter(pl.col("instance") == "alpha")["latency_ms"].to_list())
     assert len(set(kept)) == 50  # without replacement
-    # a pair never depends on the others: alpha alone gives alpha's same subsample
-    alone = anchor(samples.filter(pl.col("instance") == "alpha"), config=config)
-    assert alone.filter(pl.col("metric") == "latency")["samples"].to_list() == [kept]
+    # a pair never depends on the others: beta's 400 (sorted after alpha's) alone give the same subsample
+    wide = pl.concat([samples, executions("q1", T0, lognormal(3, 400), instance="gamma")])
+    gamma = anchor(wide, config=config).filter(
+        (pl.col("instance") == "gamma") & (pl.col("metric") == "latency")
+    )
+    alone = anchor(wide.filter(pl.col("instance") == "gamma"), config=config)
+    assert alone.filter(pl.col("metric") == "latency")["samples"].to_list() == gamma["samples"].to_list()
     # another seed, another subsample (the seed is used)
     other = anchor(samples, config=replace(config, seed=1))
     assert (
