@@ -105,6 +105,23 @@ def test_baseline_keeps_at_most_max_samples_seeded_and_byte_identical_in_any_row
     )
 
 
+def test_baseline_bound_is_exact_and_each_pair_draws_its_own_subsample() -> None:
+    config = SampleDriftConfig(max_baseline_samples=20)
+    values = np.arange(21.0)
+    samples = pl.concat(
+        [
+            executions("q1", T0, values),  # 21: one over the bound
+            executions("q2", T0, values),  # the same values in another pair
+            executions("q3", T0, values[:20]),  # exactly the bound: all kept
+        ]
+    )
+    rows = anchor(samples, config=config).filter(pl.col("metric") == "latency")
+    kept = dict(zip(rows["query_hash"], rows["samples"].to_list(), strict=True))
+    assert [len(kept[query_hash(q)]) for q in ("q1", "q2", "q3")] == [20, 20, 20]
+    assert kept[query_hash("q3")] == values[:20].tolist()
+    assert kept[query_hash("q1")] != kept[query_hash("q2")]  # the seed is mixed with the pair's key
+
+
 def test_baseline_subsample_is_uniform_over_the_window() -> None:
     # 2,000 samples valued by their position; the kept 500 spread over the whole window (mean near 1000).
     config = SampleDriftConfig(max_baseline_samples=500)
@@ -415,8 +432,9 @@ def test_degenerate_check_at_its_boundary_and_leaves_no_baseline_out() -> None:
     thin = ("WARN", "insufficient_samples")
     at_limit = degenerate_samples_check(scored(0, 9, [thin]), NOW, CONFIG)  # 1 of 10: not above 10%
     assert at_limit.passed
-    unanchored = [("WARN", "no_baseline")] * 50
+    unanchored = [("WARN", "no_baseline")] * 50  # they need an anchor, not a wider window: not counted
     assert degenerate_samples_check(scored(0, 9, [thin, *unanchored]), NOW, CONFIG).passed
+    assert not degenerate_samples_check(scored(0, 8, [thin, thin, *unanchored]), NOW, CONFIG).passed
     over = degenerate_samples_check(scored(0, 8, [thin, thin]), NOW, CONFIG)
     assert not over.passed
     assert "2 of 10 pairs (20.0%, limit 10.0%) have fewer than 200 samples on a side" in over.description
