@@ -198,3 +198,15 @@ def test_anchor_run_config_errors_fail_the_run_with_the_key(lake_root: Path, bad
         failure = result.get_step_failure_events()[0].step_failure_data.user_failure_data
         assert failure is not None
         assert ("window_start" in failure.description) if bad else ("needs run config" in failure.description)
+
+
+def test_scoring_an_empty_lake_succeeds_with_nothing_to_judge(lake_root: Path) -> None:
+    res = {"lake": LakeResource(root=str(lake_root))}
+    with dg.instance_for_test() as instance:
+        result = dg.materialize(
+            [execution_drift, stale_baseline, degenerate_samples], resources=res, instance=instance
+        )
+        meta = result.asset_materializations_for_node("execution_drift")[0].metadata
+        assert (meta["pairs"].value, meta["BLOCK"].value) == (0, 0)
+        assert all(c.passed for c in result.get_asset_check_evaluations())
+    assert lake.table_files(lake_root, "execution_drift") == []
