@@ -348,6 +348,7 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
 
     fleet = load_fleet(args)
     plans = settings_of(args).plans
+    table_stats_problems: dict[str, list[str]] = {}
     with status(f"snapshotting {len(fleet.instances)} instances"):
         if plans.capture_plans or plans.ingest_auto_explain:  # only then the plan modules are imported
             from jobs.collect.cycle import run_cycle
@@ -358,6 +359,14 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
             from jobs.collect.collector import snapshot_fleet
 
             result, outcome = snapshot_fleet(fleet, lake_root(args)), None
+            if fleet.collector.table_stats:  # run_cycle does this itself
+                from jobs.collect.table_stats import collect_fleet_table_stats
+
+                times = {r.instance: r.captured_at for r in result.ok}
+                stats = collect_fleet_table_stats(fleet, lake_root(args), times)
+                table_stats_problems = {s.instance: s.problems for s in stats if s.problems}
+    if outcome is not None:
+        table_stats_problems = outcome.table_stats_problems
     rows = result.summary_rows()
     if outcome is not None:
         for row in rows:
@@ -377,6 +386,9 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     ):
         for row in failed:
             say(args, f"{label} {row.instance}: {_escape(row.reason)}")
+    for problems in table_stats_problems.values():
+        for problem in problems:
+            say(args, f"[yellow]table stats[/yellow] {_escape(scrub(problem, *fleet.dsns()))}")
     if outcome is not None:
         for error in outcome.plan_errors.values():
             say(args, f"[yellow]plans[/yellow] {_escape(scrub(error, *fleet.dsns()))}")

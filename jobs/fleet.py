@@ -23,6 +23,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from jobs.plans.config import AutoExplainSamplerConfig
+
 SERVICE_USER = "pgradar"
 SUPERUSER = "postgres"
 # The recommended setup (`radar setup-sql`): the collector and the plan capture log in as this role.
@@ -51,6 +53,15 @@ BASE_SETTINGS: dict[str, str] = {
     "max_connections": "60",
     "shared_buffers": "'64MB'",
 }
+
+
+def sampler_settings(sampler: AutoExplainSamplerConfig | None = None) -> dict[str, str]:
+    """auto_explain as a sampler of executions (``[plans.auto_explain.sampler]``), replacing the plan-capture
+    threshold of BASE_SETTINGS (``log_min_duration = 200ms``): one server setting cannot be both, and with
+    ``log_min_duration = 0`` and ``sample_rate`` every sampled execution, slow ones included, is logged.
+    Pass as ``extra_settings`` (or ``sampler=`` to ``EmbeddedFleet.create``)."""
+    return (sampler or AutoExplainSamplerConfig()).server_settings()
+
 
 # Durability is irrelevant for throw-away servers; these make tests and the demo fast.
 FAST_SETTINGS: dict[str, str] = {
@@ -302,11 +313,14 @@ class EmbeddedFleet:
         extra_settings: Mapping[str, str] | None = None,
         fast: bool = True,
         bin_dir: Path | None = None,
+        sampler: AutoExplainSamplerConfig | None = None,
     ) -> EmbeddedFleet:
         """initdb and start one server per name; an existing fleet.json under root is reused.
 
         ``bin_dir`` names another PostgreSQL installation (15+) than the wheel's; base and fast settings
-        its major version lacks are left out (extra_settings are passed as given).
+        its major version lacks are left out (extra_settings are passed as given). ``sampler`` runs
+        auto_explain as a sampler (``sampler_settings``) instead of logging plans slower than 200 ms;
+        extra_settings still win.
         """
         root = root.resolve()
         existing = cls.load(root)
@@ -324,7 +338,8 @@ class EmbeddedFleet:
                     "(log_destination = 'jsonlog')"
                 )
             defaults = settings_for_major(defaults, major)
-        settings = {**defaults, **dict(extra_settings or {})}
+        sampling = sampler_settings(sampler) if sampler is not None else {}
+        settings = {**defaults, **sampling, **dict(extra_settings or {})}
         fleet = cls(root=root)
         for name in names:
             server = EmbeddedServer(
@@ -416,9 +431,10 @@ def running_fleet(
     *,
     extra_settings: Mapping[str, str] | None = None,
     bin_dir: Path | None = None,
+    sampler: AutoExplainSamplerConfig | None = None,
 ) -> Iterator[EmbeddedFleet]:
     """A fleet that exists only inside the ``with`` block."""
-    fleet = EmbeddedFleet.create(root, names, extra_settings=extra_settings, bin_dir=bin_dir)
+    fleet = EmbeddedFleet.create(root, names, extra_settings=extra_settings, bin_dir=bin_dir, sampler=sampler)
     try:
         yield fleet
     finally:

@@ -260,6 +260,43 @@ def test_design_profile_equals_the_plain_rule_on_random_inputs() -> None:
     assert flags == {PASS, WARN, BLOCK}
 
 
+def test_wasserstein_of_pairs_sharing_their_sample_counts_matches_scipy() -> None:
+    """Pairs with one (n_baseline, n_candidate) are scored as a 2-D block (equal counts: the mean gap of
+    the order statistics; unequal: one merge pattern); a few ragged ones go through the flat merge."""
+    rng = np.random.default_rng(21)
+    pairs = {}
+    for i in range(40):
+        nb, nc = ((230, 230), (230, 217), (3, 1))[i % 3] if i < 36 else rng.integers(1, 40, 2)
+        b, c = np.round(rng.lognormal(0, 1, nb), 1), np.round(rng.lognormal(0.2, 1, nc), 1)  # ties
+        pairs[(query_hash(f"w{i}"), METRICS[i % 3])] = (b, c)
+    out = score_drift(frame(pairs), DESIGN)
+    for row in out.iter_rows(named=True):
+        b, c = pairs[(row["query_hash"], row["metric"])]
+        assert row["wasserstein"] == pytest.approx(wasserstein_distance(b, c), rel=1e-12, abs=1e-12)
+        alone = score_drift(frame({(row["query_hash"], row["metric"]): (b, c)}), DESIGN)  # the flat path
+        assert alone["wasserstein"][0] == row["wasserstein"]  # the same bytes, whichever path
+
+
+def test_chunks_and_threads_never_change_the_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    from jobs.drift import scorer
+
+    pairs = {
+        (query_hash(f"t{i}"), m): (lognormal(i, 210), lognormal(i + 40, 205 + i, 1.0 + i / 10))
+        for i in range(7)
+        for m in METRICS
+    }
+    samples = frame(pairs)
+    for profile in ("design", "calibrated"):
+        one_chunk = score_drift(samples, DriftScoreConfig(profile=profile, null_resamples=60, threads=1))
+        monkeypatch.setattr(scorer, "_CHUNK_PAIRS", 4)
+        for threads in (1, 3):
+            chunked = score_drift(
+                samples, DriftScoreConfig(profile=profile, null_resamples=60, threads=threads)
+            )
+            assert _bytes(chunked) == _bytes(one_chunk)
+        monkeypatch.setattr(scorer, "_CHUNK_PAIRS", 4096)
+
+
 # --- determinism ---
 
 

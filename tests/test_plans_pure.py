@@ -3,6 +3,7 @@ auto_explain record parsing and log offsets (no server needed)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -178,10 +179,15 @@ def test_select_plan_candidates_top_n_latest_snapshot_without_explain() -> None:
     assert select_plan_candidates(statements, texts)["queryid"].to_list() == [3, 1]
 
 
+_LINE_NUMBERS = itertools.count(1)
+
+
 def _log_line(message: str, query_id: int = 7, ts: str = "2026-11-29 15:16:52.341 UTC") -> bytes:
     record = {
         "timestamp": ts,
         "dbname": "app",
+        "session_id": "6928a1b3.1a2b",  # every jsonlog record has these two (the sample's identity)
+        "line_num": next(_LINE_NUMBERS),
         "error_severity": "LOG",
         "message": message,
         "query_id": query_id,

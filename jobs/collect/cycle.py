@@ -1,4 +1,9 @@
-"""One collection cycle: snapshot the fleet, then plans for that cycle's top queries, then auto_explain.
+"""One collection cycle: snapshot the fleet, then table statistics, then plans for that cycle's top queries,
+then auto_explain.
+
+Table statistics (``[collector] table_stats``, on by default) are read right after each instance's
+snapshot into ``table_stats_snapshots`` with that snapshot's ``captured_at`` (``jobs.collect.table_stats``);
+a database or instance that fails there is noted in ``CycleResult.table_stats_problems``, never fatal.
 
 Plans are captured for the queries of the snapshot just taken (the top N by total time: bounded, no
 separate query universe). Plan capture is off unless asked for; a plan failure never fails the snapshot.
@@ -14,6 +19,7 @@ import polars as pl
 
 from jobs import lake
 from jobs.collect.collector import FleetSnapshotResult, snapshot_fleet
+from jobs.collect.table_stats import collect_fleet_table_stats
 from jobs.collect.texts import strictest_query_text
 from jobs.config import ConfigError, FleetConfig, InstanceConfig
 from jobs.plans.auto_explain import AutoExplainConfig, ingest_auto_explain_logs
@@ -39,6 +45,10 @@ class CycleResult:
     plans_captured: dict[str, int] = field(default_factory=dict)
     plan_errors: dict[str, str] = field(default_factory=dict)
     auto_explain_records: dict[str, int] = field(default_factory=dict)
+    table_stats_rows: dict[str, int] = field(default_factory=dict)
+    """table_stats_snapshots rows written per instance."""
+    table_stats_problems: dict[str, list[str]] = field(default_factory=dict)
+    """Per instance: each database (or the instance) whose table statistics were not read, and why."""
 
 
 def _cycle_statements(
@@ -119,6 +129,12 @@ def capture_fleet_plans(
 def run_cycle(fleet: FleetConfig, lake_root: Path, config: CycleConfig = CycleConfig()) -> CycleResult:
     """Snapshot the fleet, then capture plans for the queries of that very snapshot."""
     snapshot = snapshot_fleet(fleet, lake_root)
-    result = capture_fleet_plans(fleet, lake_root, {r.instance: r.captured_at for r in snapshot.ok}, config)
+    times = {r.instance: r.captured_at for r in snapshot.ok}
+    stats = collect_fleet_table_stats(fleet, lake_root, times) if fleet.collector.table_stats else []
+    result = capture_fleet_plans(fleet, lake_root, times, config)
     result.snapshot = snapshot
+    for item in stats:
+        result.table_stats_rows[item.instance] = item.frame.height
+        if item.problems:
+            result.table_stats_problems[item.instance] = item.problems
     return result

@@ -57,6 +57,8 @@ COLLECTOR_RANGES: dict[str, tuple[int, int]] = {
     "keepalives_interval_s": (1, 600),
     "keepalives_count": (1, 100),
     "tcp_user_timeout_ms": (1, 3_600_000),
+    "table_stats_max_databases": (1, 10_000),
+    "table_stats_max_tables": (1, 10_000_000),
 }
 
 
@@ -89,6 +91,14 @@ class CollectorConfig:
     query_text: str = "normalized"
     """What of a query text reaches the lake: "normalized" (every literal a $n placeholder, libpg_query)
     or "withheld" (a length-and-hash marker only); see jobs.collect.texts.storable_query_text."""
+    table_stats: bool = True
+    """With each snapshot of a collection cycle, also read pg_stat_user_tables (last_analyze,
+    last_autoanalyze, n_mod_since_analyze, ...) of the databases the snapshot saw (table_stats_snapshots)."""
+    table_stats_max_databases: int = 20
+    """At most this many databases per instance are read for table statistics (the connected one first,
+    then by name); the others are named as skipped."""
+    table_stats_max_tables: int = 10_000
+    """At most this many tables per database (the most recently analysed first)."""
 
     def __post_init__(self) -> None:
         for item in fields(self):

@@ -47,10 +47,15 @@ class DriftScoreConfig:
     """Calibrated: base seed, mixed with each pair's key (SHA-256) into the pair's own generator."""
     shard_count: int = 64
     """Shard key = int(query_hash[-8:], 16) % shard_count."""
+    threads: int = 0
+    """Threads of the scorer's kernel (0: one per CPU). Pairs are independent, so any number gives the
+    same bytes."""
 
     def __post_init__(self) -> None:
         if self.n_bins < 1 or self.min_samples < 0 or self.shard_count < 1 or self.null_resamples < 1:
             raise ValueError("n_bins, null_resamples and shard_count must be >= 1, min_samples >= 0")
+        if self.threads < 0:
+            raise ValueError("threads must be >= 0 (0: one per CPU)")
         if not 0.0 < self.winsor_quantile <= 1.0 or not 0.0 < self.null_quantile <= 1.0:
             raise ValueError("winsor_quantile and null_quantile must be in (0, 1]")
         if not self.smoothing > 0:

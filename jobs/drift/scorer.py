@@ -37,7 +37,10 @@ Negative and non-finite samples are rejected (ValueError naming the pair), never
 from __future__ import annotations
 
 import hashlib
+import os
 import re
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -99,10 +102,19 @@ def shard_expr(shard_count: int, column: str = "query_hash") -> pl.Expr:
 
 @dataclass(frozen=True)
 class _Samples:
+    """Every pair's samples as flat arrays, each side sorted within its pair: pair i's baseline is
+    ``baseline[baseline_offsets[i]:baseline_offsets[i + 1]]`` (ascending), the candidate's likewise."""
+
     keys: pl.DataFrame  # one row per pair, sorted: query_hash, metric
-    values: np.ndarray  # float64, sorted by (pair, side, value)
-    group: np.ndarray  # int64 pair * 2 + side, per value
-    counts: np.ndarray  # int64 (pairs, 2): samples per side
+    baseline: np.ndarray  # float64
+    baseline_offsets: np.ndarray  # int64, pairs + 1
+    candidate: np.ndarray
+    candidate_offsets: np.ndarray
+
+    @property
+    def counts(self) -> np.ndarray:
+        """(pairs, 2) samples per side: baseline, candidate."""
+        return np.stack([np.diff(self.baseline_offsets), np.diff(self.candidate_offsets)], axis=1)
 
 
 def _check_keys(frame: pl.DataFrame) -> None:
@@ -159,27 +171,33 @@ def _prepare(samples: pl.DataFrame) -> _Samples:
     )
     keys = frame.select("query_hash", "metric").unique(maintain_order=True)
     pair = frame.select(pl.struct("query_hash", "metric").rle_id()).to_series().to_numpy().astype(np.int64)
-    group = pair * 2 + frame["side_code"].to_numpy()
-    counts = np.bincount(group, minlength=keys.height * 2).reshape(keys.height, 2).astype(np.int64)
-    return _Samples(keys, frame["value"].to_numpy().astype(np.float64), group, counts)
+    is_candidate = frame["side_code"].to_numpy().astype(bool)
+    values = frame["value"].to_numpy().astype(np.float64)
+    sides = []
+    for mask in (~is_candidate, is_candidate):
+        counts = np.bincount(pair[mask], minlength=keys.height)
+        sides += [values[mask], np.concatenate(([0], np.cumsum(counts))).astype(np.int64)]
+    return _Samples(keys, *sides)
 
 
 # ---------------------------------------------------------------------------------------------------------
 # The kernel: every pair at once
 
 
-def _sorted_by(key: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """The permutation sorting by (key, value) for a non-negative int64 key: one float argsort, then a
-    stable LSD radix over the key's 16-bit digits (numpy radix-sorts uint16; np.lexsort is ~3x slower)."""
-    order = np.argsort(values)
-    top = int(key.max()) if key.size else 0
-    shift = 0
-    while True:
-        digit = ((key[order] >> shift) & 0xFFFF).astype(np.uint16)
-        order = order[np.argsort(digit, kind="stable")]
-        shift += 16
-        if top >> shift == 0:
-            return order
+def _sort_segments(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """``values`` sorted within each segment ``[offsets[i], offsets[i + 1])``: the segments of one length
+    are sorted as one 2-D block (one C call per distinct length, no Python loop per pair)."""
+    out = np.empty_like(values)
+    sizes = np.diff(offsets)
+    for size in np.unique(sizes):
+        if size == 0:
+            continue
+        segments = np.flatnonzero(sizes == size)
+        if segments.size == sizes.size:  # one length for all (the usual batch): a reshape, no gather
+            return np.sort(values.reshape(segments.size, size), axis=1).reshape(-1)
+        index = offsets[segments][:, None] + np.arange(size)
+        out[index] = np.sort(values[index], axis=1)
+    return out
 
 
 def _linear_quantile(values: np.ndarray, starts: np.ndarray, sizes: np.ndarray, q: float) -> np.ndarray:
@@ -201,6 +219,58 @@ def _linear_quantile(values: np.ndarray, starts: np.ndarray, sizes: np.ndarray, 
     return out
 
 
+def _segment_ends(values: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(first, last) of each sorted segment: its min and max (+inf / -inf when empty)."""
+    has = np.diff(offsets) > 0
+    if values.size == 0:
+        return np.full(has.size, np.inf), np.full(has.size, -np.inf)
+    top = values.size - 1
+    first = np.where(has, values[np.minimum(offsets[:-1], top)], np.inf)
+    last = np.where(has, values[np.minimum(offsets[1:] - 1, top)], -np.inf)
+    return first, last
+
+
+def _bin_keys(
+    values: np.ndarray, offsets: np.ndarray, lo: np.ndarray, width: np.ndarray, n_bins: int
+) -> np.ndarray:
+    """pair * n_bins + min(int((v - lo) / width), n_bins - 1) for every sample on its pair's grid (astype
+    truncates toward zero, as int() does; v >= lo, so it is a floor). Sorted when each segment is."""
+    pairs = offsets.size - 1
+    sizes = np.diff(offsets)
+    if pairs and (sizes == sizes[0]).all():  # one length for every pair: broadcast, no per-sample repeat
+        raw = values.reshape(pairs, int(sizes[0])) - lo[:, None]
+        raw /= width[:, None]
+        key = raw.astype(np.int64)
+        np.minimum(key, n_bins - 1, out=key)
+        key += (np.arange(pairs, dtype=np.int64) * n_bins)[:, None]
+        return key.reshape(-1)
+    raw = values - np.repeat(lo, sizes)
+    raw /= np.repeat(width, sizes)
+    key = raw.astype(np.int64)
+    np.minimum(key, n_bins - 1, out=key)
+    key += np.repeat(np.arange(pairs, dtype=np.int64) * n_bins, sizes)
+    return key
+
+
+def _binned_counts(keys: np.ndarray, pairs: int, n_bins: int) -> np.ndarray:
+    """(pairs, n_bins) counts from sorted bin keys: one searchsorted counts every bin of every pair (the
+    same counts as a bincount)."""
+    return np.diff(np.searchsorted(keys, np.arange(pairs * n_bins + 1, dtype=np.int64))).reshape(
+        pairs, n_bins
+    )
+
+
+def _clipped_at(counts: np.ndarray, top_bin: np.ndarray) -> np.ndarray:
+    """Counts with every sample above bin ``top_bin[pair]`` moved into it: the histogram of min(v, w) when
+    top_bin is w's bin, because the bin index is monotone (index(min(v, w)) = min(index(v), index(w)))."""
+    bins = np.arange(counts.shape[1])
+    above = bins[None, :] > top_bin[:, None]
+    moved = np.where(above, counts, 0).sum(axis=1)
+    out = np.where(above, 0, counts)
+    out[np.arange(counts.shape[0]), top_bin] += moved
+    return out
+
+
 def _normalised(counts: np.ndarray, n: np.ndarray, smoothing: float) -> np.ndarray:
     """Frequencies (count / n, zeros for n == 0) + smoothing, normalised over the last axis."""
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -219,33 +289,101 @@ def _js_psi(p: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return js, psi
 
 
-def _wasserstein(values: np.ndarray, group: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """W1 between the raw sorted samples of both sides of every pair (NaN when a side is empty)."""
+_BLOCK_MIN_PAIRS = 8
+"""Pairs sharing (n_baseline, n_candidate) with at least this many members get W1 as one 2-D block."""
+
+
+def _side_matrix(values: np.ndarray, offsets: np.ndarray, rows: np.ndarray, size: int) -> np.ndarray:
+    """The sorted samples of pairs ``rows`` (each with ``size`` of them) as a (rows, size) matrix."""
+    if rows.size * size == values.size:  # every pair, one length: a view, no gather
+        return values.reshape(rows.size, size)
+    return values[offsets[rows][:, None] + np.arange(size)]
+
+
+def _quantile_merge(
+    n_b: np.ndarray, n_c: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The interleaved breakpoints of the two empirical quantile functions of pairs with (n_b, n_c) samples
+    (both >= 1): per merged position its pair, its dt (the length of t it covers) and the indexes of Qb and
+    Qc over it. b's i-th breakpoint i / n_b lands at (i - 1) + #(j: j / n_c < i / n_b) = (i - 1) +
+    (i n_c - 1) // n_b, c's j-th at (j - 1) + (j n_b) // n_c (integer arithmetic, ties b first), so each
+    side's own sort is all W1 needs: no merge sort of the union."""
+    pairs = n_b.size
+    pair_ids = np.arange(pairs, dtype=np.int64)
+    seg_b = np.repeat(pair_ids, n_b)
+    seg_c = np.repeat(pair_ids, n_c)
+    i = np.arange(seg_b.size, dtype=np.int64) - np.repeat(np.cumsum(n_b) - n_b, n_b) + 1
+    j = np.arange(seg_c.size, dtype=np.int64) - np.repeat(np.cumsum(n_c) - n_c, n_c) + 1
+    m_off = np.concatenate(([0], np.cumsum(n_b + n_c)))
+    pos_b = m_off[seg_b] + (i - 1) + (i * n_c[seg_b] - 1) // n_b[seg_b]
+    pos_c = m_off[seg_c] + (j - 1) + (j * n_b[seg_c]) // n_c[seg_c]
+    total = int(m_off[-1])
+    t = np.empty(total)
+    t[pos_b] = i / n_b[seg_b]
+    t[pos_c] = j / n_c[seg_c]
+    is_b = np.zeros(total, dtype=np.int64)
+    is_b[pos_b] = 1
+    seg = np.repeat(pair_ids, n_b + n_c)
+    start = m_off[:-1][seg]
+    position = np.arange(total, dtype=np.int64)
+    b_before = np.concatenate(([0], np.cumsum(is_b)))
+    ib = b_before[position] - b_before[start]  # baseline breakpoints before this one: Qb's index here
+    ic = position - start - ib
+    ib = np.minimum(ib, n_b[seg] - 1)  # past the last breakpoint only at t = 1, where dt = 0
+    ic = np.minimum(ic, n_c[seg] - 1)
+    dt = t.copy()
+    dt[1:] -= t[:-1]
+    first = position == start
+    dt[first] = t[first]
+    return seg, dt, ib, ic
+
+
+def _pair_sums(contributions: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """Per-pair sums of consecutive runs (sizes >= 1): one reduction per run over its own contiguous
+    values, so a pair's sum is the same bytes whichever path (block or flat) and batch produced it."""
+    return np.add.reduceat(contributions, np.concatenate(([0], np.cumsum(sizes)[:-1])))
+
+
+def _wasserstein(s: _Samples) -> np.ndarray:
+    """W1 between the raw samples of both sides of every pair (NaN when a side is empty): the integral over
+    t in (0, 1] of |Qb(t) - Qc(t)| of the two empirical quantile functions (``_quantile_merge``). Pairs that
+    share their sample counts are one 2-D block each (one merge pattern and one gather); the rest go through
+    the flat merge together. Both give each pair the same contributions in the same order."""
+    b, b_off, c, c_off = s.baseline, s.baseline_offsets, s.candidate, s.candidate_offsets
+    counts = s.counts
     pairs = counts.shape[0]
-    pair = group // 2
-    order = _sorted_by(pair, values)
-    v = values[order]
-    p = pair[order]
-    is_cand = (group[order] % 2).astype(np.int64)
-    # cumulative counts per side within each pair, up to and including each position
-    cum_c = np.cumsum(is_cand)
-    cum_b = np.cumsum(1 - is_cand)
-    starts = np.concatenate(([0], np.cumsum(counts.sum(axis=1))[:-1]))
-    base_c = np.concatenate(([0], cum_c))[starts]
-    base_b = np.concatenate(([0], cum_b))[starts]
-    n_b = counts[:, 0].astype(np.float64)
-    n_c = counts[:, 1].astype(np.float64)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        f_b = (cum_b - base_b[p]) / n_b[p]
-        f_c = (cum_c - base_c[p]) / n_c[p]
-    delta = np.zeros_like(v)
-    delta[:-1] = v[1:] - v[:-1]
-    same_pair = np.zeros(v.shape, dtype=bool)
-    same_pair[:-1] = p[1:] == p[:-1]
-    contribution = np.where(same_pair, np.abs(f_b - f_c) * delta, 0.0)
-    contribution = np.where(np.isnan(contribution), 0.0, contribution)
-    w = np.bincount(p, weights=contribution, minlength=pairs)
-    w[(counts[:, 0] == 0) | (counts[:, 1] == 0)] = np.nan
+    w = np.full(pairs, np.nan)
+    both = (counts > 0).all(axis=1)
+    if not both.any():
+        return w
+    size_keys = np.where(
+        both, counts[:, 0].astype(np.int64) * (int(counts[:, 1].max()) + 1) + counts[:, 1], -1
+    )
+    _, inverse, members = np.unique(size_keys, return_inverse=True, return_counts=True)
+    blocked = both & (members[inverse] >= _BLOCK_MIN_PAIRS)
+    by_group = np.argsort(inverse, kind="stable")
+    group_starts = np.concatenate(([0], np.cumsum(members)))
+    for k in np.flatnonzero(members >= _BLOCK_MIN_PAIRS):
+        rows = by_group[group_starts[k] : group_starts[k + 1]]
+        if not both[rows[0]]:
+            continue
+        n_b, n_c = int(counts[rows[0], 0]), int(counts[rows[0], 1])
+        _, dt, ib, ic = _quantile_merge(np.array([n_b]), np.array([n_c]))
+        base, cand = _side_matrix(b, b_off, rows, n_b), _side_matrix(c, c_off, rows, n_c)
+        covers = dt > 0  # a tie of breakpoints covers no t: dropped, as the flat path drops it
+        if n_b == n_c:  # the pattern is b1 c1 b2 c2 ...: exactly the b breakpoints cover t
+            contributions = np.abs(base - cand) * dt[covers]
+        else:
+            contributions = np.abs(base[:, ib[covers]] - cand[:, ic[covers]]) * dt[covers]
+        w[rows] = _pair_sums(contributions.reshape(-1), np.full(rows.size, int(covers.sum())))
+    rest = np.flatnonzero(both & ~blocked)
+    if rest.size:
+        n_b, n_c = counts[rest, 0].astype(np.int64), counts[rest, 1].astype(np.int64)
+        seg, dt, ib, ic = _quantile_merge(n_b, n_c)
+        covers = dt > 0
+        seg, dt, ib, ic = seg[covers], dt[covers], ib[covers], ic[covers]
+        gap = np.abs(b[b_off[rest][seg] + ib] - c[c_off[rest][seg] + ic])
+        w[rest] = _pair_sums(dt * gap, np.bincount(seg, minlength=rest.size))
     return w
 
 
@@ -257,48 +395,40 @@ class _Histograms:
 
 
 def _histograms(s: _Samples, config: DriftScoreConfig) -> _Histograms:
-    pairs = s.counts.shape[0]
     n_bins = config.n_bins
-    sizes = s.counts.reshape(-1)
-    starts = np.concatenate(([0], np.cumsum(sizes)[:-1]))
-    has = sizes > 0
-    first = np.where(has, s.values[np.minimum(starts, max(s.values.size - 1, 0))], np.inf)
-    last = np.where(has, s.values[np.minimum(starts + sizes - 1, max(s.values.size - 1, 0))], -np.inf)
-    cand = np.arange(pairs) * 2 + 1
-    cand_has = has[cand]
-    winsor = np.full(pairs, np.inf)
+    counts = s.counts
+    b_first, b_last = _segment_ends(s.baseline, s.baseline_offsets)
+    c_first, c_last = _segment_ends(s.candidate, s.candidate_offsets)
+    cand_has = counts[:, 1] > 0
+    winsor = np.full(counts.shape[0], np.inf)
     winsor[cand_has] = _linear_quantile(
-        s.values, starts[cand][cand_has], sizes[cand][cand_has], config.winsor_quantile
+        s.candidate, s.candidate_offsets[:-1][cand_has], counts[cand_has, 1], config.winsor_quantile
     )
-    is_cand = (s.group % 2) == 1
-    pair = s.group // 2
-    winsorized = np.where(is_cand, np.minimum(s.values, winsor[pair]), s.values)
-    last_w = last.copy()
-    last_w[cand] = np.minimum(last[cand], winsor)
-    lo = np.minimum(first[0::2], first[1::2])
-    hi = np.maximum(last_w[0::2], last_w[1::2])
-    width = (hi - lo) / n_bins
-
-    flat = width > 0
-    safe_width = np.where(flat, width, 1.0)  # hi == lo: (v - lo) is 0 for every sample, so bin 0
-
-    def bin_index(v: np.ndarray, at: np.ndarray) -> np.ndarray:
-        raw = (v - lo[at]) / safe_width[at]
-        return np.minimum(raw.astype(np.int64), n_bins - 1)  # astype truncates toward zero, as int()
-
-    index = bin_index(winsorized, pair)
-    hist = np.bincount(s.group * n_bins + index, minlength=pairs * 2 * n_bins).reshape(pairs, 2, n_bins)
-    if config.profile == "calibrated":  # the permutation null pools the raw candidate on the same grid
-        cand_pair = pair[is_cand]
-        raw_cand = np.bincount(
-            cand_pair * n_bins + bin_index(s.values[is_cand], cand_pair), minlength=pairs * n_bins
-        ).reshape(pairs, n_bins)
-    else:
-        raw_cand = np.zeros((pairs, n_bins), dtype=np.int64)
-    q = _normalised(hist[:, 0, :], s.counts[:, 0], config.smoothing)
-    p = _normalised(hist[:, 1, :], s.counts[:, 1], config.smoothing)
+    lo = np.minimum(b_first, c_first)
+    hi = np.maximum(b_last, np.minimum(c_last, winsor))
+    with np.errstate(invalid="ignore"):
+        width = (hi - lo) / n_bins
+    safe_width = np.where(width > 0, width, 1.0)  # hi == lo: (v - lo) is 0 for every sample, so bin 0
+    safe_lo = np.where(np.isfinite(lo), lo, 0.0)
+    pairs = counts.shape[0]
+    base_hist = _binned_counts(
+        _bin_keys(s.baseline, s.baseline_offsets, safe_lo, safe_width, n_bins), pairs, n_bins
+    )
+    raw_cand = _binned_counts(
+        _bin_keys(s.candidate, s.candidate_offsets, safe_lo, safe_width, n_bins), pairs, n_bins
+    )
+    # the winsorized candidate min(v, w) without a copy: its bins are the raw bins clipped at w's bin
+    winsor_bin = np.where(
+        cand_has,
+        np.minimum(((np.where(cand_has, winsor, 0.0) - safe_lo) / safe_width).astype(np.int64), n_bins - 1),
+        n_bins - 1,
+    )
+    cand_hist = _clipped_at(raw_cand, winsor_bin)
+    q = _normalised(base_hist, counts[:, 0], config.smoothing)
+    p = _normalised(cand_hist, counts[:, 1], config.smoothing)
     js, psi = _js_psi(p, q)
-    return _Histograms(js, psi, hist[:, 0, :] + raw_cand)
+    pooled = base_hist + raw_cand if config.profile == "calibrated" else base_hist
+    return _Histograms(js, psi, pooled)
 
 
 def _pair_seed(config: DriftScoreConfig, query_hash_value: str, metric: str) -> np.random.Generator:
@@ -306,26 +436,43 @@ def _pair_seed(config: DriftScoreConfig, query_hash_value: str, metric: str) -> 
     return np.random.default_rng([config.seed, int.from_bytes(digest[:16], "big")])
 
 
+_NULL_GROUP_PAIRS = 16
+"""Pairs whose permutation nulls are computed together: (16, null_resamples, n_bins) temporaries stay a
+few MB, reused by the allocator (a whole chunk at once faulted in hundreds of MB per step)."""
+
+
 def _noise(
     s: _Samples, h: _Histograms, which: np.ndarray, config: DriftScoreConfig
 ) -> tuple[np.ndarray, np.ndarray]:
     """The permutation null's ``null_quantile`` of JS and PSI for the pairs ``which`` (others NaN)."""
-    pairs = s.counts.shape[0]
+    counts = s.counts
+    pairs = counts.shape[0]
     js_noise = np.full(pairs, np.nan)
     psi_noise = np.full(pairs, np.nan)
-    idx = np.flatnonzero(which)
-    if idx.size == 0:
-        return js_noise, psi_noise
-    r = config.null_resamples
+    chosen = np.flatnonzero(which)
     hashes = s.keys["query_hash"].to_list()
     metrics = s.keys["metric"].to_list()
-    draws = np.empty((idx.size, r, config.n_bins), dtype=np.int64)
-    for k, i in enumerate(idx):  # one generator per pair: a pair's null never depends on the batch
-        rng = _pair_seed(config, hashes[i], metrics[i])
-        draws[k] = rng.multivariate_hypergeometric(h.pooled[i], int(s.counts[i, 1]), size=r)
-    n_c = s.counts[idx, 1]
-    n_b = s.counts[idx, 0]
-    pseudo_base = h.pooled[idx][:, None, :] - draws
+    for start in range(0, chosen.size, _NULL_GROUP_PAIRS):
+        idx = chosen[start : start + _NULL_GROUP_PAIRS]
+        js, psi = _null_distances(h.pooled[idx], counts[idx], [(hashes[i], metrics[i]) for i in idx], config)
+        js_noise[idx] = np.quantile(js, config.null_quantile, axis=1)
+        psi_noise[idx] = np.quantile(psi, config.null_quantile, axis=1)
+    return js_noise, psi_noise
+
+
+def _null_distances(
+    pooled: np.ndarray, counts: np.ndarray, keys: list[tuple[str, str]], config: DriftScoreConfig
+) -> tuple[np.ndarray, np.ndarray]:
+    """(pairs, null_resamples) JS and PSI of random relabellings of each pair's pooled bin counts into
+    n_baseline / n_candidate samples, the pseudo-candidate winsorized at the bin level as the real one is."""
+    r = config.null_resamples
+    draws = np.empty((len(keys), r, config.n_bins), dtype=np.int64)
+    for k, (query_hash_value, metric) in enumerate(keys):  # a pair's null never depends on the batch
+        rng = _pair_seed(config, query_hash_value, metric)
+        draws[k] = rng.multivariate_hypergeometric(pooled[k], int(counts[k, 1]), size=r)
+    n_c = counts[:, 1]
+    n_b = counts[:, 0]
+    pseudo_base = pooled[:, None, :] - draws
     # winsorize each pseudo-candidate at the bin level: its quantile's bin takes everything above it
     virtual = (n_c - 1) * config.winsor_quantile
     rank = np.minimum(np.ceil(virtual), n_c - 1).astype(np.int64)  # 0-based rank of the upper neighbour
@@ -336,12 +483,9 @@ def _noise(
     at = bins[None, None, :] == q_bin[..., None]
     before = np.where(below, draws, 0).sum(axis=-1)
     pseudo_cand = np.where(below, draws, 0) + np.where(at, (n_c[:, None] - before)[..., None], 0)
-    p = _normalised(pseudo_cand, np.broadcast_to(n_c[:, None], (idx.size, r)), config.smoothing)
-    q = _normalised(pseudo_base, np.broadcast_to(n_b[:, None], (idx.size, r)), config.smoothing)
-    js, psi = _js_psi(p, q)
-    js_noise[idx] = np.quantile(js, config.null_quantile, axis=1)
-    psi_noise[idx] = np.quantile(psi, config.null_quantile, axis=1)
-    return js_noise, psi_noise
+    p = _normalised(pseudo_cand, np.broadcast_to(n_c[:, None], (len(keys), r)), config.smoothing)
+    q = _normalised(pseudo_base, np.broadcast_to(n_b[:, None], (len(keys), r)), config.smoothing)
+    return _js_psi(p, q)
 
 
 def flag_pairs(
@@ -432,6 +576,8 @@ def score_drift_arrays(
         raise ValueError(f"drift samples: pair query_hash={row['query_hash']}, {row['metric']} given twice")
     _check_keys(keys)
     for name, off, val in (("baseline", b_off, b_val), ("candidate", c_off, c_val)):
+        if val.size == 0 or (val.min() >= 0 and val.max() < np.inf):  # two reductions; NaN fails both
+            continue
         bad = np.flatnonzero(~np.isfinite(val) | (val < 0))
         if bad.size:
             row = keys.row(int(np.searchsorted(off, bad[0], side="right") - 1), named=True)
@@ -440,34 +586,96 @@ def score_drift_arrays(
                 f" metric={row['metric']} is negative or not finite (rejected, not clipped)"
             )
     order = np.asarray(keys.select(pl.int_range(pl.len()).sort_by("query_hash", "metric")).to_series())
-    rank = np.empty(pairs, dtype=np.int64)
-    rank[order] = np.arange(pairs)
-    b_pair = np.repeat(rank, np.diff(b_off))
-    c_pair = np.repeat(rank, np.diff(c_off))
-    group = np.concatenate([b_pair * 2, c_pair * 2 + 1])
-    values = np.concatenate([b_val, c_val])
-    sort = _sorted_by(group, values)
-    counts = np.stack([np.diff(b_off)[order], np.diff(c_off)[order]], axis=1)
-    return _score(_Samples(keys[order], values[sort], group[sort], counts), config)
+    sorted_keys = keys[order]
+
+    def chunk(start: int, stop: int) -> _Samples:
+        """Pairs [start, stop) of the sorted keys, each side gathered and sorted here, a chunk at a time
+        (small temporaries: the allocator reuses them instead of faulting in fresh pages)."""
+        picked = order[start:stop]
+        sides: list[np.ndarray] = []
+        for off, val in ((b_off, b_val), (c_off, c_val)):
+            sizes = np.diff(off)[picked]
+            new_off = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
+            if uniform[len(sides) // 2]:  # one length: a row gather and one 2-D sort
+                rows = val.reshape(pairs, int(sizes[0]) if sizes.size else 0)[picked]
+                rows.sort(axis=1)
+                sides += [rows.reshape(-1), new_off]
+                continue
+            gather = np.repeat(off[:-1][picked] - new_off[:-1], sizes) + np.arange(int(new_off[-1]))
+            sides += [_sort_segments(val[gather], new_off), new_off]
+        return _Samples(sorted_keys.slice(start, stop - start), *sides)
+
+    uniform = [pairs > 0 and bool((np.diff(off) == off[1] - off[0]).all()) for off in (b_off, c_off)]
+    return _score_chunks(sorted_keys, chunk, config)
 
 
-def _score(s: _Samples, config: DriftScoreConfig) -> pl.DataFrame:
+_CHUNK_PAIRS = 1024
+"""Pairs per kernel call: bounds the temporaries (a few arrays of the chunk's samples, reused by the
+allocator instead of faulting in fresh pages; 256-4096 measured, 512-1024 fastest) and is the unit of work
+of the thread pool. Pairs are independent, so the chunking never changes a result."""
+
+
+def _chunk(s: _Samples, start: int, stop: int) -> _Samples:
+    """Pairs [start, stop) as their own _Samples (views of the flat arrays)."""
+    b_off = s.baseline_offsets[start : stop + 1]
+    c_off = s.candidate_offsets[start : stop + 1]
+    return _Samples(
+        s.keys.slice(start, stop - start),
+        s.baseline[b_off[0] : b_off[-1]],
+        b_off - b_off[0],
+        s.candidate[c_off[0] : c_off[-1]],
+        c_off - c_off[0],
+    )
+
+
+def _kernel(s: _Samples, config: DriftScoreConfig) -> tuple[np.ndarray, ...]:
+    """(js, psi, wasserstein, flag, reason, psi_data_quality, js_noise, psi_noise) of every pair of ``s``."""
     h = _histograms(s, config)
-    wasserstein = _wasserstein(s.values, s.group, s.counts)
-    pairs = s.counts.shape[0]
+    wasserstein = _wasserstein(s)
+    counts = s.counts
+    pairs = counts.shape[0]
     js_noise = np.full(pairs, np.nan)
     psi_noise = np.full(pairs, np.nan)
     if config.profile == "calibrated":
-        design_flag, _, _ = flag_pairs(h.js, h.psi, s.counts, config, js_noise, psi_noise)
-        sufficient = (s.counts >= config.min_samples).all(axis=1)
+        design_flag, _, _ = flag_pairs(h.js, h.psi, counts, config, js_noise, psi_noise)
+        sufficient = (counts >= config.min_samples).all(axis=1)
         js_noise, psi_noise = _noise(s, h, sufficient & (design_flag != PASS), config)
-    flag, reason, data_quality = flag_pairs(h.js, h.psi, s.counts, config, js_noise, psi_noise)
-    out = s.keys.with_columns(
+    flag, reason, data_quality = flag_pairs(h.js, h.psi, counts, config, js_noise, psi_noise)
+    return h.js, h.psi, wasserstein, flag, reason, data_quality, js_noise, psi_noise
+
+
+def _score(s: _Samples, config: DriftScoreConfig) -> pl.DataFrame:
+    return _score_chunks(s.keys, lambda start, stop: _chunk(s, start, stop), config)
+
+
+def _score_chunks(
+    keys: pl.DataFrame, chunk: Callable[[int, int], _Samples], config: DriftScoreConfig
+) -> pl.DataFrame:
+    """Score pairs [0, keys.height) chunk by chunk (``chunk(start, stop)`` gives their samples)."""
+    pairs = keys.height
+    if pairs == 0:
+        return pl.DataFrame(schema=OUTPUT_SCHEMA)
+    bounds = [(start, min(start + _CHUNK_PAIRS, pairs)) for start in range(0, pairs, _CHUNK_PAIRS)]
+    threads = min(config.threads or os.cpu_count() or 1, len(bounds))
+
+    def work(bound: tuple[int, int]) -> tuple[np.ndarray, ...]:
+        part = chunk(*bound)
+        return (*_kernel(part, config), part.counts)
+
+    if threads > 1:  # numpy's sorts and ufunc loops release the GIL
+        with ThreadPoolExecutor(max_workers=threads) as pool:
+            parts = list(pool.map(work, bounds))
+    else:
+        parts = [work(bound) for bound in bounds]
+    js, psi, wasserstein, flag, reason, data_quality, js_noise, psi_noise, counts = (
+        np.concatenate(column) for column in zip(*parts, strict=True)
+    )
+    out = keys.with_columns(
         shard_expr(config.shard_count),
-        pl.Series("n_baseline", s.counts[:, 0], dtype=pl.Int64),
-        pl.Series("n_candidate", s.counts[:, 1], dtype=pl.Int64),
-        pl.Series("js", h.js, dtype=pl.Float64),
-        pl.Series("psi", h.psi, dtype=pl.Float64),
+        pl.Series("n_baseline", counts[:, 0], dtype=pl.Int64),
+        pl.Series("n_candidate", counts[:, 1], dtype=pl.Int64),
+        pl.Series("js", js, dtype=pl.Float64),
+        pl.Series("psi", psi, dtype=pl.Float64),
         pl.Series("wasserstein", wasserstein, dtype=pl.Float64, nan_to_null=True),
         pl.Series("flag", flag.astype(str), dtype=pl.String),
         pl.Series("reason", reason.astype(str), dtype=pl.String),

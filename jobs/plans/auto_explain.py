@@ -16,6 +16,13 @@ rotation); a file with another inode whose head matches a remembered file is a c
 ``X.1``: read from the old offset, so lines logged after the last read and before the copy are kept);
 a remembered inode whose head no longer matches (inode reuse, truncate-and-rewrite) or a file that
 shrank below its offset is read from the start. A partial last line is left for the next run.
+
+The same read also turns every logged execution into one ``execution_samples`` row (latency, cost and
+cardinality of that execution; ``jobs.plans.execution_samples`` builds the row), keyed by the record's
+``(session_id, line_num)``: the writer drops keys the lake already holds, so a re-read after a crash adds
+no duplicate. The radar's own statements (the marker comment) and EXPLAIN statements give no sample. A
+record that cannot be read (bad JSON, a non-numeric field, a plan nested too deep) is skipped, counted and
+named with its file in ``IngestResult.errors``; it never stops the read or loses rows already collected.
 """
 
 from __future__ import annotations
@@ -35,18 +42,29 @@ import polars as pl
 from jobs.collect.texts import (
     check_query_text_mode,
     is_explain_text,
+    is_radar_text,
     redact_plan,
     redact_query_parameters,
 )
+from jobs.detect.identity import fingerprint_text
+from jobs.lake import partition_dir, scan_files, stem_for, with_recovery, write_table
 from jobs.plans.config import AutoExplainConfig as AutoExplainConfig
+from jobs.plans.execution_samples import (
+    SAMPLE_KEY,
+    execution_sample_row,
+    execution_samples_frame,
+    new_samples,
+)
 from jobs.plans.history import snapshot_stem, store_snapshot_rows
 from jobs.plans.shape import PlanFormatError, plan_facts, plan_root, plan_shape_hash
-from jobs.schemas import PLAN_SNAPSHOTS
+from jobs.schemas import EXECUTION_SAMPLES, PLAN_SNAPSHOTS
 
 SOURCE_AUTO_EXPLAIN = "auto_explain"
 _PLAN_MARK = b"  plan:\\n"
 _MESSAGE_START = "duration: "
 MAX_ERRORS_KEPT = 100
+# Distinct query texts whose fingerprint is remembered within one read (bounded memory).
+FINGERPRINT_CACHE_SIZE = 10_000
 _OFFSET_ZONE = re.compile(r"^([+-])(\d{2}):?(\d{2})?$")
 
 
@@ -64,6 +82,21 @@ class IngestResult:
     error_count: int = 0
     snapshot_rows_written: int = 0
     errors: list[str] = field(default_factory=list)
+    sample_records: int = 0
+    """Logged executions that became an execution_samples row (before the lake's dedupe)."""
+    own_records: int = 0
+    """The radar's own statements (marker comment): no sample."""
+    sample_errors: int = 0
+    """Plan records that gave no sample (also counted in error_count and named in errors)."""
+    sample_rows_written: int = 0
+    """execution_samples rows written (keys the lake already held are not written again)."""
+    duplicate_samples: int = 0
+    """Samples read again whose (session_id, line_num) the lake already held."""
+
+    def note_error(self, message: str) -> None:
+        self.error_count += 1
+        if len(self.errors) < MAX_ERRORS_KEPT:
+            self.errors.append(message)
 
 
 class LogTimestampError(ValueError):
@@ -166,33 +199,90 @@ def parse_jsonlog_lines(
     result: IngestResult,
     last_shapes: dict[int, str] | None = None,
     query_text: str = "normalized",
+    samples: list[dict[str, Any]] | None = None,
+    fingerprints: dict[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """Complete jsonlog lines → plan rows, one per run of a shape per queryid (``last_shapes`` carries the
-    previous shape across calls); lines that are not auto_explain plans are skipped before JSON parsing."""
+    previous shape across calls); lines that are not auto_explain plans are skipped before JSON parsing.
+
+    With ``samples`` given, every logged execution (not only new shapes) also appends its execution_samples
+    row there; ``fingerprints`` caches text → fingerprint across calls. A record that fails is counted and
+    named (file and line of this read) and the next one is read: nothing a log line holds stops the read.
+    """
     last_shapes = {} if last_shapes is None else last_shapes
+    cache = {} if fingerprints is None else fingerprints
+
+    def fingerprint_of(text: str) -> str:
+        found = cache.get(text)
+        if found is None:
+            found = fingerprint_text(text)[0]
+            if len(cache) >= FINGERPRINT_CACHE_SIZE:
+                cache.clear()
+            cache[text] = found
+        return found
+
     rows: list[dict[str, Any]] = []
     for number, line in enumerate(lines, start=1):
         result.lines_read += 1
         if _PLAN_MARK not in line:
             continue
         try:
-            decoded = decode_auto_explain_record(json.loads(line))
+            record = json.loads(line)
+            if not isinstance(record, dict):
+                raise PlanFormatError(f"a jsonlog line must be a JSON object, not {type(record).__name__}")
+            decoded = decode_auto_explain_record(record)
             if decoded is None or isinstance(decoded, str):
                 result.explain_records += decoded is not None
                 continue
             result.plan_records += 1
-            if decoded.queryid is None:
-                result.unkeyed_records += 1
-                continue
-            if last_shapes.get(decoded.queryid) == decoded.shape_hash:
-                continue  # same shape as this query's previous record: nothing new to store
+            logged_at = parse_log_timestamp(str(record["timestamp"]))
+        except Exception as exc:  # one hostile line (bad JSON, depth, types) never stops the read
+            result.note_error(f"{log_file}: line {number} of this read: {_describe(exc)}")
+            continue
+        if samples is not None:
+            if is_radar_text(decoded.document.get("Query Text")):
+                result.own_records += 1
+            else:
+                try:
+                    samples.append(
+                        execution_sample_row(
+                            record,
+                            decoded.document,
+                            decoded.root,
+                            logged_at=logged_at,
+                            queryid=decoded.queryid,
+                            duration_ms=decoded.duration_ms,
+                            shape_hash=decoded.shape_hash,
+                            log_file=log_file,
+                            fingerprint_of=fingerprint_of,
+                        )
+                    )
+                    result.sample_records += 1
+                except Exception as exc:  # a SampleFormatError or worse: counted and named, never raised
+                    result.sample_errors += 1
+                    result.note_error(
+                        f"{log_file}: line {number} of this read: no execution sample: {_describe(exc)}"
+                    )
+        if decoded.queryid is None:
+            result.unkeyed_records += 1
+            continue
+        if last_shapes.get(decoded.queryid) == decoded.shape_hash:
+            continue  # same shape as this query's previous record: nothing new to store
+        try:
             rows.append(auto_explain_row(decoded, log_file, query_text))
-            last_shapes[decoded.queryid] = decoded.shape_hash
-        except (json.JSONDecodeError, PlanFormatError, LogTimestampError, KeyError, ValueError) as exc:
-            result.error_count += 1
-            if len(result.errors) < MAX_ERRORS_KEPT:
-                result.errors.append(f"{log_file}: line {number} of this read: {exc}")
+        except Exception as exc:  # counted and named; the record's sample is kept
+            result.note_error(f"{log_file}: line {number} of this read: {_describe(exc)}")
+            continue
+        last_shapes[decoded.queryid] = decoded.shape_hash
     return rows
+
+
+def _describe(exc: BaseException) -> str:
+    """An exception in one short line (a RecursionError says the plan is nested too deep)."""
+    if isinstance(exc, RecursionError):
+        return "plan nested too deep to read"
+    text = str(exc) or type(exc).__name__
+    return text if len(text) <= 300 else text[:300] + "..."
 
 
 def state_path(lake_root: Path, instance: str) -> Path:
@@ -338,13 +428,17 @@ def ingest_auto_explain_logs(
     found = find_log_files(log_dir, config, result)
     new_state: dict[str, dict[str, Any]] = {}
     rows: list[dict[str, Any]] = []
+    samples: list[dict[str, Any]] | None = [] if config.execution_samples else None
     last_shapes: dict[int, str] = {}
     budget = config.max_bytes_per_run
     for file, offset in zip(found, resume_offsets(found, known), strict=True):
         if budget > 0:
-            file, offset, used = _read_file(file, offset, budget, config, rows, result, last_shapes)
+            file, offset, used = _read_file(file, offset, budget, config, rows, result, last_shapes, samples)
             budget -= used
         new_state[file.path.name] = file.state(offset)
+    if samples:
+        write = store_execution_samples(lake_root, instance, execution_samples_frame(samples))
+        result.sample_rows_written, result.duplicate_samples = write
     if rows:
         frame = pl.DataFrame(rows, schema=PLAN_SNAPSHOTS.polars_schema)
         ingest_time = datetime.now(UTC)
@@ -360,6 +454,52 @@ def ingest_auto_explain_logs(
     return result
 
 
+def stored_sample_keys(lake_root: Path, instance: str, dates: list[str]) -> pl.DataFrame:
+    """(session_id, line_num) of the samples the lake holds for an instance on the given dates (a sample's
+    date is its logged_at's, so a re-read record can only collide inside its own date partition)."""
+    files = [
+        path
+        for date in dates
+        for path in sorted(
+            partition_dir(lake_root, EXECUTION_SAMPLES, {"instance": instance, "date": date}).glob(
+                "*.parquet"
+            )
+        )
+    ]
+    if not files:
+        return pl.DataFrame(schema={"session_id": pl.String, "line_num": pl.Int64})
+    return with_recovery(
+        lake_root,
+        [EXECUTION_SAMPLES],
+        lambda: scan_files(lake_root, EXECUTION_SAMPLES, files).select(*SAMPLE_KEY).collect(),
+    )
+
+
+def store_execution_samples(lake_root: Path, instance: str, samples: pl.DataFrame) -> tuple[int, int]:
+    """Write the samples whose key the lake does not hold yet, one file per date; (written, duplicates).
+
+    The file stem is the ingest time plus a digest of the keys written, so writing the very same samples
+    twice (a crash between this write and the offsets file) is dropped by the key check, not doubled."""
+    if samples.is_empty():
+        return 0, 0
+    dated = samples.with_columns(pl.col("logged_at").dt.strftime("%Y-%m-%d").alias("date"))
+    dates = sorted(set(dated["date"].to_list()))
+    stored = stored_sample_keys(lake_root, instance, dates).select(*SAMPLE_KEY)
+    fresh = new_samples(dated, stored)
+    stamp = stem_for(datetime.now(UTC))
+    for (date,), part in fresh.group_by("date", maintain_order=True):
+        keys = "|".join(f"{s}:{n}" for s, n in zip(part["session_id"], part["line_num"], strict=True))
+        digest = hashlib.sha256(keys.encode()).hexdigest()[:10]
+        write_table(
+            lake_root,
+            EXECUTION_SAMPLES,
+            part.drop("date"),
+            {"instance": instance, "date": str(date)},
+            f"{stamp}-samples-{digest}",
+        )
+    return fresh.height, samples.height - fresh.height
+
+
 def _read_file(
     file: LogFile,
     offset: int,
@@ -368,12 +508,14 @@ def _read_file(
     rows: list[dict[str, Any]],
     result: IngestResult,
     last_shapes: dict[int, str],
+    samples: list[dict[str, Any]] | None = None,
 ) -> tuple[LogFile, int, int]:
     """Parse complete lines from ``offset`` on, at most ``budget`` bytes of them; returns the file (its
     head fingerprint extended if it was short and has grown), the new offset (after the last newline) and
     the bytes consumed. Reads the file found, not whatever now has its name: a file renamed or replaced
     since it was listed is left for the next run."""
     consumed = 0
+    fingerprints: dict[str, str] = {}
     try:
         handle = open(file.path, "rb")  # noqa: SIM115 - closed by the with below
     except FileNotFoundError:
@@ -402,7 +544,13 @@ def _read_file(
             complete, pending = data[: cut + 1], data[cut + 1 :]
             rows.extend(
                 parse_jsonlog_lines(
-                    complete.splitlines(), file.path.name, result, last_shapes, config.query_text
+                    complete.splitlines(),
+                    file.path.name,
+                    result,
+                    last_shapes,
+                    config.query_text,
+                    samples,
+                    fingerprints,
                 )
             )
             consumed += len(complete)

@@ -5,7 +5,7 @@ and jobs.plandiff.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 EXPLAIN_MODE_HELPER = "helper"
@@ -66,6 +66,55 @@ class PlanCaptureConfig:
 
 
 @dataclass(frozen=True)
+class AutoExplainSamplerConfig:
+    """auto_explain run as a sampler of executions: the server settings that make every logged record one
+    execution sample (latency, cost, cardinality). ``server_settings()`` gives them as postgresql.conf
+    values; the embedded fleet's ``sampler`` mode applies them (replacing the plan-capture threshold)."""
+
+    sample_rate: float = 0.1
+    """auto_explain.sample_rate: the share of executions (each statement drawn at random) that is logged."""
+    log_min_duration_ms: int = 0
+    """auto_explain.log_min_duration: 0 logs every sampled execution whatever its duration (a sampler,
+    not a slow-query log)."""
+    log_analyze: bool = True
+    """auto_explain.log_analyze: actual rows per node; off, samples keep latency and cost and their
+    cardinality is null (it needs actual rows)."""
+    log_timing: bool = False
+    """auto_explain.log_timing: per-node timing costs two clock reads per row; off, the total is kept."""
+    log_buffers: bool = False
+    """auto_explain.log_buffers: buffer counts per node (not needed by the samples)."""
+    log_format: str = "json"
+    """auto_explain.log_format: the ingest reads JSON plans only."""
+
+    def __post_init__(self) -> None:
+        rate = self.sample_rate
+        if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 < rate <= 1:
+            raise ValueError(f"[plans.auto_explain.sampler] sample_rate must be in (0, 1], not {rate!r}")
+        if self.log_min_duration_ms < 0:
+            raise ValueError("[plans.auto_explain.sampler] log_min_duration_ms must be >= 0")
+        if self.log_format != "json":
+            raise ValueError(
+                f"[plans.auto_explain.sampler] log_format must be 'json' (the ingest reads JSON plans), "
+                f"not {self.log_format!r}"
+            )
+
+    def server_settings(self) -> dict[str, str]:
+        """The settings as postgresql.conf values (auto_explain must be in shared_preload_libraries)."""
+
+        def on(value: bool) -> str:
+            return "on" if value else "off"
+
+        return {
+            "auto_explain.sample_rate": repr(float(self.sample_rate)),
+            "auto_explain.log_min_duration": str(self.log_min_duration_ms),
+            "auto_explain.log_analyze": on(self.log_analyze),
+            "auto_explain.log_timing": on(self.log_timing),
+            "auto_explain.log_buffers": on(self.log_buffers),
+            "auto_explain.log_format": self.log_format,
+        }
+
+
+@dataclass(frozen=True)
 class AutoExplainConfig:
     """Where files are and how much to read per run."""
 
@@ -82,6 +131,10 @@ class AutoExplainConfig:
     "withheld" keeps no parameter and no expression text (jobs.collect.texts)."""
     fingerprint_bytes: int = 4096
     """The first this-many bytes of a log file identify it across rotations."""
+    execution_samples: bool = True
+    """Also write one execution_samples row (latency, cost, cardinality) per logged execution."""
+    sampler: AutoExplainSamplerConfig = field(default_factory=AutoExplainSamplerConfig)
+    """The server settings of auto_explain as a sampler (what the servers should run with)."""
 
 
 @dataclass(frozen=True)
