@@ -557,6 +557,20 @@ def test_cli_score_exits_by_the_worst_flag(capsys: pytest.CaptureFixture[str], a
         capsys, *lk, "drift", "score", "--now", (T0 + H).isoformat(), "--current-window", "50m"
     )
     assert code == 0, out
+    code, out, _ = cli(
+        capsys,
+        *lk,
+        "drift",
+        "score",
+        "--now",
+        NOW.isoformat(),
+        "--profile",
+        "design",
+        "--format",
+        "csv",
+        "--all",
+    )
+    assert code == 2 and out.count("design") == 6  # --profile is [drift.score] profile
     code, out, _ = cli(capsys, *lk, "drift", "checks", "--now", NOW.isoformat(), "--format", "json")
     assert code == 1 and [r["passed"] for r in json.loads(out)] == [False, True]  # the run at NOW
 
