@@ -152,6 +152,8 @@ def _flag_overrides(args: argparse.Namespace) -> list[Any]:
         ("max_events_per_file", "deploys.max_events_per_file", int),
         ("max_seconds", "gate.max_seconds", float),
         ("out", "report.out", str),
+        ("current_window", "drift.samples.current_window", str),
+        ("profile", "drift.score.profile", str),
     )
     found = []
     for dest, key, kind in pairs:
@@ -633,12 +635,190 @@ def gate_query_rows(report: dict[str, Any]) -> pl.DataFrame:
 DRIFT_TABLE_COLUMNS = ["instance", "status", "reason", "query", "js", "psi"]
 
 
+EXECUTION_DRIFT_TABLE_COLUMNS = [
+    "instance",
+    "query_hash",
+    "metric",
+    "flag",
+    "reason",
+    "n_baseline",
+    "n_candidate",
+    "js",
+    "psi",
+    "baseline_version",
+]
+EXIT_PAYLOAD_INVALID = 3
+EXIT_NO_BASELINE = 4
+DRIFT_FLAG_EXIT = {"PASS": 0, "WARN": 1, "BLOCK": 2}
+
+
+def _drift_now(args: argparse.Namespace) -> Any:
+    from jobs.collect.deploys import parse_timestamp
+
+    return parse_timestamp(args.now, "--now") if args.now else None
+
+
+def drift_anchor_samples(args: argparse.Namespace) -> int:
+    """`radar drift anchor-samples`: anchor execution-sample baselines of a window under a new version."""
+    import polars as pl
+
+    from jobs.collect.deploys import parse_timestamp
+    from jobs.drift.baselines import anchor_sample_baselines
+
+    if not (args.version and args.start and args.end):
+        say(args, "[red]radar drift anchor-samples needs --version, --start and --end[/red]")
+        return EXIT_USAGE
+    rows = anchor_sample_baselines(
+        lake_root(args),
+        version=args.version,
+        start=parse_timestamp(args.start, "--start"),
+        end=parse_timestamp(args.end, "--end"),
+        instance=args.instance,
+        config=settings_of(args).drift.samples,
+        now=_drift_now(args),
+    )
+    shown = rows.select(
+        "baseline_version",
+        "instance",
+        "query_hash",
+        "metric",
+        "n_window",
+        pl.col("samples").list.len().cast(pl.Int64).alias("n_kept"),
+        "window_start",
+        "window_end",
+        "created_at",
+    )
+    show_rows(args, shown, f"baselines anchored as {args.version}")
+    say(
+        args,
+        f"baseline version {_escape(args.version)}: {rows.height} (instance, query, metric) pairs anchored",
+    )
+    return 0
+
+
+def _say_checks(args: argparse.Namespace, checks: list[Any]) -> bool:
+    """One line per check; True when every check passed."""
+    for check in checks:
+        style = "green" if check.passed else "yellow"
+        verdict = "ok" if check.passed else "FAILED"
+        say(args, f"[{style}]check {check.name} {verdict}:[/{style}] {_escape(check.description)}")
+    return all(check.passed for check in checks)
+
+
+def drift_score(args: argparse.Namespace) -> int:
+    """`radar drift score`: the lake's current window against the anchored baselines (execution_drift)."""
+    import polars as pl
+
+    from jobs.drift.execution import (
+        UNSCORED_REASONS,
+        check_lake,
+        flag_counts,
+        run_execution_drift,
+        worst_flag,
+    )
+
+    config = settings_of(args).drift
+    drift = run_execution_drift(lake_root(args), config, _drift_now(args), args.version)
+    shown = drift if args.all else drift.filter(pl.col("flag") != "PASS")
+    if shown.height or args.format != "table":
+        show_rows(args, shown, "execution drift", columns=EXECUTION_DRIFT_TABLE_COLUMNS)
+    counts = "  ".join(f"{flag}: {n}" for flag, n in flag_counts(drift).items())
+    unscored = ", ".join(f"{r}: {drift.filter(pl.col('reason') == r).height}" for r in UNSCORED_REASONS)
+    say(args, f"{counts}  ({unscored})" if drift.height else "no pair: no execution sample and no baseline")
+    if drift.height:
+        _say_checks(args, check_lake(lake_root(args), config, drift["scored_at"][0]))
+    worst = worst_flag(drift)
+    return DRIFT_FLAG_EXIT[worst] if worst else 0
+
+
+def drift_score_payload(args: argparse.Namespace) -> int:
+    """`radar drift score --payload FILE`: one CI candidate against its anchored baseline; exit by flag."""
+    import json
+
+    import polars as pl
+
+    from jobs.drift.baselines import load_sample_baselines
+    from jobs.drift.contract import PayloadError, parse_payload, score_payload
+    from jobs.publish.output import plain_rows
+
+    source = "stdin" if args.payload == "-" else args.payload
+    try:
+        text = sys.stdin.read() if args.payload == "-" else Path(args.payload).read_text()
+        payload = parse_payload(text)
+    except (OSError, UnicodeDecodeError) as exc:
+        say(args, f"[red]payload {_escape(source)} unreadable:[/red] {_escape(str(exc))}")
+        return EXIT_PAYLOAD_INVALID
+    except PayloadError as exc:
+        say(args, f"[red]payload {_escape(source)} rejected:[/red] {_escape(str(exc))}")
+        return EXIT_PAYLOAD_INVALID
+    version, qh, metric = payload["baseline_version"], payload["query_hash"], payload["metric"]
+    baselines = load_sample_baselines(lake_root(args)).filter(
+        (pl.col("query_hash") == qh) & (pl.col("metric") == metric)
+    )
+    if args.instance:
+        baselines = baselines.filter(pl.col("instance") == args.instance)
+    chosen = baselines.filter(pl.col("baseline_version") == version)
+    scope = f" on instance {args.instance}" if args.instance else ""
+    if chosen.height == 0:
+        known = sorted(set(baselines["baseline_version"].to_list()))
+        say(
+            args,
+            f"[red]no anchored baseline[/red] of version {_escape(version)!r} for query_hash {qh}, metric "
+            f"{metric}{scope} (versions anchored for it: {_escape(', '.join(known)) or 'none'}; anchor one "
+            "with `radar drift anchor-samples`)",
+        )
+        return EXIT_NO_BASELINE
+    if chosen.height > 1:
+        instances = ", ".join(sorted(chosen["instance"].to_list()))
+        say(
+            args,
+            f"[red]baseline {_escape(version)!r} of query_hash {qh}, {metric} is anchored on several "
+            f"instances[/red] ({_escape(instances)}): give --instance",
+        )
+        return EXIT_NO_BASELINE
+    baseline = chosen.row(0, named=True)
+    score = score_payload(payload, baseline["samples"], settings_of(args).drift.score)
+    result = {"instance": baseline["instance"], "baseline_version": version, **score}
+    if args.format == "json":
+        (row,) = plain_rows([result], list(result))
+        sys.stdout.write(json.dumps(row) + "\n")  # one DriftScore object
+    else:
+        show_rows(args, pl.DataFrame([result]), "drift score")
+    return DRIFT_FLAG_EXIT[score["flag"]]
+
+
+def drift_checks_cmd(args: argparse.Namespace) -> int:
+    """`radar drift checks`: the stale-baseline and degenerate-samples checks over the lake."""
+    import polars as pl
+
+    from jobs.drift.execution import check_lake
+
+    checks = check_lake(lake_root(args), settings_of(args).drift, _drift_now(args))
+    rows = pl.DataFrame(
+        {
+            "check": [c.name for c in checks],
+            "passed": [c.passed for c in checks],
+            "description": [c.description for c in checks],
+        }
+    )
+    if args.format != "table":
+        show_rows(args, rows)
+        return 0 if all(c.passed for c in checks) else 1
+    return 0 if _say_checks(args, checks) else 1
+
+
 def cmd_drift(args: argparse.Namespace) -> int:
     import polars as pl
 
     from jobs.collect.deploys import parse_timestamp
     from jobs.drift import anchor_baseline, run_drift
 
+    if args.action == "anchor-samples":
+        return drift_anchor_samples(args)
+    if args.action == "score":
+        return drift_score_payload(args) if args.payload else drift_score(args)
+    if args.action == "checks":
+        return drift_checks_cmd(args)
     if args.action == "anchor":
         if not (args.start and args.end and args.label):
             say(args, "[red]radar drift anchor needs --start, --end and --label[/red]")
@@ -905,8 +1085,16 @@ EXIT_CODES = {
     ),
     "drift": _exit_codes(
         "drift",
-        "0  drift computed (or baseline anchored)",
-        "1  --fail-on-drift and a series has status drift",
+        "0  run: drift computed; anchor, anchor-samples: baseline anchored; score: the worst flag is PASS",
+        "   (or there is no pair); score --payload: PASS; checks: every check passed",
+        "1  run: --fail-on-drift and a series has status drift; score (--payload): the worst flag is WARN",
+        "   (insufficient_samples and no_baseline rows are WARN); checks: a check failed",
+        "2  score (--payload): BLOCK (a bad flag or config, an empty version or an empty window also",
+        "   exit 2: they print no rows)",
+        f"{EXIT_PAYLOAD_INVALID}  score --payload: the file is unreadable, not JSON, or breaks",
+        "   drift_payload.schema.json (the message names the field)",
+        f"{EXIT_NO_BASELINE}  score --payload: no anchored baseline of the payload's baseline_version for",
+        "   its query_hash and metric (or one on several instances and no --instance)",
     ),
     "compact": _exit_codes("compact", "0  done"),
     "report": _exit_codes("report", "0  report written"),
@@ -1177,16 +1365,52 @@ def build_parser(command: str | None = ALL_COMMANDS) -> argparse.ArgumentParser:
     gate.set_defaults(func=cmd_gate)
 
     drift = _command(
-        sub, "drift", "latency distribution drift against anchored baselines ([drift] settings)", formats=True
+        sub,
+        "drift",
+        "distribution drift against anchored baselines ([drift] settings)",
+        formats=True,
+        description="run / anchor: the per-interval latency drift of pg_stat_statements means (the cheaper "
+        "proxy). anchor-samples / score / checks: per-execution drift of the auto_explain samples "
+        "(latency, cost, cardinality) against anchored baselines ([drift.samples], [drift.score]): "
+        "anchor-samples anchors a window under a new --version; score scores the current window, writes "
+        "execution_drift and runs the checks; score --payload FILE scores one CI candidate "
+        "(drift_payload.schema.json; '-' reads stdin) against its baseline_version; checks runs the "
+        "stale-baseline and degenerate-samples checks.",
     )
-    drift.add_argument("action", nargs="?", choices=["run", "anchor"], default="run")
-    drift.add_argument("--start", help="anchor: baseline window start (ISO-8601)")
-    drift.add_argument("--end", help="anchor: baseline window end (ISO-8601)")
+    drift.add_argument(
+        "action", nargs="?", choices=["run", "anchor", "anchor-samples", "score", "checks"], default="run"
+    )
+    drift.add_argument("--start", help="anchor, anchor-samples: baseline window start (ISO-8601)")
+    drift.add_argument("--end", help="anchor, anchor-samples: baseline window end (ISO-8601)")
     drift.add_argument("--label", help="anchor: a name for the baseline, e.g. 'before v812'")
-    drift.add_argument("--instance", help="anchor: one instance (default: the whole fleet)")
+    drift.add_argument(
+        "--version",
+        help="anchor-samples: the new baseline version (never reused); score: score against this version "
+        "(default: each pair's newest)",
+    )
+    drift.add_argument(
+        "--payload", metavar="FILE", help="score: one CI candidate payload (JSON; - for stdin)"
+    )
+    drift.add_argument("--now", help="score, checks, anchor-samples: the as-of time (ISO-8601; default now)")
+    drift.add_argument(
+        "--current-window",
+        default=None,
+        help="score: candidate window ending at --now, e.g. 10m ([drift.samples] current_window)",
+    )
+    drift.add_argument(
+        "--profile",
+        choices=["calibrated", "design"],
+        default=None,
+        help="score: the scorer's profile ([drift.score] profile, calibrated)",
+    )
+    drift.add_argument(
+        "--instance", help="anchor, anchor-samples, score --payload: one instance (default: the whole fleet)"
+    )
     drift.add_argument("--fingerprint", help="anchor: one query fingerprint (default: every query)")
     drift.add_argument(
-        "--all", action="store_true", help="rows of every series (default: status drift or watch)"
+        "--all",
+        action="store_true",
+        help="rows of every series (default: status drift or watch; score: flag WARN or BLOCK)",
     )
     drift.add_argument("--fail-on-drift", action="store_true", help="exit 1 when a series has status drift")
     drift.set_defaults(func=cmd_drift)

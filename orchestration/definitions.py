@@ -8,7 +8,13 @@ import dagster as dg
 
 from orchestration.assets.alerts import regression_alerts
 from orchestration.assets.deploys import deploy_events
-from orchestration.assets.drift import latency_drift
+from orchestration.assets.drift import (
+    degenerate_samples,
+    drift_sample_baselines,
+    execution_drift,
+    latency_drift,
+    stale_baseline,
+)
 from orchestration.assets.maintenance import compacted_lake
 from orchestration.assets.plans import plan_snapshots
 from orchestration.assets.regressions import detected_regressions_are_consistent, regressions_and_plan_diffs
@@ -46,8 +52,10 @@ defs = dg.Definitions(
         regression_alerts,
         compacted_lake,
         latency_drift,
+        drift_sample_baselines,
+        execution_drift,
     ],
-    asset_checks=[detected_regressions_are_consistent],
+    asset_checks=[detected_regressions_are_consistent, stale_baseline, degenerate_samples],
     jobs=[snapshot_job, samples_job, deploy_job, analysis_job, report_job, compaction_job],
     schedules=[
         snapshot_schedule,

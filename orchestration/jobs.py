@@ -17,6 +17,7 @@ analysis_job = dg.define_asset_job(
         "findings",
         "regression_alerts",
         "latency_drift",
+        "execution_drift",  # and its checks; drift_sample_baselines is anchored by hand, never scheduled
     ),
 )
 samples_job = dg.define_asset_job("samples_job", selection=dg.AssetSelection.assets("query_samples"))

@@ -1,0 +1,216 @@
+"""Checks of the per-execution drift stage (pure; the Dagster asset checks and `radar drift` call them).
+
+- ``stale_baseline_check``: of the pairs scored over the last ``[drift.samples] stale_window`` (each pair's
+  latest row; insufficient_samples and no_baseline rows are no verdict and do not count), a BLOCK share
+  above ``stale_block_share`` means the baseline is likely stale rather than every query regressed at
+  once: typically an ANALYZE re-costed the plans. It names the tables of the BLOCKing instances analysed
+  within ``analyze_lookback`` (table_stats_snapshots: last_analyze / last_autoanalyze in the lookback, or
+  moved, or analyze_count / autoanalyze_count grew since the snapshot before it) and suggests the
+  re-anchor command.
+- ``degenerate_samples_check``: of the same pairs (no_baseline rows left out: they need an anchor, not a
+  wider window), an insufficient_samples share above ``degenerate_share`` says "widen the capture window"
+  (``current_window``) or raise ``auto_explain.sample_rate``.
+
+Both pass when there is nothing to judge (no scored pair in the window).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+import polars as pl
+
+from jobs.config.loader import format_duration
+from jobs.drift.config import DriftConfig
+from jobs.drift.execution import NO_BASELINE, UNSCORED_REASONS
+from jobs.drift.scorer import BLOCK, INSUFFICIENT_SAMPLES
+
+STALE_BASELINE = "stale_baseline"
+DEGENERATE_SAMPLES = "degenerate_samples"
+PAIR = ["instance", "query_hash", "metric"]
+TABLE = ["instance", "dbname", "relid"]
+
+
+@dataclass(frozen=True)
+class DriftCheck:
+    """One check's result: passed, a sentence for people, and figures for machines."""
+
+    name: str
+    passed: bool
+    description: str
+    metadata: dict[str, object] = field(default_factory=dict)
+
+
+def _utc(moment: datetime) -> datetime:
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
+def latest_scores(drift: pl.DataFrame, now: datetime, window: timedelta) -> pl.DataFrame:
+    """Each pair's latest execution_drift row scored in (now - window, now]."""
+    end = _utc(now)
+    return (
+        drift.filter((pl.col("scored_at") > end - window) & (pl.col("scored_at") <= end))
+        .sort(*PAIR, "scored_at", descending=[False, False, False, True])
+        .unique(PAIR, keep="first", maintain_order=True)
+    )
+
+
+def analysed_tables(table_stats: pl.DataFrame, now: datetime, lookback: timedelta) -> pl.DataFrame:
+    """Tables analysed (ANALYZE or autoanalyze) in (now - lookback, now], from table_stats_snapshots rows
+    (with ``instance``): instance, dbname, schemaname, relname, analysed_at (the later of last_analyze and
+    last_autoanalyze at the latest snapshot), sorted by instance and name."""
+    columns = {"instance": pl.String, "dbname": pl.String, "schemaname": pl.String, "relname": pl.String}
+    empty = pl.DataFrame(schema={**columns, "analysed_at": pl.Datetime("us", "UTC")})
+    end = _utc(now)
+    start = end - lookback
+    stats = table_stats.filter(pl.col("captured_at") <= end).with_columns(
+        pl.max_horizontal("last_analyze", "last_autoanalyze").alias("analysed_at"),
+        (pl.col("analyze_count").fill_null(0) + pl.col("autoanalyze_count").fill_null(0)).alias("analyses"),
+    )
+    if stats.height == 0:
+        return empty
+    ordered = stats.sort(*TABLE, "captured_at")
+    latest = ordered.unique(TABLE, keep="last", maintain_order=True)
+    # the reference: the latest snapshot at or before the lookback's start, else the earliest after it
+    before = ordered.filter(pl.col("captured_at") <= start).unique(TABLE, keep="last", maintain_order=True)
+    after = ordered.filter(pl.col("captured_at") > start).unique(TABLE, keep="first", maintain_order=True)
+    reference = pl.concat([before, after.join(before.select(TABLE), on=TABLE, how="anti")]).select(
+        *TABLE,
+        pl.col("analysed_at").alias("ref_analysed_at"),
+        pl.col("analyses").alias("ref_analyses"),
+        pl.col("captured_at").alias("ref_captured_at"),
+    )
+    joined = latest.join(reference, on=TABLE, how="left")
+    moved = (
+        (pl.col("analysed_at") > start)
+        | (
+            (pl.col("ref_captured_at") < pl.col("captured_at"))
+            & (
+                (pl.col("analyses") > pl.col("ref_analyses"))
+                | (pl.col("analysed_at") > pl.col("ref_analysed_at"))
+                | (pl.col("analysed_at").is_not_null() & pl.col("ref_analysed_at").is_null())
+            )
+        )
+    ).fill_null(False)
+    found = joined.filter(moved).select(*columns, "analysed_at")
+    return found.sort("instance", "dbname", "schemaname", "relname") if found.height else empty
+
+
+def table_names(tables: pl.DataFrame) -> list[str]:
+    """``instance:dbname.schema.table`` of each row of ``analysed_tables``."""
+    return [
+        f"{r['instance']}:{r['dbname']}.{r['schemaname']}.{r['relname']}"
+        for r in tables.iter_rows(named=True)
+    ]
+
+
+def reanchor_command(now: datetime, start: datetime, instances: list[str]) -> str:
+    """The suggested `radar drift anchor-samples` of a new version over (start, now]."""
+    end = _utc(now)
+    scope = f" --instance {instances[0]}" if len(instances) == 1 else ""
+    return (
+        f"radar drift anchor-samples --version reanchor-{end:%Y%m%dT%H%M%SZ} "
+        f"--start {_utc(start).isoformat().replace('+00:00', 'Z')} "
+        f"--end {end.isoformat().replace('+00:00', 'Z')}{scope}"
+    )
+
+
+def stale_baseline_check(
+    drift: pl.DataFrame, table_stats: pl.DataFrame, now: datetime, config: DriftConfig = DriftConfig()
+) -> DriftCheck:
+    """BLOCK share of the pairs scored over the last stale_window above stale_block_share: "baseline likely
+    stale", naming the BLOCKing instances' tables analysed in the last analyze_lookback."""
+    samples = config.samples
+    window = format_duration(samples.stale_window)
+    scored = latest_scores(drift, now, samples.stale_window).filter(~pl.col("reason").is_in(UNSCORED_REASONS))
+    blocks = scored.filter(pl.col("flag") == BLOCK)
+    share = blocks.height / scored.height if scored.height else 0.0
+    passed = share <= samples.stale_block_share
+    metadata: dict[str, object] = {
+        "scored_pairs": scored.height,
+        "block_pairs": blocks.height,
+        "block_share": share,
+        "stale_block_share": samples.stale_block_share,
+        "stale_window": window,
+    }
+    if passed:
+        return DriftCheck(
+            STALE_BASELINE,
+            True,
+            f"{blocks.height} of {scored.height} scored pairs BLOCK over the last {window} ({share:.1%}, "
+            f"limit {samples.stale_block_share:.1%})",
+            metadata,
+        )
+    instances = sorted(set(blocks["instance"].to_list()))
+    tables = analysed_tables(table_stats, now, samples.analyze_lookback).filter(
+        pl.col("instance").is_in(instances)
+    )
+    names = table_names(tables)
+    start = tables["analysed_at"].max() if tables.height else _utc(now) - samples.current_window
+    command = reanchor_command(now, start, instances)  # type: ignore[arg-type]
+    lookback = format_duration(samples.analyze_lookback)
+    analysed = (
+        f"tables analysed in the last {lookback}: {', '.join(names)}"
+        if names
+        else f"no table of {', '.join(instances)} was analysed in the last {lookback}"
+    )
+    metadata |= {"analysed_tables": names, "reanchor": command}
+    return DriftCheck(
+        STALE_BASELINE,
+        False,
+        f"baseline likely stale: {blocks.height} of {scored.height} scored pairs ({share:.1%}) BLOCK over "
+        f"the last {window} (limit {samples.stale_block_share:.1%}); {analysed}; if the new plans are the "
+        f"expected ones, re-anchor: {command}",
+        metadata,
+    )
+
+
+def degenerate_samples_check(
+    drift: pl.DataFrame, now: datetime, config: DriftConfig = DriftConfig()
+) -> DriftCheck:
+    """insufficient_samples share of the pairs scored over the last stale_window above degenerate_share:
+    "widen the capture window"."""
+    samples = config.samples
+    latest = latest_scores(drift, now, samples.stale_window)
+    judged = latest.filter(pl.col("reason") != NO_BASELINE)
+    thin = judged.filter(pl.col("reason") == INSUFFICIENT_SAMPLES)
+    floor = config.score.min_samples
+    share = thin.height / judged.height if judged.height else 0.0
+    metadata: dict[str, object] = {
+        "pairs": judged.height,
+        "insufficient_samples": thin.height,
+        "insufficient_share": share,
+        "degenerate_share": samples.degenerate_share,
+        "thin_candidate": thin.filter(pl.col("n_candidate") < floor).height,
+        "thin_baseline": thin.filter(pl.col("n_baseline") < floor).height,
+        "no_baseline": latest.height - judged.height,
+    }
+    if share <= samples.degenerate_share:
+        return DriftCheck(
+            DEGENERATE_SAMPLES,
+            True,
+            f"{thin.height} of {judged.height} pairs have fewer than {floor} samples on a side ({share:.1%},"
+            f" limit {samples.degenerate_share:.1%})",
+            metadata,
+        )
+    return DriftCheck(
+        DEGENERATE_SAMPLES,
+        False,
+        f"{thin.height} of {judged.height} pairs ({share:.1%}, limit {samples.degenerate_share:.1%}) have "
+        f"fewer than {floor} samples on a side ({metadata['thin_candidate']} in the current window, "
+        f"{metadata['thin_baseline']} in the baseline): widen the capture window ([drift.samples] "
+        f"current_window, now {format_duration(samples.current_window)}; a thin baseline: re-anchor over a "
+        "longer window) or raise auto_explain.sample_rate",
+        metadata,
+    )
+
+
+def drift_checks(
+    drift: pl.DataFrame, table_stats: pl.DataFrame, now: datetime, config: DriftConfig = DriftConfig()
+) -> list[DriftCheck]:
+    """Both checks, stale baseline first."""
+    return [
+        stale_baseline_check(drift, table_stats, now, config),
+        degenerate_samples_check(drift, now, config),
+    ]

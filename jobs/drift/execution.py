@@ -1,0 +1,238 @@
+"""Per-execution drift: the current window's execution samples scored against the anchored baselines.
+
+The candidate of a run at ``now`` is every execution sample logged in (now - ``[drift.samples]
+current_window``, now]; each (instance, query_hash, metric) of it is scored against that pair's baseline
+(``jobs.drift.baselines.select_baselines``: the newest version, or the one named) by the design's scorer
+(``jobs.drift.scorer.score_drift``, ``[drift.score]``). One row per pair in ``EXECUTION_DRIFT``; nothing is
+dropped silently:
+
+- a baseline pair with too few (or no) candidate samples: the scorer's WARN ``insufficient_samples``
+  (n_candidate says how many);
+- a candidate pair without any anchored baseline: WARN ``no_baseline`` (n_baseline 0, no distances): the
+  query is new since the anchor, or the anchor left its instance out; anchor one.
+
+Pure: ``score_execution_drift``; I/O edge: ``run_execution_drift`` (reads the lake, writes execution_drift).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from jobs import lake
+from jobs.drift.baselines import PAIR_KEY, load_sample_baselines, long_samples, read_execution_samples
+from jobs.drift.baselines import select_baselines as select_baselines
+from jobs.drift.config import DriftConfig
+from jobs.drift.scorer import INSUFFICIENT_SAMPLES, OUTPUT_SCHEMA, WARN, score_drift, shard_expr
+from jobs.schemas import EXECUTION_DRIFT, TABLE_STATS_SNAPSHOTS
+
+NO_BASELINE = "no_baseline"
+"""Reason of a candidate pair that has no anchored baseline (flag WARN: never a silent PASS)."""
+UNSCORED_REASONS = (INSUFFICIENT_SAMPLES, NO_BASELINE)
+"""Reasons of rows whose flag is not a verdict on the distributions."""
+FLAG_ORDER = {"PASS": 0, "WARN": 1, "BLOCK": 2}
+
+
+def _utc(moment: datetime) -> datetime:
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
+def candidate_window(now: datetime, config: DriftConfig) -> tuple[datetime, datetime]:
+    """(start, end] of the candidate samples of a run at ``now``."""
+    end = _utc(now)
+    return end - config.samples.current_window, end
+
+
+def score_execution_drift(
+    samples: pl.DataFrame,
+    baselines: pl.DataFrame,
+    now: datetime,
+    config: DriftConfig = DriftConfig(),
+    *,
+    version: str | None = None,
+) -> pl.DataFrame:
+    """Score the execution samples of the window ending at ``now`` against the baselines (pure).
+
+    ``samples``: execution_samples rows with ``instance`` (only those in the window are used);
+    ``baselines``: drift_sample_baselines rows (every version: the newest per pair is chosen, or
+    ``version``). Returns EXECUTION_DRIFT rows sorted by (instance, query_hash, metric)."""
+    start, end = candidate_window(now, config)
+    in_window = samples.filter((pl.col("logged_at") > start) & (pl.col("logged_at") <= end))
+    candidate = long_samples(in_window)
+    chosen = select_baselines(baselines, version) if (baselines.height or version) else baselines
+    base = chosen.select(*PAIR_KEY, "baseline_version", "fingerprint", "queryid", "samples")
+    cand_meta = candidate.group_by(*PAIR_KEY).agg(
+        pl.col("fingerprint").drop_nulls().mode().sort().first(),
+        pl.col("queryid").drop_nulls().mode().sort().first(),
+    )
+    scored_parts: list[pl.DataFrame] = []
+    instances = sorted(set(base["instance"].to_list()))
+    for instance in instances:  # the scorer's pair is (query_hash, metric): one call per instance
+        b = base.filter(pl.col("instance") == instance)
+        c = candidate.filter(pl.col("instance") == instance)
+        long = pl.concat(
+            [
+                b.select("query_hash", "metric", pl.lit("baseline").alias("side"), "samples")
+                .explode("samples")
+                .rename({"samples": "value"})
+                .filter(pl.col("value").is_not_null()),
+                c.join(b.select("query_hash", "metric"), on=["query_hash", "metric"], how="semi").select(
+                    "query_hash", "metric", pl.lit("candidate").alias("side"), "value"
+                ),
+            ]
+        )
+        scored = score_drift(long, config.score)
+        scored_parts.append(scored.with_columns(pl.lit(instance, dtype=pl.String).alias("instance")))
+    scored = (
+        pl.concat(scored_parts)
+        if scored_parts
+        else pl.DataFrame(schema={**OUTPUT_SCHEMA, "instance": pl.String()})
+    )
+    scored = scored.join(
+        base.select(*PAIR_KEY, "baseline_version", "fingerprint", "queryid"), on=list(PAIR_KEY), how="left"
+    )
+    # a baseline row without samples and no candidate gives the scorer nothing: still a visible row
+    empty = base.join(scored.select(PAIR_KEY), on=list(PAIR_KEY), how="anti").with_columns(
+        shard_expr(config.score.shard_count),
+        pl.lit(0, dtype=pl.Int64).alias("n_baseline"),
+        pl.lit(0, dtype=pl.Int64).alias("n_candidate"),
+        pl.lit(WARN).alias("flag"),
+        pl.lit(INSUFFICIENT_SAMPLES).alias("reason"),
+        pl.lit(False).alias("psi_data_quality"),
+        pl.lit(config.score.profile).alias("profile"),
+    )
+    unanchored = cand_meta.join(base.select(PAIR_KEY), on=list(PAIR_KEY), how="anti")
+    counts = candidate.group_by(*PAIR_KEY).len("n_candidate")
+    no_baseline = unanchored.join(counts, on=list(PAIR_KEY)).with_columns(
+        shard_expr(config.score.shard_count),
+        pl.lit(0, dtype=pl.Int64).alias("n_baseline"),
+        pl.lit(WARN).alias("flag"),
+        pl.lit(NO_BASELINE).alias("reason"),
+        pl.lit(False).alias("psi_data_quality"),
+        pl.lit(config.score.profile).alias("profile"),
+    )
+    rows = pl.concat([scored, empty.drop("samples"), no_baseline], how="diagonal_relaxed")
+    # the candidate's identity when the baseline has none
+    rows = rows.join(
+        cand_meta.rename({"fingerprint": "_cand_fp", "queryid": "_cand_qid"}), on=list(PAIR_KEY), how="left"
+    ).with_columns(
+        pl.coalesce("fingerprint", "_cand_fp").alias("fingerprint"),
+        pl.coalesce("queryid", "_cand_qid").alias("queryid"),
+        pl.lit(end, dtype=pl.Datetime("us", "UTC")).alias("scored_at"),
+        pl.lit(start, dtype=pl.Datetime("us", "UTC")).alias("window_start"),
+        pl.lit(end, dtype=pl.Datetime("us", "UTC")).alias("window_end"),
+    )
+    empty_side = (pl.col("n_baseline") == 0) | (pl.col("n_candidate") == 0)
+    rows = (
+        rows.with_columns(  # no distance between a side and nothing (the scorer's smoothing would give one)
+            *(
+                pl.when(empty_side).then(None).otherwise(pl.col(c)).alias(c)
+                for c in ("js", "psi", "wasserstein")
+            )
+        )
+    )
+    return EXECUTION_DRIFT.conform(rows.drop("_cand_fp", "_cand_qid")).sort(
+        "instance", "query_hash", "metric"
+    )
+
+
+def worst_flag(drift: pl.DataFrame) -> str | None:
+    """The worst flag of the rows (BLOCK > WARN > PASS); None when there is none."""
+    flags = [f for f in drift["flag"].unique().to_list() if f is not None] if drift.height else []
+    return max(flags, key=FLAG_ORDER.__getitem__) if flags else None
+
+
+def flag_counts(drift: pl.DataFrame) -> dict[str, int]:
+    """Rows per flag (PASS, WARN, BLOCK: every flag, 0 when absent)."""
+    found = dict(drift.group_by("flag").len().iter_rows()) if drift.height else {}
+    return {flag: int(found.get(flag, 0)) for flag in FLAG_ORDER}
+
+
+def counts_by_metric(drift: pl.DataFrame) -> pl.DataFrame:
+    """One row per metric: PASS, WARN, BLOCK, insufficient_samples and no_baseline counts."""
+    return (
+        drift.group_by("metric")
+        .agg(
+            *(pl.col("flag").eq(flag).sum().alias(flag) for flag in FLAG_ORDER),
+            *(pl.col("reason").eq(reason).sum().alias(reason) for reason in UNSCORED_REASONS),
+        )
+        .sort("metric")
+    )
+
+
+def degenerate_count(drift: pl.DataFrame, config: DriftConfig = DriftConfig()) -> int:
+    """Rows with fewer than ``[drift.score] min_samples`` samples on either side (no_baseline included)."""
+    if drift.height == 0:
+        return 0
+    floor = config.score.min_samples
+    return int(drift.filter((pl.col("n_baseline") < floor) | (pl.col("n_candidate") < floor)).height)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# I/O edge
+
+
+def run_execution_drift(
+    lake_root: Path,
+    config: DriftConfig = DriftConfig(),
+    now: datetime | None = None,
+    version: str | None = None,
+) -> pl.DataFrame:
+    """Score the lake's current window (ending at ``now``, default the wall clock) against its anchored
+    baselines and write the rows to execution_drift (one file per run; none when there is no row)."""
+    end = _utc(now or datetime.now(UTC))
+    start, _ = candidate_window(end, config)
+    samples = read_execution_samples(lake_root, start, end)
+    drift = score_execution_drift(samples, load_sample_baselines(lake_root), end, config, version=version)
+    if drift.height:
+        lake.write_table(
+            lake_root, EXECUTION_DRIFT, drift, {"date": end.date().isoformat()}, lake.stem_for(end)
+        )
+    return drift
+
+
+def read_recent_drift(lake_root: Path, now: datetime, window: timedelta) -> pl.DataFrame:
+    """execution_drift rows scored in (now - window, now]."""
+    end = _utc(now)
+    start = end - window
+
+    def query(frame: pl.LazyFrame) -> pl.LazyFrame:
+        days = (pl.col("date") >= start.date().isoformat()) & (pl.col("date") <= end.date().isoformat())
+        return frame.filter(days & (pl.col("scored_at") > start) & (pl.col("scored_at") <= end))
+
+    return lake.read_table(lake_root, EXECUTION_DRIFT, query)
+
+
+def read_table_stats(lake_root: Path, now: datetime, lookback: timedelta) -> pl.DataFrame:
+    """table_stats_snapshots captured in (now - 2 x lookback, now]: the lookback and a reference before."""
+    end = _utc(now)
+    start = end - 2 * lookback
+
+    def query(frame: pl.LazyFrame) -> pl.LazyFrame:
+        days = (pl.col("date") >= start.date().isoformat()) & (pl.col("date") <= end.date().isoformat())
+        return frame.filter(days & (pl.col("captured_at") > start) & (pl.col("captured_at") <= end))
+
+    return lake.read_table(lake_root, TABLE_STATS_SNAPSHOTS, query)
+
+
+def latest_scored_at(lake_root: Path) -> datetime | None:
+    """The as-of time of the lake's latest scoring run (None before the first)."""
+    latest = lake.read_table(lake_root, EXECUTION_DRIFT, lambda f: f.select(pl.col("scored_at").max()))
+    return latest.item() if latest.height else None
+
+
+def check_lake(
+    lake_root: Path, config: DriftConfig = DriftConfig(), now: datetime | None = None
+) -> list[Any]:
+    """The stage's checks (jobs.drift.checks) over the lake, as of ``now`` (default: the latest scoring
+    run's time, so the checks judge the last run; the wall clock before any)."""
+    from jobs.drift.checks import drift_checks
+
+    at = _utc(now) if now else (latest_scored_at(lake_root) or datetime.now(UTC))
+    samples = config.samples
+    drift = read_recent_drift(lake_root, at, samples.stale_window)
+    stats = read_table_stats(lake_root, at, samples.analyze_lookback)
+    return drift_checks(drift, stats, at, config)
