@@ -84,13 +84,19 @@ def test_worst_node_wins_and_never_executed_nodes_do_not_count() -> None:
         100,
         children=[
             node("Seq Scan", 50, 2000, **{"Relation Name": "orders"}),  # q = 40
-            node("Hash", 1, 0, loops=0, children=[node("Seq Scan", 1, 0, loops=0, **{"Relation Name": "x"})]),
+            node(
+                "Hash",
+                900,
+                0,
+                loops=0,
+                children=[node("Seq Scan", 900, 0, loops=0, **{"Relation Name": "x"})],
+            ),
             node("Index Scan", 1, 30, loops=5, **{"Relation Name": "items", "Index Name": "items_pkey"}),
         ],
     )
     q, label = worst_q_error(root)
     assert q == 40.0 and label == "Seq Scan on orders"
-    never = node("Seq Scan", 1, 0, loops=0, **{"Relation Name": "x"})
+    never = node("Seq Scan", 5000, 0, loops=0, **{"Relation Name": "x"})
     assert worst_q_error(node("Result", 1, 1, children=[never])) == (1.0, "Result")
     assert worst_q_error({"Node Type": "Seq Scan", "Plan Rows": 5}) == (None, None), "no ANALYZE: null"
 
