@@ -359,12 +359,10 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
             from jobs.collect.collector import snapshot_fleet
 
             result, outcome = snapshot_fleet(fleet, lake_root(args)), None
-            if fleet.collector.table_stats:  # run_cycle does this itself
-                from jobs.collect.table_stats import collect_fleet_table_stats
+            from jobs.collect.table_stats import table_stats_after_snapshot  # run_cycle does this itself
 
-                times = {r.instance: r.captured_at for r in result.ok}
-                stats = collect_fleet_table_stats(fleet, lake_root(args), times)
-                table_stats_problems = {s.instance: s.problems for s in stats if s.problems}
+            stats = table_stats_after_snapshot(fleet, lake_root(args), result)
+            table_stats_problems = {s.instance: s.problems for s in stats if s.problems}
     if outcome is not None:
         table_stats_problems = outcome.table_stats_problems
     rows = result.summary_rows()

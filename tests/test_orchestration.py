@@ -44,6 +44,8 @@ def test_snapshot_and_samples_assets_materialize_on_real_lake_files(
 ) -> None:
     today = datetime.now(UTC).date().isoformat()
     res = resources(pg_fleet, lake_root, tmp_path / "inbox")
+    with psycopg.connect(pg_fleet.server("alpha").dsn, autocommit=True) as conn:
+        conn.execute("create table if not exists orchestration_stats_t (i int)")
     with dg.instance_for_test() as instance:
         for round_ in range(3):
             with psycopg.connect(pg_fleet.server("alpha").dsn) as conn:
@@ -55,6 +57,7 @@ def test_snapshot_and_samples_assets_materialize_on_real_lake_files(
             assert result.success
         materialization = result.asset_materializations_for_node("statement_snapshots")[0]
         assert materialization.metadata["instances_ok"].value == 2
+        assert materialization.metadata["table_stats_rows"].value >= 1  # the snapshot's table statistics
         samples = dg.materialize(
             [query_samples],
             partition_key=today,
@@ -65,6 +68,9 @@ def test_snapshot_and_samples_assets_materialize_on_real_lake_files(
         assert samples.success
     snapshots = lake.scan_table(lake_root, "statement_snapshots").collect()
     assert snapshots.select(pl.col("captured_at").n_unique()).item() == 6  # 3 runs x 2 instances
+    stats = lake.scan_table(lake_root, "table_stats_snapshots").collect()
+    assert "orchestration_stats_t" in stats["relname"].to_list()
+    assert set(stats["captured_at"].unique()) <= set(snapshots["captured_at"].unique())  # stamped with them
     sample_frame = lake.scan_table(lake_root, "query_samples").collect()
     assert sample_frame.height > 0
     assert set(sample_frame["instance"].unique()) <= {"alpha", "beta"}

@@ -19,7 +19,7 @@ import polars as pl
 
 from jobs import lake
 from jobs.collect.collector import FleetSnapshotResult, snapshot_fleet
-from jobs.collect.table_stats import collect_fleet_table_stats
+from jobs.collect.table_stats import table_stats_after_snapshot
 from jobs.collect.texts import strictest_query_text
 from jobs.config import ConfigError, FleetConfig, InstanceConfig
 from jobs.plans.auto_explain import AutoExplainConfig, ingest_auto_explain_logs
@@ -130,7 +130,7 @@ def run_cycle(fleet: FleetConfig, lake_root: Path, config: CycleConfig = CycleCo
     """Snapshot the fleet, then capture plans for the queries of that very snapshot."""
     snapshot = snapshot_fleet(fleet, lake_root)
     times = {r.instance: r.captured_at for r in snapshot.ok}
-    stats = collect_fleet_table_stats(fleet, lake_root, times) if fleet.collector.table_stats else []
+    stats = table_stats_after_snapshot(fleet, lake_root, snapshot)
     result = capture_fleet_plans(fleet, lake_root, times, config)
     result.snapshot = snapshot
     for item in stats:

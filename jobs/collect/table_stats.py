@@ -31,6 +31,7 @@ import psycopg
 from psycopg.conninfo import make_conninfo
 
 from jobs import lake
+from jobs.collect.collector import FleetSnapshotResult
 from jobs.collect.session import (
     MIN_CONNECT_TIMEOUT_S,
     DeadlineExceeded,
@@ -228,3 +229,13 @@ def collect_fleet_table_stats(
         return []
     with ThreadPoolExecutor(max_workers=max(1, min(config.max_parallel_instances, len(todo)))) as pool:
         return list(pool.map(lambda item: one(*item), todo))
+
+
+def table_stats_after_snapshot(
+    fleet: FleetConfig, lake_root: Path, snapshot: FleetSnapshotResult
+) -> list[TableStatsResult]:
+    """The table statistics that go with a fleet snapshot ([collector] table_stats): one home for the
+    cycle, ``radar snapshot`` and the Dagster snapshot asset, stamped with each instance's snapshot time."""
+    if not fleet.collector.table_stats:
+        return []
+    return collect_fleet_table_stats(fleet, lake_root, {r.instance: r.captured_at for r in snapshot.ok})

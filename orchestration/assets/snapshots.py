@@ -7,6 +7,7 @@ import dagster as dg
 import polars as pl
 
 from jobs.collect.collector import snapshot_fleet
+from jobs.collect.table_stats import table_stats_after_snapshot
 from jobs.lake import incident_mark
 from orchestration.partitions import daily
 from orchestration.resources import FleetResource, LakeResource
@@ -41,7 +42,12 @@ def statement_snapshots(
     base = definitions_settings().collector_for(fleet_config)
     collector = section_from_config("collector", config, "statement_snapshots", base=base)
     mark = incident_mark()
-    result = snapshot_fleet(replace(fleet_config, collector=collector), lake.path)
+    run_fleet = replace(fleet_config, collector=collector)
+    result = snapshot_fleet(run_fleet, lake.path)
+    stats = table_stats_after_snapshot(run_fleet, lake.path, result)
+    for item in stats:
+        for problem in item.problems:
+            context.log.warning(f"table stats: {item.instance}: {problem}")
     for failed in result.failed:
         context.log.warning(f"snapshot failed: {failed.reason}")
     for degraded in result.degraded:
@@ -56,6 +62,9 @@ def statement_snapshots(
             "failed_instances": "; ".join(f"{r.instance}: {r.reason}" for r in result.failed) or "none",
             "degraded_instances": "; ".join(f"{r.instance}: {r.reason}" for r in result.degraded) or "none",
             "statement_rows": sum(r.statement_rows for r in result.results),
+            "table_stats_rows": sum(item.frame.height for item in stats),
+            "table_stats_problems": "; ".join(f"{i.instance}: {p}" for i in stats for p in i.problems)
+            or "none",
             "bytes_written": sum(r.bytes_written for r in result.results),
             "per_instance": dg.MetadataValue.md(markdown_table(pl.DataFrame(result.summary_rows()))),
             **lake_incident_metadata(mark, context.log),
