@@ -29,6 +29,7 @@ from jobs.drift.checks import (
 )
 from jobs.drift.config import DriftConfig, SampleDriftConfig
 from jobs.drift.execution import (
+    INSTANCE_WIDE_LATENCY,
     NO_BASELINE,
     check_lake,
     counts_by_metric,
@@ -228,6 +229,45 @@ def test_scoring_flags_the_shifted_latency_and_passes_the_rest() -> None:
         1,
         2,
     )
+
+
+def busy_host(slowed: int, *, queries: int = 6, cost_moved: tuple[int, ...] = ()) -> pl.DataFrame:
+    """``queries`` queries on alpha; the first ``slowed`` 3x slower now (a busy host), their plans unchanged
+    unless listed in ``cost_moved`` (then the root cost doubled too)."""
+    parts = []
+    for i in range(queries):
+        parts.append(executions(f"q{i}", T0, lognormal(10 + i, 600), step=5 * SEC))
+        mu = 1.1 if i < slowed else 0.0
+        cost = 20.0 if i in cost_moved else 10.0
+        parts.append(executions(f"q{i}", CAND_START, lognormal(40 + i, 300, mu=mu), step=SEC, cost=cost))
+    return pl.concat(parts)
+
+
+def test_a_host_wide_slowdown_is_the_instances_not_each_querys() -> None:
+    samples = busy_host(4, cost_moved=(3,))
+    base = samples.filter(pl.col("logged_at") <= T0 + H)
+    drift = score_execution_drift(samples, anchor(base), NOW, CONFIG)
+    rows = {(r["fingerprint"], r["metric"]): (r["flag"], r["reason"]) for r in drift.iter_rows(named=True)}
+    for q in ("q0", "q1", "q2"):  # slowed with the host, plan unchanged: the instance's, WARN not BLOCK
+        assert rows[(q, "latency")] == ("WARN", INSTANCE_WIDE_LATENCY)
+    assert rows[("q3", "latency")][0] == "BLOCK"  # its plan's cost moved too: still the query's
+    assert rows[("q3", "cost")][0] == "BLOCK"
+    assert {rows[(q, "latency")][0] for q in ("q4", "q5")} == {"PASS"}
+
+
+def test_the_host_guard_needs_its_share_and_its_pairs() -> None:
+    at_share = busy_host(3)  # 3 of 6 = the 0.5 share: the guard applies
+    drift = score_execution_drift(
+        at_share, anchor(at_share.filter(pl.col("logged_at") <= T0 + H)), NOW, CONFIG
+    )
+    latency = drift.filter(pl.col("metric") == "latency")
+    assert latency.filter(pl.col("reason") == INSTANCE_WIDE_LATENCY).height == 3
+    below = busy_host(2)  # 2 of 6: two queries slowed, not the host; they BLOCK
+    drift = score_execution_drift(below, anchor(below.filter(pl.col("logged_at") <= T0 + H)), NOW, CONFIG)
+    assert drift.filter((pl.col("metric") == "latency") & (pl.col("flag") == "BLOCK")).height == 2
+    few = busy_host(4, queries=4)  # 4 pairs < instance_shift_min_pairs (5): nothing to tell apart
+    drift = score_execution_drift(few, anchor(few.filter(pl.col("logged_at") <= T0 + H)), NOW, CONFIG)
+    assert drift.filter((pl.col("metric") == "latency") & (pl.col("flag") == "BLOCK")).height == 4
 
 
 def test_candidate_window_is_now_minus_current_window_exclusive_to_now_inclusive() -> None:

@@ -89,12 +89,22 @@ class SampleDriftConfig:
     window" (or raise auto_explain.sample_rate)."""
     analyze_before_plan_change: timedelta = timedelta(minutes=30)
     """Plan diffs and findings mention an ANALYZE of one of the query's tables this long before the change."""
+    instance_shift_share: float = 0.5
+    """A busy host slows every query at once: when at least this share of an instance's scored latency
+    pairs is WARN/BLOCK, a latency flag whose cost and cardinality PASS (the plan and its estimates are
+    unchanged) is the instance's, not the query's: it becomes WARN ``instance_wide_latency`` (never BLOCK,
+    never a silent PASS)."""
+    instance_shift_min_pairs: int = 5
+    """The guard needs at least this many scored latency pairs on the instance (fewer tell nothing apart;
+    a very large number turns the guard off)."""
 
     def __post_init__(self) -> None:
         if self.current_window <= timedelta(0) or self.stale_window <= timedelta(0):
             raise ValueError("current_window and stale_window must be positive")
         if self.max_baseline_samples < 1:
             raise ValueError("max_baseline_samples must be >= 1")
+        if not 0.0 < self.instance_shift_share <= 1.0 or self.instance_shift_min_pairs < 1:
+            raise ValueError("instance_shift_share must be in (0, 1] and instance_shift_min_pairs >= 1")
         if not 0.0 <= self.stale_block_share <= 1.0 or not 0.0 <= self.degenerate_share <= 1.0:
             raise ValueError("stale_block_share and degenerate_share must be in [0, 1]")
 

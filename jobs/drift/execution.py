@@ -31,6 +31,9 @@ from jobs.schemas import EXECUTION_DRIFT, TABLE_STATS_SNAPSHOTS
 
 NO_BASELINE = "no_baseline"
 """Reason of a candidate pair that has no anchored baseline (flag WARN: never a silent PASS)."""
+INSTANCE_WIDE_LATENCY = "instance_wide_latency"
+"""Reason of a latency flag downgraded to WARN: most of the instance's queries moved together, their plans
+did not (``SampleDriftConfig.instance_shift_share``)."""
 UNSCORED_REASONS = (INSUFFICIENT_SAMPLES, NO_BASELINE)
 """Reasons of rows whose flag is not a verdict on the distributions."""
 FLAG_ORDER = {"PASS": 0, "WARN": 1, "BLOCK": 2}
@@ -134,9 +137,51 @@ def score_execution_drift(
             )
         )
     )
-    return EXECUTION_DRIFT.conform(rows.drop("_cand_fp", "_cand_qid")).sort(
-        "instance", "query_hash", "metric"
+    rows = instance_wide_latency(EXECUTION_DRIFT.conform(rows.drop("_cand_fp", "_cand_qid")), config)
+    return rows.sort("instance", "query_hash", "metric")
+
+
+def instance_wide_latency(drift: pl.DataFrame, config: DriftConfig = DriftConfig()) -> pl.DataFrame:
+    """Downgrade the latency flags that belong to the host, not the query (pure).
+
+    Per instance, over its latency pairs with a real verdict (not insufficient_samples / no_baseline): when
+    there are at least ``instance_shift_min_pairs`` and at least ``instance_shift_share`` of them are WARN
+    or BLOCK, each flagged latency pair whose cost and cardinality both PASS becomes WARN with reason
+    ``instance_wide_latency``: CPU contention, a noisy neighbour or a slower server moves every query's
+    latency and no plan. A pair whose cost or cardinality moved too keeps its flag (a plan changed), and so
+    does every pair of an instance where only a few queries slowed."""
+    cfg = config.samples
+    verdict = ~pl.col("reason").is_in(list(UNSCORED_REASONS)).fill_null(False)
+    latency = drift.filter((pl.col("metric") == "latency") & verdict)
+    shifted = (
+        latency.group_by("instance")
+        .agg(pl.len().alias("pairs"), (pl.col("flag") != "PASS").sum().alias("flagged"))
+        .filter(
+            (pl.col("pairs") >= cfg.instance_shift_min_pairs)
+            & (pl.col("flagged") >= cfg.instance_shift_share * pl.col("pairs"))
+        )
+        .select("instance")
     )
+    if shifted.height == 0:
+        return drift
+    plan_moved = (
+        drift.filter(pl.col("metric").is_in(["cost", "cardinality"]) & (pl.col("flag") != "PASS") & verdict)
+        .select("instance", "query_hash")
+        .unique()
+    )
+    host = (
+        latency.join(shifted, on="instance", how="semi")
+        .filter(pl.col("flag") != "PASS")
+        .join(plan_moved, on=["instance", "query_hash"], how="anti")
+        .select("instance", "query_hash", pl.lit(True).alias("_host"))
+    )
+    marked = drift.join(host, on=["instance", "query_hash"], how="left").with_columns(
+        (pl.col("_host").fill_null(False) & (pl.col("metric") == "latency")).alias("_host")
+    )
+    return marked.with_columns(
+        pl.when("_host").then(pl.lit(WARN)).otherwise("flag").alias("flag"),
+        pl.when("_host").then(pl.lit(INSTANCE_WIDE_LATENCY)).otherwise("reason").alias("reason"),
+    ).drop("_host")
 
 
 def worst_flag(drift: pl.DataFrame) -> str | None:
