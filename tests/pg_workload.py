@@ -1,4 +1,5 @@
-"""Client workloads, CPU-heavy neighbours and the snapshot loop for the real-server detector tests.
+"""Client workloads, CPU-heavy neighbours, the snapshot loop and the server-clock / jsonlog waits for the
+real-server tests and benchmarks.
 
 Used by tests/test_regressions_pg.py, tests/test_detection_pg.py, tests/test_work_pg.py and
 tests/test_contention_pg.py: a workload thread runs queries with typed (int4) parameters in a loop; the
@@ -10,6 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 
 import polars as pl
@@ -27,6 +29,27 @@ from jobs.schemas import PLAN_SNAPSHOTS, QUERY_TEXTS, SNAPSHOT_RUNS, STATEMENT_S
 from tests.detection_frames import Frames, as_frames
 
 SNAPSHOT_EVERY = 0.2
+
+
+def server_clock(conn: psycopg.Connection) -> datetime:
+    """The server's clock between two windows of logged statements, with a gap on each side (jsonlog
+    timestamps are in milliseconds)."""
+    time.sleep(0.02)
+    stamp = conn.execute("SELECT clock_timestamp()").fetchone()[0]  # type: ignore[index]
+    time.sleep(0.02)
+    return stamp.astimezone(UTC)
+
+
+def wait_for_log(log_dir: Path, needle: bytes, timeout: float = 15.0) -> None:
+    """Until a jsonlog file of ``log_dir`` holds ``needle`` (the logging collector writes asynchronously)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if any(needle in p.read_bytes() for p in log_dir.glob("*.json")):
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"{needle!r} never reached the jsonlog in {log_dir}")
+
+
 SNAPSHOTS_PER_PHASE = 20  # fewer leave the serially corrected rank test short of power
 
 

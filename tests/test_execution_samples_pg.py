@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import threading
 import time
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
 import polars as pl
@@ -35,6 +35,7 @@ from jobs.lake import scan_table
 from jobs.plans.auto_explain import ingest_auto_explain_logs
 from jobs.plans.config import AutoExplainSamplerConfig
 from tests.conftest import FleetFactory
+from tests.pg_workload import server_clock, wait_for_log
 
 pytestmark = pytest.mark.postgres
 
@@ -73,23 +74,6 @@ class RowLocker:
     def close(self) -> None:
         self.wait()
         self.conn.close()
-
-
-def server_clock(conn: psycopg.Connection) -> datetime:
-    """The server's clock between two windows, with a gap on each side (log timestamps are in ms)."""
-    time.sleep(0.02)
-    stamp = conn.execute("SELECT clock_timestamp()").fetchone()[0]  # type: ignore[index]
-    time.sleep(0.02)
-    return stamp.astimezone(UTC)
-
-
-def wait_for_log(log_dir: Path, needle: bytes, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if any(needle in p.read_bytes() for p in log_dir.glob("*.json")):
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"{needle!r} never reached the jsonlog in {log_dir}")
 
 
 def run_steady(conn: psycopg.Connection) -> None:

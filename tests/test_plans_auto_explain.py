@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -15,17 +14,9 @@ from jobs.lake import scan_table
 from jobs.plans.auto_explain import ingest_auto_explain_logs, load_offsets
 from jobs.plans.capture import capture_plans
 from tests.conftest import FleetFactory
+from tests.pg_workload import wait_for_log
 
 pytestmark = pytest.mark.postgres
-
-
-def wait_for_log(log_dir: Path, needle: bytes, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if any(needle in p.read_bytes() for p in log_dir.glob("*.json")):
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"{needle!r} never reached the jsonlog in {log_dir}")
 
 
 def test_auto_explain_records_parsed_and_joined_to_pg_stat_statements(

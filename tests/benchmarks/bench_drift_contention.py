@@ -26,7 +26,7 @@ import tempfile
 import time
 import uuid
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import datetime
 from itertools import pairwise
 from pathlib import Path
 
@@ -43,7 +43,7 @@ from jobs.fleet import EmbeddedFleet
 from jobs.lake import scan_table
 from jobs.plans.auto_explain import ingest_auto_explain_logs
 from jobs.plans.config import AutoExplainSamplerConfig
-from tests.pg_workload import CpuNeighbour
+from tests.pg_workload import CpuNeighbour, server_clock
 
 RESULTS = Path(".bench/results")
 ROUNDS = int(os.environ.get("RADAR_BENCH_DRIFT_CONTENTION_ROUNDS", "3"))
@@ -70,29 +70,22 @@ def run_phase(conn: psycopg.Connection) -> None:
             conn.execute(query_of(i), (Int4(1 + (k * 37 + i) % (20000 if i % 2 == 0 else 40)),))
 
 
-def clock(conn: psycopg.Connection) -> datetime:
-    time.sleep(0.02)
-    stamp = conn.execute("SELECT clock_timestamp()").fetchone()[0]  # type: ignore[index]
-    time.sleep(0.02)
-    return stamp.astimezone(UTC)
-
-
 def one_round(dsn: str, log_dir: Path, lake_root: Path) -> dict[str, dict[str, object]]:
     marks: list[datetime] = []
     with psycopg.connect(dsn, autocommit=True, prepare_threshold=None) as conn:
         run_phase(conn)  # warm-up, outside every window
-        marks.append(clock(conn))
+        marks.append(server_clock(conn))
         run_phase(conn)  # baseline
-        marks.append(clock(conn))
+        marks.append(server_clock(conn))
         run_phase(conn)  # control
-        marks.append(clock(conn))
+        marks.append(server_clock(conn))
         with CpuNeighbour(dsn, sessions=2) as neighbour:
             neighbour.start()
             run_phase(conn)  # contended
-            marks.append(clock(conn))
+            marks.append(server_clock(conn))
             conn.execute("ALTER TABLE t0 DROP CONSTRAINT t0_pkey")
             run_phase(conn)  # contended + regression
-            marks.append(clock(conn))
+            marks.append(server_clock(conn))
         conn.execute("ALTER TABLE t0 ADD PRIMARY KEY (id)")
         conn.execute("SELECT 'end of the round' AS marker")
     time.sleep(1.0)  # the logging collector writes the last records
