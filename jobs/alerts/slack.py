@@ -171,10 +171,17 @@ def _open_message(payload: dict[str, Any]) -> dict[str, Any]:
         f"finding {payload['finding_id']} · queryid {payload['queryid']} · {payload['analysis']} analysis "
         f"· alert {payload['alert_id']}"
     )
+    return _alert_message(text, header, query, fields[:10], context)
+
+
+def _alert_message(
+    text: str, header: str, query: str, fields: list[dict[str, Any]], context: str
+) -> dict[str, Any]:
+    """The layout every alert shares: header, the query as a code block, the fields, one context line."""
     blocks = [
         {"type": "header", "text": {"type": "plain_text", "text": header, "emoji": False}},
         _section(code_block(query, SECTION_TEXT_MAX)),
-        {"type": "section", "fields": fields[:10]},
+        {"type": "section", "fields": fields},
         {
             "type": "context",
             "elements": [{"type": "mrkdwn", "text": fit(context, FIELD_MAX), "verbatim": True}],
@@ -244,13 +251,4 @@ def _drift_message(payload: dict[str, Any]) -> dict[str, Any]:
         f"drift {payload['finding_id']} · {queryid}query_hash {payload['query_hash'][:16]}… · "
         f"{payload.get('profile') or 'calibrated'} profile · alert {payload['alert_id']}"
     )
-    blocks = [
-        {"type": "header", "text": {"type": "plain_text", "text": header, "emoji": False}},
-        _section(code_block(query, SECTION_TEXT_MAX)),
-        {"type": "section", "fields": fields},
-        {
-            "type": "context",
-            "elements": [{"type": "mrkdwn", "text": fit(context, FIELD_MAX), "verbatim": True}],
-        },
-    ]
-    return {"text": text, "blocks": blocks}
+    return _alert_message(text, header, query, fields, context)
