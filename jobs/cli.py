@@ -303,8 +303,9 @@ def cmd_fleet(args: argparse.Namespace) -> int:
     root = Path(args.embedded_root)
     if args.action == "up":
         names = [n.strip() for n in args.names.split(",") if n.strip()]
+        sampler = settings_of(args).plans.auto_explain.sampler if args.sampler else None
         with status(f"starting {len(names)} PostgreSQL 18 servers under {root}"):
-            fleet = EmbeddedFleet.create(root, names)
+            fleet = EmbeddedFleet.create(root, names, sampler=sampler)
         (root / "fleet.toml").write_text(fleet.fleet_config_toml())
         render(pl.DataFrame(fleet.status()), "embedded fleet")
         console.print(
@@ -1234,6 +1235,12 @@ def build_parser(command: str | None = ALL_COMMANDS) -> argparse.ArgumentParser:
     fleet.add_argument("action", choices=["up", "down", "status"])
     fleet.add_argument("--names", default="alpha,beta", help="comma-separated instance names (up)")
     fleet.add_argument("--destroy", action="store_true", help="delete the data folders too (down)")
+    fleet.add_argument(
+        "--sampler",
+        action="store_true",
+        help="up: run auto_explain as a sampler of executions ([plans.auto_explain.sampler]: per-execution "
+        "drift) instead of logging plans slower than 200 ms",
+    )
     fleet.set_defaults(func=cmd_fleet)
 
     snapshot = _command(

@@ -174,3 +174,62 @@ def test_a_running_embedded_fleet_is_used_only_with_embedded(
     assert not lake_root.exists()  # nothing was snapshotted instead
     assert main([*args, "snapshot", "--embedded"]) == 0
     assert lake.read_table(lake_root, "snapshot_runs")["instance"].to_list() == ["cli"]
+
+
+def test_fleet_up_with_the_sampler_runs_auto_explain_as_a_sampler(tmp_path: Path) -> None:
+    """`radar fleet up --sampler`: the servers log every sampled execution ([plans.auto_explain.sampler]),
+    so per-execution drift can be tried on the embedded fleet; `fleet down --destroy` removes them."""
+    import shutil
+    import uuid
+
+    from tests.conftest import CLUSTER_BASE
+
+    CLUSTER_BASE.mkdir(parents=True, exist_ok=True)
+    CLUSTER_BASE.chmod(0o755)
+    root = CLUSTER_BASE / f"cli-sampler-{uuid.uuid4().hex[:8]}"
+    config = tmp_path / "radar.toml"
+    config.write_text("[plans.auto_explain.sampler]\nsample_rate = 0.25\n")
+    try:
+        assert (
+            main(
+                [
+                    "--config",
+                    str(config),
+                    "--embedded-root",
+                    str(root),
+                    "fleet",
+                    "up",
+                    "--sampler",
+                    "--names",
+                    "smp",
+                ]
+            )
+            == 0
+        )
+        fleet = EmbeddedFleet.load(root)
+        assert fleet is not None
+        with psycopg.connect(fleet.server("smp").dsn) as conn:
+            shown = {
+                name: conn.execute(f"SHOW {name}").fetchone()[0]  # type: ignore[index]
+                for name in (
+                    "auto_explain.sample_rate",
+                    "auto_explain.log_min_duration",
+                    "auto_explain.log_analyze",
+                    "auto_explain.log_timing",
+                    "auto_explain.log_format",
+                )
+            }
+        assert shown == {
+            "auto_explain.sample_rate": "0.25",
+            "auto_explain.log_min_duration": "0",
+            "auto_explain.log_analyze": "on",
+            "auto_explain.log_timing": "off",
+            "auto_explain.log_format": "json",
+        }
+        assert main(["--embedded-root", str(root), "fleet", "down", "--destroy"]) == 0
+        assert EmbeddedFleet.load(root) is None
+    finally:
+        leftover = EmbeddedFleet.load(root)
+        if leftover is not None:
+            leftover.destroy()
+        shutil.rmtree(root, ignore_errors=True)
