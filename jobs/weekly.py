@@ -100,8 +100,8 @@ def weekly_summary(
             .sort("added_load_ms_per_s", descending=True, nulls_last=True)
         )
     scored = execution_drift is not None and execution_drift.height > 0
-    if scored:
-        detected = with_drift_flags(detected, execution_drift)
+    if scored:  # the flags as they stood at the week's end, not as they are today
+        detected = with_drift_flags(detected, execution_drift.filter(pl.col("scored_at") < end))
     names: dict[tuple[str, int], str] = {}
     if scored and texts is not None and texts.height:
         latest_texts = texts.sort("captured_at").unique(["instance", "queryid"], keep="last")
@@ -263,7 +263,11 @@ def write_weekly_report(
     runs = lake.read_table(lake_root, SNAPSHOT_RUNS)
     deploys = lake.read_table(lake_root, "deploy_events")
     drift = lake.read_table(lake_root, "latency_drift")
-    execution_drift = lake.read_table(lake_root, EXECUTION_DRIFT)
+    _, end = week_bounds(week)
+    # up to the week's end only: a report of a past week reads neither later scorings nor their files' rows
+    execution_drift = lake.read_table(
+        lake_root, EXECUTION_DRIFT, lambda f: f.filter(pl.col("scored_at") < end)
+    )
     texts = lake.read_table(lake_root, QUERY_TEXTS) if execution_drift.height else None
     summary = weekly_summary(week, regressions, runs, deploys, drift, execution_drift, texts)
     out_root = Path(out_root)

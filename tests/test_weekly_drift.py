@@ -9,7 +9,7 @@ import polars as pl
 
 from jobs.analysis import run_detection
 from jobs.publish.drift import week_drift
-from jobs.weekly import render_markdown, weekly_summary, write_weekly_report
+from jobs.weekly import iso_week, render_markdown, weekly_summary, write_weekly_report
 from tests.drift_frames import SCORED, drift_frame, drift_row, write_drift
 from tests.lakes import write_step_change_lake
 
@@ -87,3 +87,9 @@ def test_empty_lake_report_says_no_drift_scored_and_regressions_carry_flags(
     report = write_weekly_report(lake_root, "2026-W45", tmp_path / "r2").read_text()
     assert "- per-execution drift: cost – · latency WARN · cardinality –" in report
     assert "| WARN | db1 | `select * from orders where customer_id = $1` | latency |" in _section(report)
+    # a later scoring (weeks after W45) does not rewrite the W45 report: its flags are as of the week's end
+    write_drift(lake_root, [drift_row(fingerprint, "latency", "BLOCK", scored_at=SCORED)])
+    again = write_weekly_report(lake_root, "2026-W45", tmp_path / "r3").read_text()
+    assert "- per-execution drift: cost – · latency WARN · cardinality –" in again
+    later = write_weekly_report(lake_root, iso_week(SCORED), tmp_path / "r4").read_text()
+    assert "| BLOCK | db1 |" in _section(later)
