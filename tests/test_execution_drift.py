@@ -451,6 +451,22 @@ def test_stale_baseline_check_names_the_tables_analysed_in_the_lookback() -> Non
     )
     none = stale_baseline_check(scored(5, 5), table_stats([]), NOW, CONFIG)
     assert "no table of alpha was analysed in the last 30m" in none.description
+    # with the BLOCKed queries' plan relations known, only their own analysed tables are named
+    drift = scored(5, 5)
+    blocked = drift.filter(pl.col("flag") == "BLOCK")["query_hash"].unique().to_list()
+    passing = drift.filter(pl.col("flag") == "PASS")["query_hash"].unique().to_list()
+    relations = pl.DataFrame(
+        {
+            "instance": "alpha",
+            "query_hash": [blocked[0], passing[0]],
+            "relation": ["orders", "items"],  # items is read only by a query that PASSes
+        }
+    )
+    narrowed = stale_baseline_check(drift, stats, NOW, CONFIG, relations)
+    assert narrowed.metadata["analysed_tables"] == ["alpha:app.public.orders"]
+    unrelated = relations.with_columns(pl.lit("elsewhere").alias("relation"))
+    wide = stale_baseline_check(drift, stats, NOW, CONFIG, unrelated)  # none of theirs: every analysed one
+    assert wide.metadata["analysed_tables"] == ["alpha:app.public.items", "alpha:app.public.orders"]
 
 
 def test_analysed_tables_sees_a_grown_analyze_count_without_a_timestamp() -> None:

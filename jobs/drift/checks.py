@@ -117,10 +117,16 @@ def reanchor_command(now: datetime, start: datetime, instances: list[str]) -> st
 
 
 def stale_baseline_check(
-    drift: pl.DataFrame, table_stats: pl.DataFrame, now: datetime, config: DriftConfig = DriftConfig()
+    drift: pl.DataFrame,
+    table_stats: pl.DataFrame,
+    now: datetime,
+    config: DriftConfig = DriftConfig(),
+    relations: pl.DataFrame | None = None,
 ) -> DriftCheck:
     """BLOCK share of the pairs scored over the last stale_window above stale_block_share: "baseline likely
-    stale", naming the BLOCKing instances' tables analysed in the last analyze_lookback."""
+    stale", naming the tables analysed in the last analyze_lookback: those the BLOCKed queries' plans read
+    when ``relations`` (instance, query_hash, relation: from execution_samples) names any of them, else
+    every analysed table of the BLOCKing instances."""
     samples = config.samples
     window = format_duration(samples.stale_window)
     scored = latest_scores(drift, now, samples.stale_window).filter(~pl.col("reason").is_in(UNSCORED_REASONS))
@@ -146,6 +152,14 @@ def stale_baseline_check(
     tables = analysed_tables(table_stats, now, samples.analyze_lookback).filter(
         pl.col("instance").is_in(instances)
     )
+    if relations is not None and relations.height:
+        read = relations.join(blocks.select("instance", "query_hash").unique(), on=["instance", "query_hash"])
+        theirs = tables.join(
+            read.select("instance", pl.col("relation").alias("relname")).unique(), on=["instance", "relname"]
+        )
+        if theirs.height:  # the BLOCKed queries' own tables: the likely cause, named alone
+            tables = theirs.sort("instance", "dbname", "schemaname", "relname")
+    metadata["tables_of_blocked_queries"] = relations is not None and relations.height > 0
     names = table_names(tables)
     start = tables["analysed_at"].max() if tables.height else _utc(now) - samples.current_window
     command = reanchor_command(now, start, instances)  # type: ignore[arg-type]
@@ -207,10 +221,14 @@ def degenerate_samples_check(
 
 
 def drift_checks(
-    drift: pl.DataFrame, table_stats: pl.DataFrame, now: datetime, config: DriftConfig = DriftConfig()
+    drift: pl.DataFrame,
+    table_stats: pl.DataFrame,
+    now: datetime,
+    config: DriftConfig = DriftConfig(),
+    relations: pl.DataFrame | None = None,
 ) -> list[DriftCheck]:
     """Both checks, stale baseline first."""
     return [
-        stale_baseline_check(drift, table_stats, now, config),
+        stale_baseline_check(drift, table_stats, now, config, relations),
         degenerate_samples_check(drift, now, config),
     ]

@@ -280,4 +280,13 @@ def check_lake(
     samples = config.samples
     drift = read_recent_drift(lake_root, at, samples.stale_window)
     stats = read_table_stats(lake_root, at, samples.analyze_lookback)
-    return drift_checks(drift, stats, at, config)
+    recent = read_execution_samples(lake_root, at - samples.stale_window - samples.current_window, at)
+    relations = (
+        recent.select("instance", "query_hash", pl.col("relations").alias("relation"))
+        .explode("relation")
+        .drop_nulls()
+        .unique()
+        if recent.height
+        else None
+    )
+    return drift_checks(drift, stats, at, config, relations)
