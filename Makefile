@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test test-store-plans test-contention lint bench dev clean fmt config-reference
+.PHONY: venv demo test test-slow test-store-plans test-contention lint bench dev clean fmt config-reference
 
 venv: $(STAMP)
 
@@ -17,8 +17,13 @@ demo: venv
 	$(BIN)/radar demo
 
 # The pg_store_plans tier is separate (it needs root, Debian packages and a C build): see test-store-plans.
+# The four slowest end-to-end tests (about 20-35 s each, `slow` marker) are their own tier, so that
+# `make test` stays under 10 minutes; CI runs both (.ci/run).
 test: venv
-	$(BIN)/pytest -q -m "not store_plans and not contention_mix"
+	$(BIN)/pytest -q -m "not store_plans and not contention_mix and not slow"
+
+test-slow: venv
+	$(BIN)/pytest -q -m "slow and not store_plans and not contention_mix"
 
 # Two real-server contention scenarios of tests/test_detection_pg.py whose outcome varies with the host's
 # load (3 failures in 5 fresh-clone CI runs on the shared 2-core machine): run on their own, not in CI.

@@ -133,6 +133,7 @@ def history() -> tuple[pl.DataFrame, pl.DataFrame]:
     return snapshot_rows()
 
 
+@pytest.mark.slow
 def test_incremental_runs_find_the_deploy_regressions_of_one_full_run(
     tmp_path: Path, history: tuple[pl.DataFrame, pl.DataFrame]
 ) -> None:

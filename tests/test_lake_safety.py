@@ -412,6 +412,7 @@ def run_radar(*args: str) -> subprocess.Popen[str]:
     )
 
 
+@pytest.mark.slow
 def test_two_samples_runs_at_once_neither_crashes_and_the_lake_is_right(lake_root: Path) -> None:
     for instance in ("db1", "db2", "db3"):
         write_snapshots(lake_root, DAY, 240, instance=instance)

@@ -131,6 +131,7 @@ def test_stats_reset_mid_window_makes_no_false_sample(
     assert detected.height == 0, detected.select("query", "before_mean_ms", "after_mean_ms", "p_value").rows()
 
 
+@pytest.mark.slow
 def test_index_dropped_restored_and_dropped_again_at_two_deploys_is_found_at_each(
     alpha: tuple[str, FleetConfig], lake_root: Path
 ) -> None:

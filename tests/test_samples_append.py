@@ -88,6 +88,7 @@ def drop_totals(frame: pl.DataFrame) -> dict[tuple[str, str], int]:
     return totals
 
 
+@pytest.mark.slow
 @settings(max_examples=80, deadline=None)
 @given(fleet_history(), st.lists(st.integers(0, 14 * 60), max_size=5))
 def test_appended_samples_over_any_batches_equal_one_rebuild(
