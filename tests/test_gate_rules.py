@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
 from scipy import integrate, stats
 
+from jobs.config.loader import ConfigError, load_settings
 from jobs.gate.config import GateConfig
 from jobs.gate.rules import (
     NormalFit,
@@ -333,3 +335,18 @@ def test_rule_defaults_keep_todays_gate_and_bad_names_are_rejected() -> None:
         GateConfig(sample_filter="mean_sigma")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="aggregation must be one of"):
         GateConfig(aggregation="median")  # type: ignore[arg-type]
+
+
+def test_rule_names_in_a_config_file_are_checked_without_a_traceback(tmp_path: Path) -> None:
+    good = tmp_path / "good.toml"
+    good.write_text('[gate]\nsample_filter = "running_mean_sigma"\ntermination_rules = ["run_at_most"]\n')
+    gate = load_settings(good, env={}).settings.gate
+    assert (gate.sample_filter, gate.termination_rules) == ("running_mean_sigma", ("run_at_most",))
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[gate]\ntermination_rules = ["normal_overlap", "forever"]\n')
+    with pytest.raises(ConfigError, match=r"bad.toml: \[gate\] .*termination_rules must be distinct names"):
+        load_settings(bad, env={})
+    typo = tmp_path / "typo.toml"
+    typo.write_text('[gate]\nsample_filter = "drop_frist"\n')
+    with pytest.raises(ConfigError, match="did you mean 'drop_first'"):
+        load_settings(typo, env={})
