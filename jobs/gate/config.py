@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 OutlierMethod = Literal["tukey", "mad", "none"]
+# The design's rules (jobs/gate/rules.py), each selectable by name.
+Aggregation = Literal["minimum", "mean", "mean_minus_std", "normal_fit", "p50", "p95"]
+SampleFilter = Literal["none", "drop_first", "running_mean_sigma", "fences"]
+TerminationRule = Literal["normal_overlap", "probability_for_minimum", "run_at_most"]
+TERMINATION_RULES: tuple[str, ...] = get_args(TerminationRule)
 
 
 @dataclass(frozen=True)
@@ -71,6 +76,39 @@ class GateConfig:
     plan_change_warns: bool = True
     # Exit code of a WARN: 1 fails the CI step; set False to let WARN pass (exit 0).
     fail_on_warn: bool = True
+    aggregation: Aggregation = "p50"
+    """How one measurement's samples become one number (jobs/gate/rules.py `aggregate`): `minimum`, `mean`,
+    `mean_minus_std` (mean - aggregation_std_multiple x std), `normal_fit` (the mean of the normal fitted
+    by maximum likelihood; its std is reported with it), `p50` or `p95` (point estimates; their ratio CIs
+    come from the round-level bootstrap)."""
+    aggregation_std_multiple: float = 1.0
+    """N in the `mean_minus_std` aggregation (mean - N x std, population std of the samples)."""
+    sample_filter: SampleFilter = "fences"
+    """Filter of one target's samples: `none`, `drop_first` (the first measurement), `running_mean_sigma`
+    (once 3 values are kept, drop each value above the kept values' mean + running_filter_sigmas x their
+    population std) or `fences` (outlier_method with tukey_k / mad_z). The tail-sensitive mean ratio
+    (tail_mean_ratio) is taken on unfiltered samples whatever the filter."""
+    running_filter_sigmas: float = 1.0
+    """The `running_mean_sigma` filter drops a value above mean + this many population stds of the values
+    kept before it."""
+    tail_mean_ratio: float = 1.25
+    """Tail-sensitive check, never filtered: candidate / baseline mean of the unfiltered samples (the total
+    time per call) at or over this ratio is flagged, so a heavier tail under the same median is caught. As
+    the p50 block ratio: a mean is noisier than a median, and a 10%-of-calls slow mode at 12x moves it 2x."""
+    termination_rules: tuple[str, ...] = TERMINATION_RULES
+    """Per-target termination rules in the order they are checked; the first that fires stops the target
+    and is reported: `normal_overlap`, `probability_for_minimum`, `run_at_most` (max_rounds measurements)."""
+    overlap_threshold: float = 0.99
+    """`normal_overlap` fires when the overlap coefficient of the normals fitted to the first n-1 and to all
+    n measurements is at or over this: one more measurement moved the fitted distribution by under 1% of
+    its mass (for equal stds, the mean moved by under 0.025 std)."""
+    overlap_after_measurements: int = 10
+    """`normal_overlap` is checked only with more than this many measurements."""
+    minimum_probability_threshold: float = 0.01
+    """`probability_for_minimum` fires when P(next measurement < current minimum), under the normal fitted
+    to the measurements, is below this: a new minimum is unlikely."""
+    minimum_probability_after_measurements: int = 5
+    """`probability_for_minimum` is checked only with more than this many measurements."""
 
     def __post_init__(self) -> None:
         problems = []
@@ -94,8 +132,39 @@ class GateConfig:
             problems.append("need 1 <= buffers_warn_ratio <= buffers_block_ratio")
         if self.bootstrap_resamples < 100:
             problems.append(f"bootstrap_resamples must be >= 100, got {self.bootstrap_resamples}")
+        problems += self._rule_problems()
         if problems:
             raise ValueError("GateConfig: " + "; ".join(problems))
+
+    def _rule_problems(self) -> list[str]:
+        problems = []
+        for name, value, allowed in (
+            ("aggregation", self.aggregation, get_args(Aggregation)),
+            ("sample_filter", self.sample_filter, get_args(SampleFilter)),
+        ):
+            if value not in allowed:
+                problems.append(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
+        unknown = [r for r in self.termination_rules if r not in TERMINATION_RULES]
+        if unknown or len(set(self.termination_rules)) != len(self.termination_rules):
+            problems.append(
+                f"termination_rules must be distinct names from {', '.join(TERMINATION_RULES)}, "
+                f"got {list(self.termination_rules)!r}"
+            )
+        if self.aggregation_std_multiple < 0 or self.running_filter_sigmas < 0:
+            problems.append("aggregation_std_multiple and running_filter_sigmas must be >= 0")
+        if self.tail_mean_ratio < 1:
+            problems.append(f"tail_mean_ratio must be >= 1, got {self.tail_mean_ratio}")
+        for name, value in (
+            ("overlap_threshold", self.overlap_threshold),
+            ("minimum_probability_threshold", self.minimum_probability_threshold),
+        ):
+            if not 0 < value <= 1:
+                problems.append(f"{name} must be in (0, 1], got {value}")
+        if self.overlap_after_measurements < 1 or self.minimum_probability_after_measurements < 1:
+            problems.append(
+                "overlap_after_measurements and minimum_probability_after_measurements must be >= 1"
+            )
+        return problems
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
