@@ -6,6 +6,9 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 OutlierMethod = Literal["tukey", "mad", "none"]
+CycleOrder = Literal["abba", "alternate", "baseline_first"]
+CycleSelectionRule = Literal["median", "best"]
+CalibrationMode = Literal["off", "aa", "probe"]
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,26 @@ class GateConfig:
     plan_change_warns: bool = True
     # Exit code of a WARN: 1 fails the CI step; set False to let WARN pass (exit 0).
     fail_on_warn: bool = True
+    # Multi-cycle and calibration (issue 12, jobs/gate/selection.py)
+    cycles: int = 3
+    """Cycles of the whole suite; one cycle's report per scenario is selected by the selection rule (not read
+    by the runner yet: issue 12 wiring)."""
+    cycle_order: CycleOrder = "abba"
+    """Which side goes first in cycle i (0-based): abba = the baseline when i % 4 is 0 or 3 (AB, BA, BA, AB,
+    ...); alternate = AB, BA, ...; baseline_first = AB every cycle."""
+    selection: CycleSelectionRule = "median"
+    """The cycle that stands for a scenario: median (the cycle at (K - 1) // 2 by ascending ratio, the lower
+    middle for even K) or best (the lowest-ratio cycle without a regression; regressed only if every cycle
+    regressed). Ties: the earlier cycle."""
+    calibration: CalibrationMode = "off"
+    """Side asymmetry of two servers: aa = the baseline database measured against itself on both servers,
+    probe = a fixed CPU/IO probe timed on each; the verdict is then taken on observed / asymmetry (not read
+    by the runner yet: issue 12 wiring)."""
+    calibration_cycles: int = 3
+    """Calibration cycles (A/A comparisons or probe timings per server) the asymmetry is estimated from."""
+    calibration_max_half_width: float = 0.05
+    """An asymmetry whose CI half-width exceeds this fraction of it (0.05 = ±5%) is reported as unreliable
+    and not applied."""
 
     def __post_init__(self) -> None:
         problems = []
@@ -94,6 +117,20 @@ class GateConfig:
             problems.append("need 1 <= buffers_warn_ratio <= buffers_block_ratio")
         if self.bootstrap_resamples < 100:
             problems.append(f"bootstrap_resamples must be >= 100, got {self.bootstrap_resamples}")
+        if self.cycles < 1 or self.calibration_cycles < 1:
+            problems.append(
+                f"cycles and calibration_cycles must be >= 1, got {self.cycles}, {self.calibration_cycles}"
+            )
+        if self.cycle_order not in ("abba", "alternate", "baseline_first"):
+            problems.append(
+                f"cycle_order must be abba, alternate or baseline_first, got {self.cycle_order!r}"
+            )
+        if self.selection not in ("median", "best"):
+            problems.append(f"selection must be median or best, got {self.selection!r}")
+        if self.calibration not in ("off", "aa", "probe"):
+            problems.append(f"calibration must be off, aa or probe, got {self.calibration!r}")
+        if not self.calibration_max_half_width > 0:
+            problems.append(f"calibration_max_half_width must be > 0, got {self.calibration_max_half_width}")
         if problems:
             raise ValueError("GateConfig: " + "; ".join(problems))
 
