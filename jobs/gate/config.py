@@ -11,6 +11,9 @@ Aggregation = Literal["minimum", "mean", "mean_minus_std", "normal_fit", "p50", 
 SampleFilter = Literal["none", "drop_first", "running_mean_sigma", "fences"]
 TerminationRule = Literal["normal_overlap", "probability_for_minimum", "run_at_most"]
 TERMINATION_RULES: tuple[str, ...] = get_args(TerminationRule)
+CycleOrder = Literal["abba", "alternate", "baseline_first"]
+CycleSelectionRule = Literal["median", "best"]
+CalibrationMode = Literal["off", "aa", "probe"]
 
 
 @dataclass(frozen=True)
@@ -80,24 +83,27 @@ class GateConfig:
     """How one measurement's samples become one number (jobs/gate/rules.py `aggregate`): `minimum`, `mean`,
     `mean_minus_std` (mean - aggregation_std_multiple x std), `normal_fit` (the mean of the normal fitted
     by maximum likelihood; its std is reported with it), `p50` or `p95` (point estimates; their ratio CIs
-    come from the round-level bootstrap)."""
+    come from the round-level bootstrap). Not read by the runner yet (issue 12 wiring)."""
     aggregation_std_multiple: float = 1.0
     """N in the `mean_minus_std` aggregation (mean - N x std, population std of the samples)."""
     sample_filter: SampleFilter = "fences"
     """Filter of one target's samples: `none`, `drop_first` (the first measurement), `running_mean_sigma`
     (once 3 values are kept, drop each value above the kept values' mean + running_filter_sigmas x their
     population std) or `fences` (outlier_method with tukey_k / mad_z). The tail-sensitive mean ratio
-    (tail_mean_ratio) is taken on unfiltered samples whatever the filter."""
+    (tail_mean_ratio) is taken on unfiltered samples whatever the filter. Not read by the runner yet
+    (issue 12 wiring): the runner filters with outlier_method."""
     running_filter_sigmas: float = 1.0
     """The `running_mean_sigma` filter drops a value above mean + this many population stds of the values
     kept before it."""
     tail_mean_ratio: float = 1.25
     """Tail-sensitive check, never filtered: candidate / baseline mean of the unfiltered samples (the total
     time per call) at or over this ratio is flagged, so a heavier tail under the same median is caught. As
-    the p50 block ratio: a mean is noisier than a median, and a 10%-of-calls slow mode at 12x moves it 2x."""
+    the p50 block ratio: a mean is noisier than a median, and a 10%-of-calls slow mode at 12x moves it 2x.
+    Not read by the runner yet (issue 12 wiring)."""
     termination_rules: tuple[str, ...] = TERMINATION_RULES
     """Per-target termination rules in the order they are checked; the first that fires stops the target
-    and is reported: `normal_overlap`, `probability_for_minimum`, `run_at_most` (max_rounds measurements)."""
+    and is reported: `normal_overlap`, `probability_for_minimum`, `run_at_most` (max_rounds measurements).
+    Not read by the runner yet (issue 12 wiring): the runner stops on its CI rules."""
     overlap_threshold: float = 0.99
     """`normal_overlap` fires when the overlap coefficient of the normals fitted to the first n-1 and to all
     n measurements is at or over this: one more measurement moved the fitted distribution by under 1% of
@@ -109,6 +115,28 @@ class GateConfig:
     to the measurements, is below this: a new minimum is unlikely."""
     minimum_probability_after_measurements: int = 5
     """`probability_for_minimum` is checked only with more than this many measurements."""
+    # Multi-cycle and calibration (issue 12, jobs/gate/selection.py)
+    cycles: int = 3
+    """Cycles of the whole suite; one cycle's report per scenario is selected by the selection rule (not read
+    by the runner yet: issue 12 wiring)."""
+    cycle_order: CycleOrder = "abba"
+    """Which side goes first in cycle i (0-based): abba = the baseline when i % 4 is 0 or 3 (AB, BA, BA, AB,
+    ...); alternate = AB, BA, ...; baseline_first = AB every cycle."""
+    selection: CycleSelectionRule = "median"
+    """The cycle that stands for a scenario: median (the cycle at (K - 1) // 2 by ascending ratio, the lower
+    middle for even K) or best (the lowest-ratio cycle without a regression; regressed only if every cycle
+    regressed). Ties: the earlier cycle."""
+    calibration: CalibrationMode = "off"
+    """Side asymmetry of two servers: aa = the baseline database measured against itself on both servers,
+    probe = a fixed CPU/IO probe timed on each; the verdict is then taken on observed / asymmetry (not read
+    by the runner yet: issue 12 wiring)."""
+    calibration_cycles: int = 5
+    """Calibration cycles (A/A comparisons or probe timings per server) the asymmetry is estimated from. Its
+    CI is a t interval over the cycles: with 3% noise per cycle, 3 cycles give about ±7.5% (t = 4.30 with 2
+    degrees of freedom), 5 cycles about ±3.7%."""
+    calibration_max_half_width: float = 0.10
+    """An asymmetry whose CI half-width exceeds this fraction of it (0.10 = ±10%) is reported as unreliable
+    and not applied. Below it the asymmetry's uncertainty is carried into the corrected ratio's CI."""
 
     def __post_init__(self) -> None:
         problems = []
@@ -133,6 +161,20 @@ class GateConfig:
         if self.bootstrap_resamples < 100:
             problems.append(f"bootstrap_resamples must be >= 100, got {self.bootstrap_resamples}")
         problems += self._rule_problems()
+        if self.cycles < 1 or self.calibration_cycles < 1:
+            problems.append(
+                f"cycles and calibration_cycles must be >= 1, got {self.cycles}, {self.calibration_cycles}"
+            )
+        if self.cycle_order not in ("abba", "alternate", "baseline_first"):
+            problems.append(
+                f"cycle_order must be abba, alternate or baseline_first, got {self.cycle_order!r}"
+            )
+        if self.selection not in ("median", "best"):
+            problems.append(f"selection must be median or best, got {self.selection!r}")
+        if self.calibration not in ("off", "aa", "probe"):
+            problems.append(f"calibration must be off, aa or probe, got {self.calibration!r}")
+        if not self.calibration_max_half_width > 0:
+            problems.append(f"calibration_max_half_width must be > 0, got {self.calibration_max_half_width}")
         if problems:
             raise ValueError("GateConfig: " + "; ".join(problems))
 
