@@ -25,6 +25,7 @@ import numpy as np
 import polars as pl
 
 from jobs import lake
+from jobs.drift.clock import as_utc
 from jobs.drift.config import SampleDriftConfig
 from jobs.schemas import DRIFT_SAMPLE_BASELINES, EXECUTION_SAMPLES
 
@@ -37,10 +38,6 @@ SAMPLE_ORDER = ("logged_at", "session_id", "line_num")
 
 class BaselineError(ValueError):
     """A baseline cannot be anchored or found; the message names the version, window or instance."""
-
-
-def _utc(moment: datetime) -> datetime:
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
 
 
 def long_samples(samples: pl.DataFrame) -> pl.DataFrame:
@@ -118,7 +115,7 @@ def baseline_rows(
     """
     if not version or not version.strip():
         raise BaselineError("baseline version must not be empty (name it after a release, commit or date)")
-    start, end = _utc(window_start), _utc(window_end)
+    start, end = as_utc(window_start), as_utc(window_end)
     if not start < end:
         raise BaselineError(f"baseline window: start {start.isoformat()} is not before end {end.isoformat()}")
     scope = f" of instance {instance}" if instance else ""
@@ -152,7 +149,7 @@ def baseline_rows(
             pl.lit(version, dtype=pl.String).alias("baseline_version"),
             pl.lit(start, dtype=pl.Datetime("us", "UTC")).alias("window_start"),
             pl.lit(end, dtype=pl.Datetime("us", "UTC")).alias("window_end"),
-            pl.lit(_utc(created_at), dtype=pl.Datetime("us", "UTC")).alias("created_at"),
+            pl.lit(as_utc(created_at), dtype=pl.Datetime("us", "UTC")).alias("created_at"),
         )
     ).sort("instance", "query_hash", "metric")
 
@@ -192,7 +189,7 @@ def read_execution_samples(
     lake_root: Path, start: datetime, end: datetime, instance: str | None = None
 ) -> pl.DataFrame:
     """execution_samples logged in (start, end] (of one instance when given), with the instance column."""
-    start, end = _utc(start), _utc(end)
+    start, end = as_utc(start), as_utc(end)
 
     def query(frame: pl.LazyFrame) -> pl.LazyFrame:
         frame = frame.filter(
@@ -219,7 +216,7 @@ def anchor_sample_baselines(
 
     A version already anchored for one of the instances is refused (BaselineError): baselines are never
     rewritten in place; a re-anchor names a new version. Returns the rows written."""
-    created = _utc(now or datetime.now(UTC))
+    created = as_utc(now or datetime.now(UTC))
     samples = read_execution_samples(lake_root, start, end, instance)
     rows = baseline_rows(
         samples,

@@ -17,11 +17,12 @@ Both pass when there is nothing to judge (no scored pair in the window).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 import polars as pl
 
 from jobs.config.loader import format_duration
+from jobs.drift.clock import as_utc
 from jobs.drift.config import DriftConfig
 from jobs.drift.execution import NO_BASELINE, UNSCORED_REASONS
 from jobs.drift.scorer import BLOCK, INSUFFICIENT_SAMPLES
@@ -42,13 +43,9 @@ class DriftCheck:
     metadata: dict[str, object] = field(default_factory=dict)
 
 
-def _utc(moment: datetime) -> datetime:
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
-
-
 def latest_scores(drift: pl.DataFrame, now: datetime, window: timedelta) -> pl.DataFrame:
     """Each pair's latest execution_drift row scored in (now - window, now]."""
-    end = _utc(now)
+    end = as_utc(now)
     return (
         drift.filter((pl.col("scored_at") > end - window) & (pl.col("scored_at") <= end))
         .sort(*PAIR, "scored_at", descending=[False, False, False, True])
@@ -62,7 +59,7 @@ def analysed_tables(table_stats: pl.DataFrame, now: datetime, lookback: timedelt
     last_autoanalyze at the latest snapshot), sorted by instance and name."""
     columns = {"instance": pl.String, "dbname": pl.String, "schemaname": pl.String, "relname": pl.String}
     empty = pl.DataFrame(schema={**columns, "analysed_at": pl.Datetime("us", "UTC")})
-    end = _utc(now)
+    end = as_utc(now)
     start = end - lookback
     stats = table_stats.filter(pl.col("captured_at") <= end).with_columns(
         pl.max_horizontal("last_analyze", "last_autoanalyze").alias("analysed_at"),
@@ -107,11 +104,11 @@ def table_names(tables: pl.DataFrame) -> list[str]:
 
 def reanchor_command(now: datetime, start: datetime, instances: list[str]) -> str:
     """The suggested `radar drift anchor-samples` of a new version over (start, now]."""
-    end = _utc(now)
+    end = as_utc(now)
     scope = f" --instance {instances[0]}" if len(instances) == 1 else ""
     return (
         f"radar drift anchor-samples --version reanchor-{end:%Y%m%dT%H%M%SZ} "
-        f"--start {_utc(start).isoformat().replace('+00:00', 'Z')} "
+        f"--start {as_utc(start).isoformat().replace('+00:00', 'Z')} "
         f"--end {end.isoformat().replace('+00:00', 'Z')}{scope}"
     )
 
@@ -161,7 +158,7 @@ def stale_baseline_check(
             tables = theirs.sort("instance", "dbname", "schemaname", "relname")
     metadata["tables_of_blocked_queries"] = relations is not None and relations.height > 0
     names = table_names(tables)
-    start = tables["analysed_at"].max() if tables.height else _utc(now) - samples.current_window
+    start = tables["analysed_at"].max() if tables.height else as_utc(now) - samples.current_window
     command = reanchor_command(now, start, instances)  # type: ignore[arg-type]
     lookback = format_duration(samples.analyze_lookback)
     analysed = (

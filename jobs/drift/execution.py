@@ -25,6 +25,7 @@ import polars as pl
 from jobs import lake
 from jobs.drift.baselines import PAIR_KEY, load_sample_baselines, long_samples, read_execution_samples
 from jobs.drift.baselines import select_baselines as select_baselines
+from jobs.drift.clock import as_utc
 from jobs.drift.config import DriftConfig
 from jobs.drift.scorer import INSUFFICIENT_SAMPLES, OUTPUT_SCHEMA, WARN, score_drift, shard_expr
 from jobs.schemas import EXECUTION_DRIFT, TABLE_STATS_SNAPSHOTS
@@ -39,13 +40,9 @@ UNSCORED_REASONS = (INSUFFICIENT_SAMPLES, NO_BASELINE)
 FLAG_ORDER = {"PASS": 0, "WARN": 1, "BLOCK": 2}
 
 
-def _utc(moment: datetime) -> datetime:
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
-
-
 def candidate_window(now: datetime, config: DriftConfig) -> tuple[datetime, datetime]:
     """(start, end] of the candidate samples of a run at ``now``."""
-    end = _utc(now)
+    end = as_utc(now)
     return end - config.samples.current_window, end
 
 
@@ -228,7 +225,7 @@ def run_execution_drift(
 ) -> pl.DataFrame:
     """Score the lake's current window (ending at ``now``, default the wall clock) against its anchored
     baselines and write the rows to execution_drift (one file per run; none when there is no row)."""
-    end = _utc(now or datetime.now(UTC))
+    end = as_utc(now or datetime.now(UTC))
     start, _ = candidate_window(end, config)
     samples = read_execution_samples(lake_root, start, end)
     drift = score_execution_drift(samples, load_sample_baselines(lake_root), end, config, version=version)
@@ -241,7 +238,7 @@ def run_execution_drift(
 
 def read_recent_drift(lake_root: Path, now: datetime, window: timedelta) -> pl.DataFrame:
     """execution_drift rows scored in (now - window, now]."""
-    end = _utc(now)
+    end = as_utc(now)
     start = end - window
 
     def query(frame: pl.LazyFrame) -> pl.LazyFrame:
@@ -253,7 +250,7 @@ def read_recent_drift(lake_root: Path, now: datetime, window: timedelta) -> pl.D
 
 def read_table_stats(lake_root: Path, now: datetime, lookback: timedelta) -> pl.DataFrame:
     """table_stats_snapshots captured in (now - 2 x lookback, now]: the lookback and a reference before."""
-    end = _utc(now)
+    end = as_utc(now)
     start = end - 2 * lookback
 
     def query(frame: pl.LazyFrame) -> pl.LazyFrame:
@@ -276,7 +273,7 @@ def check_lake(
     run's time, so the checks judge the last run; the wall clock before any)."""
     from jobs.drift.checks import drift_checks
 
-    at = _utc(now) if now else (latest_scored_at(lake_root) or datetime.now(UTC))
+    at = as_utc(now) if now else (latest_scored_at(lake_root) or datetime.now(UTC))
     samples = config.samples
     drift = read_recent_drift(lake_root, at, samples.stale_window)
     stats = read_table_stats(lake_root, at, samples.analyze_lookback)

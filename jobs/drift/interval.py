@@ -36,6 +36,7 @@ import polars as pl
 from scipy import stats
 
 from jobs import lake
+from jobs.drift.clock import as_utc
 from jobs.drift.config import DriftConfig as DriftConfig
 from jobs.regressions import (
     SERIES_KEY,
@@ -357,11 +358,6 @@ def drift_verdicts(
 # Baselines
 
 
-def _utc(moment: datetime) -> datetime:
-    """A timestamp in UTC; a naive one is taken as UTC (as deploy markers are), never as local time."""
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
-
-
 def baseline_id(
     instance: str | None, fingerprint: str | None, start: datetime, end: datetime, label: str
 ) -> str:
@@ -381,12 +377,12 @@ def anchor_baseline(
 ) -> dict[str, object]:
     """Record a known-good window as the drift baseline of an instance (or the fleet), optionally of one
     query; anchoring the same window and label again records it once. Returns the row written."""
-    start, end = _utc(start), _utc(end)
+    start, end = as_utc(start), as_utc(end)
     if not start < end:
         raise ValueError("anchor_baseline: start must be before end")
     if not label or not label.strip():
         raise ValueError("anchor_baseline: label must not be empty")
-    created = _utc(now or datetime.now(UTC))
+    created = as_utc(now or datetime.now(UTC))
     ident = baseline_id(instance, fingerprint, start, end, label)
     row: dict[str, object] = {
         "baseline_id": ident,
@@ -477,7 +473,7 @@ def drift_from_samples(
     if samples.height == 0:
         return LATENCY_DRIFT.empty()
     points = fingerprinted_samples(samples, texts)
-    end = _utc(now or points["interval_end"].max())  # type: ignore[arg-type]
+    end = as_utc(now or points["interval_end"].max())  # type: ignore[arg-type]
     current_start = end - config.current_window
     default_start = current_start - timedelta(days=config.baseline_days)
     points = points.filter(pl.col("interval_end") <= end)
