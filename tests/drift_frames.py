@@ -197,18 +197,11 @@ def stats_row(
 
 
 def stats_frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
-    schema = TABLE_STATS_SNAPSHOTS.scan_schema()
-    return pl.DataFrame(rows, schema={k: schema[k] for k in rows[0]})
+    return table_stats(rows)
 
 
 def write_stats(lake_root: Path, rows: list[dict[str, Any]]) -> None:
     """One table_stats_snapshots file per (instance, snapshot)."""
     frame = stats_frame(rows)
-    for (instance, captured), part in frame.group_by("instance", "captured_at", maintain_order=True):
-        lake.write_table(
-            lake_root,
-            TABLE_STATS_SNAPSHOTS,
-            part.drop("instance"),
-            {"instance": str(instance), "date": captured.date().isoformat()},  # type: ignore[union-attr]
-            lake.stem_for(captured),  # type: ignore[arg-type]
-        )
+    for (_, captured), part in frame.group_by("instance", "captured_at", maintain_order=True):
+        write_table_stats(lake_root, part, lake.stem_for(captured))  # type: ignore[arg-type]
