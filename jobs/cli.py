@@ -184,9 +184,16 @@ def loaded_settings(args: argparse.Namespace) -> Any:
     if cached is None:
         from jobs.config import load_settings
         from jobs.config.flags import overrides_from_args
+        from jobs.config.loader import setting_override
 
+        assignments = [*(getattr(args, "set_before", None) or []), *(getattr(args, "set_after", None) or [])]
         cached = load_settings(
-            getattr(args, "config", None), overrides=[*overrides_from_args(args), *_flag_overrides(args)]
+            getattr(args, "config", None),
+            overrides=[
+                *overrides_from_args(args),
+                *_flag_overrides(args),
+                *(setting_override(a) for a in assignments),
+            ],
         )
         args._loaded_settings = cached
     return cached
@@ -1159,6 +1166,15 @@ def _global_options(parser: argparse.ArgumentParser, *, in_subcommand: bool) -> 
         "--embedded-root",
         default=default(str(DEFAULT_EMBEDDED_ROOT)),
         help=f"embedded fleet folder (default: {DEFAULT_EMBEDDED_ROOT})",
+    )
+    group.add_argument(
+        "--set",
+        dest="set_after" if in_subcommand else "set_before",
+        action="append",
+        default=None,
+        metavar="KEY=VALUE",
+        help="any setting of the config file, e.g. --set drift.samples.stale_block_share=0.1 (repeatable; "
+        "the value read as in a RADAR_ variable; beats the file, the environment and the other flags)",
     )
     group.add_argument(
         "--lock-wait-s",

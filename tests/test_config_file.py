@@ -25,7 +25,7 @@ from jobs.config import (
     load_settings,
     parse_duration,
 )
-from jobs.config.loader import leaves, plain
+from jobs.config.loader import leaves, plain, setting_override
 from jobs.config.reference import README_END, README_START, example_toml, reference_markdown
 from jobs.config.sections import SECRET_KEYS
 from jobs.schemas import PLAN_SNAPSHOTS
@@ -179,6 +179,45 @@ def test_provenance_default_file_env_flag(tmp_path: Path) -> None:
     assert rows["detector.fdr_q"]["source"] == "default"
     assert rows["alerts.slack_webhook_url"]["value"] == "<set>"
     assert "secret-xyz" not in repr(loaded.rows())
+
+
+def test_every_key_is_reachable_by_a_set_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--set KEY=VALUE`: any key, read as in a RADAR_ variable, before or after the command, checked."""
+    import json
+
+    from jobs.cli import main
+
+    for leaf in leaves():  # every key: its default, written as text, comes back as the same value
+        key = ".".join(leaf.key)
+        text = plain(leaf.default)
+        as_text = text if isinstance(text, str) else json.dumps(text)  # JSON scalars and arrays are TOML
+        override = setting_override(f"{key}={as_text}")
+        assert override.value == leaf.default, key
+    code = main(
+        [
+            "--set",
+            "drift.samples.stale_block_share=0.2",
+            "config",
+            "show",
+            "--format",
+            "json",
+            "--set",
+            "drift.samples.stale_window=15m",
+        ]
+    )
+    rows = {r["key"]: r for r in json.loads(capsys.readouterr().out)}
+    assert code == 0
+    assert rows["drift.samples.stale_block_share"]["value"] == 0.2
+    assert (
+        rows["drift.samples.stale_block_share"]["source"] == "flag --set drift.samples.stale_block_share=0.2"
+    )
+    assert rows["drift.samples.stale_window"]["value"] == "15m"
+    assert main(["config", "show", "--set", "drift.samples.stale_windo=15m"]) == 2
+    assert "did you mean 'drift.samples.stale_window'" in "".join(capsys.readouterr())
+    assert main(["config", "show", "--set", "drift.samples.stale_block_share=2"]) == 2
+    assert "stale_block_share must be in (0, 1]" in "".join(capsys.readouterr())
+    assert main(["config", "show", "--set", "no-equals-sign"]) == 2
+    assert "expected KEY=VALUE" in "".join(capsys.readouterr())
 
 
 def test_environment_variables_are_checked_like_the_file() -> None:

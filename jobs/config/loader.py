@@ -252,16 +252,37 @@ def _env_layer(env: Mapping[str, str]) -> tuple[dict[Key, object], dict[Key, str
         if key not in types:
             candidates = [ENV_PREFIX + ENV_SEPARATOR.join(k).upper() for k in types]
             raise ConfigError(f"{label}: no such setting{closest(variable, candidates)}")
-        text = env[variable]
-        try:
-            value: object = tomllib.loads(f"v = {text}")["v"]
-        except tomllib.TOMLDecodeError:
-            value = text
-        if types[key] is str or types[key] is timedelta:
-            value = text  # a string setting is the text as given, quotes or not
-        values[key] = convert(types[key], value, key, label)
+        values[key] = _value_of_text(types[key], env[variable], key, label)
         sources[key] = label
     return values, sources
+
+
+def _value_of_text(tp: Any, text: str, key: Key, label: str) -> object:
+    """A value given as text (an environment variable, ``--set``) read as a TOML value, then typed."""
+    try:
+        value: object = tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = text
+    if tp is str or tp is timedelta:
+        value = text  # a string setting is the text as given, quotes or not
+    return convert(tp, value, key, label)
+
+
+def setting_override(assignment: str) -> Override:
+    """``--set drift.samples.stale_block_share=0.1``: any key of the configuration, its value read as in a
+    ``RADAR_`` environment variable, as an override (it beats the file and the environment)."""
+    name, sep, text = assignment.partition("=")
+    name = name.strip()
+    label = f"flag --set {assignment}"
+    if not sep or not name:
+        raise ConfigError(
+            f"{label}: expected KEY=VALUE with a dotted key, e.g. drift.samples.stale_window=15m"
+        )
+    types = _leaf_types()
+    key = tuple(name.split("."))
+    if key not in types:
+        raise ConfigError(f"{label}: no such setting {name!r}{closest(name, [dotted(k) for k in types])}")
+    return Override(name, _value_of_text(types[key], text.strip(), key, label), label)
 
 
 def _override_layer(overrides: Sequence[Override]) -> tuple[dict[Key, object], dict[Key, str]]:
