@@ -183,8 +183,8 @@ def test_probability_for_minimum_fires_strictly_below_its_threshold() -> None:
 # Termination: run at most and the first rule to fire --------------------------------------------------
 
 
-def test_run_at_most_fires_at_max_rounds() -> None:
-    config = replace(CONFIG, min_rounds=1, max_rounds=5)
+def test_run_at_most_fires_at_max_measurements() -> None:
+    config = replace(CONFIG, min_measurements=2, max_measurements=5)
     assert not run_at_most_rule(np.arange(4.0), config).fired
     assert run_at_most_rule(np.arange(5.0), config).fired
     assert run_at_most_rule(np.arange(6.0), config).fired
@@ -192,7 +192,7 @@ def test_run_at_most_fires_at_max_rounds() -> None:
 
 def test_first_rule_to_fire_follows_the_configured_order() -> None:
     identical = np.full(11, 3.0)  # every rule fires: overlap 1, P = 0, 11 of at most 11
-    config = replace(CONFIG, min_rounds=1, max_rounds=11)
+    config = replace(CONFIG, min_measurements=2, max_measurements=11)
     assert all(r.fired for r in evaluate_rules(identical, config))
     first = first_rule_to_fire(identical, config)
     assert first is not None and first.name == "normal_overlap"

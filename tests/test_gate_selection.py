@@ -29,7 +29,7 @@ from jobs.gate.selection import (
     select_median,
 )
 
-CONFIG = GateConfig()
+CONFIG = GateConfig(calibration="off")
 AB, BA = (BASELINE, CANDIDATE), (CANDIDATE, BASELINE)
 Z95 = 1.959963984540054
 T95_DF2 = 4.302652729911275  # Student t, 0.975 quantile, 2 degrees of freedom
@@ -405,11 +405,12 @@ def test_same_inputs_same_outputs() -> None:
 
 
 def test_cycle_and_calibration_settings_defaults_and_checks() -> None:
-    assert (CONFIG.cycles, CONFIG.cycle_order, CONFIG.selection, CONFIG.calibration) == (
+    default = GateConfig()
+    assert (default.cycles, default.cycle_order, default.selection, default.calibration) == (
         3,
         "abba",
         "median",
-        "off",
+        "auto",
     )
     assert (CONFIG.calibration_cycles, CONFIG.calibration_max_half_width) == (5, 0.10)
     for bad, message in (
@@ -417,7 +418,7 @@ def test_cycle_and_calibration_settings_defaults_and_checks() -> None:
         ({"calibration_cycles": 0}, "cycles and calibration_cycles must be >= 1"),
         ({"cycle_order": "abab"}, "cycle_order must be"),
         ({"selection": "mean"}, "selection must be median or best"),
-        ({"calibration": "on"}, "calibration must be off, aa or probe"),
+        ({"calibration": "on"}, "calibration must be off, auto, aa or probe"),
         ({"calibration_max_half_width": 0.0}, "calibration_max_half_width must be > 0"),
     ):
         with pytest.raises(ValueError, match=message):

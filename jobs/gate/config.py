@@ -13,7 +13,8 @@ TerminationRule = Literal["normal_overlap", "probability_for_minimum", "run_at_m
 TERMINATION_RULES: tuple[str, ...] = get_args(TerminationRule)
 CycleOrder = Literal["abba", "alternate", "baseline_first"]
 CycleSelectionRule = Literal["median", "best"]
-CalibrationMode = Literal["off", "aa", "probe"]
+CalibrationMode = Literal["off", "auto", "aa", "probe"]
+MemoryAggregation = Literal["minimum", "mean", "maximum"]
 
 
 @dataclass(frozen=True)
@@ -126,10 +127,11 @@ class GateConfig:
     """The cycle that stands for a scenario: median (the cycle at (K - 1) // 2 by ascending ratio, the lower
     middle for even K) or best (the lowest-ratio cycle without a regression; regressed only if every cycle
     regressed). Ties: the earlier cycle."""
-    calibration: CalibrationMode = "off"
-    """Side asymmetry of two servers: aa = the baseline database measured against itself on both servers,
-    probe = a fixed CPU/IO probe timed on each; the verdict is then taken on observed / asymmetry (not read
-    by the runner yet: issue 12 wiring)."""
+    calibration: CalibrationMode = "auto"
+    """Side asymmetry of two servers: aa = the baseline database measured against a copy of itself on the
+    candidate's server (needs --calibration-dsn), probe = a fixed CPU/IO probe timed on each server, auto =
+    probe when baseline and candidate are on different servers and off on one server, off = none; the
+    wallclock verdict is then taken on observed / asymmetry."""
     calibration_cycles: int = 5
     """Calibration cycles (A/A comparisons or probe timings per server) the asymmetry is estimated from. Its
     CI is a t interval over the cycles: with 3% noise per cycle, 3 cycles give about ±7.5% (t = 4.30 with 2
@@ -137,6 +139,46 @@ class GateConfig:
     calibration_max_half_width: float = 0.10
     """An asymmetry whose CI half-width exceeds this fraction of it (0.10 = ±10%) is reported as unreliable
     and not applied. Below it the asymmetry's uncertainty is carried into the corrected ratio's CI."""
+
+    # Scenario suites (issue 12: jobs/gate/scenario.py, measure.py, suite.py): one relative threshold per
+    # measurement; a ratio at or over 1 + t is a regression, at or over 1 + 2t a strong regression (BLOCK),
+    # at or under 1 / (1 + t) an improvement (reported, never failing).
+    wallclock_threshold: float = 0.10
+    """Wallclock of the measured part (between the @A and @B markers), client side."""
+    memory_threshold: float = 0.20
+    """Backend memory: the peak of pg_backend_memory_contexts, and /proc smaps_rollup private memory of the
+    backend and its parallel workers when the server is local."""
+    temp_blocks_threshold: float = 0.50
+    """Temp blocks written per execution (pg_stat_statements): sorts and hashes spilling to disk."""
+    shared_blocks_threshold: float = 0.50
+    """Shared blocks read per execution, from cache or disk (pg_stat_statements shared_blks_hit + read)."""
+    wal_bytes_threshold: float = 0.50
+    """WAL bytes per execution (pg_stat_statements wal_bytes)."""
+    planning_threshold: float = 0.25
+    """Planning time per execution (pg_stat_statements with track_planning on; else not measured)."""
+    memory_min_increase_bytes: float = 1_048_576.0
+    """A memory regression also needs this absolute increase (1 MiB): allocator slack is not a regression."""
+    blocks_min_increase: float = 8.0
+    """A temp or shared blocks regression also needs this many more blocks per execution."""
+    wal_min_increase_bytes: float = 8192.0
+    """A WAL regression also needs this many more bytes per execution."""
+    planning_min_increase_ms: float = 0.05
+    """A planning-time regression also needs this much more per execution."""
+    memory_aggregation: MemoryAggregation = "minimum"
+    """How the memory readings of one target and cycle become one number: minimum (allocator noise only
+    adds), mean or maximum."""
+    memory_executions: int = 3
+    """Extra untimed executions per scenario, target and cycle that read memory."""
+    min_measurements: int = 5
+    """Per target and cycle, the CI-based stop rules look only from this many measurements on."""
+    max_measurements: int = 60
+    """`run_at_most`: a target stops after this many measurements in one cycle."""
+    suite_max_seconds: float = 600.0
+    """Budget of a scenario run's measuring (every cycle and the calibration); scenarios not decided when it
+    is spent are INCONCLUSIVE (exit 4)."""
+    stop_when_decided: bool = True
+    """Stop the run once its verdict cannot change (a scenario BLOCKed in enough cycles for the selection
+    rule): a decisive BLOCK does not wait for unaffected scenarios."""
 
     def __post_init__(self) -> None:
         problems = []
@@ -171,10 +213,11 @@ class GateConfig:
             )
         if self.selection not in ("median", "best"):
             problems.append(f"selection must be median or best, got {self.selection!r}")
-        if self.calibration not in ("off", "aa", "probe"):
-            problems.append(f"calibration must be off, aa or probe, got {self.calibration!r}")
+        if self.calibration not in ("off", "auto", "aa", "probe"):
+            problems.append(f"calibration must be off, auto, aa or probe, got {self.calibration!r}")
         if not self.calibration_max_half_width > 0:
             problems.append(f"calibration_max_half_width must be > 0, got {self.calibration_max_half_width}")
+        problems += self._suite_problems()
         if problems:
             raise ValueError("GateConfig: " + "; ".join(problems))
 
@@ -206,6 +249,26 @@ class GateConfig:
             problems.append(
                 "overlap_after_measurements and minimum_probability_after_measurements must be >= 1"
             )
+        return problems
+
+    def _suite_problems(self) -> list[str]:
+        problems = []
+        for name in (
+            "wallclock_threshold", "memory_threshold", "temp_blocks_threshold", "shared_blocks_threshold",
+            "wal_bytes_threshold", "planning_threshold",
+        ):  # fmt: skip
+            if not getattr(self, name) > 0:
+                problems.append(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.memory_aggregation not in get_args(MemoryAggregation):
+            problems.append(
+                f"memory_aggregation must be minimum, mean or maximum, got {self.memory_aggregation!r}"
+            )
+        if (
+            self.memory_executions < 0
+            or self.min_measurements < 2
+            or self.max_measurements < self.min_measurements
+        ):
+            problems.append("need memory_executions >= 0 and 2 <= min_measurements <= max_measurements")
         return problems
 
     def to_dict(self) -> dict[str, Any]:

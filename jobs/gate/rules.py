@@ -210,10 +210,11 @@ def probability_for_minimum_rule(measurements: np.ndarray, config: GateConfig) -
 
 
 def run_at_most_rule(measurements: np.ndarray, config: GateConfig) -> RuleResult:
-    """Fires once there are ``max_rounds`` (or more) measurements: the budget, not a statistic."""
+    """Fires once there are ``max_measurements`` (or more) measurements: the budget, not a statistic."""
     n = int(np.asarray(measurements).size)
-    fired = n >= config.max_rounds
-    return RuleResult(RUN_AT_MOST, fired, n, float(n), f"{n} of at most {config.max_rounds} measurements")
+    fired = n >= config.max_measurements
+    limit = config.max_measurements
+    return RuleResult(RUN_AT_MOST, fired, n, float(n), f"{n} of at most {limit} measurements")
 
 
 _RULES = {
