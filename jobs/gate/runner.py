@@ -22,6 +22,7 @@ from psycopg import RawCursor
 
 from jobs.drift.config import DriftScoreConfig
 from jobs.gate.config import GateConfig
+from jobs.gate.cycle import MeasurementComparison, tail_verdict
 from jobs.gate.drift import gate_drift, gate_query_hash
 from jobs.gate.stats import (
     ALL_FAILED,
@@ -33,6 +34,8 @@ from jobs.gate.stats import (
     settle_reason,
 )
 from jobs.gate.verdict import (
+    BLOCK,
+    INCONCLUSIVE,
     GateReport,
     PlanComparison,
     QueryResult,
@@ -168,7 +171,23 @@ def _plan_comparison(base_doc: Any, cand_doc: Any) -> PlanComparison | None:
     except PlanFormatError:
         return None
     b_hash, c_hash = plan_shape_hash(base), plan_shape_hash(cand)
-    return PlanComparison(b_hash, c_hash, b_hash != c_hash, diff_plans(base_doc, cand_doc).summary)
+    renamed = b_hash != c_hash and plan_shape_hash(base, ignore=INDEX_NAME) == plan_shape_hash(
+        cand, ignore=INDEX_NAME
+    )
+    summary = diff_plans(base_doc, cand_doc).summary
+    return PlanComparison(b_hash, c_hash, b_hash != c_hash, summary, index_rename_only=renamed)
+
+
+INDEX_NAME = ("Index Name",)
+
+
+def _tail(samples: Rounds, name: str, config: GateConfig) -> MeasurementComparison | None:
+    """The tail check on every measured call of the query, nothing filtered."""
+    base = [ns / 1e6 for one in samples[name][BASELINE] for ns in one]
+    cand = [ns / 1e6 for one in samples[name][CANDIDATE] for ns in one]
+    if len(base) < 2 or len(cand) < 2:
+        return None
+    return tail_verdict(base, cand, config)
 
 
 Rounds = dict[str, dict[str, list[list[int]]]]  # query -> side -> rounds -> call latencies (ns)
@@ -344,7 +363,18 @@ def _measure(
         if query.name in base.explains and query.name in cand.explains:
             plan = _plan_comparison(base.explains[query.name], cand.explains[query.name])
         error = failed.get(query.name)
-        verdict, reasons = judge_query(latency, b_stats, c_stats, plan, error, config)
+        tail = _tail(samples, query.name, config)
+        verdict, reasons = judge_query(latency, b_stats, c_stats, plan, error, config, tail)
+        settled_by = None if latency is None else settle_reason(latency, config)
+        if latency is not None and settled_by is None and error is None and verdict != BLOCK:
+            # The budget ran out with this query's CI straddling a threshold: neither PASS nor WARN is
+            # known (a decided BLOCK stands).
+            verdict = INCONCLUSIVE
+            reasons = (
+                f"INCONCLUSIVE: undecided when the budget ran out (p50 ×{latency.p50_ratio:.3f}, CI "
+                f"{latency.p50_ci[0]:.3f}–{latency.p50_ci[1]:.3f})",
+                *reasons,
+            )
         results.append(
             QueryResult(
                 name=query.name,
@@ -353,13 +383,14 @@ def _measure(
                 verdict=verdict,
                 reasons=reasons,
                 latency=latency,
-                settled_by=None if latency is None else settle_reason(latency, config),
+                settled_by=settled_by,
                 baseline_statements=b_stats,
                 candidate_statements=c_stats,
                 statements_note=b_note or c_note,
                 plan=plan,
                 error=error,
                 drift=drift.get(query.name),
+                tail=tail,
             )
         )
     return GateReport(

@@ -12,11 +12,12 @@ from typing import Any
 import jsonschema
 
 from jobs.gate.config import GateConfig
+from jobs.gate.cycle import MeasurementComparison
 from jobs.gate.drift import GateDrift
 from jobs.gate.stats import LatencyComparison
 
-PASS, WARN, BLOCK = "PASS", "WARN", "BLOCK"
-SEVERITY = {PASS: 0, WARN: 1, BLOCK: 2}
+PASS, WARN, BLOCK, INCONCLUSIVE = "PASS", "WARN", "BLOCK", "INCONCLUSIVE"
+SEVERITY = {PASS: 0, WARN: 1, INCONCLUSIVE: 2, BLOCK: 3}
 CONTRACT = Path(__file__).resolve().parent.parent / "contracts" / "gate_report.schema.json"
 
 
@@ -47,6 +48,8 @@ class PlanComparison:
     candidate_shape_hash: str
     changed: bool
     summary: str
+    index_rename_only: bool = False
+    """The shapes differ only in index names (a pure rename): reported, never failing."""
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,8 @@ class QueryResult:
     drift: GateDrift | None = None
     """Informational: the drift scorer's flag of this query's per-execution latencies (jobs.gate.drift);
     it never changes ``verdict``."""
+    tail: MeasurementComparison | None = None
+    """The tail check: mean latency of every measured call (nothing filtered); cycle.tail_verdict."""
 
     @property
     def buffers_ratio(self) -> float | None:
@@ -111,6 +116,7 @@ def judge_query(
     plan: PlanComparison | None,
     error: str | None,
     config: GateConfig,
+    tail: MeasurementComparison | None = None,
 ) -> tuple[str, tuple[str, ...]]:
     """The query's verdict (worst of its metrics) and one reason per metric over a threshold."""
     found: list[tuple[str, str]] = []
@@ -127,6 +133,12 @@ def judge_query(
             level, reason = _latency_level(metric, ratio, ci, cand - base, warn, block, config)
             if reason is not None:
                 timing.append((level, reason))
+    if tail is not None and tail.verdict != PASS:
+        timing.append((tail.verdict, (
+            f"mean of every call ×{tail.ratio:.3f} (CI {tail.ci[0]:.3f}–{tail.ci[1]:.3f}, "
+            f"{tail.baseline:.3f} → {tail.candidate:.3f} ms, nothing filtered) ≥ tail_mean_ratio "
+            f"{config.tail_mean_ratio:g}: a heavier tail"
+        )))  # fmt: skip
     b, c = baseline_statements, candidate_statements
     server = server_ratio(b, c)
     if server is not None and server < config.server_confirm_ratio:
@@ -147,7 +159,9 @@ def judge_query(
             found.append(
                 (WARN, f"rows/call {b.rows_per_call:,.2f} → {c.rows_per_call:,.2f}: the results differ")
             )
-    if plan is not None and plan.changed and config.plan_change_warns:
+    if plan is not None and plan.index_rename_only:
+        found.append((PASS, f"the plan differs only in index names: {plan.summary}"))
+    elif plan is not None and plan.changed and config.plan_change_warns:
         found.append((WARN, plan.summary))
     verdict = worst([level for level, _ in found])
     ordered = sorted(found, key=lambda item: -SEVERITY[item[0]])
@@ -156,7 +170,7 @@ def judge_query(
 
 @dataclass(frozen=True)
 class Termination:
-    reason: str  # all_settled | max_rounds | max_seconds
+    reason: str  # all_settled | max_rounds | max_seconds | all_failed
     rounds: int
     measure_seconds: float
     settled: tuple[str, ...]
@@ -178,9 +192,12 @@ class GateReport:
 
     @property
     def exit_code(self) -> int:
-        """CI convention: 0 PASS, 1 WARN (0 when config.fail_on_warn is off), 2 BLOCK."""
+        """CI convention: 0 PASS, 1 WARN (0 when config.fail_on_warn is off), 2 BLOCK, 4 INCONCLUSIVE (the
+        budget ran out with a query undecided)."""
         if self.verdict == BLOCK:
             return 2
+        if self.verdict == INCONCLUSIVE:
+            return 4
         if self.verdict == WARN:
             return 1 if self.config.fail_on_warn else 0
         return 0
@@ -250,6 +267,7 @@ def _query_dict(q: QueryResult) -> dict[str, Any]:
             "candidate_shape_hash": q.plan.candidate_shape_hash,
             "changed": q.plan.changed,
             "summary": q.plan.summary,
+            "index_rename_only": q.plan.index_rename_only,
         }
     return {
         "name": q.name,
@@ -268,6 +286,15 @@ def _query_dict(q: QueryResult) -> dict[str, Any]:
         "plan": plan,
         "error": q.error,
         "drift": None if q.drift is None else q.drift.to_dict(),
+        "tail": None
+        if q.tail is None
+        else {
+            "baseline_mean_ms": q.tail.baseline,
+            "candidate_mean_ms": q.tail.candidate,
+            "ratio": q.tail.ratio,
+            "ci": list(q.tail.ci),
+            "verdict": q.tail.verdict,
+        },
     }
 
 

@@ -63,15 +63,16 @@ def walk_nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
         stack.extend(reversed([c for c in children if isinstance(c, dict)]))
 
 
-def _shape(node: dict[str, Any]) -> list[Any]:
-    own = [[key, node[key]] for key in SHAPE_KEYS if key in node]
-    children = [_shape(c) for c in node.get("Plans") or [] if isinstance(c, dict)]
+def _shape(node: dict[str, Any], ignore: tuple[str, ...] = ()) -> list[Any]:
+    own = [[key, node[key]] for key in SHAPE_KEYS if key in node and key not in ignore]
+    children = [_shape(c, ignore) for c in node.get("Plans") or [] if isinstance(c, dict)]
     return [own, children]
 
 
-def plan_shape_hash(root: dict[str, Any]) -> str:
-    """A stable 16-hex-digit hash of the plan's shape (sha256 of a canonical JSON of the shape keys)."""
-    canonical = json.dumps(_shape(root), separators=(",", ":"), sort_keys=False)
+def plan_shape_hash(root: dict[str, Any], ignore: tuple[str, ...] = ()) -> str:
+    """A stable 16-hex-digit hash of the plan's shape (sha256 of a canonical JSON of the shape keys);
+    ``ignore`` leaves shape keys out (``("Index Name",)``: is the only change an index rename?)."""
+    canonical = json.dumps(_shape(root, ignore), separators=(",", ":"), sort_keys=False)
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
