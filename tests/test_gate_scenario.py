@@ -386,6 +386,10 @@ def test_load_scenarios_by_file_type(tmp_path: Path) -> None:
 
 
 PYTHON_FORM = '''\
+from __future__ import annotations
+
+from dataclasses import dataclass
+
 SHARED = """
 CREATE TABLE IF NOT EXISTS py_t (a int);
 INSERT INTO py_t VALUES (1);
@@ -416,7 +420,16 @@ def only_benchmark(conn, params, mark):
     CALLS.append(("only", params))
 
 
-SCENARIOS = [Lookup(), {"name": "py_dict", "benchmark": only_benchmark}]
+@dataclass
+class Tiny:
+    name: str
+    repeat: int = 2
+
+    def benchmark(self, conn, params, mark) -> None:
+        CALLS.append(("tiny", params))
+
+
+SCENARIOS = [Lookup(), {"name": "py_dict", "benchmark": only_benchmark}, Tiny("py_dataclass")]
 '''
 
 
@@ -424,9 +437,10 @@ def test_python_form_is_loaded_from_a_file_and_runs_the_operators_callables(tmp_
     path = tmp_path / "scenarios.py"
     path.write_text(PYTHON_FORM)
     suite = load_scenarios(path)
-    assert suite.names == ("py_lookup", "py_dict") and suite.source == str(path)
+    assert suite.names == ("py_lookup", "py_dict", "py_dataclass") and suite.source == str(path)
     assert suite.shared == ("CREATE TABLE IF NOT EXISTS py_t (a int)", "INSERT INTO py_t VALUES (1)")
-    lookup, plain = suite.scenarios
+    lookup, plain, tiny = suite.scenarios
+    assert tiny.repeat == 2
     assert (lookup.repeat, lookup.weight, lookup.settings) == (4, 2.0, (("work_mem", "1MB"),))
     assert lookup.benchmark == () and lookup.params[0].kind == "int_range"
     runner = lookup.python

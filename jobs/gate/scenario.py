@@ -605,6 +605,7 @@ def _python_suite(path: Path) -> ScenarioSuite:
     if spec is None or spec.loader is None:
         raise ScenarioError(f"{source}: cannot load as a Python module")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses (and pickling) look their module up while the class is made
     try:
         spec.loader.exec_module(module)  # the operator's code runs here
     except Exception as exc:  # any failure of the operator's module is a ScenarioError
