@@ -60,7 +60,6 @@ from __future__ import annotations
 import difflib
 import importlib.util
 import inspect
-import json
 import random
 import re
 import sys
@@ -69,11 +68,12 @@ import uuid
 from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from pglast import parse_sql
-from pglast.parser import ParseError, parse_sql_json, scan, split
+from pglast.parser import ParseError, scan, split
 
 from jobs.gate.config import GateConfig
 from jobs.gate.workload import (
@@ -85,7 +85,7 @@ from jobs.gate.workload import (
     parse_generator,
     placeholder_numbers,
 )
-from jobs.plans.generic import WRITE_NODES, _walk_keys
+from jobs.plans.generic import WRITE_NODES
 from jobs.sqlfiles import SQL_ROOT
 
 BUILTIN_SCENARIOS: tuple[str, ...] = ("point_lookup", "range_scan", "join", "aggregate_sort", "write_burst")
@@ -119,17 +119,17 @@ class ScenarioStatement:
     """SELECT / VALUES / TABLE, or a write with RETURNING. Only a SELECT / VALUES / TABLE can be wrapped in
     DECLARE CURSOR; a RETURNING write cannot (see ``cursor_allowed``)."""
 
-    @property
+    @cached_property
     def placeholder_count(self) -> int:
         """The highest ``$n`` in the statement (0 without any): bind ``params[:placeholder_count]``, since
-        the server refuses a Bind with more values than the statement's parameters."""
+        the server refuses a Bind with more values than the statement's parameters. Computed once."""
         return max(placeholder_numbers(self.sql), default=0)
 
-    @property
+    @cached_property
     def cursor_allowed(self) -> bool:
-        """A query DECLARE CURSOR accepts: a row-returning statement that is not an INSERT / UPDATE /
-        DELETE / MERGE (a data-modifying WITH is refused by the server too, and so is refused here)."""
-        return self.returns_rows and _statement_kind(self.sql) == "SelectStmt" and not _has_write(self.sql)
+        """A query DECLARE CURSOR accepts: a row-returning SELECT / VALUES / TABLE without a data-modifying
+        WITH (which PostgreSQL allows only at the top level). A RETURNING write is not. Computed once."""
+        return self.returns_rows and _declarable(self.sql)
 
 
 @dataclass(frozen=True)
@@ -193,12 +193,13 @@ def _parse_one(sql: str) -> Any:
     return parse_sql(sql)[0].stmt
 
 
-def _statement_kind(sql: str) -> str:
-    return type(_parse_one(sql)).__name__
-
-
-def _has_write(sql: str) -> bool:
-    return bool(set(_walk_keys(json.loads(parse_sql_json(sql)))) & WRITE_NODES.keys())
+def _declarable(sql: str) -> bool:
+    node = _parse_one(sql)
+    if type(node).__name__ != "SelectStmt":
+        return False
+    with_clause = getattr(node, "withClause", None)
+    ctes = getattr(with_clause, "ctes", None) or ()
+    return not any(type(getattr(cte, "ctequery", None)).__name__ in WRITE_NODES for cte in ctes)
 
 
 def classify(sql: str) -> tuple[bool, bool]:
