@@ -31,8 +31,9 @@ the scenario's first section:
   ``@init`` statements run without parameters.
 - ``prepared`` (false): benchmark statements run as server-side prepared statements.
 - ``plan_cache_mode``: ``auto``, ``force_generic_plan`` or ``force_custom_plan`` (a session SET).
-- ``settings``: a table of session settings, string or number values (``{ work_mem = "64kB" }``; a
-  dotted name can be written as a nested table or quoted: ``{ "jit_above_cost" = 0 }``).
+- ``settings``: a table of session settings, string or number values (``{ work_mem = "64kB" }``); names
+  match ``[a-z_.]+``, a dotted one quoted or as TOML reads it (``{ pg_trgm.similarity_threshold = 0.5 }``
+  is a nested table, flattened back to the dotted name). ``plan_cache_mode`` has its own option.
 - ``repeat`` (1): executions of the measured part per measurement.
 - ``weight`` (1.0): the scenario's weight in the suite's summary.
 
