@@ -139,6 +139,10 @@ def _generator(where: str, index: int, raw: Any) -> ParamGenerator:
     return ParamGenerator(kind, tuple(spec))
 
 
+# The parser of one ``params`` entry, for the other gate file formats (jobs.gate.scenario's @option params).
+parse_generator = _generator
+
+
 def _query(where: str, raw: dict[str, Any], line: int | None) -> GateQuery:
     unknown = sorted(set(raw) - QUERY_KEYS)
     if unknown:
