@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from pglast import split
 
+from jobs.collect.texts import is_marked_where_kept
 from jobs.gate.measure import ServerFacts, StatementCounters, _cursor_capable, parse_smaps_rollup
+from jobs.sqlfiles import load_sql
 
 SMAPS = """\
 55d0c8a4e000-7ffd2b5f9000 ---p 00000000 00:00 0                          [rollup]
@@ -57,3 +60,22 @@ def test_only_plain_selects_get_a_memory_cursor() -> None:
     assert _cursor_capable("WITH x AS (SELECT 1) SELECT * FROM x")
     assert not _cursor_capable("INSERT INTO t VALUES (1) RETURNING *")
     assert not _cursor_capable("WITH x AS (DELETE FROM t RETURNING *) SELECT * FROM x")
+
+
+MEASURE_SQL = (
+    "gate_begin", "gate_cursor_fraction", "gate_explain", "gate_memory_contexts", "gate_memory_declare",
+    "gate_memory_fetch", "gate_parallel_workers", "gate_probe", "gate_rollback", "gate_scenario_statements",
+    "gate_server_facts", "gate_server_settings", "gate_set_config", "gate_statements_available",
+    "gate_system_identifier",
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("name", MEASURE_SQL)
+def test_every_statement_the_session_sends_carries_the_marker(name: str) -> None:
+    text = load_sql(name)
+    if name in ("gate_explain", "gate_memory_declare"):
+        text = text.rstrip() + "\nSELECT 1"  # the statement follows the prefix
+    statements = [s for s in split(text) if s.strip()]
+    assert statements, name
+    for statement in statements:
+        assert is_marked_where_kept(statement), (name, statement)
