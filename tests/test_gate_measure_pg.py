@@ -177,6 +177,7 @@ def test_small_work_mem_spills_a_big_sort_and_memory_grows_with_work_mem(base: T
         base.execute(sc, ())
         after = base.counters(sc)
         assert base.conn.execute("SHOW work_mem").fetchone()[0] == work_mem
+        base.memory_execution(sc, ())  # a backend that ran the statement before must read the same
         readings[work_mem] = (after.minus(before), base.memory_execution(sc, ()))  # type: ignore[union-attr]
         base.end_scenario(sc)
         assert base.conn.execute("SHOW work_mem").fetchone()[0] == "4MB"
@@ -249,3 +250,35 @@ def test_connection_failure_is_a_gate_error() -> None:
     with pytest.raises(GateError, match="candidate: cannot connect") as info:
         TargetSession("candidate", "postgresql://u:s3cretpw@127.0.0.1:1/x", GateConfig(connect_timeout_s=2))
     assert "s3cretpw" not in str(info.value)
+
+
+class PythonScenario:
+    """The Python form: callables, mark("A") / mark("B") around the timed part."""
+
+    name = "python_form"
+
+    def __init__(self) -> None:
+        self.inits = 0
+
+    def init(self, conn: psycopg.Connection[Any]) -> None:
+        self.inits += 1
+
+    def before(self, conn: psycopg.Connection[Any], params: tuple[object, ...]) -> None:
+        conn.execute("SELECT pg_sleep(0.1)")
+
+    def benchmark(self, conn: psycopg.Connection[Any], params: tuple[object, ...], mark: Any) -> None:
+        conn.execute("SELECT pg_sleep(0.1)")
+        mark("A")
+        conn.execute("SELECT $1::int", params)
+        mark("B")
+
+
+def test_python_form_times_between_its_marks(base: TargetSession) -> None:
+    code = PythonScenario()
+    sc = Scenario(name="python_form", params=(), python=code, source="ops/scenarios.py")
+    base.start_scenario(sc, ())
+    base.start_scenario(sc, ())
+    assert code.inits == 1  # init once per target database
+    base.before(sc, (Int4(1),))
+    assert 0 < base.execute(sc, (Int4(1),)) < 0.05e9
+    base.end_scenario(sc)
