@@ -282,3 +282,23 @@ def test_python_form_times_between_its_marks(base: TargetSession) -> None:
     base.before(sc, (Int4(1),))
     assert 0 < base.execute(sc, (Int4(1),)) < 0.05e9
     base.end_scenario(sc)
+
+
+def test_parallel_workers_memory_is_counted(base: TargetSession) -> None:
+    rss = {}
+    for workers in ("0", "2"):
+        settings = (
+            ("max_parallel_workers_per_gather", workers), ("parallel_setup_cost", "0"),
+            ("parallel_tuple_cost", "0"), ("min_parallel_table_scan_size", "0"),
+        )  # fmt: skip
+        sc = scenario(
+            f"parallel_{workers}", stmt("SELECT count(*), sum(v) FROM gate_m_big"), settings=settings
+        )
+        base.start_scenario(sc, ())
+        assert ("Gather" in str(base.plans[sc.name])) is (workers == "2")
+        reading = base.memory_execution(sc, ())
+        base.end_scenario(sc)
+        assert reading.rss_bytes is not None, reading.note
+        rss[workers] = reading.rss_bytes
+    print("rss by workers", rss)
+    assert rss["2"] > rss["0"] + 2**20  # each worker's own memory is the query's too
