@@ -151,6 +151,13 @@ def _flag_overrides(args: argparse.Namespace) -> list[Any]:
         ("max_file_bytes", "deploys.max_file_bytes", int),
         ("max_events_per_file", "deploys.max_events_per_file", int),
         ("max_seconds", "gate.max_seconds", float),
+        ("suite_max_seconds", "gate.suite_max_seconds", float),
+        ("seed", "gate.seed", int),
+        ("sample_filter", "gate.sample_filter", str),
+        ("aggregation", "gate.aggregation", str),
+        ("cycles", "gate.cycles", int),
+        ("calibration", "gate.calibration", str),
+        ("selection", "gate.selection", str),
         ("out", "report.out", str),
         ("current_window", "drift.samples.current_window", str),
         ("profile", "drift.score.profile", str),
@@ -164,6 +171,16 @@ def _flag_overrides(args: argparse.Namespace) -> list[Any]:
         found.append(Override("deploys.allow_unknown_instance", True, "flag --allow-unknown-instance"))
     if getattr(args, "no_fail_on_warn", False):
         found.append(Override("gate.fail_on_warn", False, "flag --no-fail-on-warn"))
+    for item in getattr(args, "threshold", None) or []:
+        name, _, value = item.partition("=")
+        key = f"gate.{name.strip()}_threshold"
+        try:
+            number = float(value)
+        except ValueError:
+            raise SystemExit(
+                f"radar gate: --threshold {item!r}: expected NAME=RATIO, e.g. wallclock=0.10"
+            ) from None
+        found.append(Override(key, number, f"flag --threshold {item}"))
     if args.command == "alerts":
         for dest, key in (
             ("file", "alerts.file"),
@@ -572,13 +589,27 @@ def cmd_alerts(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+def write_report_file(out: Path, text: str) -> None:
+    """--json PATH: written whole or not at all (a temp file renamed over it), so CI never reads half."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.partial")
+    tmp.write_text(text)
+    tmp.replace(out)
+
+
 def cmd_gate(args: argparse.Namespace) -> int:
-    """Exit 0 PASS, 1 WARN (0 with --no-fail-on-warn), 2 BLOCK, 3 the gate could not run."""
+    """Exit 0 PASS, 1 WARN (0 with --no-fail-on-warn), 2 BLOCK, 3 the gate could not run, 4 INCONCLUSIVE
+    (scenarios: the budget ran out before the verdict was decided)."""
     from jobs.gate.runner import GateError, run_gate
     from jobs.gate.verdict import render_gate_report
     from jobs.gate.workload import WorkloadError
 
     settings = settings_of(args)
+    if args.scenarios is not None:
+        return _gate_scenarios(args, settings)
+    if args.workload is None:
+        say(args, "[red]gate could not run:[/red] give --workload FILE.toml or --scenarios FILE|builtin")
+        return 3
     try:
         with status("measuring baseline and candidate (interleaved rounds)"):
             report = run_gate(
@@ -594,11 +625,56 @@ def cmd_gate(args: argparse.Namespace) -> int:
     else:
         print(render_gate_report(report))
     if args.json:
-        out = Path(args.json)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_name(f".{out.name}.partial")
-        tmp.write_text(report.to_json())
-        tmp.replace(out)
+        write_report_file(Path(args.json), report.to_json())
+    return report.exit_code
+
+
+def _gate_scenarios(args: argparse.Namespace, settings: Any) -> int:
+    """`radar gate --scenarios`: the scenario engine (cycles, per-target termination, calibration)."""
+    import polars as pl
+
+    from jobs.gate.runner import GateError
+    from jobs.gate.scenario import ScenarioError, builtin_suite, load_scenarios
+    from jobs.gate.suite import run_scenario_gate
+    from jobs.gate.suite_report import (
+        render_suite_report,
+        scenario_rows,
+        suite_report_json,
+        write_gate_results,
+    )
+    from jobs.gate.workload import WorkloadError
+
+    try:
+        if args.scenarios == "builtin" or args.scenarios.startswith("builtin:"):
+            names = [n for n in args.scenarios.partition(":")[2].split(",") if n] or None
+            suite = builtin_suite(names)
+        else:
+            suite = load_scenarios(Path(args.scenarios))
+        with status("measuring baseline and candidate (scenario cycles)"):
+            report = run_scenario_gate(
+                args.baseline,
+                args.candidate,
+                suite,
+                settings.gate,
+                settings.drift.score,
+                args.calibration_dsn,
+            )
+    except (GateError, ScenarioError, WorkloadError) as exc:
+        say(args, f"[red]gate could not run:[/red] {_escape(str(exc))}")
+        return 3
+    text = suite_report_json(report)
+    if args.format == "json":
+        sys.stdout.write(text + "\n")  # the gate_suite_report.schema.json contract, one object
+    elif args.format == "csv":
+        show_rows(args, pl.DataFrame(scenario_rows(report), infer_schema_length=None))
+    else:
+        print(render_suite_report(report))
+    if args.json:
+        write_report_file(Path(args.json), text)
+    if args.lake_write:
+        root = Path(args.lake) if args.lake else Path(settings.lake.root)
+        written = write_gate_results(root, report)
+        say(args, f"gate results written to {_escape(str(written))}")
     return report.exit_code
 
 
@@ -1087,7 +1163,8 @@ EXIT_CODES = {
         "0  PASS (or WARN with --no-fail-on-warn)",
         "1  WARN",
         "2  BLOCK (a bad flag or config file also exits 2: it prints no verdict)",
-        "3  the gate could not run (unreachable database, bad workload file)",
+        "3  the gate could not run (unreachable database, bad workload or scenario file)",
+        "4  INCONCLUSIVE (--scenarios: the budget ran out before the verdict was decided)",
     ),
     "drift": _exit_codes(
         "drift",
@@ -1372,8 +1449,47 @@ def build_parser(command: str | None = ALL_COMMANDS) -> argparse.ArgumentParser:
     )
     gate.add_argument("--baseline", required=True, help="DSN of the database with the current schema")
     gate.add_argument("--candidate", required=True, help="DSN of the database with the change applied")
+    source = gate.add_mutually_exclusive_group(required=True)
+    source.add_argument(
+        "--workload", help="workload TOML (see tests/fixtures/gate_workload.toml): the paired-rounds engine"
+    )
+    source.add_argument(
+        "--scenarios",
+        help="scenario file (.sql, .toml workload, .py) or builtin[:name,...]: the cycles engine with "
+        "memory, temp/shared blocks, WAL and planning measured and the servers calibrated",
+    )
     gate.add_argument(
-        "--workload", required=True, help="workload TOML (see tests/fixtures/gate_workload.toml)"
+        "--calibration-dsn", help="calibration aa: a copy of the baseline database on the candidate's server"
+    )
+    gate.add_argument("--calibration", choices=["off", "auto", "aa", "probe"], help="[gate] calibration")
+    gate.add_argument("--cycles", type=int, help="[gate] cycles (default 3)")
+    gate.add_argument("--selection", choices=["median", "best"], help="[gate] selection")
+    gate.add_argument("--seed", type=int, help="[gate] seed")
+    gate.add_argument(
+        "--filter",
+        dest="sample_filter",
+        choices=["none", "drop_first", "running_mean_sigma", "fences"],
+        help="[gate] sample_filter",
+    )
+    gate.add_argument(
+        "--aggregation",
+        choices=["minimum", "mean", "mean_minus_std", "normal_fit", "p50", "p95"],
+        help="[gate] aggregation (wallclock)",
+    )
+    gate.add_argument(
+        "--threshold",
+        action="append",
+        metavar="NAME=RATIO",
+        help="a measurement's relative threshold, repeatable: wallclock, memory, temp_blocks, "
+        "shared_blocks, wal_bytes, planning (e.g. --threshold memory=0.3)",
+    )
+    gate.add_argument(
+        "--lake-write",
+        action="store_true",
+        help="--scenarios: append the run's rows to the lake's gate_results table ([lake] root or --lake)",
+    )
+    gate.add_argument(
+        "--suite-max-seconds", type=float, default=None, help="[gate] suite_max_seconds (scenarios budget)"
     )
     gate.add_argument("--json", help="also write the JSON report (gate_report.schema.json) here")
     gate.add_argument(

@@ -743,6 +743,44 @@ EXECUTION_DRIFT = TableSchema(
     ),
 )
 
+GATE_RESULTS = TableSchema(
+    name="gate_results",
+    description="One row per (gate run, scenario, measurement) of `radar gate --scenarios --lake-write`: the "
+    "selected cycle's comparison, asymmetry-corrected where calibrated.",
+    partition_by=("date",),
+    primary_key=("run_started_at", "scenario", "measurement"),
+    columns=(
+        Column("run_started_at", UTC_TS, "the gate run's start (its date is the partition)"),
+        Column("source", pl.String(), "the scenario file or builtin suite"),
+        Column("baseline", pl.String(), "baseline DSN, password redacted"),
+        Column("candidate", pl.String(), "candidate DSN, password redacted"),
+        Column("baseline_version", pl.Int64(), "server_version_num"),
+        Column("candidate_version", pl.Int64(), "server_version_num"),
+        Column("run_verdict", pl.String(), "PASS | WARN | BLOCK | INCONCLUSIVE"),
+        Column("scenario", pl.String()),
+        Column("scenario_verdict", pl.String(), "PASS | WARN | BLOCK | INCONCLUSIVE | NOT_RUN"),
+        Column("measurement", pl.String(), "wallclock | wallclock_mean | memory | rss | temp_blocks | ..."),
+        Column("unit", pl.String(), "ms | bytes | blocks"),
+        Column("baseline_value", pl.Float64(), "the baseline's aggregate (per execution)"),
+        Column("candidate_value", pl.Float64(), "the candidate's aggregate (per execution)"),
+        Column("threshold", pl.Float64(), "relative threshold t (strong regression at 2t)"),
+        Column("ratio", pl.Float64(), "candidate / baseline, corrected by the asymmetry when applied"),
+        Column("ci_low", pl.Float64()),
+        Column("ci_high", pl.Float64()),
+        Column("raw_ratio", pl.Float64(), "the selected cycle's ratio before any correction"),
+        Column("kind", pl.String(), "regression | strong_regression | improvement | unchanged"),
+        Column("verdict", pl.String(), "PASS | WARN | BLOCK"),
+        Column("cycles", pl.Int64()),
+        Column("regressed_cycles", pl.Int64()),
+        Column("measurements_baseline", pl.Int64(), "measurements of the selected cycle"),
+        Column("measurements_candidate", pl.Int64()),
+        Column("stopped_by_baseline", pl.String(), "the termination rule that stopped the target"),
+        Column("stopped_by_candidate", pl.String()),
+        Column("calibration_mode", pl.String(), "off | probe | aa"),
+        Column("correction", pl.String(), "what the calibration changed, in words"),
+    ),
+)
+
 # ---------------------------------------------------------------------------------------------------------
 # Incremental runs: state kept in the lake (jobs/samples.py append mode, jobs/detect/scope.py)
 
@@ -848,6 +886,7 @@ TABLES: dict[str, TableSchema] = {
         TABLE_STATS_SNAPSHOTS,
         DRIFT_SAMPLE_BASELINES,
         EXECUTION_DRIFT,
+        GATE_RESULTS,
         SAMPLE_FRONTIER,
         ANALYSIS_RUNS,
         ANALYSED_DEPLOYS,

@@ -178,9 +178,16 @@ def test_calibration_corrects_wallclock_and_not_counters() -> None:
     counters = [compare_values("temp_blocks", 100.0, 400.0, CONFIG)] * 3
     blocks = select_measurement("temp_blocks", counters, asymmetry, CONFIG)
     assert blocks.verdict == BLOCK and blocks.chosen.ratio == 4.0
-    unreliable = replace(asymmetry, reliable=False, note="too wide")
-    kept = select_measurement(WALLCLOCK, _cycles(1.31, 1.29, 1.3), unreliable, CONFIG)
-    assert kept.verdict == BLOCK and "not applied" in kept.correction
+    unreliable = replace(asymmetry, reliable=False, note="too wide", log_half_width=0.4)
+    ignored = select_measurement(
+        WALLCLOCK, _cycles(1.31, 1.29, 1.3), unreliable, replace(CONFIG, calibration_unreliable="ignore")
+    )
+    assert ignored.verdict == BLOCK and "not applied" in ignored.correction
+    carried = select_measurement(WALLCLOCK, _cycles(1.31, 1.29, 1.3), unreliable, CONFIG)  # carry: default
+    assert carried.verdict == PASS and "applied with its uncertainty" in carried.correction
+    assert carried.chosen.ci[0] < 0.7 and carried.chosen.ci[1] > 1.4  # exp(-+0.4) around 1.0
+    big = select_measurement(WALLCLOCK, _cycles(4.0, 4.1, 3.9), unreliable, CONFIG)
+    assert big.verdict == BLOCK  # a regression larger than the noise still BLOCKs
 
 
 def test_tail_levels_need_the_ratio_and_the_ci() -> None:
@@ -205,3 +212,29 @@ def test_ci_stop_rules_need_the_whole_ci() -> None:
     wide = compare_samples(WALLCLOCK, base, np.tile([0.95, 1.17], 6), CONFIG, how="mean")
     assert wide.ci[0] > 1 / 1.1 and wide.ci[1] > 1.1
     assert decided_by_ci(wide) is None
+
+
+def test_few_measurements_widen_the_bootstrap_ci(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Five measurements a side: the percentile bootstrap alone is too narrow; the CI is stretched by
+    t(4)/z x sqrt(5/4) about the estimate (about 1.6x on the log scale)."""
+    import jobs.gate.cycle as cycle
+
+    base, cand = [1.0, 1.2, 0.9, 1.1, 1.0], [1.3, 1.1, 1.5, 1.2, 1.4]
+    widened = compare_samples(WALLCLOCK, base, cand, CONFIG, how="mean")
+    monkeypatch.setattr(cycle, "widen_for_few_clusters", lambda p, lo, hi, n, c: (lo, hi))
+    narrow = compare_samples(WALLCLOCK, base, cand, CONFIG, how="mean")
+    assert widened.ratio == narrow.ratio
+    assert np.log(widened.ci[1] / widened.ci[0]) > 1.4 * np.log(narrow.ci[1] / narrow.ci[0])
+
+
+def test_the_in_cycle_stop_sees_the_corrected_ratio() -> None:
+    from jobs.gate.cycle import corrected_for_stop
+
+    raw = compare_samples(WALLCLOCK, [1.0, 1.01, 0.99, 1.0, 1.0], [2.0, 2.02, 1.98, 2.0, 2.0], CONFIG)
+    assert decided_by_ci(raw) == "decisive_block"
+    slower_server = Asymmetry("aa", 2.0, (1.96, 2.04), 0.02, 5, True, "aa over 5 cycles")
+    corrected = corrected_for_stop(raw, slower_server, CONFIG)
+    assert corrected.ratio == pytest.approx(1.0) and decided_by_ci(corrected) != "decisive_block"
+    assert corrected_for_stop(raw, None, CONFIG) is raw
+    noisy = replace(slower_server, reliable=False)
+    assert corrected_for_stop(raw, noisy, replace(CONFIG, calibration_unreliable="ignore")) is raw

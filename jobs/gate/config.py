@@ -15,6 +15,7 @@ CycleOrder = Literal["abba", "alternate", "baseline_first"]
 CycleSelectionRule = Literal["median", "best"]
 CalibrationMode = Literal["off", "auto", "aa", "probe"]
 MemoryAggregation = Literal["minimum", "mean", "maximum"]
+UnreliableCalibration = Literal["carry", "ignore"]
 
 
 @dataclass(frozen=True)
@@ -130,15 +131,25 @@ class GateConfig:
     calibration: CalibrationMode = "auto"
     """Side asymmetry of two servers: aa = the baseline database measured against a copy of itself on the
     candidate's server (needs --calibration-dsn), probe = a fixed CPU/IO probe timed on each server, auto =
-    probe when baseline and candidate are on different servers and off on one server, off = none; the
+    off on one server, else aa when a calibration copy is given and probe when not; off = none. The
     wallclock verdict is then taken on observed / asymmetry."""
     calibration_cycles: int = 5
     """Calibration cycles (A/A comparisons or probe timings per server) the asymmetry is estimated from. Its
     CI is a t interval over the cycles: with 3% noise per cycle, 3 cycles give about ±7.5% (t = 4.30 with 2
     degrees of freedom), 5 cycles about ±3.7%."""
+    calibration_probe_repeats: int = 3
+    """Probe timings per server in one probe calibration cycle, alternating; the cycle keeps each server's
+    fastest (a neighbour that comes and goes only adds time; one that stays is in every timing)."""
     calibration_max_half_width: float = 0.10
     """An asymmetry whose CI half-width exceeds this fraction of it (0.10 = ±10%) is reported as unreliable
-    and not applied. Below it the asymmetry's uncertainty is carried into the corrected ratio's CI."""
+    (and then handled by calibration_unreliable). Below it the asymmetry's uncertainty is carried into the
+    corrected ratio's CI."""
+    calibration_unreliable: UnreliableCalibration = "carry"
+    """An unreliable asymmetry: carry = applied all the same, its wide uncertainty carried into the corrected
+    CI (a noisy pair of servers can then only show a regression larger than its noise); ignore = not
+    applied, the raw ratios judged (the side difference can read as a regression). Measured on a server
+    slowed by a CPU neighbour: the A/A asymmetry came out ×1.2-×1.8 with CIs of ±41-55%, and ignore BLOCKed
+    identical databases at ×2.0."""
 
     # Scenario suites (issue 12: jobs/gate/scenario.py, measure.py, suite.py): one relative threshold per
     # measurement; a ratio at or over 1 + t is a regression, at or over 1 + 2t a strong regression (BLOCK),

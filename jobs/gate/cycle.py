@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -43,6 +43,7 @@ from jobs.gate.selection import (
     correct_ratio,
     select_cycle,
 )
+from jobs.gate.stats import widen_for_few_clusters
 
 PASS, WARN, BLOCK = "PASS", "WARN", "BLOCK"
 _SEVERITY = {PASS: 0, WARN: 1, BLOCK: 2}
@@ -190,7 +191,12 @@ def bootstrap_ratio_ci(
         return point, point
     tail = (1.0 - config.confidence) / 2.0 * 100.0
     lo, hi = np.percentile(ratios, [tail, 100.0 - tail])
-    return float(min(lo, point)), float(max(hi, point))
+    # With few measurements the percentile bootstrap is too narrow (a z-interval with the biased variance):
+    # stretched by t(n-1)/z x sqrt(n/(n-1)) about the estimate, as the paired-rounds engine does.
+    wide_lo, wide_hi = widen_for_few_clusters(
+        np.array([point]), np.array([lo]), np.array([hi]), min(x.size, y.size), config.confidence
+    )
+    return float(min(wide_lo[0], point)), float(max(wide_hi[0], point))
 
 
 def compare_samples(
@@ -278,6 +284,17 @@ def decided_by_ci(comparison: MeasurementComparison) -> str | None:
     return None
 
 
+def corrected_for_stop(
+    comparison: MeasurementComparison, asymmetry: Asymmetry | None, config: GateConfig
+) -> MeasurementComparison:
+    """The comparison as the verdict will see it, for the in-cycle CI stop: ratio and CI divided by the
+    asymmetry (its uncertainty carried; an unreliable one only with calibration_unreliable = carry)."""
+    if asymmetry is None or (not asymmetry.reliable and config.calibration_unreliable != "carry"):
+        return comparison
+    corrected = correct_ratio(comparison.ratio, comparison.ci, replace(asymmetry, reliable=True))
+    return replace(comparison, ratio=corrected.ratio, ci=corrected.ci)
+
+
 def judge_corrected(measurement: str, baseline_value: float, config: GateConfig) -> Judge:
     """A judge for :func:`jobs.gate.selection.correct_cycle`: the verdict of a corrected ratio and CI."""
     threshold = threshold_for(measurement, config)
@@ -325,6 +342,8 @@ def select_measurement(
     judge = (
         judge_corrected(measurement, baseline_value, config) if measurement != TAIL else _tail_judge(config)
     )
+    if asymmetry is not None and not asymmetry.reliable and config.calibration_unreliable == "carry":
+        asymmetry = replace(asymmetry, reliable=True, note=f"{asymmetry.note}; applied with its uncertainty")
     selection, correction = _select(results, asymmetry if corrected_kind else None, config, judge)
     chosen = selection.chosen
     raw = cycles[chosen.cycle]

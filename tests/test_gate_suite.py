@@ -1,0 +1,164 @@
+"""The scenario gate's pure parts on inline data: the per-execution counters, the scenario's judgement over
+its cycles (selection, plan renames, INCONCLUSIVE), the report's rows, JSON contract and table."""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import pytest
+
+from jobs.gate.config import GateConfig
+from jobs.gate.cycle import TAIL, WALLCLOCK, compare_samples, compare_values, tail_verdict
+from jobs.gate.measure import ServerFacts, StatementCounters
+from jobs.gate.scenario import Scenario, ScenarioStatement
+from jobs.gate.suite import (
+    BLOCK,
+    INCONCLUSIVE,
+    PASS,
+    CalibrationReport,
+    ScenarioCycle,
+    SuiteReport,
+    _judge,
+    _per_execution,
+    _plan_changes,
+)
+from jobs.gate.suite_report import (
+    gate_results_frame,
+    gate_suite_contract,
+    render_suite_report,
+    scenario_rows,
+    suite_report_dict,
+)
+from jobs.schemas import GATE_RESULTS
+
+CONFIG = GateConfig(calibration="off")
+SCENARIO = Scenario(
+    name="lookup",
+    benchmark=(ScenarioStatement("SELECT 1", True, 1, True, True),),
+)
+
+
+def counters(calls: int, temp: float, shared: float = 0.0) -> StatementCounters:
+    return StatementCounters(
+        calls=calls,
+        shared_blocks=shared,
+        shared_blocks_read=0.0,
+        temp_blocks_written=temp,
+        wal_bytes=0.0,
+        plan_ms=0.0,
+        plans=0,
+        exec_ms=float(calls),
+    )
+
+
+def test_counters_become_per_execution_values() -> None:
+    got = _per_execution(counters(10, 100.0, 50.0), counters(40, 700.0, 350.0), executions=10, repeat=3)
+    assert got is not None
+    assert got.temp_blocks_written == 600.0 / 30 and got.shared_blocks == 300.0 / 30
+    assert _per_execution(None, counters(1, 0.0), 1, 1) is None
+
+
+def cycle(
+    k: int, wall_ratio: float, temp: tuple[float, float] = (0.0, 0.0), complete: bool = True
+) -> ScenarioCycle:
+    base = [1.0, 1.01, 0.99, 1.0, 1.02, 0.98, 1.0, 1.0]
+    cand = [wall_ratio * v for v in base]
+    comparisons = {
+        WALLCLOCK: compare_samples(WALLCLOCK, base, cand, CONFIG),
+        TAIL: tail_verdict(base, cand, CONFIG),
+        "temp_blocks": compare_values("temp_blocks", *temp, CONFIG),
+    }
+    return ScenarioCycle(
+        k,
+        "baseline" if k % 3 == 0 else "candidate",
+        {"baseline": 8, "candidate": 8},
+        {"baseline": "normal_overlap", "candidate": "decisive_block"},
+        comparisons,
+        complete,
+    )
+
+
+def test_the_median_cycle_decides_and_one_bad_cycle_does_not() -> None:
+    one_bad = _judge(SCENARIO, [cycle(0, 1.0), cycle(1, 1.6), cycle(2, 1.01)], (), None, CONFIG, [])
+    assert one_bad.verdict == PASS
+    two_bad = _judge(SCENARIO, [cycle(0, 1.5), cycle(1, 1.6)], (), None, CONFIG, [])
+    assert two_bad.verdict == BLOCK
+    assert any(r.startswith("BLOCK: wallclock") for r in two_bad.reasons)
+
+
+def test_temp_blocks_regress_on_their_own() -> None:
+    result = _judge(SCENARIO, [cycle(k, 1.0, (0.0, 900.0)) for k in range(3)], (), None, CONFIG, [])
+    assert result.verdict == BLOCK
+    assert [r for r in result.reasons if "temp_blocks" in r]
+    assert not [r for r in result.reasons if r.startswith("BLOCK: wallclock")]
+
+
+def test_a_cycle_cut_by_the_budget_is_inconclusive_unless_blocked() -> None:
+    cut = _judge(SCENARIO, [cycle(0, 1.0), cycle(1, 1.0, complete=False)], (), None, CONFIG, [])
+    assert cut.verdict == INCONCLUSIVE
+    blocked = _judge(SCENARIO, [cycle(0, 1.5), cycle(1, 1.5, complete=False)], (), None, CONFIG, [])
+    assert blocked.verdict == BLOCK
+
+
+def plan(index: str, node: str = "Index Scan") -> list[dict[str, object]]:
+    return [{"Plan": {"Node Type": node, "Relation Name": "t", "Index Name": index, "Plans": []}}]
+
+
+def test_an_index_rename_is_noted_and_a_plan_change_warns() -> None:
+    renamed = _plan_changes([plan("a_idx")], [plan("b_idx")])
+    assert renamed[0].changed and renamed[0].index_rename_only
+    result = _judge(SCENARIO, [cycle(k, 1.0) for k in range(3)], renamed, None, CONFIG, [])
+    assert result.verdict == PASS and any("only in index names" in n for n in result.notes)
+    changed = _plan_changes([plan("a_idx")], [plan("a_idx", "Bitmap Heap Scan")])
+    assert changed[0].changed and not changed[0].index_rename_only
+    assert _judge(SCENARIO, [cycle(k, 1.0) for k in range(3)], changed, None, CONFIG, []).verdict == "WARN"
+
+
+def facts(role: str) -> ServerFacts:
+    return ServerFacts(
+        role=role,
+        version="PostgreSQL 18.1 on x86_64",
+        version_num=180001,
+        system_identifier="7",
+        address="127.0.0.1:5432",
+        settings=(("work_mem", "4MB"),),
+        statements_note=None,
+        track_planning=True,
+        memory_contexts=True,
+        local_proc=True,
+    )
+
+
+def test_the_report_rows_json_contract_table_and_lake_frame() -> None:
+    result = _judge(
+        SCENARIO, [cycle(0, 1.5, (0.0, 900.0)), cycle(1, 1.6, (0.0, 900.0))], (), None, CONFIG, []
+    )
+    report = SuiteReport(
+        verdict=BLOCK,
+        scenarios=(result,),
+        calibration=CalibrationReport("auto", "off", None, note="one server"),
+        servers=(facts("baseline"), facts("candidate")),
+        config=CONFIG,
+        baseline="postgresql://u@h/db",
+        candidate="postgresql://u@h/db2",
+        source="inline.sql",
+        started_at="2026-12-01T10:00:00+00:00",
+        seconds=3.0,
+        measure_seconds=2.5,
+        stop_reason="decided",
+    )
+    assert report.exit_code == 2
+    rows = scenario_rows(report)
+    assert {r["measurement"] for r in rows} == {WALLCLOCK, TAIL, "temp_blocks"}
+    wall = next(r for r in rows if r["measurement"] == WALLCLOCK)
+    assert wall["ratio"] == pytest.approx(1.5) and wall["stopped_by_candidate"] == "decisive_block"
+    payload = suite_report_dict(report)
+    jsonschema.validate(json.loads(json.dumps(payload)), gate_suite_contract())
+    table = render_suite_report(report)
+    assert "lookup" in table and "strong" in table and "Verdict BLOCK (exit 2)" in table
+    assert "work_mem=4MB" in table
+    frame = gate_results_frame(report)
+    assert frame.schema == GATE_RESULTS.polars_schema and frame.height == len(rows)
+    inconclusive = SuiteReport(**{**report.__dict__, "verdict": INCONCLUSIVE})
+    assert inconclusive.exit_code == 4
