@@ -87,7 +87,14 @@ def test_candidate_missing_the_index_blocks_with_the_plan_change(gate_fleet: dic
     assert hit.buffers_ratio is not None and hit.buffers_ratio >= 2.0
     assert any(r.startswith("BLOCK: shared buffers/call") for r in hit.reasons)
     assert hit.drift is not None and hit.drift.flag != PASS, "a 10x slower plan is a drift (or too few calls)"
-    assert verdicts["customer_by_id"].verdict == PASS, table
+    # The unaffected query keeps its plan and its work. Its latency verdict is not asserted here: in this
+    # engine every round interleaves all queries, and on a quiet machine (2026-12-02) the lookup measured
+    # x1.37 on the candidate, whose rounds also run the 4 ms sequential scan (a side effect of the
+    # neighbouring query, not noise a statistic removes). The scenario engine measures one scenario at a
+    # time; test_a_missing_index_blocks_its_scenario_early_and_passes_the_others asserts PASS there.
+    other = verdicts["customer_by_id"]
+    assert other.plan is not None and not other.plan.changed, table
+    assert other.buffers_ratio is not None and other.buffers_ratio == pytest.approx(1.0, abs=0.05), table
     assert "Plan changed" in table and "orders_by_customer" in table
 
 

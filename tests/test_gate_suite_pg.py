@@ -219,4 +219,5 @@ def test_the_cli_runs_scenarios_with_flags_json_and_the_lake(
     bad = tmp_path / "bad.sql"
     bad.write_text("-- @scenario x\n-- @benchmark\n-- @B\nSELECT 1;\n")
     assert main(["gate", "--baseline", server.dsn, "--candidate", server.dsn, "--scenarios", str(bad)]) == 3
-    assert "bad.sql" in capsys.readouterr().err
+    captured = capsys.readouterr()
+    assert "bad.sql" in captured.out + captured.err
