@@ -238,3 +238,16 @@ def test_the_in_cycle_stop_sees_the_corrected_ratio() -> None:
     assert corrected_for_stop(raw, None, CONFIG) is raw
     noisy = replace(slower_server, reliable=False)
     assert corrected_for_stop(raw, noisy, replace(CONFIG, calibration_unreliable="ignore")) is raw
+
+
+def test_a_cycle_verdict_for_the_early_stop_is_the_corrected_one() -> None:
+    from jobs.gate.cycle import corrected_verdict
+
+    raw = compare_samples(WALLCLOCK, [1.0, 1.01, 0.99, 1.0, 1.0], [2.0, 2.02, 1.98, 2.0, 2.0], CONFIG)
+    slower_server = Asymmetry("aa", 2.0, (1.96, 2.04), 0.02, 5, True, "aa over 5 cycles")
+    assert raw.verdict == BLOCK and corrected_verdict(raw, slower_server, CONFIG) == PASS
+    assert corrected_verdict(raw, None, CONFIG) == BLOCK
+    tail = tail_verdict([1.0, 1.01, 0.99, 1.0, 1.0], [2.0, 2.02, 1.98, 2.0, 2.0], CONFIG)
+    assert tail.verdict == BLOCK and corrected_verdict(tail, slower_server, CONFIG) == PASS
+    blocks = compare_values("temp_blocks", 0.0, 900.0, CONFIG)
+    assert corrected_verdict(blocks, slower_server, CONFIG) == BLOCK  # counters are never corrected

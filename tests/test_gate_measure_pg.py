@@ -296,9 +296,11 @@ def test_parallel_workers_memory_is_counted(base: TargetSession) -> None:
         )
         base.start_scenario(sc, ())
         assert ("Gather" in str(base.plans[sc.name])) is (workers == "2")
-        reading = base.memory_execution(sc, ())
+        # The largest of three readings: on a loaded CI host the 2 ms poller can miss short-lived workers
+        # once (seen: +140 kB instead of the workers' megabytes).
+        readings = [base.memory_execution(sc, ()) for _ in range(3)]
         base.end_scenario(sc)
-        assert reading.rss_bytes is not None, reading.note
-        rss[workers] = reading.rss_bytes
+        assert all(r.rss_bytes is not None for r in readings), [r.note for r in readings]
+        rss[workers] = max(float(r.rss_bytes or 0.0) for r in readings)
     print("rss by workers", rss)
     assert rss["2"] > rss["0"] + 2**20  # each worker's own memory is the query's too

@@ -96,6 +96,7 @@ def test_a_missing_index_blocks_its_scenario_early_and_passes_the_others(suite_f
     assert {r["measurement"] for r in payload["rows"]} >= {"wallclock", "wallclock_mean", "shared_blocks"}
 
 
+@pytest.mark.slow  # ~15 s each: the slow tier keeps make test under 10 minutes (CI runs both)
 def test_a_work_mem_cut_is_a_temp_blocks_regression(suite_fleet: dict[str, Any]) -> None:
     server = suite_fleet["base"]
     suite = parse_scenario_sql(SORT, "sort.sql")
@@ -108,6 +109,7 @@ def test_a_work_mem_cut_is_a_temp_blocks_regression(suite_fleet: dict[str, Any])
     assert report.verdict == BLOCK
 
 
+@pytest.mark.slow  # ~15 s each: the slow tier keeps make test under 10 minutes (CI runs both)
 def test_a_bigger_in_memory_sort_is_a_memory_regression(suite_fleet: dict[str, Any]) -> None:
     server = suite_fleet["base"]
     suite = parse_scenario_sql(SORT, "sort.sql")
@@ -167,6 +169,7 @@ def test_identical_databases_on_two_servers_one_slowed_pass_after_calibration(
     assert "A/A asymmetry" in table and "applied" in table
 
 
+@pytest.mark.slow  # ~15 s each: the slow tier keeps make test under 10 minutes (CI runs both)
 def test_the_cli_runs_scenarios_with_flags_json_and_the_lake(
     suite_fleet: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -295,6 +295,21 @@ def corrected_for_stop(
     return replace(comparison, ratio=corrected.ratio, ci=corrected.ci)
 
 
+def corrected_verdict(
+    comparison: MeasurementComparison, asymmetry: Asymmetry | None, config: GateConfig
+) -> str:
+    """One cycle's verdict as the selection will see it: wallclock and its tail row judged on the
+    asymmetry-corrected ratio and CI, every other measurement as measured."""
+    if comparison.measurement not in (WALLCLOCK, TAIL):
+        return comparison.verdict
+    corrected = corrected_for_stop(comparison, asymmetry, config)
+    if corrected is comparison:
+        return comparison.verdict
+    if comparison.measurement == TAIL:
+        return _tail_judge(config)(corrected.ratio, corrected.ci)
+    return judge_corrected(WALLCLOCK, comparison.baseline, config)(corrected.ratio, corrected.ci)
+
+
 def judge_corrected(measurement: str, baseline_value: float, config: GateConfig) -> Judge:
     """A judge for :func:`jobs.gate.selection.correct_cycle`: the verdict of a corrected ratio and CI."""
     threshold = threshold_for(measurement, config)

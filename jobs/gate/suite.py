@@ -37,6 +37,7 @@ from jobs.gate.cycle import (
     compare_samples,
     compare_values,
     corrected_for_stop,
+    corrected_verdict,
     decided_by_ci,
     select_measurement,
     tail_verdict,
@@ -352,7 +353,11 @@ class _Run:
                     break
                 blocked = max(
                     (
-                        sum(c.comparisons[m].verdict == BLOCK for c in cycles if m in c.comparisons)
+                        sum(
+                            corrected_verdict(c.comparisons[m], asymmetry, config) == BLOCK
+                            for c in cycles
+                            if m in c.comparisons
+                        )
                         for m in cycle.comparisons
                     ),
                     default=0,
