@@ -57,9 +57,9 @@ def test_identical_databases_pass(gate_fleet: dict[str, Any]) -> None:
     # Never BLOCK; a p95 WARN is what this engine can give on identical databases of one busy host (CI,
     # 2026-12-02: p95 x1.284, CI 1.080-1.492, after 70 rounds). The scenario engine is issue 12's answer.
     assert report.verdict != BLOCK, render_gate_report(report)
-    assert all(r.startswith("WARN: p95") for q in report.queries for r in q.reasons), render_gate_report(
-        report
-    )
+    table = render_gate_report(report)
+    # Allowed reasons: a p95 WARN, or a PASS note (a p95 move the server's execution time did not confirm).
+    assert all(r.startswith(("WARN: p95", "PASS: ")) for q in report.queries for r in q.reasons), table
     assert report.termination.reason == "all_settled"
     for query in report.queries:
         assert query.plan is not None and not query.plan.changed
