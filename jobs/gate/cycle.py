@@ -44,9 +44,7 @@ from jobs.gate.selection import (
     select_cycle,
 )
 from jobs.gate.stats import widen_for_few_clusters
-
-PASS, WARN, BLOCK = "PASS", "WARN", "BLOCK"
-_SEVERITY = {PASS: 0, WARN: 1, BLOCK: 2}
+from jobs.gate.verdict import BLOCK, PASS, WARN
 
 WALLCLOCK = "wallclock"
 MEASUREMENTS: tuple[str, ...] = (
@@ -407,10 +405,6 @@ def _select(
     selection = select_cycle(corrected, config.selection)
     raw = results[selection.chosen.cycle]
     return selection, correct_ratio(raw.ratio, raw.ci, asymmetry)
-
-
-def worst(verdicts: Sequence[str]) -> str:
-    return max(verdicts, key=_SEVERITY.__getitem__, default=PASS)
 
 
 def blocks_needed(cycles: int, rule: str) -> int:

@@ -41,7 +41,6 @@ from jobs.gate.cycle import (
     decided_by_ci,
     select_measurement,
     tail_verdict,
-    worst,
 )
 from jobs.gate.drift import GateDrift, gate_drift, gate_query_hash
 from jobs.gate.measure import CandidateFailure, MemoryReading, ServerFacts, StatementCounters, TargetSession
@@ -49,14 +48,13 @@ from jobs.gate.rules import first_rule_to_fire
 from jobs.gate.runner import GateError
 from jobs.gate.scenario import Scenario, ScenarioSuite
 from jobs.gate.selection import Asymmetry, CycleResult, cycle_order, estimate_asymmetry, probe_cycles
+from jobs.gate.verdict import INCONCLUSIVE, SEVERITY, worst
 from jobs.plandiff import diff_plans
 from jobs.plans.shape import PlanFormatError, plan_root, plan_shape_hash
 from jobs.redaction import redact_dsn
 
 BASELINE, CANDIDATE, CALIBRATION = "baseline", "candidate", "calibration"
-INCONCLUSIVE = "INCONCLUSIVE"
 NOT_RUN = "NOT_RUN"
-SEVERITY = {PASS: 0, WARN: 1, INCONCLUSIVE: 2, BLOCK: 3}
 # Why the run ended.
 COMPLETE, DECIDED, BUDGET = "complete", "decided", "budget"
 

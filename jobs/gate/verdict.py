@@ -7,15 +7,18 @@ import json
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jsonschema
 
 from jobs.gate.config import GateConfig
-from jobs.gate.cycle import MeasurementComparison
 from jobs.gate.drift import GateDrift
 from jobs.gate.stats import LatencyComparison
 
+if TYPE_CHECKING:  # cycle.py takes its levels from here
+    from jobs.gate.cycle import MeasurementComparison
+
+# The one home of the gate's levels and their order (both engines and the cycle judgement use these).
 PASS, WARN, BLOCK, INCONCLUSIVE = "PASS", "WARN", "BLOCK", "INCONCLUSIVE"
 SEVERITY = {PASS: 0, WARN: 1, INCONCLUSIVE: 2, BLOCK: 3}
 CONTRACT = Path(__file__).resolve().parent.parent / "contracts" / "gate_report.schema.json"

@@ -33,9 +33,10 @@ import psycopg
 
 from jobs.fleet import EmbeddedFleet
 from jobs.gate.config import GateConfig
-from jobs.gate.cycle import BLOCK, WALLCLOCK, compare_samples, tail_verdict, worst
+from jobs.gate.cycle import WALLCLOCK, compare_samples, tail_verdict
 from jobs.gate.scenario import ScenarioSuite, load_scenarios
 from jobs.gate.suite import SuiteReport, run_scenario_gate
+from jobs.gate.verdict import BLOCK, worst
 from tests.benchmarks.common import fresh_bench_folder
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
