@@ -12,6 +12,7 @@ from jobs.gate.config import GateConfig
 from jobs.gate.cycle import TAIL, WALLCLOCK, compare_samples, compare_values, tail_verdict
 from jobs.gate.measure import ServerFacts, StatementCounters
 from jobs.gate.scenario import Scenario, ScenarioStatement
+from jobs.gate.selection import Asymmetry
 from jobs.gate.suite import (
     BLOCK,
     INCONCLUSIVE,
@@ -80,25 +81,53 @@ def cycle(
 
 
 def test_the_median_cycle_decides_and_one_bad_cycle_does_not() -> None:
-    one_bad = _judge(SCENARIO, [cycle(0, 1.0), cycle(1, 1.6), cycle(2, 1.01)], (), None, CONFIG, [])
+    one_bad = _judge(SCENARIO, [cycle(0, 1.0), cycle(1, 1.6), cycle(2, 1.01)], (), {}, CONFIG, [])
     assert one_bad.verdict == PASS
-    two_bad = _judge(SCENARIO, [cycle(0, 1.5), cycle(1, 1.6)], (), None, CONFIG, [])
+    two_bad = _judge(SCENARIO, [cycle(0, 1.5), cycle(1, 1.6)], (), {}, CONFIG, [])
     assert two_bad.verdict == BLOCK
     assert any(r.startswith("BLOCK: wallclock") for r in two_bad.reasons)
 
 
 def test_temp_blocks_regress_on_their_own() -> None:
-    result = _judge(SCENARIO, [cycle(k, 1.0, (0.0, 900.0)) for k in range(3)], (), None, CONFIG, [])
+    result = _judge(SCENARIO, [cycle(k, 1.0, (0.0, 900.0)) for k in range(3)], (), {}, CONFIG, [])
     assert result.verdict == BLOCK
     assert [r for r in result.reasons if "temp_blocks" in r]
     assert not [r for r in result.reasons if r.startswith("BLOCK: wallclock")]
 
 
 def test_a_cycle_cut_by_the_budget_is_inconclusive_unless_blocked() -> None:
-    cut = _judge(SCENARIO, [cycle(0, 1.0), cycle(1, 1.0, complete=False)], (), None, CONFIG, [])
+    cut = _judge(SCENARIO, [cycle(0, 1.0), cycle(1, 1.0, complete=False)], (), {}, CONFIG, [])
     assert cut.verdict == INCONCLUSIVE
-    blocked = _judge(SCENARIO, [cycle(0, 1.5), cycle(1, 1.5, complete=False)], (), None, CONFIG, [])
+    blocked = _judge(SCENARIO, [cycle(0, 1.5), cycle(1, 1.5, complete=False)], (), {}, CONFIG, [])
     assert blocked.verdict == BLOCK
+
+
+def test_the_tail_row_is_corrected_by_its_own_asymmetry() -> None:
+    """A contended server inflates the mean more than the median: identical databases measure p50 x1.3 and
+    mean x1.74 there. Corrected each by the A/A asymmetry of its own statistic they PASS; the tail row
+    corrected by the median's asymmetry would read x1.34 and fail."""
+    base = [1.0, 1.01, 0.99, 1.0, 1.02, 0.98, 1.0, 1.0, 1.01, 0.99] * 4
+    cand = [1.3 * v for v in base[:32]] + [3.5] * 8  # a fifth stalled: the mean x1.74, the median x1.3
+
+    def stalled(k: int) -> ScenarioCycle:
+        comparisons = {
+            WALLCLOCK: compare_samples(WALLCLOCK, base, cand, CONFIG, salt=k),
+            TAIL: tail_verdict(base, cand, CONFIG, salt=k),
+        }
+        return ScenarioCycle(k, "baseline", {"baseline": 40, "candidate": 40}, {}, comparisons)
+
+    cycles = [stalled(k) for k in range(3)]
+    wall_ratio, tail_ratio = cycles[0].comparisons[WALLCLOCK].ratio, cycles[0].comparisons[TAIL].ratio
+    assert wall_ratio == pytest.approx(1.3, rel=0.02) and tail_ratio > 1.7
+
+    def aa(ratio: float) -> Asymmetry:
+        return Asymmetry("aa", ratio, (ratio * 0.97, ratio * 1.03), 0.03, 5, True, "aa over 5 cycles")
+
+    own = _judge(SCENARIO, cycles, (), {WALLCLOCK: aa(wall_ratio), TAIL: aa(tail_ratio)}, CONFIG, [])
+    assert own.verdict == PASS, own.reasons
+    assert own.tail_asymmetry is not None and own.tail_asymmetry.ratio == tail_ratio
+    shared = _judge(SCENARIO, cycles, (), {WALLCLOCK: aa(wall_ratio), TAIL: aa(wall_ratio)}, CONFIG, [])
+    assert shared.verdict != PASS and any("wallclock_mean" in r for r in shared.reasons)
 
 
 def plan(index: str, node: str = "Index Scan") -> list[dict[str, object]]:
@@ -108,11 +137,11 @@ def plan(index: str, node: str = "Index Scan") -> list[dict[str, object]]:
 def test_an_index_rename_is_noted_and_a_plan_change_warns() -> None:
     renamed = _plan_changes([plan("a_idx")], [plan("b_idx")])
     assert renamed[0].changed and renamed[0].index_rename_only
-    result = _judge(SCENARIO, [cycle(k, 1.0) for k in range(3)], renamed, None, CONFIG, [])
+    result = _judge(SCENARIO, [cycle(k, 1.0) for k in range(3)], renamed, {}, CONFIG, [])
     assert result.verdict == PASS and any("only in index names" in n for n in result.notes)
     changed = _plan_changes([plan("a_idx")], [plan("a_idx", "Bitmap Heap Scan")])
     assert changed[0].changed and not changed[0].index_rename_only
-    assert _judge(SCENARIO, [cycle(k, 1.0) for k in range(3)], changed, None, CONFIG, []).verdict == "WARN"
+    assert _judge(SCENARIO, [cycle(k, 1.0) for k in range(3)], changed, {}, CONFIG, []).verdict == "WARN"
 
 
 def facts(role: str) -> ServerFacts:
@@ -131,9 +160,7 @@ def facts(role: str) -> ServerFacts:
 
 
 def test_the_report_rows_json_contract_table_and_lake_frame() -> None:
-    result = _judge(
-        SCENARIO, [cycle(0, 1.5, (0.0, 900.0)), cycle(1, 1.6, (0.0, 900.0))], (), None, CONFIG, []
-    )
+    result = _judge(SCENARIO, [cycle(0, 1.5, (0.0, 900.0)), cycle(1, 1.6, (0.0, 900.0))], (), {}, CONFIG, [])
     report = SuiteReport(
         verdict=BLOCK,
         scenarios=(result,),

@@ -85,15 +85,16 @@ class GateConfig:
     """How one measurement's samples become one number (jobs/gate/rules.py `aggregate`): `minimum`, `mean`,
     `mean_minus_std` (mean - aggregation_std_multiple x std), `normal_fit` (the mean of the normal fitted
     by maximum likelihood; its std is reported with it), `p50` or `p95` (point estimates; their ratio CIs
-    come from the round-level bootstrap). Not read by the runner yet (issue 12 wiring)."""
+    come from the round-level bootstrap). Read by the scenario engine (--scenarios); the paired-rounds
+    engine compares p50 and p95."""
     aggregation_std_multiple: float = 1.0
     """N in the `mean_minus_std` aggregation (mean - N x std, population std of the samples)."""
     sample_filter: SampleFilter = "fences"
     """Filter of one target's samples: `none`, `drop_first` (the first measurement), `running_mean_sigma`
     (once 3 values are kept, drop each value above the kept values' mean + running_filter_sigmas x their
     population std) or `fences` (outlier_method with tukey_k / mad_z). The tail-sensitive mean ratio
-    (tail_mean_ratio) is taken on unfiltered samples whatever the filter. Not read by the runner yet
-    (issue 12 wiring): the runner filters with outlier_method."""
+    (tail_mean_ratio) is taken on unfiltered samples whatever the filter. Read by the scenario engine
+    (--scenarios); the paired-rounds engine filters with outlier_method."""
     running_filter_sigmas: float = 1.0
     """The `running_mean_sigma` filter drops a value above mean + this many population stds of the values
     kept before it."""
@@ -101,11 +102,11 @@ class GateConfig:
     """Tail-sensitive check, never filtered: candidate / baseline mean of the unfiltered samples (the total
     time per call) at or over this ratio is flagged, so a heavier tail under the same median is caught. As
     the p50 block ratio: a mean is noisier than a median, and a 10%-of-calls slow mode at 12x moves it 2x.
-    Not read by the runner yet (issue 12 wiring)."""
+    Both engines judge it."""
     termination_rules: tuple[str, ...] = TERMINATION_RULES
     """Per-target termination rules in the order they are checked; the first that fires stops the target
-    and is reported: `normal_overlap`, `probability_for_minimum`, `run_at_most` (max_rounds measurements).
-    Not read by the runner yet (issue 12 wiring): the runner stops on its CI rules."""
+    and is reported: `normal_overlap`, `probability_for_minimum`, `run_at_most` (max_measurements). Read by
+    the scenario engine (--scenarios); the paired-rounds engine stops on its CI rules."""
     overlap_threshold: float = 0.99
     """`normal_overlap` fires when the overlap coefficient of the normals fitted to the first n-1 and to all
     n measurements is at or over this: one more measurement moved the fitted distribution by under 1% of
@@ -119,8 +120,8 @@ class GateConfig:
     """`probability_for_minimum` is checked only with more than this many measurements."""
     # Multi-cycle and calibration (issue 12, jobs/gate/selection.py)
     cycles: int = 3
-    """Cycles of the whole suite; one cycle's report per scenario is selected by the selection rule (not read
-    by the runner yet: issue 12 wiring)."""
+    """Cycles of each scenario (scenario engine); one cycle's report per scenario is selected by the selection
+    rule."""
     cycle_order: CycleOrder = "abba"
     """Which side goes first in cycle i (0-based): abba = the baseline when i % 4 is 0 or 3 (AB, BA, BA, AB,
     ...); alternate = AB, BA, ...; baseline_first = AB every cycle."""

@@ -99,7 +99,11 @@ class ScenarioResult:
     notes: tuple[str, ...] = ()
     drift: GateDrift | None = None
     asymmetry: Asymmetry | None = None
-    """The A/A asymmetry of this scenario (calibration = aa); the probe's is the run's."""
+    """The wallclock asymmetry this scenario was corrected by: its own A/A one (calibration = aa) or the
+    run's probe."""
+    tail_asymmetry: Asymmetry | None = None
+    """The asymmetry its tail row (wallclock_mean) was corrected by: with aa, the A/A cycles' own mean
+    ratio (a contended server inflates the mean more than the median); with the probe, the probe's."""
 
 
 @dataclass(frozen=True)
@@ -329,14 +333,17 @@ class _Run:
             base.end_scenario(scenario)
             return _failed(scenario, str(exc))
         notes: list[str] = []
-        asymmetry = self.calibration.asymmetry
+        asymmetries: dict[str, Asymmetry] = {}
+        if self.calibration.asymmetry is not None:
+            asymmetries = dict.fromkeys((WALLCLOCK, TAIL), self.calibration.asymmetry)
         try:
             if self.calib is not None and self.calibration.mode == "aa":
-                asymmetry = self._aa_asymmetry(scenario, params)
-                notes.append(
-                    f"A/A asymmetry ×{asymmetry.ratio:.3f} (CI {asymmetry.ci[0]:.3f}–"
-                    f"{asymmetry.ci[1]:.3f}) {_applied(asymmetry, config)}"
-                )
+                asymmetries = self._aa_asymmetries(scenario, params)
+                for measurement, asymmetry in asymmetries.items():
+                    notes.append(
+                        f"A/A asymmetry of {measurement} ×{asymmetry.ratio:.3f} (CI {asymmetry.ci[0]:.3f}–"
+                        f"{asymmetry.ci[1]:.3f}) {_applied(asymmetry, config, measurement)}"
+                    )
             plans = _plan_changes(base.plans.get(scenario.name, []), cand.plans.get(scenario.name, []))
             cycles: list[ScenarioCycle] = []
             needed = blocks_needed(config.cycles, config.selection)
@@ -344,7 +351,9 @@ class _Run:
                 if self.spent():
                     self.stop_reason = BUDGET
                     break
-                cycle = self._cycle(scenario, k, first, (base, cand), record=True, asymmetry=asymmetry)
+                cycle = self._cycle(
+                    scenario, k, first, (base, cand), record=True, asymmetry=asymmetries.get(WALLCLOCK)
+                )
                 cycles.append(cycle)
                 if not cycle.complete:
                     self.stop_reason = BUDGET
@@ -352,7 +361,7 @@ class _Run:
                 blocked = max(
                     (
                         sum(
-                            corrected_verdict(c.comparisons[m], asymmetry, config) == BLOCK
+                            corrected_verdict(c.comparisons[m], asymmetries.get(m), config) == BLOCK
                             for c in cycles
                             if m in c.comparisons
                         )
@@ -368,26 +377,30 @@ class _Run:
         finally:
             base.end_scenario(scenario)
             cand.end_scenario(scenario)
-        return _judge(scenario, cycles, plans, asymmetry, config, notes)
+        return _judge(scenario, cycles, plans, asymmetries, config, notes)
 
-    def _aa_asymmetry(self, scenario: Scenario, params: tuple[object, ...]) -> Asymmetry:
+    def _aa_asymmetries(self, scenario: Scenario, params: tuple[object, ...]) -> dict[str, Asymmetry]:
         """calibration = aa: the baseline against its copy on the candidate's server, calibration_cycles
-        cycles of the same scenario; their wallclock ratios give this scenario's asymmetry."""
+        cycles of the same scenario. Each corrected statistic gets the asymmetry of the same statistic:
+        the wallclock aggregate (p50 by default) from the cycles' wallclock ratios, the tail row from their
+        mean ratios. A CPU neighbour inflates the mean more than the median (its stalls are a tail), so
+        one asymmetry for both would leave the identical copy's mean ×1.5 "slower" (seen on this host)."""
         assert self.calib is not None
         base = self.sides[BASELINE]
         self.calib.start_scenario(scenario, params)
+        results: dict[str, list[CycleResult]] = {WALLCLOCK: [], TAIL: []}
         try:
-            results = []
             for k, (first, _) in enumerate(
                 cycle_order(self.config.calibration_cycles, self.config.cycle_order)
             ):
                 cycle = self._cycle(scenario, k, first, (base, self.calib), record=False, ci_stop=False)
-                wall = cycle.comparisons.get(WALLCLOCK)
-                if wall is not None:
-                    results.append(CycleResult(k, wall.ratio, wall.ci))
+                for measurement, got in results.items():
+                    comparison = cycle.comparisons.get(measurement)
+                    if comparison is not None:
+                        got.append(CycleResult(k, comparison.ratio, comparison.ci))
         finally:
             self.calib.end_scenario(scenario)
-        return estimate_asymmetry(results, "aa", self.config)
+        return {m: estimate_asymmetry(got, "aa", self.config) for m, got in results.items() if got}
 
     def _cycle(
         self,
@@ -479,11 +492,11 @@ class _Run:
         )
 
 
-def _applied(asymmetry: Asymmetry, config: GateConfig) -> str:
+def _applied(asymmetry: Asymmetry, config: GateConfig, measurement: str = WALLCLOCK) -> str:
     if asymmetry.reliable:
-        return "applied to wallclock"
+        return f"applied to {measurement}"
     if config.calibration_unreliable == "carry":
-        return f"applied to wallclock with its uncertainty ({asymmetry.note})"
+        return f"applied to {measurement} with its uncertainty ({asymmetry.note})"
     return f"NOT applied: {asymmetry.note}"
 
 
@@ -583,16 +596,17 @@ def _judge(
     scenario: Scenario,
     cycles: list[ScenarioCycle],
     plans: tuple[PlanChange, ...],
-    asymmetry: Asymmetry | None,
+    asymmetries: dict[str, Asymmetry],
     config: GateConfig,
     notes: list[str],
 ) -> ScenarioResult:
-    """Select each measurement over the cycles, then the scenario's verdict and reasons."""
+    """Select each measurement over the cycles (wallclock and its tail row each corrected by its own
+    asymmetry), then the scenario's verdict and reasons."""
     if not cycles:
         return ScenarioResult(scenario.name, INCONCLUSIVE, plans=plans, notes=(*notes, "no cycle measured"))
     names = [m for m in cycles[0].comparisons if all(m in c.comparisons for c in cycles)]
     selected = tuple(
-        select_measurement(m, [c.comparisons[m] for c in cycles], asymmetry, config) for m in names
+        select_measurement(m, [c.comparisons[m] for c in cycles], asymmetries.get(m), config) for m in names
     )
     found: list[tuple[str, str]] = []
     for s in selected:
@@ -618,5 +632,6 @@ def _judge(
         plans,
         reasons,
         notes=tuple(notes),
-        asymmetry=asymmetry,
+        asymmetry=asymmetries.get(WALLCLOCK),
+        tail_asymmetry=asymmetries.get(TAIL),
     )

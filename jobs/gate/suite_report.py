@@ -151,6 +151,7 @@ def _scenario(s: ScenarioResult) -> dict[str, Any]:
             for c in s.cycles
         ],
         "asymmetry": None if s.asymmetry is None else _asymmetry(s.asymmetry),
+        "tail_asymmetry": None if s.tail_asymmetry is None else _asymmetry(s.tail_asymmetry),
         "drift": None if s.drift is None else s.drift.to_dict(),
     }
 
