@@ -157,6 +157,7 @@ def _flag_overrides(args: argparse.Namespace) -> list[Any]:
         ("aggregation", "gate.aggregation", str),
         ("cycles", "gate.cycles", int),
         ("calibration", "gate.calibration", str),
+        ("aa_timing", "gate.aa_timing", str),
         ("selection", "gate.selection", str),
         ("out", "report.out", str),
         ("current_window", "drift.samples.current_window", str),
@@ -1462,6 +1463,11 @@ def build_parser(command: str | None = ALL_COMMANDS) -> argparse.ArgumentParser:
         "--calibration-dsn", help="calibration aa: a copy of the baseline database on the candidate's server"
     )
     gate.add_argument("--calibration", choices=["off", "auto", "aa", "probe"], help="[gate] calibration")
+    gate.add_argument(
+        "--aa-timing",
+        choices=["interleaved", "before"],
+        help="[gate] aa_timing: the copy measured inside every cycle (default) or A/A cycles before them",
+    )
     gate.add_argument("--cycles", type=int, help="[gate] cycles (default 3)")
     gate.add_argument("--selection", choices=["median", "best"], help="[gate] selection")
     gate.add_argument("--seed", type=int, help="[gate] seed")

@@ -9,7 +9,14 @@ import jsonschema
 import pytest
 
 from jobs.gate.config import GateConfig
-from jobs.gate.cycle import TAIL, WALLCLOCK, compare_samples, compare_values, tail_verdict
+from jobs.gate.cycle import (
+    TAIL,
+    WALLCLOCK,
+    compare_samples,
+    compare_values,
+    select_interleaved,
+    tail_verdict,
+)
 from jobs.gate.measure import ServerFacts, StatementCounters
 from jobs.gate.scenario import Scenario, ScenarioStatement
 from jobs.gate.selection import Asymmetry
@@ -128,6 +135,65 @@ def test_the_tail_row_is_corrected_by_its_own_asymmetry() -> None:
     assert own.tail_asymmetry is not None and own.tail_asymmetry.ratio == tail_ratio
     shared = _judge(SCENARIO, cycles, (), {WALLCLOCK: aa(wall_ratio), TAIL: aa(wall_ratio)}, CONFIG, [])
     assert shared.verdict != PASS and any("wallclock_mean" in r for r in shared.reasons)
+
+
+def interleaved_cycle(k: int, server_ratio: float, regression: float) -> ScenarioCycle:
+    """One interleaved A/A cycle: the candidate's server runs everything ``server_ratio`` slower (the copy
+    too), and the candidate itself is ``regression`` slower than the copy."""
+    base = [1.0, 1.01, 0.99, 1.0, 1.02, 0.98, 1.0, 1.0]
+    copy = [server_ratio * v for v in base]
+    cand = [regression * v for v in copy]
+    raw = {
+        WALLCLOCK: compare_samples(WALLCLOCK, base, cand, CONFIG, salt=k),
+        TAIL: tail_verdict(base, cand, CONFIG, salt=k),
+    }
+    calibration = {
+        WALLCLOCK: compare_samples(WALLCLOCK, base, copy, CONFIG, salt=k),
+        TAIL: tail_verdict(base, copy, CONFIG, salt=k),
+    }
+    corrected = {
+        WALLCLOCK: compare_samples(WALLCLOCK, copy, cand, CONFIG, salt=k),
+        TAIL: tail_verdict(copy, cand, CONFIG, salt=k),
+    }
+    return ScenarioCycle(
+        k,
+        "baseline",
+        {"baseline": 8, "candidate": 8, "calibration": 8},
+        {},
+        raw,
+        True,
+        calibration,
+        corrected,
+    )
+
+
+def test_interleaved_cycles_are_judged_against_the_copy_on_the_candidates_server() -> None:
+    """A server 1.6x slower for everything: raw BLOCK, judged against the copy PASS; a real 1.6x regression
+    on that server BLOCKs. The row keeps the measured values and the raw ratio, and the pooled asymmetry
+    is reported."""
+    slow_server = [interleaved_cycle(k, server_ratio, 1.0) for k, server_ratio in enumerate((1.6, 1.9, 1.4))]
+    assert all(c.comparisons[WALLCLOCK].verdict == BLOCK for c in slow_server)
+    result = _judge(SCENARIO, slow_server, (), {}, CONFIG, [])
+    assert result.verdict == PASS, result.reasons
+    wall = next(m for m in result.selected if m.measurement == WALLCLOCK)
+    assert wall.chosen.ratio == pytest.approx(1.0, abs=0.01) and wall.raw_ratio > 1.3
+    assert wall.chosen.candidate / wall.chosen.baseline == pytest.approx(wall.raw_ratio)
+    assert "interleaved A/A" in wall.correction
+    regressed = [interleaved_cycle(k, 1.6, 1.6) for k in range(3)]
+    blocked = _judge(SCENARIO, regressed, (), {}, CONFIG, [])
+    assert blocked.verdict == BLOCK and any(r.startswith("BLOCK: wallclock") for r in blocked.reasons)
+    assert regressed[0].judged(WALLCLOCK) is regressed[0].corrected[WALLCLOCK]
+    assert regressed[0].judged(WALLCLOCK).ratio == pytest.approx(1.6)
+
+
+def test_select_interleaved_needs_one_comparison_of_each_kind_per_cycle() -> None:
+    cycles = [interleaved_cycle(k, 1.2, 1.0) for k in range(3)]
+    raw = [c.comparisons[WALLCLOCK] for c in cycles]
+    corrected = [c.corrected[WALLCLOCK] for c in cycles]
+    with pytest.raises(ValueError, match="one of each per cycle"):
+        select_interleaved(WALLCLOCK, raw, corrected[:2], corrected, CONFIG)
+    chosen = select_interleaved(WALLCLOCK, raw, corrected, [c.calibration[WALLCLOCK] for c in cycles], CONFIG)
+    assert chosen.verdict == PASS and chosen.raw_ratio == pytest.approx(1.2, rel=0.01)
 
 
 def plan(index: str, node: str = "Index Scan") -> list[dict[str, object]]:

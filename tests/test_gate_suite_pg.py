@@ -130,14 +130,16 @@ def _postmaster_pid(server: Any) -> int:
     return int((server.data_dir / "postmaster.pid").read_text().splitlines()[0])
 
 
-@pytest.mark.slow  # about 25 s: its own tier (make test-slow, run by CI)
+@pytest.mark.slow  # about 20 s each: its own tier (make test-slow, run by CI)
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs to slow one server only")
+@pytest.mark.parametrize("aa_timing", ["interleaved", "before"])
 def test_identical_databases_on_two_servers_one_slowed_pass_after_calibration(
-    suite_fleet: dict[str, Any],
+    suite_fleet: dict[str, Any], aa_timing: str
 ) -> None:
     """The candidate's server shares its only CPU with a busy neighbour; the baseline's has its own. The
     A/A calibration (the baseline against its copy on the candidate's server, ``suite_copy``) measures each
-    scenario's asymmetry and the corrected wallclock verdicts PASS; the probe is run too and shown."""
+    scenario's asymmetry, inside every cycle (interleaved, the default) or before the cycles (the
+    design's), and the corrected wallclock verdicts PASS, the calibration shown."""
     base, cand = suite_fleet["base"], suite_fleet["cand"]
     cpus = sorted(os.sched_getaffinity(0))
     _pin(_postmaster_pid(base), cpus[0])
@@ -147,7 +149,7 @@ def test_identical_databases_on_two_servers_one_slowed_pass_after_calibration(
     )
     try:
         suite = parse_scenario_sql(LOOKUPS, "lookups.sql")
-        config = replace(FAST, calibration="auto", stop_when_decided=False)
+        config = replace(FAST, calibration="auto", stop_when_decided=False, aa_timing=aa_timing)
         report = run_scenario_gate(
             base.dsn, cand.dsn, suite, config, calibration_dsn=cand.dsn_for("suite_copy")
         )
@@ -166,7 +168,18 @@ def test_identical_databases_on_two_servers_one_slowed_pass_after_calibration(
     raw = [m.raw_ratio for s in report.scenarios for m in s.selected if m.measurement == "wallclock"]
     assert max(a.ratio for a in asymmetries if a is not None) > 1.1, table  # the slowed server, measured
     assert max(raw) > 1.1, table  # the slowdown was there before the correction
-    assert "A/A asymmetry" in table and "applied" in table
+    assert "A/A asymmetry" in table
+    if aa_timing == "interleaved":
+        assert "measured inside each cycle" in table, table
+        assert all(
+            m.correction.startswith("interleaved A/A")
+            for s in report.scenarios
+            for m in s.selected
+            if m.measurement == "wallclock"
+        ), table
+        assert all(c.measurements["calibration"] > 0 for s in report.scenarios for c in s.cycles), table
+    else:
+        assert "applied" in table, table
 
 
 @pytest.mark.slow  # ~15 s each: the slow tier keeps make test under 10 minutes (CI runs both)
@@ -196,6 +209,8 @@ def test_the_cli_runs_scenarios_with_flags_json_and_the_lake(
         "11",
         "--filter",
         "running_mean_sigma",
+        "--aa-timing",
+        "before",
         "--threshold",
         "memory=0.3",
         "--set",
@@ -216,7 +231,7 @@ def test_the_cli_runs_scenarios_with_flags_json_and_the_lake(
         "running_mean_sigma",
         0.3,
     )
-    assert config["max_measurements"] == 25
+    assert config["max_measurements"] == 25 and config["aa_timing"] == "before"
     rows = read_table(lake, "gate_results")
     assert rows.height == len(report["rows"]) and set(rows["scenario"]) >= {"orders_by_customer"}
     bad = tmp_path / "bad.sql"

@@ -16,6 +16,7 @@ CycleSelectionRule = Literal["median", "best"]
 CalibrationMode = Literal["off", "auto", "aa", "probe"]
 MemoryAggregation = Literal["minimum", "mean", "maximum"]
 UnreliableCalibration = Literal["carry", "ignore"]
+AaTiming = Literal["interleaved", "before"]
 
 
 @dataclass(frozen=True)
@@ -134,6 +135,13 @@ class GateConfig:
     candidate's server (needs --calibration-dsn), probe = a fixed CPU/IO probe timed on each server, auto =
     off on one server, else aa when a calibration copy is given and probe when not; off = none. The
     wallclock verdict is then taken on observed / asymmetry."""
+    aa_timing: AaTiming = "interleaved"
+    """When calibration = aa measures the asymmetry. interleaved = inside every cycle: each measurement runs
+    on the baseline, the candidate and the baseline's copy on the candidate's server (same parameters, the
+    order rotated ABBA-wise), so each cycle's asymmetry is measured at the same moments as the cycle it
+    corrects and the corrected ratio is the candidate against the copy; before = the design's A/A cycles
+    (calibration_cycles of them) before the scenario's cycles (a neighbour whose effect moves between the
+    two misleads it: see the benchmark)."""
     calibration_cycles: int = 5
     """Calibration cycles (A/A comparisons or probe timings per server) the asymmetry is estimated from. Its
     CI is a t interval over the cycles: with 3% noise per cycle, 3 cycles give about ±7.5% (t = 4.30 with 2
@@ -225,6 +233,8 @@ class GateConfig:
             )
         if self.selection not in ("median", "best"):
             problems.append(f"selection must be median or best, got {self.selection!r}")
+        if self.aa_timing not in get_args(AaTiming):
+            problems.append(f"aa_timing must be interleaved or before, got {self.aa_timing!r}")
         if self.calibration not in ("off", "auto", "aa", "probe"):
             problems.append(f"calibration must be off, auto, aa or probe, got {self.calibration!r}")
         if not self.calibration_max_half_width > 0:

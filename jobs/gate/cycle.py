@@ -374,6 +374,37 @@ def select_measurement(
     )  # fmt: skip
 
 
+def select_interleaved(
+    measurement: str,
+    raw: Sequence[MeasurementComparison],
+    corrected: Sequence[MeasurementComparison],
+    calibration: Sequence[MeasurementComparison],
+    config: GateConfig,
+) -> SelectedMeasurement:
+    """Interleaved A/A (aa_timing = interleaved): every cycle is judged on its own corrected comparison,
+    the candidate against the baseline's copy on the candidate's server measured in the same cycle
+    ((C / B) / (A' / B) = C / A' for one aggregate), and the cycle is selected by ``config.selection``
+    over those. The row keeps the chosen cycle's measured baseline and candidate values and its raw ratio,
+    and says what that cycle's asymmetry was."""
+    if not cycles_aligned(raw, corrected, calibration):
+        raise ValueError(
+            f"{measurement}: {len(raw)} raw, {len(corrected)} corrected and {len(calibration)} calibration "
+            "cycles; need one of each per cycle"
+        )
+    selection = select_measurement(measurement, corrected, None, config)
+    i = selection.chosen_cycle
+    chosen = replace(selection.chosen, baseline=raw[i].baseline, candidate=raw[i].candidate)
+    correction = (
+        f"interleaved A/A: raw ×{raw[i].ratio:.3f}, the baseline's copy ×{calibration[i].ratio:.3f} in the "
+        f"same cycle; candidate / copy ×{selection.chosen.ratio:.3f}"
+    )
+    return replace(selection, chosen=chosen, raw_ratio=raw[i].ratio, correction=correction)
+
+
+def cycles_aligned(*per_cycle: Sequence[MeasurementComparison]) -> bool:
+    return bool(per_cycle) and len({len(c) for c in per_cycle}) == 1 and len(per_cycle[0]) > 0
+
+
 def _tail_judge(config: GateConfig) -> Judge:
     t = config.tail_mean_ratio
 

@@ -39,6 +39,7 @@ from jobs.gate.cycle import (
     corrected_for_stop,
     corrected_verdict,
     decided_by_ci,
+    select_interleaved,
     select_measurement,
     tail_verdict,
 )
@@ -84,6 +85,16 @@ class ScenarioCycle:
     comparisons: dict[str, MeasurementComparison]
     complete: bool = True
     """False: the budget ran out inside this cycle."""
+    calibration: dict[str, MeasurementComparison] = field(default_factory=dict)
+    """Interleaved A/A (aa_timing = interleaved): the baseline's copy on the candidate's server against the
+    baseline, measured in this cycle (wallclock and its tail row): the cycle's own asymmetry."""
+    corrected: dict[str, MeasurementComparison] = field(default_factory=dict)
+    """Interleaved A/A: the candidate against the baseline's copy on its own server, in this cycle: the
+    asymmetry-corrected comparison ((C / B) / (A' / B) = C / A' for the same aggregate)."""
+
+    def judged(self, measurement: str) -> MeasurementComparison:
+        """The comparison the verdict is taken on: the corrected one where the cycle has it."""
+        return self.corrected.get(measurement) or self.comparisons[measurement]
 
 
 @dataclass(frozen=True)
@@ -336,8 +347,13 @@ class _Run:
         asymmetries: dict[str, Asymmetry] = {}
         if self.calibration.asymmetry is not None:
             asymmetries = dict.fromkeys((WALLCLOCK, TAIL), self.calibration.asymmetry)
+        aa = self.calib is not None and self.calibration.mode == "aa"
+        interleaved = aa and config.aa_timing == "interleaved"
+        calib = self.calib if interleaved else None
         try:
-            if self.calib is not None and self.calibration.mode == "aa":
+            if calib is not None:
+                calib.start_scenario(scenario, params)
+            elif aa:
                 asymmetries = self._aa_asymmetries(scenario, params)
                 for measurement, asymmetry in asymmetries.items():
                     notes.append(
@@ -352,16 +368,23 @@ class _Run:
                     self.stop_reason = BUDGET
                     break
                 cycle = self._cycle(
-                    scenario, k, first, (base, cand), record=True, asymmetry=asymmetries.get(WALLCLOCK)
+                    scenario,
+                    k,
+                    first,
+                    (base, cand),
+                    record=True,
+                    asymmetry=None if interleaved else asymmetries.get(WALLCLOCK),
+                    calib=calib,
                 )
                 cycles.append(cycle)
                 if not cycle.complete:
                     self.stop_reason = BUDGET
                     break
+                applied = {} if interleaved else asymmetries  # interleaved: corrected inside each cycle
                 blocked = max(
                     (
                         sum(
-                            corrected_verdict(c.comparisons[m], asymmetries.get(m), config) == BLOCK
+                            corrected_verdict(c.judged(m), applied.get(m), config) == BLOCK
                             for c in cycles
                             if m in c.comparisons
                         )
@@ -377,6 +400,16 @@ class _Run:
         finally:
             base.end_scenario(scenario)
             cand.end_scenario(scenario)
+            if calib is not None:
+                calib.end_scenario(scenario)
+        if interleaved:
+            asymmetries = _interleaved_asymmetries(cycles, config)
+            for measurement, asymmetry in asymmetries.items():
+                notes.append(
+                    f"A/A asymmetry of {measurement} ×{asymmetry.ratio:.3f} (CI {asymmetry.ci[0]:.3f}–"
+                    f"{asymmetry.ci[1]:.3f}), measured inside each cycle; each cycle judged as the candidate "
+                    "against the baseline's copy on its own server"
+                )
         return _judge(scenario, cycles, plans, asymmetries, config, notes)
 
     def _aa_asymmetries(self, scenario: Scenario, params: tuple[object, ...]) -> dict[str, Asymmetry]:
@@ -411,14 +444,25 @@ class _Run:
         record: bool,
         ci_stop: bool = True,
         asymmetry: Asymmetry | None = None,
+        calib: TargetSession | None = None,
     ) -> ScenarioCycle:
         """Measure one cycle: warm-up, interleaved measurements until each target's rule fires or the CI
         decides (``ci_stop``; off for calibration cycles, whose spread is what they measure), then the
-        counters and the memory readings."""
+        counters and the memory readings.
+
+        With ``calib`` (interleaved A/A) every measurement also runs on the baseline's copy on the
+        candidate's server: AB cycles in the order baseline, candidate, copy; BA cycles copy, candidate,
+        baseline (every pair swaps between the two), and the CI stop judges the candidate against the
+        copy."""
         config = self.config
         base, other = pair
-        order = (base, other) if first == BASELINE else (other, base)
+        if calib is None:
+            order: tuple[TargetSession, ...] = (base, other) if first == BASELINE else (other, base)
+        else:
+            order = (base, other, calib) if first == BASELINE else (calib, other, base)
         roles = {id(base): BASELINE, id(other): CANDIDATE}
+        if calib is not None:
+            roles[id(calib)] = CALIBRATION
         warmup = (
             max(1, config.warmup_calls // max(scenario.repeat, 1))
             if k == 0
@@ -429,17 +473,17 @@ class _Run:
             for session in order:
                 session.before(scenario, params)
                 session.execute(scenario, params)
-        executions = {BASELINE: warmup, CANDIDATE: warmup}
-        before = {roles[id(s)]: s.counters(scenario) for s in order}
-        samples: dict[str, list[float]] = {BASELINE: [], CANDIDATE: []}
+        executions = {BASELINE: warmup, CANDIDATE: warmup, CALIBRATION: warmup}
+        before = {roles[id(s)]: s.counters(scenario) for s in (base, other)}
+        samples: dict[str, list[float]] = {roles[id(s)]: [] for s in order}
         stopped: dict[str, str] = {}
         complete = True
-        while len(stopped) < 2:
+        while len(stopped) < len(samples):
             if self.spent():
                 complete = False
                 break
             params = scenario.draw(self.rng)
-            index = min(len(samples[BASELINE]), len(samples[CANDIDATE]))
+            index = min(len(v) for v in samples.values())
             fresh = index > 0 and index % config.reconnect_every_rounds == 0
             for session in order:
                 role = roles[id(session)]
@@ -458,37 +502,56 @@ class _Run:
                 ns = session.execute(scenario, params)
                 executions[role] += 1
                 samples[role].append(ns / 1e6 / scenario.repeat)
-            for role in (BASELINE, CANDIDATE):
+            for role in samples:
                 if role not in stopped:
                     rule = first_rule_to_fire(np.asarray(samples[role]), config)
                     if rule is not None:
                         stopped[role] = rule.name
-            n = min(len(samples[BASELINE]), len(samples[CANDIDATE]))
-            if ci_stop and len(stopped) < 2 and n >= config.min_measurements:
+            n = min(len(v) for v in samples.values())
+            if ci_stop and len(stopped) < len(samples) and n >= config.min_measurements:
                 try:
-                    observed = compare_samples(
-                        WALLCLOCK, samples[BASELINE], samples[CANDIDATE], config, salt=k
-                    )
-                    decided = decided_by_ci(corrected_for_stop(observed, asymmetry, config))
+                    if calib is not None:  # the candidate against the copy on its own server
+                        observed = compare_samples(
+                            WALLCLOCK, samples[CALIBRATION], samples[CANDIDATE], config, salt=k
+                        )
+                    else:
+                        observed = corrected_for_stop(
+                            compare_samples(WALLCLOCK, samples[BASELINE], samples[CANDIDATE], config, salt=k),
+                            asymmetry,
+                            config,
+                        )
+                    decided = decided_by_ci(observed)
                 except ValueError:
                     decided = None
                 if decided is not None:
-                    for role in (BASELINE, CANDIDATE):
+                    for role in samples:
                         stopped.setdefault(role, decided)
-        after = {roles[id(s)]: s.counters(scenario) for s in order}
+        after = {roles[id(s)]: s.counters(scenario) for s in (base, other)}
         memory: dict[str, list[MemoryReading]] = {BASELINE: [], CANDIDATE: []}
         for _ in range(config.memory_executions):
             params = scenario.draw(self.rng)
             for session in order:
+                if session is calib:
+                    continue
                 session.before(scenario, params)
                 memory[roles[id(session)]].append(session.memory_execution(scenario, params))
         comparisons = _comparisons(samples, before, after, executions, memory, scenario, config, k)
+        calibration, corrected = (
+            _interleaved_comparisons(samples, config, k) if calib is not None else ({}, {})
+        )
         if record:
             got = self.timings.setdefault(scenario.name, ([], []))
             got[0].extend(samples[BASELINE])
             got[1].extend(samples[CANDIDATE])
         return ScenarioCycle(
-            k, first, {r: len(v) for r, v in samples.items()}, stopped, comparisons, complete
+            k,
+            first,
+            {r: len(v) for r, v in samples.items()},
+            stopped,
+            comparisons,
+            complete,
+            calibration,
+            corrected,
         )
 
 
@@ -498,6 +561,39 @@ def _applied(asymmetry: Asymmetry, config: GateConfig, measurement: str = WALLCL
     if config.calibration_unreliable == "carry":
         return f"applied to {measurement} with its uncertainty ({asymmetry.note})"
     return f"NOT applied: {asymmetry.note}"
+
+
+def _interleaved_comparisons(
+    samples: dict[str, list[float]], config: GateConfig, k: int
+) -> tuple[dict[str, MeasurementComparison], dict[str, MeasurementComparison]]:
+    """One interleaved cycle's asymmetry (the copy against the baseline) and corrected comparison (the
+    candidate against the copy), for wallclock and its tail row; a side with < 2 samples gives neither."""
+    b, c, a = samples[BASELINE], samples[CANDIDATE], samples[CALIBRATION]
+    calibration: dict[str, MeasurementComparison] = {}
+    corrected: dict[str, MeasurementComparison] = {}
+    if min(len(b), len(c), len(a)) < 2:
+        return calibration, corrected
+    with contextlib.suppress(ValueError):
+        calibration[WALLCLOCK] = compare_samples(WALLCLOCK, b, a, config, salt=k + 104729)
+        corrected[WALLCLOCK] = compare_samples(WALLCLOCK, a, c, config, salt=k + 130363)
+    calibration[TAIL] = tail_verdict(b, a, config, salt=k + 104729)
+    corrected[TAIL] = tail_verdict(a, c, config, salt=k + 130363)
+    return calibration, corrected
+
+
+def _interleaved_asymmetries(cycles: Sequence[ScenarioCycle], config: GateConfig) -> dict[str, Asymmetry]:
+    """What the interleaved A/A measured over the cycles, for the report (each cycle was already judged on
+    its own corrected comparison; nothing here changes a verdict)."""
+    out = {}
+    for measurement in (WALLCLOCK, TAIL):
+        got = [
+            CycleResult(c.cycle, c.calibration[measurement].ratio, c.calibration[measurement].ci)
+            for c in cycles
+            if measurement in c.calibration
+        ]
+        if got:
+            out[measurement] = estimate_asymmetry(got, "aa", config)
+    return out
 
 
 def _per_execution(
@@ -606,7 +702,16 @@ def _judge(
         return ScenarioResult(scenario.name, INCONCLUSIVE, plans=plans, notes=(*notes, "no cycle measured"))
     names = [m for m in cycles[0].comparisons if all(m in c.comparisons for c in cycles)]
     selected = tuple(
-        select_measurement(m, [c.comparisons[m] for c in cycles], asymmetries.get(m), config) for m in names
+        select_interleaved(
+            m,
+            [c.comparisons[m] for c in cycles],
+            [c.corrected[m] for c in cycles],
+            [c.calibration[m] for c in cycles],
+            config,
+        )
+        if all(m in c.corrected and m in c.calibration for c in cycles)
+        else select_measurement(m, [c.comparisons[m] for c in cycles], asymmetries.get(m), config)
+        for m in names
     )
     found: list[tuple[str, str]] = []
     for s in selected:

@@ -5,8 +5,10 @@
     - single: 1 cycle, no calibration (what a one-shot gate does);
     - cycles: 3 cycles ABBA with median selection, no calibration;
     - probe: 3 cycles + the probe calibration (what calibration = auto picks without a calibration copy);
-    - aa: 3 cycles + the A/A calibration against a copy of the baseline on the candidate's server (what
-      auto picks with --calibration-dsn).
+    - aa_before: 3 cycles + the design's A/A calibration (5 A/A cycles of the baseline against its copy on
+      the candidate's server, before the scenario's cycles);
+    - aa_interleaved: 3 cycles, each measuring the baseline, the candidate and the copy (what auto picks
+      with --calibration-dsn: aa_timing = interleaved).
 (b) Time to a decisive BLOCK: the candidate lacks the index one scenario needs (one server, no load);
     the default stop rules against the peer "fixed": every target runs max_measurements measurements in
     every cycle (termination_rules = run_at_most, no CI stop, no early end of the run).
@@ -45,11 +47,17 @@ RUNS = int(os.environ.get("BENCH_GATE_SUITE_RUNS", "20"))
 BASE = GateConfig(
     max_measurements=20, memory_executions=1, warmup_calls=2, bootstrap_resamples=500, suite_max_seconds=120.0
 )
-PROFILES = {
+ALL_PROFILES = {
     "single": replace(BASE, cycles=1, calibration="off"),
     "cycles": replace(BASE, cycles=3, calibration="off"),
     "probe": replace(BASE, cycles=3, calibration="probe"),
-    "aa": replace(BASE, cycles=3, calibration="aa"),
+    "aa_before": replace(BASE, cycles=3, calibration="aa", aa_timing="before"),
+    "aa_interleaved": replace(BASE, cycles=3, calibration="aa", aa_timing="interleaved"),
+}
+# BENCH_GATE_SUITE_PROFILES=single,aa_interleaved runs a subset (all by default).
+PROFILES = {
+    name: ALL_PROFILES[name]
+    for name in os.environ.get("BENCH_GATE_SUITE_PROFILES", ",".join(ALL_PROFILES)).split(",")
 }
 BENCH_SCENARIOS = ("customer_by_id", "orders_by_customer")  # two of the tests' lookups
 
@@ -216,7 +224,7 @@ def main() -> None:
     for name, got in report["false_blocks"].items():  # type: ignore[union-attr]
         if isinstance(got, dict):
             print(
-                f"{name:>11}: {got['verdicts']} false BLOCK rate {got['false_block_rate']:.0%} "
+                f"{name:>14}: {got['verdicts']} false BLOCK rate {got['false_block_rate']:.0%} "
                 f"median {got['median_seconds']:.1f} s asymmetry {got.get('asymmetry_median')}"
             )
     ttb: dict[str, Any] = report["time_to_block"]  # type: ignore[assignment]
