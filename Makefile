@@ -17,7 +17,7 @@ demo: venv
 	$(BIN)/radar demo
 
 # The pg_store_plans tier is separate (it needs root, Debian packages and a C build): see test-store-plans.
-# The five slowest end-to-end tests (about 20-35 s each, `slow` marker) are their own tier, so that
+# The slowest end-to-end tests (about 15-50 s each, `slow` marker) are their own tier, so that
 # `make test` stays under 10 minutes; CI runs both (.ci/run).
 test: venv
 	$(BIN)/pytest -q -m "not store_plans and not contention_mix and not slow"

@@ -265,7 +265,8 @@ def test_inode_reuse_is_detected_by_the_head_and_read_from_the_start(
     freed = again.stat().st_ino
     again.unlink()
     again.write_bytes(b"".join(real_records))
-    assert again.stat().st_ino == freed
+    if again.stat().st_ino != freed:  # another process took the freed inode first (a busy host)
+        pytest.skip("the freed inode went to another file this time")
     assert plan_records(logs, lake) == 8
 
 

@@ -75,6 +75,7 @@ def test_identical_databases_pass(gate_fleet: dict[str, Any]) -> None:
     assert "password" not in report.to_json()
 
 
+@pytest.mark.slow  # about 20-28 s: the slow tier keeps make test under 10 minutes (CI runs both)
 def test_candidate_missing_the_index_blocks_with_the_plan_change(gate_fleet: dict[str, Any]) -> None:
     cand = gate_fleet["cand"]
     report = run_gate(cand.dsn, cand.dsn_for("gate_noindex"), WORKLOAD)
@@ -132,6 +133,7 @@ def test_without_pg_stat_statements_and_with_a_failing_candidate(gate_fleet: dic
         run_gate_workload(base.dsn, "postgresql://postgres:secret@127.0.0.1:1/x", tables, config)
 
 
+@pytest.mark.slow  # about 15-22 s: the slow tier keeps make test under 10 minutes (CI runs both)
 def test_gate_cli_exit_codes_and_json(gate_fleet: dict[str, Any], tmp_path: Path) -> None:
     """PASS exits 0 and writes the report file (--json); BLOCK (exit 2), the JSON on stdout and a gate that
     cannot run (exit 3) are tests/test_cli_pg.py's gate test."""

@@ -215,6 +215,7 @@ def test_incremental_runs_find_the_deploy_regressions_of_one_full_run(
     assert state.filter(pl.col("run_id") == state["run_id"].max())["deploys_examined"].to_list() == [0, 0]
 
 
+@pytest.mark.slow  # about 35-50 s: the slow tier keeps make test under 10 minutes (CI runs both)
 def test_a_full_run_after_incremental_ones_sees_everything_again(
     tmp_path: Path, history: tuple[pl.DataFrame, pl.DataFrame]
 ) -> None:
