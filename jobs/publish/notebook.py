@@ -125,6 +125,7 @@ def configure_display() -> None:
     pl.Config.set_fmt_str_lengths(120)
     pl.Config.set_tbl_rows(40)
     pl.Config.set_tbl_hide_column_data_types(True)
+    pl.Config.set_tbl_hide_dataframe_shape(True)
 
 
 def for_people(frame: pl.DataFrame, significant: int = 3) -> pl.DataFrame:
@@ -167,7 +168,7 @@ def finding_card(finding: Mapping[str, Any]) -> pl.DataFrame:
 
 def _p_text(value: float) -> str:
     if value == 0:
-        return "0"
+        return "< 1e-300"  # below what a float holds
     return f"{value:.1e}" if value < 0.001 else f"{value:.3f}"
 
 
