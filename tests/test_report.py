@@ -1,33 +1,30 @@
-"""The investigation notebook runs as a script on a real lake and draws the regression."""
+"""The regression picture (jobs/report.py) on a real lake, and the views it reads. The notebooks that
+show it inline are executed in tests/test_notebooks.py."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
+import io
 from pathlib import Path
 
 from tests.lakes import write_step_change_lake
 
-REPO = Path(__file__).parent.parent
 
-
-def test_investigation_notebook_runs_and_plots(lake_root: Path, tmp_path: Path) -> None:
+def test_regression_plot_of_a_detected_finding(lake_root: Path) -> None:
+    from jobs import duckdb_views, lake
     from jobs.analysis import run_detection
+    from jobs.report import plot_regression, regression_series
 
     write_step_change_lake(lake_root)
     run_detection(lake_root)
-    out = tmp_path / "regression.png"
-    done = subprocess.run(
-        [sys.executable, "notebooks/investigate_regression.py", "--lake", str(lake_root), "--out", str(out)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
-    assert "select * from orders where customer_id" in done.stdout
-    assert out.stat().st_size > 10_000
-    assert out.read_bytes()[:4] == b"\x89PNG"
+    finding = duckdb_views.query(lake_root, "select * from findings").row(0, named=True)
+    assert finding["query"] == "select * from orders where customer_id = $1"
+    samples = lake.scan_table(lake_root, "query_samples").collect()
+    texts = lake.scan_table(lake_root, "query_texts").collect()
+    series = regression_series(samples, texts, finding["instance"], finding["series"])
+    assert series.height == 60
+    png = io.BytesIO()
+    plot_regression(series, finding).savefig(png, format="png", dpi=110)
+    assert png.getvalue()[:4] == b"\x89PNG" and len(png.getvalue()) > 10_000
 
 
 def test_views_show_each_regression_once_across_analysis_runs(lake_root: Path) -> None:
