@@ -58,6 +58,9 @@ def test_weekly_asset_schedule_and_cli(lake_root: Path, tmp_path: Path) -> None:
         )
     assert result.success
     assert (tmp_path / "r" / "2026-W45" / "report.md").exists()
+    assert "at deploy v9" in (tmp_path / "r" / "2026-W45" / "report.html").read_text(), (
+        "the asset writes the HTML"
+    )
     tick = dg.build_schedule_context(scheduled_execution_time=datetime(2026, 11, 9, 6, 0, tzinfo=UTC))
     request = weekly_report_schedule(tick)
     assert isinstance(request, dg.RunRequest) and request.partition_key == "2026-11-02"
