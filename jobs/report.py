@@ -160,6 +160,7 @@ def plot_regression(
         axis.annotate(
             step.label, (step.at, 0.0), xycoords=("data", "axes fraction"), xytext=(2, 4),
             textcoords="offset points", fontsize=7, color="tab:purple", rotation=90, va="bottom",
+            bbox={"facecolor": "white", "alpha": 0.8, "edgecolor": "none", "pad": 1},
         )  # fmt: skip
     query = str(regression.get("query") or f"queryid {regression.get('queryid')}")
     axis.set_title(title or f"{regression.get('instance')}: {' '.join(query.split())[:100]}", fontsize=9)

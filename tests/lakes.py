@@ -262,7 +262,7 @@ def write_week_lake(lake_root: Path) -> WeekLake:
             rows.append(
                 snapshot_row(
                     "db1", at, queryid, int(totals[queryid][0]), totals[queryid][1], boot=boot,
-                    stats_since=since, shared_blks_hit=int(totals[queryid][2]),
+                    stats_since=since, shared_blks_hit=int(totals[queryid][2]), shared_blks_read=0,
                 )
             )  # fmt: skip
         runs.append({"instance": "db1", "captured_at": at, "status": "ok", "dealloc": 0,

@@ -127,3 +127,43 @@ def test_radar_report_defaults_to_the_current_week_and_prints_both_paths(
     assert f"weekly report of {this_week}" in printed
     assert str(out / this_week / "report.html") in printed and str(out / this_week / "report.md") in printed
     assert "None detected." in (out / this_week / "report.html").read_text()
+
+
+def test_gate_runs_of_the_week_are_counted_in_the_summary_and_listed() -> None:
+    from datetime import UTC, datetime
+
+    import polars as pl
+
+    from jobs.publish.weekly_html import render_html
+    from jobs.schemas import FINDING_STATES, GATE_RESULTS, SNAPSHOT_RUNS
+    from jobs.weekly import headline, render_markdown, weekly_summary
+
+    def gate(at: datetime, run: str, scenario: str, verdict: str) -> dict[str, object]:
+        return {"run_started_at": at, "source": "suite.toml", "run_verdict": run, "scenario": scenario,
+                "scenario_verdict": verdict, "measurement": "wallclock"}  # fmt: skip
+
+    monday = datetime(2026, 11, 2, 9, 0, tzinfo=UTC)
+    gates = GATE_RESULTS.conform(
+        pl.DataFrame(
+            [
+                gate(monday, "BLOCK", "orders", "BLOCK"),
+                gate(monday, "BLOCK", "orders", "BLOCK"),  # a second measurement of one scenario
+                gate(monday, "BLOCK", "items", "PASS"),
+                gate(monday + timedelta(days=1), "PASS", "orders", "PASS"),
+                gate(monday - timedelta(days=1), "WARN", "orders", "WARN"),  # the week before
+            ]
+        )
+    )
+    runs = SNAPSHOT_RUNS.empty().with_columns(pl.lit(None, pl.String).alias("instance"))
+    deploys = pl.DataFrame(schema={"deployed_at": pl.Datetime("us", "UTC")})
+    summary = weekly_summary(WEEK, FINDING_STATES.empty(), runs, deploys, gates=gates)
+    top = headline(summary)
+    assert (top.gate_runs, top.gate_verdicts) == (2, {"BLOCK": 1, "PASS": 1})
+    assert summary.gates.select("run_verdict", "scenarios", "blocked").rows() == [
+        ("BLOCK", 2, 1),
+        ("PASS", 1, 0),
+    ]
+    assert "- gate runs: 2 (1 BLOCK, 1 PASS)" in render_markdown(summary, {})
+    html = render_html(summary, {})
+    assert "1 BLOCK · 1 PASS" in html.split('id="card-gates">')[1].split("</small>")[0]
+    assert "<td><b>BLOCK</b></td><td>suite.toml</td>" in html
