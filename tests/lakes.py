@@ -267,7 +267,9 @@ def write_week_lake(lake_root: Path) -> WeekLake:
             )  # fmt: skip
         runs.append({"instance": "db1", "captured_at": at, "status": "ok", "dealloc": 0,
                      "system_identifier": 7, "statement_rows": 2})  # fmt: skip
-    run_frame = pl.DataFrame(runs, schema_overrides={"captured_at": pl.Datetime("us", "UTC")})
+    run_frame = pl.DataFrame(
+        runs, schema_overrides={"captured_at": pl.Datetime("us", "UTC")}, infer_schema_length=None
+    )
     parts = {"instance": "db1", "date": WEEK_START.date().isoformat()}
     stem = f"compacted-{lake.stem_for(WEEK_START)}-{lake.stem_for(WEEK_START + timedelta(minutes=299))}"
     lake.write_table(lake_root, STATEMENT_SNAPSHOTS, snapshot_frame(rows).drop("instance"), parts, stem)

@@ -101,6 +101,7 @@ def test_summary_and_collection_health_come_from_the_collection_health_table(
     assert said in card.replace("&middot;", "·"), card
     health = html.split('<table id="health-table">')[1].split("</table>")[0]
     cells = re.findall(r"<td[^>]*>([^<]*)</td>", health)
+    assert cells[8] == "connection refused", "the failed snapshot's error"
     assert cells[:8] == [
         "db1",
         str(daily["snapshots_ok"]),
