@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test test-slow test-store-plans test-contention lint bench dev clean fmt config-reference
+.PHONY: venv demo test test-slow test-store-plans test-browser test-contention lint bench dev clean fmt config-reference
 
 venv: $(STAMP)
 
@@ -20,10 +20,10 @@ demo: venv
 # The slowest end-to-end tests (about 15-50 s each, `slow` marker) are their own tier, so that
 # `make test` stays under 10 minutes; CI runs both (.ci/run).
 test: venv
-	$(BIN)/pytest -q -m "not store_plans and not contention_mix and not slow"
+	$(BIN)/pytest -q -m "not store_plans and not contention_mix and not slow and not browser"
 
 test-slow: venv
-	$(BIN)/pytest -q -m "slow and not store_plans and not contention_mix"
+	$(BIN)/pytest -q -m "slow and not store_plans and not contention_mix and not browser"
 
 # Two real-server contention scenarios of tests/test_detection_pg.py whose outcome varies with the host's
 # load (3 failures in 5 fresh-clone CI runs on the shared 2-core machine): run on their own, not in CI.
@@ -35,6 +35,12 @@ test-contention: venv
 test-store-plans: venv
 	tests/tiers/store_plans/install.sh
 	$(BIN)/pytest -q -m store_plans tests/test_store_plans_real.py
+
+# Installs Debian's chromium when missing (prints SKIP and exits 0 when it cannot), then renders the HTML
+# weekly report headless; the screenshot lands in .bench/screenshots/weekly_report.png.
+test-browser: venv
+	tests/tiers/browser/install.sh
+	$(BIN)/pytest -q -rs -m browser tests/test_weekly_browser.py
 
 lint: venv
 	$(BIN)/ruff check .
@@ -55,4 +61,4 @@ dev: venv
 	DAGSTER_HOME=$(CURDIR)/.dagster_home sh -c 'mkdir -p $$DAGSTER_HOME && $(BIN)/dagster dev -m orchestration.definitions'
 
 clean:
-	rm -rf $(VENV) .bench .pytest_cache .ruff_cache build/store_plans
+	rm -rf $(VENV) .bench .pytest_cache .ruff_cache build/store_plans build/browser

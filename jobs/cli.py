@@ -960,7 +960,7 @@ REPORT_TABLE_COLUMNS = [
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from datetime import UTC, datetime, timedelta
+    from datetime import UTC, datetime
 
     from jobs import lake
     from jobs.detect.findings import latest_states
@@ -969,8 +969,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     from jobs.weekly import iso_week, weekly_summary, write_weekly_report
 
     settings = settings_of(args)
-    week = args.week or iso_week(datetime.now(UTC) - timedelta(days=7))
-    path = write_weekly_report(lake_root(args), week, Path(settings.report.out), settings.report_config())
+    week = args.week or iso_week(datetime.now(UTC))  # the week so far: what on-call asks about
+    written = write_weekly_report(lake_root(args), week, Path(settings.report.out), settings.report_config())
     # The rows: the week's findings the report lists (weekly_summary, the same rule as the markdown).
     findings = latest_states(lake.read_table(lake_root(args), FINDING_STATES))
     runs, deploys = (
@@ -988,7 +988,9 @@ def cmd_report(args: argparse.Namespace) -> int:
             f"regressions of {week}",
             columns=REPORT_TABLE_COLUMNS,
         )
-    say(args, f"weekly report: {path}", markup=False)
+    say(
+        args, f"weekly report of {week}: {written.html} (open in a browser), {written.markdown}", markup=False
+    )
     return 0
 
 
@@ -1574,12 +1576,13 @@ def build_parser(command: str | None = ALL_COMMANDS) -> argparse.ArgumentParser:
     report = _command(
         sub,
         "report",
-        "write the weekly regression report (markdown + plots)",
+        "write the weekly regression report (HTML + markdown + plots)",
         formats=True,
-        description="Write the weekly regression report (markdown + plots) and print its regressions "
-        "(the findings that began in the week, the finding_states columns).",
+        description="Write the weekly regression report (report.html, self-contained with its plots, and "
+        "report.md with PNGs) and print its regressions (the findings that began in the week, the "
+        "finding_states columns).",
     )
-    report.add_argument("--week", help="ISO week YYYY-Www (default: last week)")
+    report.add_argument("--week", help="ISO week YYYY-Www (default: the current week, so far)")
     report.add_argument("--out", default=None, help="report folder (default: [report] out, data/reports)")
     report.set_defaults(func=cmd_report)
 

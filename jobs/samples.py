@@ -25,6 +25,7 @@ from jobs import lake
 from jobs.detect.config import SampleConfig as SampleConfig
 from jobs.lake import LakeConfig, exclusive_lock, scan_table, stem_for, with_recovery, write_table
 from jobs.schemas import (
+    COLLECTION_HEALTH,
     QUERY_SAMPLES,
     SAMPLE_DELTAS,
     SAMPLE_FRONTIER,
@@ -68,6 +69,34 @@ class SamplesResult:
         default_factory=lambda: pl.DataFrame(
             schema={"instance": pl.String, "reason": pl.String, "count": pl.UInt32}
         )
+    )
+    interval_counts: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=INTERVAL_COUNTS))
+    """Per (instance, interval_end, reason): entry intervals sampled (reason ``sampled``) or dropped; the
+    job sums them per day into ``collection_health`` (``collection_health_rows``)."""
+
+
+SAMPLED = "sampled"
+INTERVAL_COUNTS: dict[str, pl.DataType] = {
+    "instance": pl.String(),
+    "interval_end": pl.Datetime("us", "UTC"),
+    "reason": pl.String(),
+    "intervals": pl.Int64(),
+}
+
+
+def collection_health_rows(interval_counts: pl.DataFrame) -> pl.DataFrame:
+    """Pure: ``interval_counts`` (of one or more instances) summed per (instance, day, reason): the
+    collection_health rows, so "how many resets this week" is a sum in SQL, not a rerun of the job."""
+    return (
+        interval_counts.with_columns(pl.col("interval_end").dt.date().alias("day"))
+        .group_by("instance", "day", "reason")
+        .agg(
+            pl.col("intervals").sum(),
+            pl.col("interval_end").n_unique().cast(pl.Int64).alias("snapshots"),
+            pl.col("interval_end").min().alias("first_interval_end"),
+            pl.col("interval_end").max().alias("last_interval_end"),
+        )
+        .sort("instance", "day", "reason")
     )
 
 
@@ -139,11 +168,14 @@ def _samples_of_prepared(prepared: pl.DataFrame, config: SampleConfig) -> Sample
         return SamplesResult(samples=_finish_samples(_instance_samples(prepared, config)[0]))
     samples = pl.concat([r[0] for r in results])
     dropped = pl.concat([r[1] for r in results]).sort("instance", "reason")
-    return SamplesResult(samples=_finish_samples(samples), dropped_counts=dropped)
+    counts = pl.concat([r[2] for r in results]).sort("instance", "interval_end", "reason")
+    return SamplesResult(samples=_finish_samples(samples), dropped_counts=dropped, interval_counts=counts)
 
 
-def _instance_samples(frame: pl.DataFrame, config: SampleConfig) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Valid deltas and drop counts of one instance.
+def _instance_samples(
+    frame: pl.DataFrame, config: SampleConfig
+) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """Valid deltas, drop counts and per-snapshot interval counts (INTERVAL_COUNTS) of one instance.
 
     Why one instance at a time: the sort dominates the cost, and without the instance name in the key it
     is about twice as fast; (dbid, userid) are OIDs (< 2^32), so they pack exactly into one UInt64 key.
@@ -215,7 +247,12 @@ def _instance_samples(frame: pl.DataFrame, config: SampleConfig) -> tuple[pl.Dat
         .agg(pl.len().cast(pl.UInt32).alias("count"))
         .rename({"drop_reason": "reason"})
     )
-    return out.filter(pl.col("drop_reason").is_null()), dropped
+    counts = (
+        out.group_by("instance", "interval_end", pl.col("drop_reason").fill_null(SAMPLED).alias("reason"))
+        .agg(pl.len().cast(pl.Int64).alias("intervals"))
+        .cast(INTERVAL_COUNTS)  # type: ignore[arg-type]
+    )
+    return out.filter(pl.col("drop_reason").is_null()), dropped, counts
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -467,6 +504,7 @@ def _run_samples_job(
         tables = (STATEMENT_SNAPSHOTS, SNAPSHOT_RUNS)
         if mode == "append" and watermark is not None:
             remove_unconfirmed_samples(out_root, name, watermark)  # type: ignore[arg-type]
+            remove_unconfirmed_samples(out_root, name, watermark, COLLECTION_HEALTH)  # type: ignore[arg-type]
             rows, result, front = with_recovery(lake_root, tables, lambda n=name, f=frontier: appended(n, f))
         else:
             rows, result, front = with_recovery(lake_root, tables, lambda n=name: rebuilt(n))
@@ -490,6 +528,9 @@ def _run_samples_job(
             files += 1
         if mode == "rebuild" or watermark is None:
             clear_days_without_samples(lake_root, out_root, name, written_days, dates)
+        replacing = mode == "rebuild" or watermark is None
+        health = result.interval_counts
+        _write_collection_health(lake_root, out_root, name, health, replacing, watermark, dates, lake_config)
         if front.height and (mode == "append" or dates is None):
             write_frontier(
                 out_root, name, front.with_columns(pl.lit(digest).alias("config_digest")), lake_config
@@ -507,6 +548,42 @@ def _run_samples_job(
         peak_rss_mib=peak_rss_mib(),
         rebuilt_for_settings=tuple(rebuilt_for_settings),
     )
+
+
+def _write_collection_health(
+    lake_root: Path,
+    out_root: Path,
+    instance: str,
+    interval_counts: pl.DataFrame,
+    replacing: bool,
+    watermark: datetime | None,
+    dates: tuple[date, date] | None,
+    lake_config: LakeConfig | None,
+) -> None:
+    """collection_health files of one instance, written as its samples are: one per (instance, date) named
+    after the day's latest interval end; a rebuild (``replacing``) replaces the day's files (and clears a
+    rebuilt day left without intervals), an append adds a file of the new intervals only."""
+    counts = (
+        interval_counts.filter(pl.col("instance") == instance) if interval_counts.height else interval_counts
+    )
+    if dates is not None and watermark is not None:
+        counts = counts.filter(pl.col("interval_end") <= watermark)  # past it: the next append's
+    rows = collection_health_rows(counts)
+    written_days: set[str] = set()
+    for (day,), part in sorted(rows.partition_by("day", as_dict=True).items()) if rows.height else []:
+        text = day.isoformat()  # type: ignore[union-attr]
+        if dates is not None and not (dates[0].isoformat() <= text <= dates[1].isoformat()):
+            continue
+        written_days.add(text)
+        stem = stem_for(part["last_interval_end"].max())  # type: ignore[arg-type]
+        parts = {"instance": instance, "date": text}
+        written = write_table(
+            out_root, COLLECTION_HEALTH, part.drop("instance"), parts, stem, config=lake_config
+        )
+        if replacing:
+            clear_partition(out_root, written.parent, written, COLLECTION_HEALTH)
+    if replacing:
+        clear_days_without_samples(lake_root, out_root, instance, written_days, dates, COLLECTION_HEALTH)
 
 
 def sample_config_digest(config: SampleConfig) -> str:
@@ -571,14 +648,16 @@ def write_frontier(out_root: Path, instance: str, frontier: pl.DataFrame, config
     return written
 
 
-def remove_unconfirmed_samples(out_root: Path, instance: str, watermark: datetime) -> list[Path]:
-    """Delete the samples job's own query_samples files of ``instance`` named after an interval end past the
-    committed watermark: an append that died before committing its frontier wrote them, and this run
-    writes those samples again. Returns the removed files."""
+def remove_unconfirmed_samples(
+    out_root: Path, instance: str, watermark: datetime, table: TableSchema = QUERY_SAMPLES
+) -> list[Path]:
+    """Delete the samples job's own ``table`` files (query_samples, collection_health) of ``instance`` named
+    after an interval end past the committed watermark: an append that died before committing its frontier
+    wrote them, and this run writes those rows again. Returns the removed files."""
     mark = stem_for(watermark)
     removed = []
-    for path in _files_dated_from(Path(out_root) / QUERY_SAMPLES.name / f"instance={instance}", watermark):
-        if path.stem > mark and is_own_file(path):
+    for path in _files_dated_from(Path(out_root) / table.name / f"instance={instance}", watermark):
+        if path.stem > mark and is_own_file(path, table):
             path.unlink(missing_ok=True)
             removed.append(path)
     return removed
@@ -595,12 +674,12 @@ def _by_end_date(samples: pl.DataFrame) -> list[tuple[str, pl.DataFrame]]:
     return [(str(day), part.drop("date")) for (day,), part in sorted(split.items())]
 
 
-def is_own_file(path: Path) -> bool:
-    """A file the samples job wrote: its naming, and query_samples in its radar metadata."""
+def is_own_file(path: Path, table: TableSchema = QUERY_SAMPLES) -> bool:
+    """A file the samples job wrote: its naming, and ``table`` in its radar metadata."""
     if not OWN_FILE_NAME.match(path.name):
         return False
     try:
-        return lake.read_file_metadata(path).get("radar.table") == QUERY_SAMPLES.name
+        return lake.read_file_metadata(path).get("radar.table") == table.name
     except (OSError, ValueError):
         return False
 
@@ -613,7 +692,12 @@ def replace_partition(out_root: Path, kept: Path) -> list[Path]:
 
 
 def clear_days_without_samples(
-    lake_root: Path, out_root: Path, instance: str, written: set[str], dates: tuple[date, date] | None
+    lake_root: Path,
+    out_root: Path,
+    instance: str,
+    written: set[str],
+    dates: tuple[date, date] | None,
+    table: TableSchema = QUERY_SAMPLES,
 ) -> list[Path]:
     """A rebuild replaces every day it read, also a day whose snapshots now give no sample at all (a higher
     ``min_executions``): its old samples would otherwise outlive the rule that excludes them. Only days
@@ -623,31 +707,33 @@ def clear_days_without_samples(
         base = lake.partition_dir(root, table, {"instance": instance, "date": "0"}).parent
         return {p.name.removeprefix("date=") for p in base.glob("date=*") if p.is_dir()}
 
-    stale = (days(out_root, QUERY_SAMPLES) & days(lake_root, STATEMENT_SNAPSHOTS)) - written
+    stale = (days(out_root, table) & days(lake_root, STATEMENT_SNAPSHOTS)) - written
     if dates is not None:
         stale = {d for d in stale if dates[0].isoformat() <= d <= dates[1].isoformat()}
     removed: list[Path] = []
     for day in sorted(stale):
-        folder = lake.partition_dir(out_root, QUERY_SAMPLES, {"instance": instance, "date": day})
-        removed += clear_partition(out_root, folder, None)
+        folder = lake.partition_dir(out_root, table, {"instance": instance, "date": day})
+        removed += clear_partition(out_root, folder, None, table)
     return removed
 
 
-def clear_partition(out_root: Path, folder: Path, kept: Path | None) -> list[Path]:
-    """Remove the samples job's files of one query_samples partition but ``kept``; quarantine any other."""
+def clear_partition(
+    out_root: Path, folder: Path, kept: Path | None, table: TableSchema = QUERY_SAMPLES
+) -> list[Path]:
+    """Remove the samples job's files of one ``table`` partition but ``kept``; quarantine any other."""
     removed = []
     for old in folder.glob("*.parquet"):
         if old == kept:
             continue
-        if is_own_file(old):
+        if is_own_file(old, table):
             old.unlink(missing_ok=True)
             removed.append(old)
         else:
             lake.quarantine_file(
                 out_root,
-                QUERY_SAMPLES,
+                table,
                 old,
-                "not written by the samples job, in a query_samples partition it rebuilds "
-                "(kept out of the table so it cannot duplicate samples)",
+                f"not written by the samples job, in a {table.name} partition it rebuilds "
+                "(kept out of the table so it cannot duplicate its rows)",
             )
     return removed

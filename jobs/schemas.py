@@ -826,6 +826,25 @@ SAMPLE_FRONTIER = TableSchema(
     ),
 )
 
+COLLECTION_HEALTH = TableSchema(
+    name="collection_health",
+    description=(
+        "Written by the samples job beside query_samples: per instance, day (of the interval end) and "
+        "reason, how many entry intervals became samples (reason 'sampled') or were dropped "
+        "(jobs.samples.DROP_REASONS). Rebuilds replace a day's files, appends add files of the new "
+        "intervals only: sum over files (the DuckDB view collection_health_daily does)."
+    ),
+    primary_key=("instance", "day", "reason"),
+    columns=(
+        Column("day", pl.Date(), "UTC date of the intervals' end (the partition date)"),
+        Column("reason", pl.String(), "sampled | server_replaced | server_restarted | stats_reset | ..."),
+        Column("intervals", pl.Int64(), "entry intervals (one per statement entry between two snapshots)"),
+        Column("snapshots", pl.Int64(), "snapshot intervals with at least one such entry interval"),
+        Column("first_interval_end", UTC_TS),
+        Column("last_interval_end", UTC_TS),
+    ),
+)
+
 ANALYSIS_RUNS = TableSchema(
     name="analysis_runs",
     description="One row per (detection run, instance): the query_samples watermark the run analysed up to.",
@@ -888,6 +907,7 @@ TABLES: dict[str, TableSchema] = {
         EXECUTION_DRIFT,
         GATE_RESULTS,
         SAMPLE_FRONTIER,
+        COLLECTION_HEALTH,
         ANALYSIS_RUNS,
         ANALYSED_DEPLOYS,
     )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -11,6 +13,7 @@ import polars as pl
 
 from jobs import lake
 from jobs.collect.deploys import mark_deploy
+from jobs.plans.shape import plan_facts, plan_root
 from jobs.schemas import SNAPSHOT_RUNS, STATEMENT_SNAPSHOTS
 
 
@@ -197,3 +200,101 @@ def write_snapshot_files(lake_root: Path, snapshots: pl.DataFrame, runs: pl.Data
         lake.write_table(lake_root, STATEMENT_SNAPSHOTS, part.drop("instance"), parts, stem)
         run = runs.filter((pl.col("instance") == instance) & (pl.col("captured_at") == captured))
         lake.write_table(lake_root, SNAPSHOT_RUNS, run.drop("instance"), parts, stem)
+
+
+# A week as the demo shows it, through the real pipeline (snapshots → samples job → detection → report)
+WEEK_START = datetime(2026, 11, 2, 8, 0, tzinfo=UTC)  # Monday of 2026-W45
+WEEK_QUERY = "select * from events where account_id = $1 AND kind < $2"
+WEEK_PLAN_BEFORE = {"Node Type": "Index Scan", "Relation Name": "events", "Index Name": "events_account_idx",
+                    "Total Cost": 8.3}  # fmt: skip
+WEEK_PLAN_AFTER = {"Node Type": "Seq Scan", "Relation Name": "events", "Total Cost": 4339.0}
+
+
+@dataclass(frozen=True)
+class WeekLake:
+    """What ``write_week_lake`` put in: the moments a report must show."""
+
+    deploy_at: datetime
+    recovered_from: datetime
+    restart_at: datetime
+    down_from: datetime
+    second_step_at: datetime
+    evicted_at: datetime
+
+
+def write_week_lake(lake_root: Path) -> WeekLake:
+    """One instance, two queries, a snapshot a minute for 5 hours: query 111 is 10x slower from deploy v4
+    (an index scan became a seq scan) and back after 60 minutes (a fix); the server is down 12 minutes
+    and restarts (a gap, one failed snapshot, counters from zero); query 111 then steps up ×4 without a
+    deploy; query 222 is evicted and made again once. Snapshots and runs as the collector writes them,
+    texts, a deploy and the two plans (one file per table, as compaction leaves them: 300 snapshot files
+    would take seconds to write); samples and findings are the caller's to run."""
+    rng = np.random.default_rng(13)
+    deploy_at = WEEK_START + timedelta(minutes=60)
+    recovered_from = WEEK_START + timedelta(minutes=120)
+    down_from, restart_at = WEEK_START + timedelta(minutes=168), WEEK_START + timedelta(minutes=180)
+    second_step_at = WEEK_START + timedelta(minutes=231)
+    evicted_at = WEEK_START + timedelta(minutes=90)
+    boot = WEEK_START - timedelta(days=1)
+    totals = {111: [0, 0.0, 0], 222: [0, 0.0, 0]}
+    rows, runs = [], []
+    for minute in range(300):
+        at = WEEK_START + timedelta(minutes=minute)
+        if down_from <= at < restart_at:
+            if at == down_from + timedelta(minutes=6):
+                runs.append({"instance": "db1", "captured_at": at, "status": "failed",
+                             "error": "connection refused", "failed_phase": "connect"})  # fmt: skip
+            continue
+        if at == restart_at:
+            boot = restart_at - timedelta(seconds=30)
+            totals = {111: [0, 0.0, 0], 222: [0, 0.0, 0]}
+        slow = (deploy_at < at <= recovered_from) or at > second_step_at
+        level = {111: (10.0 if deploy_at < at <= recovered_from else 4.0 if slow else 1.0), 222: 0.5}
+        for queryid in (111, 222):
+            totals[queryid][0] += 100
+            totals[queryid][1] += 100 * level[queryid] * float(rng.lognormal(0, 0.1))
+            totals[queryid][2] += 100 * (400 if (queryid == 111 and slow) else 4)
+            since = boot
+            if queryid == 222 and evicted_at <= at and boot < evicted_at:
+                since = evicted_at
+                if at == evicted_at:
+                    totals[222] = [100, 50.0, 400]
+            rows.append(
+                snapshot_row(
+                    "db1", at, queryid, int(totals[queryid][0]), totals[queryid][1], boot=boot,
+                    stats_since=since, shared_blks_hit=int(totals[queryid][2]), shared_blks_read=0,
+                )
+            )  # fmt: skip
+        runs.append({"instance": "db1", "captured_at": at, "status": "ok", "dealloc": 0,
+                     "system_identifier": 7, "statement_rows": 2})  # fmt: skip
+    run_frame = pl.DataFrame(
+        runs, schema_overrides={"captured_at": pl.Datetime("us", "UTC")}, infer_schema_length=None
+    )
+    parts = {"instance": "db1", "date": WEEK_START.date().isoformat()}
+    stem = f"compacted-{lake.stem_for(WEEK_START)}-{lake.stem_for(WEEK_START + timedelta(minutes=299))}"
+    lake.write_table(lake_root, STATEMENT_SNAPSHOTS, snapshot_frame(rows).drop("instance"), parts, stem)
+    lake.write_table(lake_root, SNAPSHOT_RUNS, run_frame.drop("instance"), parts, stem)
+    texts = pl.DataFrame(
+        {
+            "captured_at": [WEEK_START, WEEK_START],
+            "queryid": [111, 222],
+            "dbid": [5, 5],
+            "userid": [10, 10],
+            "query": [WEEK_QUERY, "select count(*) from accounts"],
+            "is_explain": [False, False],
+        }
+    )
+    lake.write_table(lake_root, "query_texts", texts, {"instance": "db1", "date": "2026-11-02"}, "t")
+    plans = []
+    for at, plan in (
+        (deploy_at - timedelta(minutes=30), WEEK_PLAN_BEFORE),
+        (deploy_at + timedelta(minutes=5), WEEK_PLAN_AFTER),
+    ):
+        facts = plan_facts(plan_root(plan))
+        plans.append({"captured_at": at, "queryid": 111, "dbid": 5, "userid": 10, "source": "generic_explain",
+                      "is_generic": True, "shape_hash": facts.shape_hash, "root_node": facts.root_node,
+                      "total_cost": facts.total_cost, "plan_json": json.dumps(plan)})  # fmt: skip
+    plan_frame = pl.DataFrame(plans, schema_overrides={"captured_at": pl.Datetime("us", "UTC")})
+    lake.write_table(lake_root, "plan_snapshots", plan_frame, {"instance": "db1", "date": "2026-11-02"}, "p")
+    mark_deploy(lake_root, version="v4", instances=["db1"], at=deploy_at.isoformat())
+    return WeekLake(deploy_at, recovered_from, restart_at, down_from, second_step_at, evicted_at)

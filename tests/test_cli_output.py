@@ -395,7 +395,7 @@ def test_report_json_lists_the_findings_of_the_week(
     findings = latest_states(lake.read_table(lake_root, FINDING_STATES))
     assert [r["finding_id"] for r in rows] == findings["finding_id"].to_list()
     assert [list(r)[-3:] for r in rows] == [list(DRIFT_FLAG_COLUMNS)] * len(rows)
-    assert f"weekly report: {out / '2026-W45' / 'report.md'}" in err
+    assert f"weekly report of 2026-W45: {out / '2026-W45' / 'report.html'}" in err
     assert (out / "2026-W45" / "report.md").exists()
     rows, _ = json_out(
         capsys,

@@ -31,17 +31,17 @@ def test_report_lists_the_regression_once_with_plot_and_is_replaced_atomically(
     run_detection(lake_root)
     run_detection(lake_root)  # a second analysis run must not duplicate the regression in the report
     out = tmp_path / "reports"
-    path = write_weekly_report(lake_root, "2026-W45", out)
+    path = write_weekly_report(lake_root, "2026-W45", out).markdown
     text = path.read_text()
     assert text.count("### ") == 1, text
     assert "select * from orders where customer_id" in text
-    assert "(deploy v9)" in text
+    assert "9.9× slower, since Mon 02 Nov 10:30 UTC, at deploy v9" in text
     image = path.parent / "regression-1.png"
     assert image.read_bytes()[:4] == b"\x89PNG"
-    again = write_weekly_report(lake_root, "2026-W45", out)
+    again = write_weekly_report(lake_root, "2026-W45", out).markdown
     assert again == path and again.read_text() == text
     assert sorted(p.name for p in out.iterdir()) == ["2026-W45"], "no temp or retired folders left behind"
-    empty = write_weekly_report(lake_root, "2026-W46", out).read_text()
+    empty = write_weekly_report(lake_root, "2026-W46", out).markdown.read_text()
     assert "None detected." in empty
 
 
@@ -58,6 +58,9 @@ def test_weekly_asset_schedule_and_cli(lake_root: Path, tmp_path: Path) -> None:
         )
     assert result.success
     assert (tmp_path / "r" / "2026-W45" / "report.md").exists()
+    assert "at deploy v9" in (tmp_path / "r" / "2026-W45" / "report.html").read_text(), (
+        "the asset writes the HTML"
+    )
     tick = dg.build_schedule_context(scheduled_execution_time=datetime(2026, 11, 9, 6, 0, tzinfo=UTC))
     request = weekly_report_schedule(tick)
     assert isinstance(request, dg.RunRequest) and request.partition_key == "2026-11-02"
@@ -77,11 +80,11 @@ def test_report_lists_drifted_queries(tmp_path: Path) -> None:
     write_incident_lake(root)
     anchor_baseline(root, start=NOW - timedelta(days=20), end=NOW - timedelta(days=12), label="good weeks")
     assert run_drift(root)["status"].to_list() == ["drift"]
-    report = write_weekly_report(root, iso_week(NOW), tmp_path / "reports").read_text()
-    section = report.split("## Latency drift")[1].split("## Deploys")[0]
+    report = write_weekly_report(root, iso_week(NOW), tmp_path / "reports").markdown.read_text()
+    section = report.split("## Latency drift")[1].split("## Per-execution drift")[0]
     assert "select * from orders where customer_id" in section
     assert "good weeks" in section
     assert (
         "No query's latency distribution drifted"
-        in write_weekly_report(root, "2026-W40", tmp_path / "reports").read_text()
+        in write_weekly_report(root, "2026-W40", tmp_path / "reports").markdown.read_text()
     )

@@ -31,7 +31,7 @@ def _rows() -> list[dict]:
 
 
 def _section(text: str) -> str:
-    return text.split("## Per-execution drift")[1].split("## Deploys")[0]
+    return text.split("## Per-execution drift")[1].split("## Gate runs")[0]
 
 
 def test_week_drift_lists_warn_and_block_pairs_and_counts_insufficient_samples() -> None:
@@ -76,20 +76,20 @@ def test_report_section_names_the_query_metric_scores_and_baseline() -> None:
 def test_empty_lake_report_says_no_drift_scored_and_regressions_carry_flags(
     lake_root: Path, tmp_path: Path
 ) -> None:
-    text = write_weekly_report(tmp_path / "empty", WEEK, tmp_path / "r0").read_text()
+    text = write_weekly_report(tmp_path / "empty", WEEK, tmp_path / "r0").markdown.read_text()
     assert "No per-execution drift scored this week (no execution_drift rows)." in text
     write_step_change_lake(lake_root)
     run_detection(lake_root)
-    before = write_weekly_report(lake_root, "2026-W45", tmp_path / "r1").read_text()
+    before = write_weekly_report(lake_root, "2026-W45", tmp_path / "r1").markdown.read_text()
     assert "per-execution drift:" not in before, "no drift table: the regression lines are as before"
     fingerprint = run_detection(lake_root).findings["fingerprint"][0]
     write_drift(lake_root, [drift_row(fingerprint, "latency", "WARN", scored_at=SCORED - timedelta(days=28))])
-    report = write_weekly_report(lake_root, "2026-W45", tmp_path / "r2").read_text()
+    report = write_weekly_report(lake_root, "2026-W45", tmp_path / "r2").markdown.read_text()
     assert "- per-execution drift: cost – · latency WARN · cardinality –" in report
     assert "| WARN | db1 | `select * from orders where customer_id = $1` | latency |" in _section(report)
     # a later scoring (weeks after W45) does not rewrite the W45 report: its flags are as of the week's end
     write_drift(lake_root, [drift_row(fingerprint, "latency", "BLOCK", scored_at=SCORED)])
-    again = write_weekly_report(lake_root, "2026-W45", tmp_path / "r3").read_text()
+    again = write_weekly_report(lake_root, "2026-W45", tmp_path / "r3").markdown.read_text()
     assert "- per-execution drift: cost – · latency WARN · cardinality –" in again
-    later = write_weekly_report(lake_root, iso_week(SCORED), tmp_path / "r4").read_text()
+    later = write_weekly_report(lake_root, iso_week(SCORED), tmp_path / "r4").markdown.read_text()
     assert "| BLOCK | db1 |" in _section(later)

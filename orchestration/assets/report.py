@@ -27,6 +27,6 @@ def weekly_regression_report(
 ) -> dg.MaterializeResult:
     week_start = context.partition_time_window.start
     report = section_from_config("report", config, "weekly_regression_report")
-    path = write_weekly_report(lake.path, iso_week(week_start), reports.path, report)
+    path = write_weekly_report(lake.path, iso_week(week_start), reports.path, report).markdown
     text = path.read_text()
     return dg.MaterializeResult(metadata={"path": str(path), "report": dg.MetadataValue.md(text[:20_000])})
