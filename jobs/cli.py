@@ -135,6 +135,37 @@ def render(frame: pl.DataFrame, title: str | None = None, max_rows: int = TABLE_
     )
 
 
+ANALYSIS_ASSETS = (
+    "performance_regressions",
+    "resource_regressions",
+    "instance_slowdowns",
+    "plan_diffs",
+    "findings",
+)
+"""The Dagster assets one `radar detect` run produces (orchestration/assets/regressions.py)."""
+
+
+def tell_dagster(
+    args: argparse.Namespace, assets: list[str], metadata: dict[str, Any], days: list[str] | None = None
+) -> None:
+    """Record what this run wrote as runless materializations in the Dagster instance of DAGSTER_HOME, so the
+    UI does not say "Never materialized" about data the CLI collected (orchestration/cli_events.py, imported
+    only here). No DAGSTER_HOME: nothing. Any failure: one warning line; the command's outcome stands."""
+    import os
+    from datetime import UTC, datetime
+
+    if not os.environ.get("DAGSTER_HOME", "").strip():
+        return
+    try:
+        from orchestration.cli_events import report_cli_materializations
+
+        today = datetime.now(UTC).date().isoformat()
+        report_cli_materializations(assets, lake_root(args), metadata, days=days or [today])
+    except Exception as exc:
+        first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        say(args, f"[yellow]warning:[/yellow] not recorded in Dagster (DAGSTER_HOME): {_escape(first_line)}")
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Settings, fleet, lake
 
@@ -420,6 +451,14 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
                 args,
                 "[yellow]--auto-explain[/yellow]: no instance has a log_dir in the fleet file: nothing read",
             )
+    if result.ok:
+        assets = ["statement_snapshots", *(["plan_snapshots"] if outcome is not None else [])]
+        metadata = {
+            "instances_ok": len(result.ok),
+            "instances_failed": len(result.failed),
+            "statement_rows": sum(r.statement_rows for r in result.results),
+        }
+        tell_dagster(args, assets, metadata)
     return snapshot_exit_code(len(result.ok), len(result.failed))
 
 
@@ -484,6 +523,8 @@ def cmd_deploy(args: argparse.Namespace) -> int:
 
 
 def cmd_samples(args: argparse.Namespace) -> int:
+    from datetime import timedelta
+
     from jobs.samples import run_samples_job
 
     if (args.date_from or args.date_to) and not args.rebuild:
@@ -513,6 +554,12 @@ def cmd_samples(args: argparse.Namespace) -> int:
         )
     if report.dropped_counts.height:
         render(report.dropped_counts, "dropped intervals")
+    days = None
+    if dates is not None:
+        span = (dates[1] - dates[0]).days
+        days = [(dates[0] + timedelta(days=i)).isoformat() for i in range(span + 1)]
+    metadata = {"snapshot_rows": report.snapshot_rows, "sample_rows": report.sample_rows}
+    tell_dagster(args, ["query_samples"], metadata, days)
     return 0
 
 
@@ -534,6 +581,7 @@ def cmd_detect(args: argparse.Namespace) -> int:
         shown = with_drift_flags(outcome.shown_findings.sort("onset", "finding_id"), drift)
         show_rows(args, shown.select(*FINDING_STATES.columns_of(shown), *DRIFT_FLAG_COLUMNS))
     open_findings = outcome.findings.filter(pl.col("status") == OPEN).height
+    tell_dagster(args, list(ANALYSIS_ASSETS), {"open_findings": open_findings})
     if args.fail_on_detect and open_findings:
         say(args, f"{open_findings} open findings (--fail-on-detect: exit 1)")
         return 1
