@@ -27,6 +27,8 @@ EXIT_LOCKED = 75  # EX_TEMPFAIL: another run holds a lake lock; try again later
 EXIT_USAGE = 2
 TABLE_MAX_ROWS = 40
 """Rows a table shows by default (`--max-rows`); JSON and CSV print every row unless --max-rows is given."""
+SQL_CELL_WIDTH = 40
+"""Characters of a `radar sql` table cell before it is cut with an ellipsis (`--max-width`)."""
 
 
 class _LazyConsole:
@@ -1040,17 +1042,38 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_views(args: argparse.Namespace) -> int:
-    from jobs.duckdb_views import view_statements
+    from jobs.duckdb_views import search_path_sql, view_statements
 
+    # The views' file globs are relative to the lake root: this first line says where that is (edit it
+    # when the lake is elsewhere; the view definitions stay the same).
+    print(search_path_sql(lake_root(args)) + ";\n")
     for statement in view_statements(lake_root(args)):
         print(statement.rstrip(";") + ";\n")
     return 0
 
 
 def cmd_sql(args: argparse.Namespace) -> int:
-    from jobs.duckdb_views import query
+    """DuckDB's own Python values, not a polars frame: every DuckDB type prints (polars cannot take an
+    INTERVAL through arrow). A table cuts each cell at --max-width and folds to vertical records when the
+    result is wider than the terminal."""
+    from jobs.duckdb_views import query_rows
+    from jobs.publish.output import plain_rows, write_rows
 
-    show_rows(args, query(lake_root(args), args.query))
+    result = query_rows(lake_root(args), args.query)
+    max_rows = args.max_rows
+    if args.format == "table" and max_rows is None:
+        max_rows = TABLE_MAX_ROWS
+    rows = plain_rows((dict(zip(result.columns, row, strict=True)) for row in result.rows), result.columns)
+    write_rows(
+        result.columns,
+        rows,
+        args.format,
+        stdout=sys.stdout,
+        stderr=sys.stderr,
+        max_rows=max_rows,
+        console=console,
+        cell_width=args.max_width,
+    )
     return 0
 
 
@@ -1635,6 +1658,14 @@ def build_parser(command: str | None = ALL_COMMANDS) -> argparse.ArgumentParser:
         default=None,
         help=f"print at most this many rows, 0 for all (default: {TABLE_MAX_ROWS} in a table, all in JSON "
         "and CSV); a line (stderr for JSON/CSV) says when rows were left out",
+    )
+    sql.add_argument(
+        "--max-width",
+        type=_positive_rows,
+        default=SQL_CELL_WIDTH,
+        metavar="CHARS",
+        help=f"table format: cut each cell at this many characters with an ellipsis, 0 for never (default: "
+        f"{SQL_CELL_WIDTH}); a table still wider than the terminal prints one vertical record per row",
     )
     sql.set_defaults(func=cmd_sql)
 
