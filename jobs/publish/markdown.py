@@ -3,14 +3,16 @@
 ``markdown_table(frame, formats)`` is pure: a polars frame in, a GitHub-flavoured Markdown table out. Each
 cell is formatted for reading, not for round-tripping: p-values as ``1.3e-31`` (``< 1e-10`` below that),
 ratios as ``×82``, milliseconds with a unit (``12.3 ms``, ``4.56 s``), timestamps as ISO-8601 to the minute
-in UTC (``2026-11-29T10:05Z``). A cell never breaks the table: pipes are escaped, newlines become ``<br>``
+in UTC (``2026-11-29T10:05Z``). A cell never breaks the table: pipes are escaped, newlines become ``⏎``
 and long text is cut with an ellipsis at ``max_width`` characters (a hard-wrapped ASCII table, as polars'
 own MARKDOWN formatting prints, splits values across lines: ``1.3472e-3`` over ``1``).
+Markdown syntax in a cell is escaped, so a query's ``*`` or ``_`` is shown, not read as emphasis.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Mapping
 from datetime import UTC, date, datetime, timedelta
 from typing import Any, Literal
@@ -116,14 +118,19 @@ def default_format(name: str, dtype: pl.DataType) -> CellFormat:
     return "text"
 
 
+MARKDOWN_SPECIALS = re.compile(r"([\\`*_\[\]<>|~#!])")
+"""Characters Markdown would read as syntax inside a cell (``select * from t where a * b`` in italics, a
+pipe ending the cell): each is backslash-escaped, which GFM allows for any ASCII punctuation."""
+
+
 def escape_cell(text: str, max_width: int = MAX_CELL_WIDTH) -> str:
-    """One cell's text, safe inside a Markdown table row: one line, pipes escaped, at most ``max_width``
+    """One cell's text, shown as it is inside a Markdown table row: one line (a line break is ``⏎``: the
+    Dagster UI does not render raw HTML such as ``<br>``), Markdown syntax escaped, at most ``max_width``
     characters (cut with an ellipsis)."""
-    flat = text.replace("\r\n", "\n").replace("\r", "\n")
+    flat = text.replace("\r\n", "\n").replace("\r", "\n").replace("\n", " ⏎ ")
     if len(flat) > max_width:
         flat = flat[: max_width - 1].rstrip() + "…"
-    flat = flat.replace("\\", "\\\\").replace("|", "\\|")
-    return flat.replace("\n", "<br>")
+    return MARKDOWN_SPECIALS.sub(r"\\\1", flat)
 
 
 def markdown_table(
