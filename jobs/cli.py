@@ -27,6 +27,8 @@ EXIT_LOCKED = 75  # EX_TEMPFAIL: another run holds a lake lock; try again later
 EXIT_USAGE = 2
 TABLE_MAX_ROWS = 40
 """Rows a table shows by default (`--max-rows`); JSON and CSV print every row unless --max-rows is given."""
+SQL_CELL_WIDTH = 40
+"""Characters of a `radar sql` table cell before it is cut with an ellipsis (`--max-width`)."""
 
 
 class _LazyConsole:
@@ -133,6 +135,37 @@ def render(frame: pl.DataFrame, title: str | None = None, max_rows: int = TABLE_
     write_frame(
         frame, "table", stdout=sys.stdout, stderr=sys.stderr, title=title, max_rows=max_rows, console=console
     )
+
+
+ANALYSIS_ASSETS = (
+    "performance_regressions",
+    "resource_regressions",
+    "instance_slowdowns",
+    "plan_diffs",
+    "findings",
+)
+"""The Dagster assets one `radar detect` run produces (orchestration/assets/regressions.py)."""
+
+
+def tell_dagster(
+    args: argparse.Namespace, assets: list[str], metadata: dict[str, Any], days: list[str] | None = None
+) -> None:
+    """Record what this run wrote as runless materializations in the Dagster instance of DAGSTER_HOME, so the
+    UI does not say "Never materialized" about data the CLI collected (orchestration/cli_events.py, imported
+    only here). No DAGSTER_HOME: nothing. Any failure: one warning line; the command's outcome stands."""
+    import os
+    from datetime import UTC, datetime
+
+    if not os.environ.get("DAGSTER_HOME", "").strip():
+        return
+    try:
+        from orchestration.cli_events import report_cli_materializations
+
+        today = datetime.now(UTC).date().isoformat()
+        report_cli_materializations(assets, lake_root(args), metadata, days=days or [today])
+    except Exception as exc:
+        first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        say(args, f"[yellow]warning:[/yellow] not recorded in Dagster (DAGSTER_HOME): {_escape(first_line)}")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -421,6 +454,14 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
                 args,
                 "[yellow]--auto-explain[/yellow]: no instance has a log_dir in the fleet file: nothing read",
             )
+    if result.ok:
+        assets = ["statement_snapshots", *(["plan_snapshots"] if outcome is not None else [])]
+        metadata = {
+            "instances_ok": len(result.ok),
+            "instances_failed": len(result.failed),
+            "statement_rows": sum(r.statement_rows for r in result.results),
+        }
+        tell_dagster(args, assets, metadata)
     return snapshot_exit_code(len(result.ok), len(result.failed))
 
 
@@ -485,6 +526,8 @@ def cmd_deploy(args: argparse.Namespace) -> int:
 
 
 def cmd_samples(args: argparse.Namespace) -> int:
+    from datetime import timedelta
+
     from jobs.samples import run_samples_job
 
     if (args.date_from or args.date_to) and not args.rebuild:
@@ -514,6 +557,12 @@ def cmd_samples(args: argparse.Namespace) -> int:
         )
     if report.dropped_counts.height:
         render(report.dropped_counts, "dropped intervals")
+    days = None
+    if dates is not None:
+        span = (dates[1] - dates[0]).days
+        days = [(dates[0] + timedelta(days=i)).isoformat() for i in range(span + 1)]
+    metadata = {"snapshot_rows": report.snapshot_rows, "sample_rows": report.sample_rows}
+    tell_dagster(args, ["query_samples"], metadata, days)
     return 0
 
 
@@ -535,6 +584,7 @@ def cmd_detect(args: argparse.Namespace) -> int:
         shown = with_drift_flags(outcome.shown_findings.sort("onset", "finding_id"), drift)
         show_rows(args, shown.select(*FINDING_STATES.columns_of(shown), *DRIFT_FLAG_COLUMNS))
     open_findings = outcome.findings.filter(pl.col("status") == OPEN).height
+    tell_dagster(args, list(ANALYSIS_ASSETS), {"open_findings": open_findings})
     if args.fail_on_detect and open_findings:
         say(args, f"{open_findings} open findings (--fail-on-detect: exit 1)")
         return 1
@@ -995,17 +1045,38 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_views(args: argparse.Namespace) -> int:
-    from jobs.duckdb_views import view_statements
+    from jobs.duckdb_views import search_path_sql, view_statements
 
+    # The views' file globs are relative to the lake root: this first line says where that is (edit it
+    # when the lake is elsewhere; the view definitions stay the same).
+    print(search_path_sql(lake_root(args)) + ";\n")
     for statement in view_statements(lake_root(args)):
         print(statement.rstrip(";") + ";\n")
     return 0
 
 
 def cmd_sql(args: argparse.Namespace) -> int:
-    from jobs.duckdb_views import query
+    """DuckDB's own Python values, not a polars frame: every DuckDB type prints (polars cannot take an
+    INTERVAL through arrow). A table cuts each cell at --max-width and folds to vertical records when the
+    result is wider than the terminal."""
+    from jobs.duckdb_views import query_rows
+    from jobs.publish.output import plain_rows, write_rows
 
-    show_rows(args, query(lake_root(args), args.query))
+    result = query_rows(lake_root(args), args.query)
+    max_rows = args.max_rows
+    if args.format == "table" and max_rows is None:
+        max_rows = TABLE_MAX_ROWS
+    rows = plain_rows((dict(zip(result.columns, row, strict=True)) for row in result.rows), result.columns)
+    write_rows(
+        result.columns,
+        rows,
+        args.format,
+        stdout=sys.stdout,
+        stderr=sys.stderr,
+        max_rows=max_rows,
+        console=console,
+        cell_width=args.max_width,
+    )
     return 0
 
 
@@ -1596,6 +1667,14 @@ def build_parser(command: str | None = ALL_COMMANDS) -> argparse.ArgumentParser:
         default=None,
         help=f"print at most this many rows, 0 for all (default: {TABLE_MAX_ROWS} in a table, all in JSON "
         "and CSV); a line (stderr for JSON/CSV) says when rows were left out",
+    )
+    sql.add_argument(
+        "--max-width",
+        type=_positive_rows,
+        default=SQL_CELL_WIDTH,
+        metavar="CHARS",
+        help=f"table format: cut each cell at this many characters with an ellipsis, 0 for never (default: "
+        f"{SQL_CELL_WIDTH}); a table still wider than the terminal prints one vertical record per row",
     )
     sql.set_defaults(func=cmd_sql)
 

@@ -6,7 +6,10 @@ yet gets an empty view of the right types, so derived views and users' queries n
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 import duckdb
 import polars as pl
@@ -16,6 +19,7 @@ from jobs.schemas import TABLES, TableSchema
 from jobs.sqlfiles import SQL_ROOT, load_sql
 
 BASE_TEMPLATE = "base_table_view"
+T = TypeVar("T")
 
 
 def duckdb_type(dtype: pl.DataType) -> str:
@@ -55,22 +59,36 @@ def base_view_sql(lake_root: Path, table: TableSchema) -> str:
         columns = ", ".join(f"CAST(NULL AS {duckdb_type(t)}) AS {_quote(n)}" for n, t in scan.items())
         return f"CREATE OR REPLACE VIEW {table.name} AS SELECT {columns} WHERE false"
     columns = ", ".join(f"CAST({_quote(n)} AS {duckdb_type(t)}) AS {_quote(n)}" for n, t in scan.items())
+    # Paths relative to the lake root (the session's file_search_path, set by connect() and printed first
+    # by `radar views`): a view definition names no machine's folder, so a saved database or a pasted
+    # script works wherever the lake is.
+    root = Path(lake_root).resolve()
     if len(usable) == len(lake.table_files(lake_root, table)):
         folders = "/".join(["*"] * len(table.partition_by))
-        files = _sql_string(str(Path(lake_root).resolve() / table.name / folders / "*.parquet"))
+        files = _sql_string(f"{table.name}/{folders}/*.parquet")
     else:
-        files = "[" + ", ".join(_sql_string(str(p.resolve())) for p in usable) + "]"
+        files = "[" + ", ".join(_sql_string(p.resolve().relative_to(root).as_posix()) for p in usable) + "]"
     hive_types = "{" + ", ".join(f"'{k}': 'VARCHAR'" for k in table.partition_by) + "}"
     return load_sql(BASE_TEMPLATE, "duckdb").format(
         table=table.name, columns=columns, files=files, hive_types=hive_types
     )
 
 
+def search_path_sql(lake_root: Path, *also: Path) -> str:
+    """The statement that makes the views' relative paths resolve to ``lake_root`` (session-level: it is
+    not stored in the views, so the same definitions serve any copy of the lake); ``also``: more folders
+    searched after it (a comma-separated list in DuckDB: a folder whose name has a comma is left out)."""
+    folders = [str(lake_root), *(str(p) for p in also if "," not in str(p))]
+    return f"SET file_search_path = {_sql_string(','.join(folders))}"
+
+
 def view_statements(lake_root: Path) -> list[str]:
-    """Every statement that defines the views, in order (also what `radar views` prints)."""
+    """Every statement that defines the views, in order (also what `radar views` prints after the
+    ``SET file_search_path`` line). No statement holds an absolute path: file globs are relative to the
+    lake root."""
     out = [base_view_sql(lake_root, table) for table in TABLES.values()]
     for path in sorted((SQL_ROOT / "duckdb").glob("views_*.sql")):
-        text = path.read_text().replace("{lake_root}", str(Path(lake_root).resolve()))
+        text = path.read_text()
         out += [s.strip() for s in text.split(";\n") if s.strip() and not _only_comments(s)]
     return out
 
@@ -82,6 +100,8 @@ def _only_comments(sql: str) -> bool:
 def connect(lake_root: Path, database: str = ":memory:") -> duckdb.DuckDBPyConnection:
     """A DuckDB connection with every lake view defined."""
     conn = duckdb.connect(database)
+    # The lake first (the views), then the working directory (a user's own read_csv('x.csv') still works).
+    conn.execute(search_path_sql(Path(lake_root).resolve(), Path.cwd()))
     for statement in view_statements(lake_root):
         try:
             conn.execute(statement)
@@ -98,26 +118,59 @@ DATA_ERRORS: tuple[type[Exception], ...] = (
 )
 
 
-def query(lake_root: Path, sql: str) -> pl.DataFrame:
-    """Run one query over the lake views (what `radar sql` does).
+def one_line(exc: BaseException) -> str:
+    """DuckDB's message on one line: its caret line (``^^^^^``) dropped, the rest joined with " | "."""
+    lines = [line.strip() for line in str(exc).splitlines()]
+    return " | ".join(line for line in lines if line and set(line) != {"^"})
+
+
+@dataclass(frozen=True)
+class QueryRows:
+    """A query's result as DuckDB's own Python values (every type has one: INTERVAL is a timedelta,
+    DECIMAL a Decimal, UUID a UUID, BLOB bytes, LIST a list, STRUCT and MAP dicts, HUGEINT an int)."""
+
+    columns: list[str]
+    types: list[str]
+    rows: list[tuple[Any, ...]]
+
+
+def _run(lake_root: Path, sql: str, fetch: Callable[[duckdb.DuckDBPyRelation | None], T]) -> T:
+    """Run one query over the lake views and ``fetch`` its result.
 
     On a data error the lake's files are read one by one, the bad ones quarantined, and the query run once
-    more; any other failure (a typo, an unknown column) is a LakeError with DuckDB's message.
+    more; any other failure (a typo, an unknown column) is a LakeError with DuckDB's message on one line.
     """
     for attempt in range(2):
         conn = connect(lake_root)
         try:
-            result = conn.sql(sql)
-            return result.pl() if result is not None else pl.DataFrame()
+            return fetch(conn.sql(sql))
         except DATA_ERRORS as exc:
             mark = lake.incident_mark()
             vanished = (
                 0 if attempt else sum(lake.find_unreadable_files(lake_root, t)[1] for t in TABLES.values())
             )
             if attempt or not (vanished or lake.incidents_since(mark)):
-                raise lake.LakeError(f"DuckDB query failed: {exc}") from exc
+                raise lake.LakeError(f"DuckDB query failed: {one_line(exc)}") from exc
         except duckdb.Error as exc:
-            raise lake.LakeError(f"DuckDB query failed: {exc}") from exc
+            raise lake.LakeError(f"DuckDB query failed: {one_line(exc)}") from exc
         finally:
             conn.close()
     raise AssertionError("unreachable")
+
+
+def query(lake_root: Path, sql: str) -> pl.DataFrame:
+    """One query over the lake views as a polars frame (for lake types; `radar sql` uses query_rows, which
+    prints any DuckDB type: polars cannot take an INTERVAL through arrow)."""
+    return _run(lake_root, sql, lambda result: result.pl() if result is not None else pl.DataFrame())
+
+
+def query_rows(lake_root: Path, sql: str) -> QueryRows:
+    """One query over the lake views as DuckDB's Python values (what `radar sql` prints); a statement with
+    no result (``SET``, ``CREATE VIEW``) gives no columns."""
+
+    def fetch(result: duckdb.DuckDBPyRelation | None) -> QueryRows:
+        if result is None:
+            return QueryRows([], [], [])
+        return QueryRows(list(result.columns), [str(t) for t in result.types], result.fetchall())
+
+    return _run(lake_root, sql, fetch)

@@ -1,10 +1,17 @@
 """The schedules: a fleet snapshot every minute, samples every 15 minutes, the analysis 5 minutes after
 each, the weekly report on Mondays and compaction at night (UTC), unless the config file's [schedules]
-says otherwise. A run a schedule starts takes its run config's defaults, i.e. the config file's values."""
+says otherwise. A run a schedule starts takes its run config's defaults, i.e. the config file's values.
+
+Every schedule (and the deploy sensor) starts STOPPED (Dagster's default): loading the code location on a
+laptop must not begin polling a fleet. Switch on snapshot_schedule, samples_schedule and analysis_schedule
+(and the others you want) in the UI or with `dagster schedule start` (README, Orchestration)."""
+
+from datetime import UTC
 
 import dagster as dg
 
 from orchestration.jobs import analysis_job, compaction_job, report_job, samples_job, snapshot_job
+from orchestration.partitions import COLLECTION_DAYS
 from orchestration.run_config import definitions_settings
 
 CRONS = definitions_settings().settings.schedules
@@ -12,9 +19,8 @@ CRONS = definitions_settings().settings.schedules
 
 @dg.schedule(job=snapshot_job, cron_schedule=CRONS.snapshot, execution_timezone="UTC")
 def snapshot_schedule(context: dg.ScheduleEvaluationContext) -> dg.RunRequest:
-    """One fleet snapshot into the partition of the tick's UTC day."""
-    tick = context.scheduled_execution_time
-    return dg.RunRequest(run_key=tick.isoformat(), partition_key=tick.date().isoformat())
+    """One fleet snapshot "now" (the asset is not partitioned: counters cannot be read for the past)."""
+    return dg.RunRequest(run_key=context.scheduled_execution_time.isoformat())
 
 
 @dg.schedule(job=report_job, cron_schedule="0 6 * * 1", execution_timezone="UTC")
@@ -28,10 +34,12 @@ def weekly_report_schedule(context: dg.ScheduleEvaluationContext) -> dg.RunReque
 
 
 @dg.schedule(job=samples_job, cron_schedule=CRONS.samples, execution_timezone="UTC")
-def samples_schedule(context: dg.ScheduleEvaluationContext) -> dg.RunRequest:
-    """Every 15 minutes: today's samples from today's snapshots."""
-    tick = context.scheduled_execution_time
-    return dg.RunRequest(run_key=tick.isoformat(), partition_key=tick.date().isoformat())
+def samples_schedule(context: dg.ScheduleEvaluationContext) -> dg.RunRequest | dg.SkipReason:
+    """Every 15 minutes: the tick's day's samples, once a snapshot made that day a collection day."""
+    day = context.scheduled_execution_time.astimezone(UTC).date().isoformat()
+    if not context.instance.has_dynamic_partition(COLLECTION_DAYS, day):
+        return dg.SkipReason(f"no snapshot collected on {day} yet: nothing to sample")
+    return dg.RunRequest(run_key=context.scheduled_execution_time.isoformat(), partition_key=day)
 
 
 @dg.schedule(job=analysis_job, cron_schedule=CRONS.analysis, execution_timezone="UTC")

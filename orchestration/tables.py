@@ -1,24 +1,19 @@
 """Small rendering helpers for Dagster metadata."""
 
+from collections.abc import Mapping
 from typing import Any
 
 import dagster as dg
 import polars as pl
 
 from jobs.lake import incidents_since
+from jobs.publish.markdown import CellFormat, markdown_table
 
 
-def markdown_table(frame: pl.DataFrame, max_rows: int = 50) -> str:
-    if frame.is_empty():
-        return "_(no rows)_"
-    with pl.Config(
-        tbl_formatting="MARKDOWN",
-        tbl_hide_column_data_types=True,
-        tbl_hide_dataframe_shape=True,
-        tbl_rows=max_rows,
-        fmt_str_lengths=120,
-    ):
-        return str(frame.head(max_rows))
+def table_metadata(frame: pl.DataFrame, formats: Mapping[str, CellFormat] | None = None) -> dg.MetadataValue:
+    """A frame as Markdown metadata that renders as a table in the UI (jobs.publish.markdown: every asset
+    that shows a table goes through it, so cells are formatted and escaped the same way everywhere)."""
+    return dg.MetadataValue.md(markdown_table(frame, formats))
 
 
 def lake_incident_metadata(mark: int, log: Any = None) -> dict[str, Any]:

@@ -509,6 +509,8 @@ def test_the_samples_asset_names_quarantined_files_in_its_metadata(lake_root: Pa
     write_midnight_lake(lake_root)
     bad = truncated_copy(lake.table_files(lake_root, STATEMENT_SNAPSHOTS)[0])
     with dg.instance_for_test() as instance:
+        # the snapshots' days, as a snapshot run registers them (orchestration/partitions.py)
+        instance.add_dynamic_partitions("collection_days", ["2026-11-29", "2026-11-30"])
         result = dg.materialize(
             [query_samples],
             partition_key="2026-11-30",

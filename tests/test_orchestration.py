@@ -21,6 +21,7 @@ from orchestration.resources import DeployInboxResource, FleetResource, LakeReso
 from orchestration.schedules import snapshot_schedule
 from orchestration.sensors import deploy_inbox_sensor
 from tests.lakes import write_step_change_lake
+from tests.test_dagster_metadata import check_regressions_metadata
 
 pytestmark = pytest.mark.postgres
 
@@ -51,13 +52,12 @@ def test_snapshot_and_samples_assets_materialize_on_real_lake_files(
             with psycopg.connect(pg_fleet.server("alpha").dsn) as conn:
                 for i in range(5 + round_):
                     conn.execute("select %s::int * 2", [Int4(i)])
-            result = dg.materialize(
-                [statement_snapshots], partition_key=today, resources=res, instance=instance
-            )
+            result = dg.materialize([statement_snapshots], resources=res, instance=instance)
             assert result.success
         materialization = result.asset_materializations_for_node("statement_snapshots")[0]
         assert materialization.metadata["instances_ok"].value == 2
         assert materialization.metadata["table_stats_rows"].value >= 1  # the snapshot's table statistics
+        assert instance.get_dynamic_partitions("collection_days") == [today]  # registered by the run
         samples = dg.materialize(
             [query_samples],
             partition_key=today,
@@ -90,9 +90,8 @@ def test_snapshot_asset_names_failed_and_degraded_instances(
         '[[instances]]\nname = "gone"\ndsn = "postgresql://x@127.0.0.1:1/postgres"\n'
     )
     res = {**resources(pg_fleet, lake_root, tmp_path), "fleet": FleetResource(fleet_file=str(fleet_file))}
-    today = datetime.now(UTC).date().isoformat()
     with dg.instance_for_test() as instance:
-        result = dg.materialize([statement_snapshots], partition_key=today, resources=res, instance=instance)
+        result = dg.materialize([statement_snapshots], resources=res, instance=instance)
     metadata = result.asset_materializations_for_node("statement_snapshots")[0].metadata
     assert (metadata["instances_ok"].value, metadata["instances_failed"].value) == (1, 1)
     assert metadata["instances_degraded"].value == 1
@@ -101,17 +100,11 @@ def test_snapshot_asset_names_failed_and_degraded_instances(
     assert "pg_read_all_stats" in str(metadata["degraded_instances"].value)
 
 
-def test_snapshot_asset_refuses_a_backfill(pg_fleet: EmbeddedFleet, lake_root: Path, tmp_path: Path) -> None:
-    with dg.instance_for_test() as instance:
-        result = dg.materialize(
-            [statement_snapshots],
-            partition_key="2026-01-02",
-            resources=resources(pg_fleet, lake_root, tmp_path),
-            instance=instance,
-            raise_on_error=False,
-        )
-    assert not result.success
-    assert not lake.table_files(lake_root, "statement_snapshots")
+def test_snapshot_asset_offers_no_backfill() -> None:
+    """pg_stat_statements has no history: the asset has no partitions, so no past day can be asked for
+    (tests/test_dagster_metadata.py checks the collected-days partitions of the assets downstream)."""
+    assert statement_snapshots.partitions_def is None
+    assert defs.resolve_job_def("snapshot_job").partitions_def is None  # the schedule's job: "now" too
 
 
 def test_deploy_inbox_sensor_and_asset(pg_fleet: EmbeddedFleet, lake_root: Path, tmp_path: Path) -> None:
@@ -140,11 +133,11 @@ def test_deploy_inbox_sensor_and_asset(pg_fleet: EmbeddedFleet, lake_root: Path,
     assert lake.scan_table(lake_root, "deploy_events").collect()["version"].to_list() == ["v42"]
 
 
-def test_schedule_targets_the_ticks_day() -> None:
+def test_snapshot_schedule_runs_now() -> None:
     tick = datetime(2026, 11, 29, 23, 59, tzinfo=UTC)
     request = snapshot_schedule(dg.build_schedule_context(scheduled_execution_time=tick))
     assert isinstance(request, dg.RunRequest)
-    assert request.partition_key == "2026-11-29"
+    assert request.partition_key is None and request.run_key == tick.isoformat()
 
 
 def test_regressions_asset_and_its_check_on_real_lake_files(lake_root: Path) -> None:
@@ -171,6 +164,7 @@ def test_regressions_asset_and_its_check_on_real_lake_files(lake_root: Path) -> 
     assert detected["work_evidence"][0].startswith("shared blocks per call ×10")
     metadata = result.asset_materializations_for_node("regressions_and_plan_diffs")
     by_key = {m.asset_key.to_user_string(): m.metadata for m in metadata}
+    check_regressions_metadata(by_key)  # the metadata tables render as tables, cells formatted
     assert by_key["resource_regressions"]["detected"].value == 2  # the deploy's step, found by both analyses
     # ...and one finding (both analyses of one step), written to finding_states.
     assert by_key["findings"]["open"].value == 1 and by_key["findings"]["changed"].value == 1
@@ -191,7 +185,6 @@ def test_plan_snapshots_asset_captures_generic_plans(
 ) -> None:
     from orchestration.assets.plans import plan_snapshots
 
-    today = datetime.now(UTC).date().isoformat()
     server = pg_fleet.server("beta")
     with psycopg.connect(server.dsn, autocommit=True) as conn:
         conn.execute("create table if not exists plan_probe (id int primary key, v int)")
@@ -199,9 +192,7 @@ def test_plan_snapshots_asset_captures_generic_plans(
             conn.execute("select v from plan_probe where id = %s", [Int4(i)])
     res = resources(pg_fleet, lake_root, tmp_path)
     with dg.instance_for_test() as instance:
-        assert dg.materialize(
-            [statement_snapshots], partition_key=today, resources=res, instance=instance
-        ).success
+        assert dg.materialize([statement_snapshots], resources=res, instance=instance).success
         result = dg.materialize(
             [plan_snapshots], resources=res, instance=instance, run_config=plan_run_config(capture_plans=True)
         )
@@ -218,7 +209,6 @@ def test_plan_snapshots_with_capture_off_captures_nothing(
 ) -> None:
     from orchestration.assets.plans import plan_snapshots
 
-    today = datetime.now(UTC).date().isoformat()
     with psycopg.connect(pg_fleet.server("beta").dsn, autocommit=True) as conn:
         conn.execute("create table if not exists plan_probe (id int primary key, v int)")
         conn.execute("select v from plan_probe where id = %s", [Int4(1)])
@@ -226,7 +216,7 @@ def test_plan_snapshots_with_capture_off_captures_nothing(
     with dg.instance_for_test() as instance:
         # The snapshot job as the schedule runs it: its defaults (the config file's [plans]: off here).
         job = defs.resolve_job_def("snapshot_job")
-        run = job.execute_in_process(instance=instance, partition_key=today, resources=res)
+        run = job.execute_in_process(instance=instance, resources=res)
         assert run.success
         # ...and the asset alone, both switches given off explicitly.
         alone = dg.materialize(
@@ -250,6 +240,7 @@ def test_query_samples_backfill_is_one_run_over_the_range(lake_root: Path) -> No
 
     write_midnight_lake(lake_root)
     with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("collection_days", ["2026-11-29", "2026-11-30"])
         job = dg.define_asset_job("samples_backfill", selection=[query_samples]).resolve(
             asset_graph=dg.Definitions(
                 assets=[query_samples], resources={"lake": LakeResource(root=str(lake_root))}
@@ -274,7 +265,11 @@ def test_samples_and_analysis_schedules() -> None:
     from orchestration.schedules import analysis_schedule, samples_schedule
 
     tick = datetime(2026, 11, 29, 0, 15, tzinfo=UTC)
-    samples = samples_schedule(dg.build_schedule_context(scheduled_execution_time=tick))
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("collection_days", ["2026-11-29"])
+        samples = samples_schedule(
+            dg.build_schedule_context(instance=instance, scheduled_execution_time=tick)
+        )
     assert isinstance(samples, dg.RunRequest) and samples.partition_key == "2026-11-29"
     analysis = analysis_schedule(dg.build_schedule_context(scheduled_execution_time=tick))
     assert isinstance(analysis, dg.RunRequest) and analysis.partition_key is None

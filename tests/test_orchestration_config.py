@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -137,11 +136,9 @@ def test_unknown_or_mistyped_run_config_is_rejected_before_the_run(lake_root: Pa
 def test_bad_collector_run_config_fails_before_any_server_is_read(lake_root: Path, tmp_path: Path) -> None:
     fleet_file = tmp_path / "fleet.toml"  # nothing listens on port 1: reading it would be a failed row
     fleet_file.write_text('[[instances]]\nname = "db1"\ndsn = "postgresql://radar@127.0.0.1:1/postgres"\n')
-    today = datetime.now(UTC).date().isoformat()
     with dg.instance_for_test() as instance:
         result = dg.materialize(
             [statement_snapshots],
-            partition_key=today,
             resources={
                 "fleet": FleetResource(fleet_file=str(fleet_file)),
                 "lake": LakeResource(root=str(lake_root)),

@@ -240,15 +240,12 @@ def test_dagster_metadata_and_event_log_show_no_password(
 ) -> None:
     good = fleet_factory(["good"]).server("good")
     fleet_file = bad_fleet_file(tmp_path, good.dsn)
-    today = datetime.now(UTC).date().isoformat()
     resources = {
         "fleet": FleetResource(fleet_file=str(fleet_file)),
         "lake": LakeResource(root=str(lake_root)),
     }
     with dg.instance_for_test() as instance:
-        result = dg.materialize(
-            [statement_snapshots], partition_key=today, resources=resources, instance=instance
-        )
+        result = dg.materialize([statement_snapshots], resources=resources, instance=instance)
         assert result.success
         materialization = result.asset_materializations_for_node("statement_snapshots")[0]
         assert materialization.metadata["instances_failed"].value == len(CORPUS)

@@ -159,10 +159,21 @@ class ScheduleSettings:
     """Detection, plan diffs, alerts and drift: best a few minutes after each samples run."""
     compaction: str = "30 1 * * *"
     """Merging each closed day's files (and expiring old analysis rows)."""
+    freshness_periods: float = 3.0
+    """A collection asset (statement_snapshots, plan_snapshots, query_samples) is late (its Dagster
+    freshness policy fails) when its last materialization, by a Dagster run or a `radar` CLI run, is older
+    than this many periods of its schedule (snapshot, samples): 3 tolerates two missed ticks."""
 
     def __post_init__(self) -> None:
+        if not self.freshness_periods >= 1:
+            raise ConfigError(
+                "[schedules] freshness_periods must be at least 1 (a schedule period), "
+                f"not {self.freshness_periods}"
+            )
         for item in fields(self):
             value = getattr(self, item.name)
+            if item.name == "freshness_periods":
+                continue
             if not isinstance(value, str) or len(value.split()) != 5:
                 raise ConfigError(
                     f"[schedules] {item.name} must be a cron expression of 5 fields "

@@ -116,6 +116,30 @@ def table_cell(value: Any) -> str:
     return str(value)
 
 
+def cut_cell(text: str, width: int) -> str:
+    """``text`` on one line, at most ``width`` characters: cut with an ellipsis (0: never cut)."""
+    flat = text.replace("\r\n", "\n").replace("\n", "⏎")
+    return flat if not width or len(flat) <= width else flat[: max(width - 1, 1)] + "…"
+
+
+def table_width(columns: Sequence[str], cells: Sequence[Sequence[str]]) -> int:
+    """The characters a rich table of these cells needs on one line (borders and padding included)."""
+    widths = [max([len(c), *(len(row[i]) for row in cells)]) for i, c in enumerate(columns)]
+    return sum(w + 3 for w in widths) + 1
+
+
+def vertical_records(columns: Sequence[str], cells: Sequence[Sequence[str]]) -> str:
+    """One block per row, a ``column │ value`` line per column (psql's expanded display): what a table too
+    wide for the terminal folds to."""
+    pad = max(len(c) for c in columns)
+    blocks = []
+    for n, row in enumerate(cells, start=1):
+        lines = [f"─[ row {n} ]" + "─" * max(pad - 6, 4)]
+        lines += [f"{c.ljust(pad)} │ {v}" for c, v in zip(columns, row, strict=True)]
+        blocks.append("\n".join(lines))
+    return "\n".join(blocks)
+
+
 def cut_note(shown: int, total: int) -> str:
     return f"showing {shown} of {total} rows (--max-rows N shows more, --max-rows 0 all of them)"
 
@@ -130,11 +154,14 @@ def write_rows(
     title: str | None = None,
     max_rows: int | None = None,
     console: Any = None,
+    cell_width: int | None = None,
 ) -> int:
     """Write JSON-ready rows in ``fmt``; returns how many rows were written.
 
     ``max_rows`` None or 0: every row. When rows are left out, one line says so (on the table's console
-    for ``table``, on ``stderr`` otherwise, so stdout still parses).
+    for ``table``, on ``stderr`` otherwise, so stdout still parses). ``cell_width`` (table only; None: the
+    default folding table): each cell on one line, cut with an ellipsis at that many characters (0: never
+    cut), and when the table is still wider than the console the rows print as vertical records.
     """
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r} (one of {', '.join(FORMATS)})")
@@ -148,13 +175,27 @@ def write_rows(
         from rich.console import Console
         from rich.table import Table
 
-        table = Table(title=title, show_lines=False)
-        for name in columns:
-            table.add_column(name, overflow="fold")
-        for row in shown:
-            table.add_row(*(table_cell(row.get(c)) for c in columns))
         out = console or Console(file=stdout)
-        out.print(table)
+        if cell_width is not None and columns:
+            cells = [[cut_cell(table_cell(row.get(c)), cell_width) for c in columns] for row in shown]
+            if shown and table_width(columns, cells) > out.width:
+                if title:
+                    out.print(title, markup=False, highlight=False)
+                out.print(vertical_records(columns, cells), markup=False, highlight=False, soft_wrap=True)
+            else:
+                table = Table(title=title, show_lines=False)
+                for name in columns:
+                    table.add_column(name, no_wrap=True)
+                for line in cells:
+                    table.add_row(*line)
+                out.print(table, markup=False, highlight=False)
+        else:
+            table = Table(title=title, show_lines=False)
+            for name in columns:
+                table.add_column(name, overflow="fold")
+            for row in shown:
+                table.add_row(*(table_cell(row.get(c)) for c in columns))
+            out.print(table)
         if note:
             out.print(note, markup=False, highlight=False)
             note = None

@@ -24,7 +24,7 @@ from jobs.drift.scorer import INSUFFICIENT_SAMPLES
 from jobs.lake import incident_mark
 from orchestration.resources import LakeResource
 from orchestration.run_config import section_config, section_from_config
-from orchestration.tables import lake_incident_metadata, markdown_table
+from orchestration.tables import lake_incident_metadata, table_metadata
 
 DriftRunConfig = section_config("drift")  # [drift] of the config file
 
@@ -44,9 +44,7 @@ def latency_drift(config: DriftRunConfig, lake: LakeResource) -> dg.MaterializeR
             "series": drift.height,
             "drift": drift.filter(pl.col("status") == "drift").height,
             "watch": drift.filter(pl.col("status") == "watch").height,
-            "flagged": dg.MetadataValue.md(
-                markdown_table(flagged.select("instance", "status", "reason", "query", "js", "psi"))
-            ),
+            "flagged": table_metadata(flagged.select("instance", "status", "reason", "query", "js", "psi")),
         }
     )
 
@@ -140,7 +138,7 @@ def drift_sample_baselines(config: SampleBaselineRunConfig, lake: LakeResource) 
             "baseline_version": rows["baseline_version"][0],
             "pairs": rows.height,
             "instances": rows["instance"].n_unique(),
-            "by_instance_and_metric": dg.MetadataValue.md(markdown_table(summary.sort("instance", "metric"))),
+            "by_instance_and_metric": table_metadata(summary.sort("instance", "metric")),
             **lake_incident_metadata(mark),
         }
     )
@@ -178,11 +176,9 @@ def execution_drift(
             "no_baseline": drift.filter(pl.col("reason") == NO_BASELINE).height,
             "degenerate": degenerate_count(drift, drift_config),
             "psi_data_quality": drift.filter(pl.col("psi_data_quality")).height if drift.height else 0,
-            "by_metric": dg.MetadataValue.md(markdown_table(counts_by_metric(drift))),
-            "flagged": dg.MetadataValue.md(
-                markdown_table(
-                    flagged.select("instance", "metric", "flag", "reason", "js", "psi", "fingerprint")
-                )
+            "by_metric": table_metadata(counts_by_metric(drift)),
+            "flagged": table_metadata(
+                flagged.select("instance", "metric", "flag", "reason", "js", "psi", "fingerprint")
             ),
             **lake_incident_metadata(mark, context.log),
         }

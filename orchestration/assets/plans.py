@@ -4,6 +4,7 @@ snapshot job; its run config's capture_plans / ingest_auto_explain, off by defau
 import dagster as dg
 
 from jobs.collect.cycle import capture_fleet_plans, latest_snapshot_times
+from orchestration.freshness import COLLECTION_OWNERS, SNAPSHOT_FRESHNESS
 from orchestration.resources import FleetResource, LakeResource
 from orchestration.run_config import section_config, settings_from_config
 
@@ -15,6 +16,8 @@ PlansRunConfig = section_config("plans", exclude=("diff",))
     deps=["statement_snapshots"],
     group_name="collect",
     kinds={"postgres", "parquet"},
+    owners=COLLECTION_OWNERS,
+    freshness_policy=SNAPSHOT_FRESHNESS,
     description="Plans of each instance's top queries by total time at its latest snapshot "
     "(pg_store_plans when trusted, else EXPLAIN GENERIC_PLAN), plus new auto_explain records; "
     "run config capture_plans / ingest_auto_explain switch each (both off by default: nothing is run).",

@@ -11,7 +11,7 @@ from jobs.detect.findings import FINDING_STATUSES
 from jobs.regressions import DETECTED, SERIES_KEY
 from orchestration.resources import LakeResource
 from orchestration.run_config import section_config, settings_from_config
-from orchestration.tables import lake_incident_metadata, markdown_table
+from orchestration.tables import lake_incident_metadata, table_metadata
 
 # [detector] of the config file, nested tables included; full_run is this run's only.
 DetectorRunConfig = section_config(
@@ -87,6 +87,7 @@ def regressions_and_plan_diffs(config: DetectorRunConfig, lake: LakeResource):  
         "query",
         "before_mean_ms",
         "after_mean_ms",
+        (pl.col("after_mean_ms") / pl.col("before_mean_ms")).alias("slowdown_ratio"),
         "detected_change_at",
         "p_value",
         "plan_diff_summary",
@@ -97,7 +98,7 @@ def regressions_and_plan_diffs(config: DetectorRunConfig, lake: LakeResource):  
             "analysed": outcome.regressions.height + outcome.unannounced.height,
             "detected": detected.height,
             **lake_incident_metadata(mark),
-            "regressions": dg.MetadataValue.md(markdown_table(shown)),
+            "regressions": table_metadata(shown),
         },
     )
     resources = outcome.resource_detected
@@ -106,9 +107,7 @@ def regressions_and_plan_diffs(config: DetectorRunConfig, lake: LakeResource):  
         metadata={
             "analysed": outcome.resource_regressions.height,
             "detected": resources.height,
-            "regressions": dg.MetadataValue.md(
-                markdown_table(resources.select("analysis", "instance", "query", "summary"))
-            ),
+            "regressions": table_metadata(resources.select("analysis", "instance", "query", "summary")),
         },
     )
     slowdowns = outcome.instance_slowdowns
@@ -117,9 +116,7 @@ def regressions_and_plan_diffs(config: DetectorRunConfig, lake: LakeResource):  
         metadata={
             "episodes": slowdowns.height,
             "findings_suppressed": int(slowdowns["findings_suppressed"].sum()) if slowdowns.height else 0,
-            "episodes_table": dg.MetadataValue.md(
-                markdown_table(slowdowns.select("analysis", "instance", "began_at", "summary"))
-            ),
+            "episodes_table": table_metadata(slowdowns.select("analysis", "instance", "began_at", "summary")),
         },
     )
     yield dg.MaterializeResult(asset_key="plan_diffs", metadata={"diffs": outcome.plan_diffs.height})
@@ -129,11 +126,9 @@ def regressions_and_plan_diffs(config: DetectorRunConfig, lake: LakeResource):  
         metadata={
             "changed": outcome.finding_changes.height,
             **{status: int((findings["status"] == status).sum()) for status in FINDING_STATUSES},
-            "shown": dg.MetadataValue.md(
-                markdown_table(
-                    outcome.shown_findings.select(
-                        "status", "analysis", "instance", "query", "deploy_version", "detected_change_at"
-                    )
+            "shown": table_metadata(
+                outcome.shown_findings.select(
+                    "status", "analysis", "instance", "query", "deploy_version", "detected_change_at"
                 )
             ),
         },

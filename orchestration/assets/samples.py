@@ -6,21 +6,26 @@ import dagster as dg
 
 from jobs.lake import incident_mark
 from jobs.samples import run_samples_job
-from orchestration.partitions import daily
+from orchestration.freshness import COLLECTION_OWNERS, SAMPLES_FRESHNESS
+from orchestration.partitions import collection_days
 from orchestration.resources import LakeResource
 from orchestration.run_config import section_config, section_from_config
-from orchestration.tables import lake_incident_metadata, markdown_table
+from orchestration.tables import lake_incident_metadata, table_metadata
 
 SamplesRunConfig = section_config("samples")  # [samples] of the config file
 
 
 @dg.asset(
-    partitions_def=daily,
+    partitions_def=collection_days,
     backfill_policy=dg.BackfillPolicy.single_run(),
     deps=["statement_snapshots"],
     group_name="analyse",
     kinds={"polars", "parquet"},
-    description="Per-interval deltas of every statement (invalid deltas dropped and counted by reason).",
+    owners=COLLECTION_OWNERS,
+    freshness_policy=SAMPLES_FRESHNESS,
+    description="Per-interval deltas of every statement (invalid deltas dropped and counted by reason), "
+    "one partition per collected UTC day (`collection_days`, added by the snapshot runs). A run appends "
+    "what is new since the watermark; a backfill of several days rebuilds them from the snapshots.",
 )
 def query_samples(
     context: dg.AssetExecutionContext,
@@ -43,7 +48,7 @@ def query_samples(
             "instances": report.instances,
             "files_written": report.files_written,
             "seconds": round(report.seconds, 3),
-            "dropped": dg.MetadataValue.md(markdown_table(report.dropped_counts)),
+            "dropped": table_metadata(report.dropped_counts),
             **lake_incident_metadata(mark, context.log),
         }
     )

@@ -1,7 +1,6 @@
-"""statement_snapshots: one snapshot of the whole fleet per run, into today's partition."""
+"""statement_snapshots: one snapshot of the whole fleet per run ("now": not partitioned)."""
 
 from dataclasses import replace
-from datetime import UTC, datetime
 
 import dagster as dg
 import polars as pl
@@ -9,10 +8,11 @@ import polars as pl
 from jobs.collect.collector import snapshot_fleet
 from jobs.collect.table_stats import table_stats_after_snapshot
 from jobs.lake import incident_mark
-from orchestration.partitions import daily
+from orchestration.freshness import COLLECTION_OWNERS, SNAPSHOT_FRESHNESS
+from orchestration.partitions import lake_days, register_collection_days
 from orchestration.resources import FleetResource, LakeResource
 from orchestration.run_config import definitions_settings, section_config, section_from_config
-from orchestration.tables import lake_incident_metadata, markdown_table
+from orchestration.tables import lake_incident_metadata, table_metadata
 
 # [collector] of the config file. A run's collector: the fleet file's [collector], under the config file's
 # keys (LoadedSettings.collector_for, as the CLI), under what this run's config changed.
@@ -20,11 +20,14 @@ CollectorRunConfig = section_config("collector")
 
 
 @dg.asset(
-    partitions_def=daily,
     group_name="collect",
     kinds={"postgres", "parquet"},
-    description="Cumulative pg_stat_statements counters of every fleet instance, one snapshot per run. "
-    "pg_stat_statements cannot be backfilled: only today's partition can be materialized.",
+    owners=COLLECTION_OWNERS,
+    freshness_policy=SNAPSHOT_FRESHNESS,
+    description="Cumulative pg_stat_statements counters (and table statistics) of every fleet instance: "
+    "one snapshot per run, into the lake's folder of the run's UTC day. Not partitioned: "
+    "pg_stat_statements holds only *now*, so there is nothing to backfill. Each run adds its day to the "
+    "`collection_days` partitions of the daily assets (query_samples).",
 )
 def statement_snapshots(
     context: dg.AssetExecutionContext,
@@ -32,12 +35,6 @@ def statement_snapshots(
     fleet: FleetResource,
     lake: LakeResource,
 ) -> dg.MaterializeResult:
-    today = datetime.now(UTC).date().isoformat()
-    if context.partition_key != today:
-        raise dg.Failure(
-            f"statement_snapshots reads live counters: partition {context.partition_key} cannot be "
-            f"backfilled (today is {today})"
-        )
     fleet_config = fleet.load()
     base = definitions_settings().collector_for(fleet_config)
     collector = section_from_config("collector", config, "statement_snapshots", base=base)
@@ -52,6 +49,10 @@ def statement_snapshots(
         context.log.warning(f"snapshot failed: {failed.reason}")
     for degraded in result.degraded:
         context.log.warning(f"snapshot degraded: {degraded.instance}: {degraded.reason}")
+    # The days this lake holds (today's included once a snapshot attempt is written) become partitions.
+    days = register_collection_days(context.instance, lake_days(lake.path))
+    if days:
+        context.log.info(f"collection days added: {', '.join(days)}")
     if not result.ok:
         raise dg.Failure(f"every instance failed: {'; '.join(r.reason for r in result.failed)}")
     return dg.MaterializeResult(
@@ -66,7 +67,7 @@ def statement_snapshots(
             "table_stats_problems": "; ".join(f"{i.instance}: {p}" for i in stats for p in i.problems)
             or "none",
             "bytes_written": sum(r.bytes_written for r in result.results),
-            "per_instance": dg.MetadataValue.md(markdown_table(pl.DataFrame(result.summary_rows()))),
+            "per_instance": table_metadata(pl.DataFrame(result.summary_rows()), {"bytes": "bytes"}),
             **lake_incident_metadata(mark, context.log),
         }
     )

@@ -1,0 +1,68 @@
+"""What the CLI tells Dagster: a `radar snapshot` / `radar samples` / `radar detect` run outside Dagster
+reports a runless materialization of the asset it produced, so the UI shows when the data was last
+written instead of "Never materialized".
+
+The CLI (jobs/cli.py, which never imports dagster at its top) imports this module lazily, only when a
+Dagster instance is configured (``DAGSTER_HOME`` set), and turns any error into one warning line: telling
+Dagster is never a reason for a collection to fail.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+
+from orchestration.partitions import COLLECTION_DAYS, lake_days, register_collection_days
+
+DAGSTER_HOME_ENV = "DAGSTER_HOME"
+PARTITIONED_ASSETS = frozenset({"query_samples"})
+"""Assets partitioned by ``collection_days``: their event names the day's partition."""
+
+
+def dagster_configured() -> bool:
+    """A Dagster instance to report to: ``DAGSTER_HOME`` names a folder."""
+    return bool(os.environ.get(DAGSTER_HOME_ENV, "").strip())
+
+
+def _metadata_value(value: Any) -> Any:
+    return value if isinstance(value, bool | int | float | str) or value is None else str(value)
+
+
+def report_cli_materializations(
+    assets: Sequence[str],
+    lake_root: Path,
+    metadata: Mapping[str, Any],
+    *,
+    days: Sequence[str],
+    instance: dg.DagsterInstance | None = None,
+) -> list[str]:
+    """Register the lake's collected days as ``collection_days`` partitions and record one runless
+    materialization per asset (one per day of ``days`` for the daily ones); returns the asset keys reported.
+    ``instance``: the one of ``DAGSTER_HOME`` when None."""
+    own = instance is None
+    target = dg.DagsterInstance.get() if own else instance
+    assert target is not None
+    try:
+        register_collection_days(target, [*lake_days(lake_root), *days])
+        plain = {"source": "radar CLI", **{k: _metadata_value(v) for k, v in metadata.items()}}
+        for asset in assets:
+            for partition in sorted(days) if asset in PARTITIONED_ASSETS else [None]:
+                target.report_runless_asset_event(
+                    dg.AssetMaterialization(
+                        asset_key=asset,
+                        partition=partition,
+                        metadata=plain,
+                        description=f"written by the radar CLI (not a Dagster run); lake {lake_root}",
+                    )
+                )
+        return list(assets)
+    finally:
+        if own:
+            target.dispose()
+
+
+__all__ = ["COLLECTION_DAYS", "dagster_configured", "report_cli_materializations"]
