@@ -18,14 +18,8 @@ packages=(chromium)
 mkdir -p "${state}"
 rm -f "${status_file}"
 
-skip() {
-    echo "SKIP: $*"
-    printf 'SKIP: %s\n' "$*" >"${status_file}"
-    exit 0
-}
-
-now() { date +%s.%N; }
-since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
+# shellcheck source=../tier_lib.sh
+. "${repo}/tests/tiers/tier_lib.sh"
 
 chromium_path() {
     if [ -x /usr/bin/chromium ]; then
@@ -46,19 +40,6 @@ ok() {
 
 [ -n "$(chromium_path)" ] && ok
 
-[ "$(id -u)" = 0 ] || skip "not root: cannot apt-get install ${packages[*]} (install it, then rerun)"
-command -v apt-get >/dev/null || skip "no apt-get on this machine: cannot install ${packages[*]}"
-started="$(now)"
-echo "apt-get update (once) and install ${packages[*]} ..."
-export DEBIAN_FRONTEND=noninteractive
-apt_opts=(-o DPkg::Lock::Timeout=300 -o Acquire::Retries=2 -o Acquire::http::Timeout=30)
-if ! apt-get "${apt_opts[@]}" update -qq >"${state}/apt-update.log" 2>&1; then
-    skip "apt-get update failed (package registry unreachable?): $(tail -n 1 "${state}/apt-update.log")"
-fi
-if ! apt-get "${apt_opts[@]}" install -y -qq --no-install-recommends "${packages[@]}" \
-    >"${state}/apt-install.log" 2>&1; then
-    skip "apt-get install ${packages[*]} failed: $(tail -n 1 "${state}/apt-install.log")"
-fi
+apt_install "${packages[@]}"
 [ -n "$(chromium_path)" ] || skip "${packages[*]} installed but no chromium executable found"
-echo "apt: $(since "${started}") s"
 ok

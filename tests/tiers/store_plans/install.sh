@@ -26,14 +26,8 @@ packages=("postgresql-${pg_major}" "postgresql-server-dev-${pg_major}")
 mkdir -p "${state}"
 rm -f "${status_file}"
 
-skip() {
-    echo "SKIP: $*"
-    printf 'SKIP: %s\n' "$*" >"${status_file}"
-    exit 0
-}
-
-now() { date +%s.%N; }
-since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
+# shellcheck source=../tier_lib.sh
+. "${repo}/tests/tiers/tier_lib.sh"
 
 extension_installed() {
     [ -x "${pg_bin}/postgres" ] && [ -x "${pg_config}" ] || return 1
@@ -56,21 +50,8 @@ if extension_installed; then
 fi
 
 if ! pgxs_present; then
-    [ "$(id -u)" = 0 ] || skip "not root: cannot apt-get install ${packages[*]} (install them, then rerun)"
-    command -v apt-get >/dev/null || skip "no apt-get on this machine: cannot install ${packages[*]}"
-    started="$(now)"
-    echo "apt-get update (once) and install ${packages[*]} ..."
-    export DEBIAN_FRONTEND=noninteractive
-    apt_opts=(-o DPkg::Lock::Timeout=300 -o Acquire::Retries=2 -o Acquire::http::Timeout=30)
-    if ! apt-get "${apt_opts[@]}" update -qq >"${state}/apt-update.log" 2>&1; then
-        skip "apt-get update failed (package registry unreachable?): $(tail -n 1 "${state}/apt-update.log")"
-    fi
-    if ! apt-get "${apt_opts[@]}" install -y -qq --no-install-recommends "${packages[@]}" \
-        >"${state}/apt-install.log" 2>&1; then
-        skip "apt-get install ${packages[*]} failed: $(tail -n 1 "${state}/apt-install.log")"
-    fi
+    apt_install "${packages[@]}"
     pgxs_present || skip "${packages[*]} installed but ${pg_config} --pgxs has no PGXS makefile or server headers"
-    echo "apt: $(since "${started}") s"
 fi
 
 [ -f "${tarball}" ] || skip "pg_store_plans source not found at ${tarball}"
