@@ -165,8 +165,10 @@ def test_installer_skips_cleanly_when_it_cannot_install_and_tests_give_its_reaso
     base = Path(tempfile.mkdtemp(prefix="prr-store-plans-skip-"))
     try:
         base.chmod(0o755)
-        script = base / "install.sh"
+        (base / "store_plans").mkdir(mode=0o755)
+        script = base / "store_plans" / "install.sh"  # beside the tiers' shared library, as in the repo
         shutil.copy(INSTALLER, script)
+        shutil.copy(INSTALLER.parent.parent / "tier_lib.sh", base / "tier_lib.sh")
         script.chmod(0o755)
         state = base / "state"
         state.mkdir()

@@ -16,7 +16,7 @@ since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
 # apt_install PACKAGE...: one `apt-get update` and a non-interactive install as root; SKIP when not root,
 # without apt-get, or when either step fails (the last log line is the reason).
 apt_install() {
-    [ "$(id -u)" = 0 ] || skip "not root: cannot apt-get install $* (install it, then rerun)"
+    [ "$(id -u)" = 0 ] || skip "not root: cannot apt-get install $* (install them, then rerun)"
     command -v apt-get >/dev/null || skip "no apt-get on this machine: cannot install $*"
     local started
     started="$(now)"

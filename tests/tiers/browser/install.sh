@@ -19,7 +19,8 @@ mkdir -p "${state}"
 rm -f "${status_file}"
 
 # shellcheck source=../tier_lib.sh
-. "${repo}/tests/tiers/tier_lib.sh"
+tier_lib="$(dirname "$0")/../tier_lib.sh"
+. "${tier_lib}" || { echo "install.sh: cannot read ${tier_lib}" >&2; exit 1; }
 
 chromium_path() {
     if [ -x /usr/bin/chromium ]; then

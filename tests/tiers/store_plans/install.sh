@@ -27,7 +27,8 @@ mkdir -p "${state}"
 rm -f "${status_file}"
 
 # shellcheck source=../tier_lib.sh
-. "${repo}/tests/tiers/tier_lib.sh"
+tier_lib="$(dirname "$0")/../tier_lib.sh"
+. "${tier_lib}" || { echo "install.sh: cannot read ${tier_lib}" >&2; exit 1; }
 
 extension_installed() {
     [ -x "${pg_bin}/postgres" ] && [ -x "${pg_config}" ] || return 1
