@@ -1167,6 +1167,13 @@ def cmd_config(args: argparse.Namespace) -> int:
             f"fleet valid: {len(fleet.instances)} instances ({', '.join(fleet.instance_names)})",
             markup=False,
         )
+        count = loaded.settings.schedules.shard_count
+        if count > 1:  # which Dagster run (shard partition) collects each instance
+            from jobs.collect.shards import fleet_shard, shard_key
+
+            for shard in range(count):
+                names = ", ".join(i.name for i in fleet_shard(fleet, shard, count).instances) or "(none)"
+                say(args, f"{shard_key(shard)}: {names}", markup=False)
     return 0
 
 

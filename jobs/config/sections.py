@@ -149,7 +149,8 @@ class AlertsConfig:
 
 @dataclass(frozen=True)
 class ScheduleSettings:
-    """[schedules]: when Dagster's schedules start their jobs (cron expressions, UTC)."""
+    """[schedules]: when Dagster's schedules start their jobs (cron expressions, UTC), and over how many
+    shards (separate runs) the fleet is split."""
 
     snapshot: str = "* * * * *"
     """A fleet snapshot (and the plan capture, when on)."""
@@ -163,8 +164,20 @@ class ScheduleSettings:
     """A collection asset (statement_snapshots, plan_snapshots, query_samples) is late (its Dagster
     freshness policy fails) when its last materialization, by a Dagster run or a `radar` CLI run, is older
     than this many periods of its schedule (snapshot, samples): 3 tolerates two missed ticks."""
+    shard_count: int = 1
+    """Dagster runs the collection and the samples once per shard (partitions shard-0..shard-<n-1>); an
+    instance's shard is a stable hash of its name (jobs.collect.shards). 1: one run covers the whole fleet,
+    the assets are not partitioned by shard. Changing it moves instances between shards (nothing is lost:
+    the lake is keyed by instance)."""
 
     def __post_init__(self) -> None:
+        from jobs.collect.shards import MAX_SHARDS  # stdlib-only module
+
+        count = self.shard_count
+        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_SHARDS:
+            raise ConfigError(
+                f"[schedules] shard_count must be an integer between 1 and {MAX_SHARDS}, not {count!r}"
+            )
         if not self.freshness_periods >= 1:
             raise ConfigError(
                 "[schedules] freshness_periods must be at least 1 (a schedule period), "
@@ -172,7 +185,7 @@ class ScheduleSettings:
             )
         for item in fields(self):
             value = getattr(self, item.name)
-            if item.name == "freshness_periods":
+            if item.name in ("freshness_periods", "shard_count"):
                 continue
             if not isinstance(value, str) or len(value.split()) != 5:
                 raise ConfigError(
