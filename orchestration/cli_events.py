@@ -16,11 +16,34 @@ from typing import Any
 
 import dagster as dg
 
-from orchestration.partitions import COLLECTION_DAYS, lake_days, register_collection_days
+from jobs.collect.shards import shard_keys
+from orchestration.partitions import (
+    COLLECTION_DAYS,
+    DAY_DIMENSION,
+    SHARD_COUNT,
+    SHARD_DIMENSION,
+    lake_days,
+    register_collection_days,
+)
 
 DAGSTER_HOME_ENV = "DAGSTER_HOME"
 PARTITIONED_ASSETS = frozenset({"query_samples"})
 """Assets partitioned by ``collection_days``: their event names the day's partition."""
+SHARDED_ASSETS = frozenset({"statement_snapshots", "plan_snapshots", "query_samples"})
+"""Assets partitioned by shard when [schedules] shard_count is above 1: a CLI run covers every shard."""
+
+
+def cli_partitions(asset: str, days: Sequence[str], shard_count: int = SHARD_COUNT) -> list[str | None]:
+    """The partitions a CLI run of the whole fleet materialized of ``asset``: its days, times every shard
+    when the definitions are sharded; [None] for an unpartitioned asset."""
+    daily = sorted(days) if asset in PARTITIONED_ASSETS else [None]
+    if shard_count <= 1 or asset not in SHARDED_ASSETS:
+        return list(daily)
+    return [
+        key if day is None else dg.MultiPartitionKey({DAY_DIMENSION: day, SHARD_DIMENSION: key})
+        for day in daily
+        for key in shard_keys(shard_count)
+    ]
 
 
 def dagster_configured() -> bool:
@@ -50,7 +73,7 @@ def report_cli_materializations(
         register_collection_days(target, [*lake_days(lake_root), *days])
         plain = {"source": "radar CLI", **{k: _metadata_value(v) for k, v in metadata.items()}}
         for asset in assets:
-            for partition in sorted(days) if asset in PARTITIONED_ASSETS else [None]:
+            for partition in cli_partitions(asset, days):
                 target.report_runless_asset_event(
                     dg.AssetMaterialization(
                         asset_key=asset,

@@ -65,6 +65,10 @@ defs = dg.Definitions(
         compaction_schedule,
     ],
     sensors=[deploy_inbox_sensor],
+    # Steps of one run in separate processes (`make dev` and the tests): a step that dies (out of memory, a
+    # native crash) fails its step, not the run's other steps. Shards are separate runs (partitions), which
+    # the deployment's run launcher places; each run's steps go through this executor.
+    executor=dg.multiprocess_executor,
     resources={
         "fleet": FleetResource(),
         "lake": LakeResource(root=settings.lake.root),

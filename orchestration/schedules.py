@@ -11,16 +11,22 @@ from datetime import UTC
 import dagster as dg
 
 from orchestration.jobs import analysis_job, compaction_job, report_job, samples_job, snapshot_job
-from orchestration.partitions import COLLECTION_DAYS
+from orchestration.partitions import COLLECTION_DAYS, SHARD_COUNT, shard_run_requests
 from orchestration.run_config import definitions_settings
 
 CRONS = definitions_settings().settings.schedules
 
 
+def _one_or_per_shard(requests: list[dg.RunRequest]) -> dg.RunRequest | list[dg.RunRequest]:
+    return requests[0] if len(requests) == 1 else requests
+
+
 @dg.schedule(job=snapshot_job, cron_schedule=CRONS.snapshot, execution_timezone="UTC")
-def snapshot_schedule(context: dg.ScheduleEvaluationContext) -> dg.RunRequest:
-    """One fleet snapshot "now" (the asset is not partitioned: counters cannot be read for the past)."""
-    return dg.RunRequest(run_key=context.scheduled_execution_time.isoformat())
+def snapshot_schedule(context: dg.ScheduleEvaluationContext) -> dg.RunRequest | list[dg.RunRequest]:
+    """One fleet snapshot "now" (never a past day: counters cannot be read for the past); with [schedules]
+    shard_count above 1, one run per shard (separate runs: a failing shard stops no other)."""
+    key = context.scheduled_execution_time.isoformat()
+    return _one_or_per_shard(shard_run_requests(SHARD_COUNT, key))
 
 
 @dg.schedule(job=report_job, cron_schedule="0 6 * * 1", execution_timezone="UTC")
@@ -34,12 +40,17 @@ def weekly_report_schedule(context: dg.ScheduleEvaluationContext) -> dg.RunReque
 
 
 @dg.schedule(job=samples_job, cron_schedule=CRONS.samples, execution_timezone="UTC")
-def samples_schedule(context: dg.ScheduleEvaluationContext) -> dg.RunRequest | dg.SkipReason:
-    """Every 15 minutes: the tick's day's samples, once a snapshot made that day a collection day."""
+def samples_schedule(
+    context: dg.ScheduleEvaluationContext,
+) -> dg.RunRequest | list[dg.RunRequest] | dg.SkipReason:
+    """Every 15 minutes: the tick's day's samples, once a snapshot made that day a collection day (one run
+    per shard with [schedules] shard_count above 1)."""
     day = context.scheduled_execution_time.astimezone(UTC).date().isoformat()
     if not context.instance.has_dynamic_partition(COLLECTION_DAYS, day):
         return dg.SkipReason(f"no snapshot collected on {day} yet: nothing to sample")
-    return dg.RunRequest(run_key=context.scheduled_execution_time.isoformat(), partition_key=day)
+    return _one_or_per_shard(
+        shard_run_requests(SHARD_COUNT, context.scheduled_execution_time.isoformat(), day)
+    )
 
 
 @dg.schedule(job=analysis_job, cron_schedule=CRONS.analysis, execution_timezone="UTC")

@@ -57,3 +57,15 @@ def fleet_shard(fleet: FleetConfig, shard: int, shard_count: int) -> FleetConfig
     """The fleet cut to one shard's instances (none is fine: an empty shard has nothing to do)."""
     kept = tuple(i for i in fleet.instances if shard_of(i.name, shard_count) == shard)
     return replace(fleet, instances=kept, source=f"{fleet.source} (shard {shard} of {shard_count})")
+
+
+def fleet_of_shards(fleet: FleetConfig, shards: Iterable[int] | None, shard_count: int) -> FleetConfig:
+    """The fleet cut to the instances of ``shards`` (None: the whole fleet, unsharded), in name order."""
+    if shards is None:
+        return fleet
+    wanted = set(shards)
+    kept = tuple(
+        sorted((i for i in fleet.instances if shard_of(i.name, shard_count) in wanted), key=lambda i: i.name)
+    )
+    label = ", ".join(str(s) for s in sorted(wanted))
+    return replace(fleet, instances=kept, source=f"{fleet.source} (shards {label} of {shard_count})")
