@@ -5,6 +5,8 @@ to do, a shard whose instances all fail fails alone, and the fleet-wide analysis
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -21,6 +23,7 @@ from orchestration.assets.plans import build_plan_snapshots
 from orchestration.assets.regressions import regressions_and_plan_diffs
 from orchestration.assets.samples import build_query_samples
 from orchestration.assets.snapshots import build_statement_snapshots
+from orchestration.cli_events import cli_partitions
 from orchestration.partitions import DAY_DIMENSION, SHARD_DIMENSION, shard_run_requests
 from orchestration.resources import DeployInboxResource, FleetResource, LakeResource
 
@@ -151,6 +154,10 @@ def test_sharded_assets_in_process_over_4_shards(
         assert lake_instances(lake_root, "query_samples") == {"alpha", "beta"}
         analysis = defs.resolve_job_def("fleet_analysis").execute_in_process(instance=instance)
         assert analysis.success
+    # The analysis is fleet-wide: one unpartitioned run after the shards, reading every shard's samples.
+    parents = defs.resolve_asset_graph().get(dg.AssetKey("performance_regressions")).parent_keys
+    assert dg.AssetKey("query_samples") in parents
+    assert lake_instances(lake_root, "performance_regressions") == {"alpha", "beta"}
 
 
 @pytest.mark.slow  # each step of each run is a fresh Python process importing dagster and polars
@@ -193,3 +200,46 @@ def test_sharded_assets_with_the_multiprocess_executor_over_4_shards(
         assert any("multiprocess" in (e.message or "").lower() for e in engine)  # not in-process
         findings = instance.get_latest_materialization_event(dg.AssetKey("performance_regressions"))
         assert findings is not None
+
+
+def test_cli_runs_report_every_shards_partition() -> None:
+    """A `radar snapshot` / `radar samples` run covers the whole fleet: its events name every shard."""
+    assert cli_partitions("statement_snapshots", ["2026-12-01"], 1) == [None]
+    assert cli_partitions("query_samples", ["2026-12-01"], 1) == ["2026-12-01"]
+    assert cli_partitions("statement_snapshots", ["2026-12-01"], 2) == ["shard-0", "shard-1"]
+    assert cli_partitions("query_samples", ["2026-12-01"], 2) == ["2026-12-01|shard-0", "2026-12-01|shard-1"]
+    assert cli_partitions("findings", ["2026-12-01"], 2) == [None]  # the analysis is fleet-wide
+
+
+PROBE = """
+from datetime import UTC, datetime
+import dagster as dg
+from orchestration.definitions import defs
+from orchestration.schedules import samples_schedule, snapshot_schedule
+print(defs.resolve_job_def("snapshot_job").partitions_def.get_partition_keys())
+print(type(defs.resolve_job_def("samples_job").partitions_def).__name__)
+print(defs.resolve_job_def("analysis_job").partitions_def)
+with dg.instance_for_test() as instance:
+    tick = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
+    context = dg.build_schedule_context(instance=instance, scheduled_execution_time=tick)
+    print([r.partition_key for r in snapshot_schedule(context)])
+    instance.add_dynamic_partitions("collection_days", ["2026-12-01"])
+    print([r.partition_key for r in samples_schedule(context)])
+"""
+
+
+@pytest.mark.slow  # a fresh process loading the definitions (about 5 s)
+def test_definitions_load_sharded_from_the_config_file(tmp_path: Path) -> None:
+    """shard_count is read when the definitions load: the jobs, the partitions and the schedules follow."""
+    config = tmp_path / "radar.toml"
+    config.write_text("[schedules]\nshard_count = 4\n")
+    env = {**os.environ, "RADAR_CONFIG": str(config)}
+    out = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, check=True)
+    keys = [f"shard-{i}" for i in range(4)]
+    assert out.stdout.splitlines() == [
+        str(keys),
+        "MultiPartitionsDefinition",
+        "None",  # the fleet-wide analysis is not partitioned
+        str(keys),
+        str([f"2026-12-01|{k}" for k in keys]),
+    ]
