@@ -90,3 +90,35 @@ def test_config_check_lists_each_shards_instances(
     assert main(["--config", str(config), "--fleet-file", str(fleet), "config", "check"]) == 0
     out = capsys.readouterr().out
     assert "shard-0: (none)\nshard-1: beta\nshard-2: alpha\nshard-3: db-0001\n" in out
+
+
+def test_samples_per_instance_write_what_one_run_writes(tmp_path) -> None:
+    """A shard's samples run takes the samples lock per instance: same files' rows, same report sums."""
+    from datetime import date
+
+    import polars as pl
+
+    from jobs import lake
+    from jobs.samples import SampleConfig, run_samples_job, run_samples_per_instance
+    from tests.test_compaction import write_snapshots
+
+    one, per = tmp_path / "one", tmp_path / "per"
+    for root in (one, per):
+        for instance in ("alpha", "beta", "db-0001"):
+            write_snapshots(root, date(2026, 11, 30), 4, instance=instance)
+    together = run_samples_job(one, instances=["alpha", "db-0001"])
+    apart = run_samples_per_instance(per, SampleConfig(), ["alpha", "db-0001"])
+    assert (apart.instances, apart.snapshot_rows, apart.sample_rows, apart.files_written) == (
+        together.instances,
+        together.snapshot_rows,
+        together.sample_rows,
+        together.files_written,
+    )
+    assert apart.sample_rows > 0
+    assert apart.dropped_counts.equals(together.dropped_counts)
+
+    def samples(root) -> pl.DataFrame:
+        return lake.scan_table(root, "query_samples").collect().sort("instance", "queryid", "interval_end")
+
+    assert samples(per).equals(samples(one))
+    assert set(samples(per)["instance"]) == {"alpha", "db-0001"}  # beta is not in these shards

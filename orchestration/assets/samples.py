@@ -7,7 +7,7 @@ import dagster as dg
 
 from jobs.collect.shards import names_in_shards
 from jobs.lake import incident_mark
-from jobs.samples import lake_instances, run_samples_job
+from jobs.samples import lake_instances, run_samples_job, run_samples_per_instance
 from orchestration.freshness import COLLECTION_OWNERS, SAMPLES_FRESHNESS
 from orchestration.partitions import SHARD_COUNT, run_days, run_shards, samples_partitions, shard_label
 from orchestration.resources import LakeResource
@@ -50,8 +50,14 @@ def build_query_samples(shard_count: int) -> dg.AssetsDefinition:
         sample_config = section_from_config("samples", config, "query_samples")
         if first != last:
             dates = (date.fromisoformat(first), date.fromisoformat(last))
-            run_samples_job(lake.path, sample_config, instances=names, dates=dates)
-        report = run_samples_job(lake.path, sample_config, instances=names, mode="append")
+            if names is None:
+                run_samples_job(lake.path, sample_config, dates=dates)
+            else:
+                run_samples_per_instance(lake.path, sample_config, names, dates=dates)
+        if names is None:
+            report = run_samples_job(lake.path, sample_config, mode="append")
+        else:  # a shard: the samples lock per instance, so the other shards' runs are not kept waiting
+            report = run_samples_per_instance(lake.path, sample_config, names, mode="append")
         context.log.info(
             f"{first}..{last}, {shard_label(shards)}: {report.snapshot_rows} snapshot rows -> "
             f"{report.sample_rows} samples"
