@@ -29,6 +29,7 @@ import polars as pl
 from jobs.collect.deploys import DeployEvent, write_deploy_events
 from jobs.lake import stem_for, write_table
 from jobs.schemas import QUERY_TEXTS, SNAPSHOT_RUNS, STATEMENT_SNAPSHOTS
+from jobs.simulate.fleet import query_text  # one home of the generated statement texts
 
 START = datetime(2026, 11, 1, 0, 0, tzinfo=UTC)
 STEP = timedelta(minutes=1)
@@ -43,8 +44,6 @@ LATE_DEPLOY_MINUTES = 10
 MIN_DEPLOY_GAP_MINUTES = 15
 """Deploys of one instance lie further apart than the change point tolerance (12 min by default), so which
 deploy a step belongs to is never ambiguous."""
-_WORDS = "abcdefghijklmnopqrstuvwxyz"
-_COLUMNS = ("id", "amount", "status", "created_at", "customer_id", "note")
 
 
 @dataclass(frozen=True)
@@ -102,21 +101,6 @@ class GeneratedLake:
 
 def instance_name(i: int) -> str:
     return f"inst-{i:03d}"
-
-
-def _word(k: int, width: int = 3) -> str:
-    letters = []
-    for _ in range(width):
-        k, r = divmod(k, len(_WORDS))
-        letters.append(_WORDS[r])
-    return "".join(reversed(letters))
-
-
-def query_text(k: int) -> str:
-    """The k-th query shape: distinct tables (letters only: libpg_query folds some trailing digits), so
-    every query of an instance has its own fingerprint."""
-    column = _COLUMNS[k % len(_COLUMNS)]
-    return f"select {column}, amount from t_{_word(k)} where customer_id = $1 and status = $2"
 
 
 def _deploy_minutes(rng: np.random.Generator, shape: LakeShape, count: int) -> np.ndarray:
