@@ -407,12 +407,13 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
 
     fleet = load_fleet(args)
     plans = settings_of(args).plans
+    on_collect = fleet.collector.samples_on_collect
     table_stats_problems: dict[str, list[str]] = {}
     with status(f"snapshotting {len(fleet.instances)} instances"):
-        if plans.capture_plans or plans.ingest_auto_explain:  # only then the plan modules are imported
+        if plans.capture_plans or plans.ingest_auto_explain or on_collect:  # only then the cycle's imports
             from jobs.collect.cycle import run_cycle
 
-            outcome = run_cycle(fleet, lake_root(args), settings_of(args).cycle_config())
+            outcome = run_cycle(fleet, lake_root(args), settings_of(args).cycle_config(fleet.collector))
             result = outcome.snapshot
         else:
             from jobs.collect.collector import snapshot_fleet
@@ -425,7 +426,8 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     if outcome is not None:
         table_stats_problems = outcome.table_stats_problems
     rows = result.summary_rows()
-    if outcome is not None:
+    plans_on = outcome is not None and (plans.capture_plans or plans.ingest_auto_explain)
+    if plans_on:
         for row in rows:
             name = row["instance"]
             row["plans_captured"] = outcome.plans_captured.get(name) if plans.capture_plans else None
@@ -433,7 +435,7 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
                 outcome.auto_explain_records.get(name) if plans.ingest_auto_explain else None
             )
             row["plan_error"] = outcome.plan_errors.get(name)
-    columns = [*SNAPSHOT_COLUMNS, *(PLAN_COLUMNS if outcome is not None else ())]
+    columns = [*SNAPSHOT_COLUMNS, *(PLAN_COLUMNS if plans_on else ())]
     frame = pl.DataFrame([{c: row.get(c) for c in columns} for row in rows], infer_schema_length=None)
     table_columns = [c for c in columns if c not in ("reason", "plan_error")]
     show_rows(args, frame, "snapshot", columns=table_columns)
@@ -449,13 +451,25 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     if outcome is not None:
         for error in outcome.plan_errors.values():
             say(args, f"[yellow]plans[/yellow] {_escape(scrub(error, *fleet.dsns()))}")
+        if outcome.samples is not None:
+            say(
+                args,
+                f"samples appended ([collector] samples_on_collect): {outcome.samples.sample_rows} rows "
+                f"from {outcome.samples.snapshot_rows} snapshot rows",
+            )
+        if outcome.samples_error is not None:
+            say(args, f"[yellow]samples[/yellow] {_escape(scrub(outcome.samples_error, *fleet.dsns()))}")
         if plans.ingest_auto_explain and not any(i.log_dir for i in fleet.instances):
             say(
                 args,
                 "[yellow]--auto-explain[/yellow]: no instance has a log_dir in the fleet file: nothing read",
             )
     if result.ok:
-        assets = ["statement_snapshots", *(["plan_snapshots"] if outcome is not None else [])]
+        assets = [
+            "statement_snapshots",
+            *(["plan_snapshots"] if plans_on else []),
+            *(["query_samples"] if outcome is not None and outcome.samples is not None else []),
+        ]
         metadata = {
             "instances_ok": len(result.ok),
             "instances_failed": len(result.failed),

@@ -359,3 +359,18 @@ def test_an_append_under_other_sample_settings_rebuilds_the_instance(tmp_path: P
     expected = samples_from_snapshots(snapshots, runs, stricter).samples
     assert lake_samples(tmp_path).equals(sorted_samples(expected))
     assert run_samples_job(tmp_path, stricter).rebuilt_for_settings == ()  # the same settings: an append
+
+
+def test_samples_on_collect_is_read_from_the_effective_collector_table() -> None:
+    """cycle_config carries [samples] only when the effective [collector] (the fleet file's with the config
+    file's keys on top, passed by the CLI) says samples_on_collect."""
+    from jobs.config.fleet import CollectorConfig
+    from jobs.config.sections import RadarSettings
+
+    samples = SampleConfig(min_executions=3)
+    off = RadarSettings(samples=samples)
+    assert off.cycle_config().samples is None
+    on = RadarSettings(samples=samples, collector=CollectorConfig(samples_on_collect=True))
+    assert on.cycle_config().samples == samples
+    assert off.cycle_config(CollectorConfig(samples_on_collect=True)).samples == samples
+    assert on.cycle_config(CollectorConfig()).samples is None

@@ -4,16 +4,20 @@ being called (pg_stat_statements keeps its entry; the collector snapshots it eve
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import polars as pl
 
 from jobs import lake
+from jobs.collect.cycle import CycleConfig, run_cycle
+from jobs.detect.config import SampleConfig
 from jobs.fleet import EmbeddedFleet
-from jobs.samples import run_samples_job
+from jobs.lake import LakeConfig, exclusive_lock
+from jobs.samples import SAMPLES_LOCK, run_samples_job
 from jobs.schemas import QUERY_SAMPLES
 from tests.conftest import FleetFactory
-from tests.pg_workload import Workload, one_instance, reset_statements, snapshot_phase
+from tests.pg_workload import SNAPSHOT_EVERY, Workload, one_instance, reset_statements, snapshot_phase
 
 ORDER = ["queryid", "dbid", "userid", "toplevel", "interval_end"]
 
@@ -45,3 +49,34 @@ def test_appended_real_samples_equal_one_rebuild(fleet_factory: FleetFactory, tm
     assert appended.height > 20
     expected = samples_of(rebuilt)
     assert appended.equals(expected)
+
+
+def test_samples_on_collect_append_after_each_cycle_and_equal_one_rebuild(
+    fleet_factory: FleetFactory, tmp_path: Path
+) -> None:
+    """[collector] samples_on_collect: each collection cycle appends the samples of the instances it
+    snapshotted; after the cycles they equal one rebuild of the lake. A samples failure (another run holds
+    the samples lock) is reported and the snapshot stays."""
+    fleet: EmbeddedFleet = fleet_factory(["alpha"])
+    dsn, config = one_instance(fleet, "alpha")
+    lake_root, rebuilt = tmp_path / "lake", tmp_path / "rebuilt"
+    cycle = CycleConfig(samples=SampleConfig(), lake=LakeConfig(lock_wait_s=0.2))
+    appended_rows = []
+    with Workload(dsn, ["select count(*) from pg_class where relpages >= %s"]):
+        for _ in range(6):
+            started = time.monotonic()
+            result = run_cycle(config, lake_root, cycle)
+            assert result.samples is not None and result.samples_error is None
+            appended_rows.append(result.samples.sample_rows)
+            time.sleep(max(0.0, SNAPSHOT_EVERY - (time.monotonic() - started)))
+        with exclusive_lock(lake_root, SAMPLES_LOCK):
+            blocked = run_cycle(config, lake_root, cycle)
+    assert appended_rows[0] == 0 and sum(appended_rows[1:]) > 0  # the first snapshot has no predecessor
+    assert blocked.samples is None and blocked.samples_error is not None
+    assert "alpha" in blocked.samples_error and "lock" in blocked.samples_error
+    assert blocked.snapshot is not None and [r.instance for r in blocked.snapshot.ok] == ["alpha"]
+    run_cycle(config, lake_root, cycle)  # the next cycle catches up with the blocked one's interval too
+    appended = samples_of(lake_root)
+    run_samples_job(lake_root, out_root=rebuilt, mode="rebuild")
+    assert appended.equals(samples_of(rebuilt))
+    assert CycleConfig().samples is None  # off unless [collector] samples_on_collect

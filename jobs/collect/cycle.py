@@ -22,9 +22,12 @@ from jobs.collect.collector import FleetSnapshotResult, snapshot_fleet
 from jobs.collect.table_stats import table_stats_after_snapshot
 from jobs.collect.texts import strictest_query_text
 from jobs.config import ConfigError, FleetConfig, InstanceConfig
+from jobs.detect.config import SampleConfig
+from jobs.lake import LakeConfig, LakeError
 from jobs.plans.auto_explain import AutoExplainConfig, ingest_auto_explain_logs
 from jobs.plans.capture import PlanCaptureConfig, capture_plans, select_plan_candidates, write_plan_snapshots
 from jobs.redaction import scrub
+from jobs.samples import SamplesJobReport, run_samples_per_instance
 from jobs.schemas import QUERY_TEXTS, SNAPSHOT_RUNS, STATEMENT_SNAPSHOTS
 
 
@@ -37,6 +40,10 @@ class CycleConfig:
     plans: PlanCaptureConfig = field(default_factory=PlanCaptureConfig)
     auto_explain: AutoExplainConfig = field(default_factory=AutoExplainConfig)
     """Limits of the auto_explain log reader."""
+    samples: SampleConfig | None = None
+    """With a config (``[collector] samples_on_collect``): append the samples of the instances this cycle
+    snapshotted, right after their snapshots (jobs.samples append mode); None: the samples job does it."""
+    lake: LakeConfig | None = None
 
 
 @dataclass
@@ -49,6 +56,10 @@ class CycleResult:
     """table_stats_snapshots rows written per instance."""
     table_stats_problems: dict[str, list[str]] = field(default_factory=dict)
     """Per instance: each database (or the instance) whose table statistics were not read, and why."""
+    samples: SamplesJobReport | None = None
+    """The samples appended after the snapshot (samples_on_collect), else None."""
+    samples_error: str | None = None
+    """Why appending the samples failed (the snapshot itself is kept)."""
 
 
 def _cycle_statements(
@@ -137,4 +148,12 @@ def run_cycle(fleet: FleetConfig, lake_root: Path, config: CycleConfig = CycleCo
         result.table_stats_rows[item.instance] = item.frame.height
         if item.problems:
             result.table_stats_problems[item.instance] = item.problems
+    if config.samples is not None and snapshot.ok:
+        collected = sorted({r.instance for r in snapshot.ok})
+        try:
+            result.samples = run_samples_per_instance(
+                lake_root, config.samples, collected, lake_config=config.lake, mode="append"
+            )
+        except (LakeError, OSError, pl.exceptions.PolarsError) as exc:  # the snapshot is already written
+            result.samples_error = scrub(f"samples not appended for {', '.join(collected)}: {exc}")
     return result

@@ -99,6 +99,11 @@ class CollectorConfig:
     then by name); the others are named as skipped."""
     table_stats_max_tables: int = 10_000
     """At most this many tables per database (the most recently analysed first)."""
+    samples_on_collect: bool = False
+    """After each collection cycle of `radar snapshot`, append the per-interval samples of the instances it
+    snapshotted (against each entry's previous snapshot, from the samples frontier), so the samples are
+    current when the snapshot lands and no later run scans raw snapshots of past days. A samples failure is
+    reported, never a failed collection. Dagster runs the query_samples asset instead."""
 
     def __post_init__(self) -> None:
         for item in fields(self):

@@ -251,8 +251,10 @@ class RadarSettings:
     def report_config(self) -> WeeklyReportConfig:
         return as_base(WeeklyReportConfig, self.report)
 
-    def cycle_config(self) -> CycleConfig:
-        """One collection cycle's config from [plans]."""
+    def cycle_config(self, collector: CollectorConfig | None = None) -> CycleConfig:
+        """One collection cycle's config from [plans], and [samples] when ``collector`` (the effective
+        [collector], e.g. the fleet file's with this file's keys on top; else this file's) says
+        samples_on_collect."""
         from jobs.collect.cycle import CycleConfig
 
         return CycleConfig(
@@ -260,4 +262,6 @@ class RadarSettings:
             ingest_auto_explain=self.plans.ingest_auto_explain,
             plans=self.plans.capture_config(),
             auto_explain=self.plans.auto_explain,
+            samples=self.samples if (collector or self.collector).samples_on_collect else None,
+            lake=self.lake_config(),
         )
