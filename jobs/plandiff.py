@@ -514,3 +514,31 @@ def write_plan_diffs(lake_root: Path, diffs: pl.DataFrame, computed_at: datetime
     return write_table(
         lake_root, PLAN_DIFFS, diffs, {"date": computed_at.strftime("%Y-%m-%d")}, stem_for(computed_at)
     )
+
+
+def plan_diff_rows(plan_diff: str | None) -> list[tuple[str, str, str]]:
+    """The changed parts of a plan as (what, before, after) rows from plan_diffs.plan_diff (JSON of
+    jobs.plandiff.PlanDiff): root node, node types / indexes / relations only on one side, estimated
+    cost, and where each plan came from. Empty when no structured diff was computed."""
+    if not plan_diff:
+        return []
+    diff = json.loads(plan_diff)
+
+    def listed(items: list[str] | None) -> str:
+        return ", ".join(items or []) or "–"
+
+    rows = [("root node", str(diff.get("root_before") or "–"), str(diff.get("root_after") or "–"))]
+    for label, key in (("node types", "node_types"), ("indexes", "indexes"), ("relations", "relations")):
+        removed, added = diff.get(f"{key}_removed") or [], diff.get(f"{key}_added") or []
+        if removed or added:
+            rows.append((f"{label} only on one side", listed(removed), listed(added)))
+    if diff.get("cost_before") is not None or diff.get("cost_after") is not None:
+        ratio = f" (×{diff['cost_ratio']:.3g})" if diff.get("cost_ratio") else ""
+        before, after = diff.get("cost_before") or 0, diff.get("cost_after") or 0
+        rows.append(("estimated cost", f"{before:,.0f}", f"{after:,.0f}{ratio}"))
+    if diff.get("before_source") or diff.get("after_source"):
+        rows.append(
+            ("captured by", f"{diff.get('before_source')} {str(diff.get('before_captured_at') or '')[:16]}",
+             f"{diff.get('after_source')} {str(diff.get('after_captured_at') or '')[:16]}")
+        )  # fmt: skip
+    return rows

@@ -403,7 +403,8 @@ class _Run:
             if calib is not None:
                 calib.end_scenario(scenario)
         if interleaved:
-            asymmetries = _interleaved_asymmetries(cycles, config)
+            # reported only: each cycle was already judged on its own corrected comparison
+            asymmetries = _asymmetries([(c.cycle, c.calibration) for c in cycles], config)
             for measurement, asymmetry in asymmetries.items():
                 notes.append(
                     f"A/A asymmetry of {measurement} ×{asymmetry.ratio:.3f} (CI {asymmetry.ci[0]:.3f}–"
@@ -421,19 +422,16 @@ class _Run:
         assert self.calib is not None
         base = self.sides[BASELINE]
         self.calib.start_scenario(scenario, params)
-        results: dict[str, list[CycleResult]] = {WALLCLOCK: [], TAIL: []}
         try:
-            for k, (first, _) in enumerate(
-                cycle_order(self.config.calibration_cycles, self.config.cycle_order)
-            ):
-                cycle = self._cycle(scenario, k, first, (base, self.calib), record=False, ci_stop=False)
-                for measurement, got in results.items():
-                    comparison = cycle.comparisons.get(measurement)
-                    if comparison is not None:
-                        got.append(CycleResult(k, comparison.ratio, comparison.ci))
+            cycles = [
+                self._cycle(scenario, k, first, (base, self.calib), record=False, ci_stop=False)
+                for k, (first, _) in enumerate(
+                    cycle_order(self.config.calibration_cycles, self.config.cycle_order)
+                )
+            ]
         finally:
             self.calib.end_scenario(scenario)
-        return {m: estimate_asymmetry(got, "aa", self.config) for m, got in results.items() if got}
+        return _asymmetries([(c.cycle, c.comparisons) for c in cycles], self.config)
 
     def _cycle(
         self,
@@ -581,15 +579,18 @@ def _interleaved_comparisons(
     return calibration, corrected
 
 
-def _interleaved_asymmetries(cycles: Sequence[ScenarioCycle], config: GateConfig) -> dict[str, Asymmetry]:
-    """What the interleaved A/A measured over the cycles, for the report (each cycle was already judged on
-    its own corrected comparison; nothing here changes a verdict)."""
+def _asymmetries(
+    per_cycle: Sequence[tuple[int, dict[str, MeasurementComparison]]], config: GateConfig
+) -> dict[str, Asymmetry]:
+    """The A/A asymmetry of wallclock and of its tail row, each from that statistic's own copy / baseline
+    comparisons over the calibration cycles (``(cycle index, comparisons)``; a cycle without one is left
+    out). A CPU neighbour inflates the mean more than the median, so the two are estimated apart."""
     out = {}
     for measurement in (WALLCLOCK, TAIL):
         got = [
-            CycleResult(c.cycle, c.calibration[measurement].ratio, c.calibration[measurement].ci)
-            for c in cycles
-            if measurement in c.calibration
+            CycleResult(k, comparisons[measurement].ratio, comparisons[measurement].ci)
+            for k, comparisons in per_cycle
+            if measurement in comparisons
         ]
         if got:
             out[measurement] = estimate_asymmetry(got, "aa", config)

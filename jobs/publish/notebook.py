@@ -7,7 +7,6 @@ relative to the working directory points nowhere. The lake is found by one fixed
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ import polars as pl
 
 import jobs
 from jobs import lake
+from jobs.plandiff import plan_diff_rows
 from jobs.plans.shape import PlanFormatError, node_label, plan_root
 from jobs.schemas import TABLES
 
@@ -317,25 +317,10 @@ def plan_outline(plan_json: str | None) -> str:
 
 
 def plan_diff_table(plan_diff: str | None) -> pl.DataFrame:
-    """The stored plan diff (jobs.plandiff JSON) as (what, before, after) rows of the parts that changed."""
+    """The stored plan diff (jobs.plandiff JSON) as (what, before, after) rows of the parts that changed:
+    the weekly report's rows (jobs.plandiff.plan_diff_rows), as a dataframe."""
     schema = {"what": pl.String, "before": pl.String, "after": pl.String}
-    if not plan_diff:
-        return pl.DataFrame(schema=schema)
-    diff = json.loads(plan_diff)
-    rows = [
-        ("plan source", diff.get("before_source"), diff.get("after_source")),
-        ("captured at", _when(diff.get("before_captured_at")), _when(diff.get("after_captured_at"))),
-        ("root node", diff.get("root_before"), diff.get("root_after")),
-        ("estimated cost", diff.get("cost_before"), diff.get("cost_after")),
-        ("shape", diff.get("before_shape_hash"), diff.get("after_shape_hash")),
-    ]
-    for part in ("node_types", "indexes", "relations"):
-        removed, added = diff.get(f"{part}_removed") or [], diff.get(f"{part}_added") or []
-        if removed or added:
-            rows.append((part.replace("_", " "), ", ".join(removed) or "-", ", ".join(added) or "-"))
-    return pl.DataFrame(
-        [(what, _text(before), _text(after)) for what, before, after in rows], schema=schema, orient="row"
-    )
+    return pl.DataFrame(plan_diff_rows(plan_diff), schema=schema, orient="row")
 
 
 def _when(value: object) -> str | None:
@@ -344,11 +329,3 @@ def _when(value: object) -> str | None:
         return None
     moment = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
     return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-def _text(value: object) -> str | None:
-    if value is None:
-        return None
-    if isinstance(value, float):
-        return f"{value:,.1f}"
-    return str(value)
