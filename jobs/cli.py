@@ -18,7 +18,8 @@ if TYPE_CHECKING:
     import polars as pl
 
     from jobs.config import FleetConfig
-    from jobs.lake import LakeConfig
+from jobs.lake import LakeConfig
+from jobs.storage import LakePath, lake_path
 
 DEFAULT_LAKE = Path("data/lake")
 DEFAULT_FLEET_FILE = Path("data/fleet.toml")
@@ -255,8 +256,12 @@ def settings_of(args: argparse.Namespace) -> Any:
     return loaded_settings(args).settings
 
 
-def lake_root(args: argparse.Namespace) -> Path:
-    return Path(args.lake)
+def lake_root(args: argparse.Namespace) -> LakePath:
+    """The lake ``--lake`` (or ``[lake] root``) names: a folder, ``file://``, ``s3://``, ``gs://`` or ``az://``."""
+    try:
+        return lake_path(args.lake)
+    except ValueError as exc:
+        raise SystemExit(f"radar: --lake: {exc}") from None
 
 
 def lake_config(args: argparse.Namespace) -> LakeConfig:
@@ -613,7 +618,7 @@ def cmd_alerts(args: argparse.Namespace) -> int:
 
     alerts = settings_of(args).alerts
     report = send_alerts(
-        Path(args.lake), alerts, retry_dead_letters=args.retry_dead_letters, lake_config=lake_config(args)
+        lake_root(args), alerts, retry_dead_letters=args.retry_dead_letters, lake_config=lake_config(args)
     )
     if not report.sinks:
         console.print(
@@ -737,7 +742,7 @@ def _gate_scenarios(args: argparse.Namespace, settings: Any) -> int:
     if args.json:
         write_report_file(Path(args.json), text)
     if args.lake_write:
-        root = Path(args.lake) if args.lake else Path(settings.lake.root)
+        root = lake_path(args.lake or settings.lake.root)
         written = write_gate_results(root, report)
         say(args, f"gate results written to {_escape(str(written))}")
     return report.exit_code

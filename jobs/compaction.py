@@ -5,6 +5,11 @@ merges a closed day's files into one, built in a staging folder beside the lake,
 folder and the live partition with one ``renameat2(RENAME_EXCHANGE)``: a reader lists either all the old
 files or the merged one, never both (double counting) and never neither. Only days at least
 ``min_age_days`` old are touched, so no collector is still writing into them.
+
+On an object store (no directory exchange) the merged file is one PUT whose Parquet metadata lists the
+files it replaces (``radar.replaces``), then those files are deleted. Readers never double count in between:
+the lake's file listing drops any file a present compacted file replaces (``lake.usable_files``). A
+compaction that died between the PUT and the deletes is finished by the next one.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import json
 import os
 import shutil
 import uuid
@@ -34,6 +40,7 @@ from jobs.schemas import (
     STATEMENT_SNAPSHOTS,
     TableSchema,
 )
+from jobs.storage import LakePath, ObjectPath, lake_path
 
 # Analysis-row tables: one file per detection run in the run's date partition; closed days are compacted,
 # days older than LakeConfig.analysis_retention_days expire.
@@ -80,24 +87,21 @@ def partition_sort_key(table: TableSchema) -> list[str]:
     return [c for c in table.primary_key if c not in table.partition_by]
 
 
-def _merge(files: list[Path], table: TableSchema) -> pl.DataFrame:
-    return (
-        pl.scan_parquet(
-            files,
-            schema=table.polars_schema,
-            missing_columns="insert",
-            extra_columns="ignore",
-            cast_options=lake.CAST_OPTIONS,
-        )
-        .sort(partition_sort_key(table), nulls_last=True)
-        .collect()
-    )
+def _merge(files: list[LakePath], table: TableSchema) -> pl.DataFrame:
+    return lake.scan_file_columns(files, table).sort(partition_sort_key(table), nulls_last=True).collect()
 
 
-def _merge_readable(lake_root: Path, table: TableSchema, folder: Path) -> tuple[list[Path], pl.DataFrame]:
+def _partition_files(folder: LakePath) -> list[LakePath]:
+    """The partition's Parquet files a reader would use (on an object store, minus replaced ones)."""
+    return lake.drop_replaced(sorted(folder.glob("*.parquet")))
+
+
+def _merge_readable(
+    lake_root: LakePath, table: TableSchema, folder: LakePath
+) -> tuple[list[LakePath], pl.DataFrame]:
     """The partition's files and their merged rows; unreadable files are quarantined first (we hold the
     compaction lock, so moving them is safe) and the rest merged."""
-    files = sorted(folder.glob("*.parquet"))
+    files = _partition_files(folder)
     if len(files) <= 1:
         return files, pl.DataFrame()
     try:
@@ -110,7 +114,7 @@ def _merge_readable(lake_root: Path, table: TableSchema, folder: Path) -> tuple[
                 continue
             if problem is not None:
                 lake.quarantine_file(lake_root, table, path, problem, compaction_held=True)
-    files = sorted(folder.glob("*.parquet"))
+    files = _partition_files(folder)
     if len(files) <= 1:
         return files, pl.DataFrame()
     try:
@@ -120,7 +124,7 @@ def _merge_readable(lake_root: Path, table: TableSchema, folder: Path) -> tuple[
 
 
 def compact_partition(
-    lake_root: Path, table: TableSchema, folder: Path, config: lake.LakeConfig | None = None
+    lake_root: LakePath, table: TableSchema, folder: LakePath, config: lake.LakeConfig | None = None
 ) -> PartitionCompaction | None:
     """Merge one partition folder's files into one and swap it in; None when there is nothing to merge.
 
@@ -128,6 +132,9 @@ def compact_partition(
     into the staging folder (a file that arrived meanwhile, a writer's temp file, a foreign file) is moved
     back into the partition.
     """
+    lake_root = lake_path(lake_root)
+    if isinstance(folder, ObjectPath):
+        return _compact_object_partition(lake_root, table, folder, config)
     files, merged = _merge_readable(lake_root, table, folder)
     if len(files) <= 1:
         return None
@@ -158,11 +165,33 @@ def compact_partition(
     return PartitionCompaction(table.name, partition, len(files), merged.height)
 
 
-def _date_folders(lake_root: Path, table: TableSchema) -> list[Path]:
+def _compact_object_partition(
+    lake_root: LakePath, table: TableSchema, folder: ObjectPath, config: lake.LakeConfig | None
+) -> PartitionCompaction | None:
+    """Object store: PUT the merged file (naming what it replaces), then delete what it replaces. A
+    previous compaction's leftovers (files a present merged file replaces) are deleted first."""
+    for leftover in sorted(set(folder.glob("*.parquet")) - set(_partition_files(folder))):
+        leftover.unlink(missing_ok=True)
+    files, merged = _merge_readable(lake_root, table, folder)
+    if len(files) <= 1:
+        return None
+    target = folder / f"compacted-{files[0].stem}-{files[-1].stem}.parquet"
+    names = sorted(f.name for f in files if f != target)
+    lake.write_file(target, table, merged, config=config, metadata={lake.REPLACES_KEY: json.dumps(names)})
+    for path in files:
+        if path != target:
+            path.unlink(missing_ok=True)
+    partition = str(folder.relative_to(lake_path(lake_root) / table.name))
+    return PartitionCompaction(table.name, partition, len(files), merged.height)
+
+
+def _date_folders(lake_root: LakePath, table: TableSchema) -> list[LakePath]:
     """The table's partition folders that end in a date (``instance=*/date=*`` or ``date=*``)."""
     pattern = "/".join(f"{key}=*" for key in table.partition_by)
     return (
-        sorted((Path(lake_root) / table.name).glob(pattern)) if table.partition_by[-1:] == ("date",) else []
+        sorted((lake_path(lake_root) / table.name).glob(pattern))
+        if table.partition_by[-1:] == ("date",)
+        else []
     )
 
 
@@ -174,7 +203,7 @@ class ExpiredPartition:
 
 
 def expire_analysis_rows(
-    lake_root: Path,
+    lake_root: LakePath,
     *,
     today: date,
     retention_days: int,
@@ -196,13 +225,13 @@ def expire_analysis_rows(
                 path.unlink(missing_ok=True)
             with contextlib.suppress(OSError):
                 folder.rmdir()
-            relative = folder.relative_to(Path(lake_root) / table.name)
+            relative = folder.relative_to(lake_path(lake_root) / table.name)  # type: ignore[arg-type]
             expired.append(ExpiredPartition(table.name, str(relative), len(files)))
     return expired
 
 
 def compact_lake(
-    lake_root: Path,
+    lake_root: LakePath,
     *,
     today: date | None = None,
     min_age_days: int = 1,

@@ -17,6 +17,7 @@ import polars as pl
 from jobs import lake
 from jobs.schemas import TABLES, TableSchema
 from jobs.sqlfiles import SQL_ROOT, load_sql
+from jobs.storage import LakePath, ObjectPath, duckdb_filesystem, lake_path
 
 BASE_TEMPLATE = "base_table_view"
 T = TypeVar("T")
@@ -50,9 +51,10 @@ def _sql_string(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def base_view_sql(lake_root: Path, table: TableSchema) -> str:
+def base_view_sql(lake_root: LakePath, table: TableSchema) -> str:
     """The table's view: a glob over its files, after the lake's envelope check moved bad files to the
-    quarantine (out of the glob); when a bad file could not be moved, the view lists the good files."""
+    quarantine (out of the glob); when a bad file could not be moved, the view lists the good files.
+    On an object store the paths are full URIs, read through the filesystem ``connect`` registers."""
     scan = table.scan_schema()
     usable = lake.usable_files(lake_root, table)
     if not usable:
@@ -62,19 +64,21 @@ def base_view_sql(lake_root: Path, table: TableSchema) -> str:
     # Paths relative to the lake root (the session's file_search_path, set by connect() and printed first
     # by `radar views`): a view definition names no machine's folder, so a saved database or a pasted
     # script works wherever the lake is.
-    root = Path(lake_root).resolve()
+    root = lake_path(lake_root).resolve()
+    prefix = f"{root}/" if isinstance(root, ObjectPath) else ""
     if len(usable) == len(lake.table_files(lake_root, table)):
         folders = "/".join(["*"] * len(table.partition_by))
-        files = _sql_string(f"{table.name}/{folders}/*.parquet")
+        files = _sql_string(f"{prefix}{table.name}/{folders}/*.parquet")
     else:
-        files = "[" + ", ".join(_sql_string(p.resolve().relative_to(root).as_posix()) for p in usable) + "]"
+        names = [str(p.resolve().relative_to(root)) for p in usable]  # type: ignore[arg-type]
+        files = "[" + ", ".join(_sql_string(f"{prefix}{name}") for name in names) + "]"
     hive_types = "{" + ", ".join(f"'{k}': 'VARCHAR'" for k in table.partition_by) + "}"
     return load_sql(BASE_TEMPLATE, "duckdb").format(
         table=table.name, columns=columns, files=files, hive_types=hive_types
     )
 
 
-def search_path_sql(lake_root: Path, *also: Path) -> str:
+def search_path_sql(lake_root: LakePath, *also: LakePath) -> str:
     """The statement that makes the views' relative paths resolve to ``lake_root`` (session-level: it is
     not stored in the views, so the same definitions serve any copy of the lake); ``also``: more folders
     searched after it (a comma-separated list in DuckDB: a folder whose name has a comma is left out)."""
@@ -82,7 +86,7 @@ def search_path_sql(lake_root: Path, *also: Path) -> str:
     return f"SET file_search_path = {_sql_string(','.join(folders))}"
 
 
-def view_statements(lake_root: Path) -> list[str]:
+def view_statements(lake_root: LakePath) -> list[str]:
     """Every statement that defines the views, in order (also what `radar views` prints after the
     ``SET file_search_path`` line). No statement holds an absolute path: file globs are relative to the
     lake root."""
@@ -97,11 +101,19 @@ def _only_comments(sql: str) -> bool:
     return all(not line.strip() or line.strip().startswith("--") for line in sql.splitlines())
 
 
-def connect(lake_root: Path, database: str = ":memory:") -> duckdb.DuckDBPyConnection:
-    """A DuckDB connection with every lake view defined."""
+def connect(lake_root: LakePath, database: str = ":memory:") -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection with every lake view defined (an object-store lake read through obstore's
+    fsspec adapter, registered with the connection: the installed DuckDB has no object-store extension
+    and none is downloaded)."""
     conn = duckdb.connect(database)
-    # The lake first (the views), then the working directory (a user's own read_csv('x.csv') still works).
-    conn.execute(search_path_sql(Path(lake_root).resolve(), Path.cwd()))
+    root = lake_path(lake_root).resolve()
+    filesystem = duckdb_filesystem(root)
+    if filesystem is not None:
+        conn.register_filesystem(filesystem)
+        conn.execute(search_path_sql(Path.cwd()))
+    else:
+        # The lake first (the views), then the working directory (a user's own read_csv('x.csv') works).
+        conn.execute(search_path_sql(root, Path.cwd()))
     for statement in view_statements(lake_root):
         try:
             conn.execute(statement)
@@ -134,7 +146,7 @@ class QueryRows:
     rows: list[tuple[Any, ...]]
 
 
-def _run(lake_root: Path, sql: str, fetch: Callable[[duckdb.DuckDBPyRelation | None], T]) -> T:
+def _run(lake_root: LakePath, sql: str, fetch: Callable[[duckdb.DuckDBPyRelation | None], T]) -> T:
     """Run one query over the lake views and ``fetch`` its result.
 
     On a data error the lake's files are read one by one, the bad ones quarantined, and the query run once
@@ -158,13 +170,13 @@ def _run(lake_root: Path, sql: str, fetch: Callable[[duckdb.DuckDBPyRelation | N
     raise AssertionError("unreachable")
 
 
-def query(lake_root: Path, sql: str) -> pl.DataFrame:
+def query(lake_root: LakePath, sql: str) -> pl.DataFrame:
     """One query over the lake views as a polars frame (for lake types; `radar sql` uses query_rows, which
     prints any DuckDB type: polars cannot take an INTERVAL through arrow)."""
     return _run(lake_root, sql, lambda result: result.pl() if result is not None else pl.DataFrame())
 
 
-def query_rows(lake_root: Path, sql: str) -> QueryRows:
+def query_rows(lake_root: LakePath, sql: str) -> QueryRows:
     """One query over the lake views as DuckDB's Python values (what `radar sql` prints); a statement with
     no result (``SET``, ``CREATE VIEW``) gives no columns."""
 

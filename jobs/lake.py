@@ -47,6 +47,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from jobs.schemas import SCHEMA_VERSION, TABLES, TableSchema
+from jobs.storage import LakePath, ObjectPath, create_exclusive, lake_path, polars_storage_options
 
 DEFAULT_LAKE_ROOT = Path("data/lake")
 TEMP_MARK = ".tmp-"
@@ -55,6 +56,8 @@ QUARANTINE = "_quarantine"
 NOTE_SUFFIX = ".quarantine.json"
 LOCKS = "_locks"
 COMPACTION_LOCK = "compaction"
+REPLACES_KEY = "radar.replaces"
+"""Parquet metadata of an object-store compaction's merged file: the JSON list of file names it replaces."""
 _SAFE_VALUE = re.compile(r"^[A-Za-z0-9_.\-]+$")
 _MAGIC = b"PAR1"
 log = logging.getLogger("jobs.lake")
@@ -70,6 +73,9 @@ class LakeConfig:
     finds it (every write sweeps its folder, compaction the lake); a younger one may be a live writer's."""
     lock_wait_s: float = 10.0
     """How long a run waits for a lake lock (samples, compaction) before failing with LakeLockError."""
+    object_lock_lease_s: float = 300.0
+    """On an object-store lake, a lock is an object created with a conditional PUT and renewed every third of
+    this; a lock not renewed for this long belongs to a run that died and is taken over."""
     analysis_retention_days: int = 30
     """Analysis rows (performance_regressions, resource_regressions, instance_slowdowns, plan_diffs,
     analysis_runs) of runs more than this many days old are deleted by compaction (``jobs.compaction``),
@@ -107,12 +113,12 @@ def stem_for(ts: datetime) -> str:
     return ts.strftime("%Y%m%dT%H%M%S%fZ")
 
 
-def partition_dir(root: Path, table: str | TableSchema, partitions: Mapping[str, str]) -> Path:
+def partition_dir(root: LakePath, table: str | TableSchema, partitions: Mapping[str, str]) -> LakePath:
     schema = table_schema(table)
     missing = [k for k in schema.partition_by if k not in partitions]
     if missing:
         raise LakeError(f"table {schema.name}: missing partition values {missing}")
-    path = Path(root) / schema.name
+    path = lake_path(root) / schema.name
     for key in schema.partition_by:
         value = str(partitions[key])
         if not _SAFE_VALUE.match(value):
@@ -126,14 +132,14 @@ def partition_dir(root: Path, table: str | TableSchema, partitions: Mapping[str,
 
 
 def write_table(
-    root: Path,
+    root: LakePath,
     table: str | TableSchema,
     frame: pl.DataFrame,
     partitions: Mapping[str, str],
     stem: str,
     *,
     config: LakeConfig | None = None,
-) -> Path:
+) -> LakePath:
     """Write one file atomically (temp file + fsync + rename) and return its final path."""
     schema = table_schema(table)
     folder = partition_dir(root, schema, partitions)
@@ -142,24 +148,39 @@ def write_table(
 
 
 def write_file(
-    final: Path, schema: TableSchema, frame: pl.DataFrame, *, config: LakeConfig | None = None
-) -> Path:
+    final: LakePath,
+    schema: TableSchema,
+    frame: pl.DataFrame,
+    *,
+    config: LakeConfig | None = None,
+    metadata: Mapping[str, str] | None = None,
+) -> LakePath:
     """Conform ``frame`` to ``schema`` and write it to ``final`` through a temp file in the same folder.
 
     The temp name is unique to this writer; the folder's temp files older than the stale threshold are
-    removed first (a younger one may be another writer's, even of the same stem).
+    removed first (a younger one may be another writer's, even of the same stem). On an object store the
+    file is one PUT of the whole Parquet file (atomic by itself; no temp object, nothing to sweep).
     """
     config = config or LakeConfig()
     folder, stem = final.parent, final.stem
     arrow = schema.conform(frame).to_arrow()
-    metadata = dict(arrow.schema.metadata or {})
-    metadata.update(
+    file_metadata = dict(arrow.schema.metadata or {})
+    file_metadata.update(
         {
             b"radar.table": schema.name.encode(),
             b"radar.schema_version": str(SCHEMA_VERSION).encode(),
+            **{k.encode(): v.encode() for k, v in (metadata or {}).items()},
         }
     )
-    arrow = arrow.replace_schema_metadata(metadata)
+    arrow = arrow.replace_schema_metadata(file_metadata)
+    if isinstance(final, ObjectPath):
+        buffer = pa.BufferOutputStream()
+        try:
+            pq.write_table(arrow, buffer, compression="zstd")
+            final.write_bytes(buffer.getvalue().to_pybytes())
+        except Exception as exc:
+            raise LakeError(f"could not write {final}: {type(exc).__name__}: {exc}") from exc
+        return final
     sweep_stale_temp_files(folder, config.stale_temp_after_s)
     tmp = folder / f"{TEMP_MARK}{stem}.{uuid.uuid4().hex}{TEMP_SUFFIX}"
     try:
@@ -176,10 +197,13 @@ def write_file(
     return final
 
 
-def sweep_stale_temp_files(folder: Path, older_than_s: float, now: float | None = None) -> list[Path]:
-    """Remove the folder's ``.tmp-*.partial`` files last modified more than ``older_than_s`` ago."""
+def sweep_stale_temp_files(folder: LakePath, older_than_s: float, now: float | None = None) -> list[LakePath]:
+    """Remove the folder's ``.tmp-*.partial`` files last modified more than ``older_than_s`` ago (an object
+    store has none: its writes are single PUTs)."""
+    if isinstance(folder, ObjectPath):
+        return []
     now = time.time() if now is None else now
-    removed = []
+    removed: list[LakePath] = []
     for tmp in Path(folder).glob(f"{TEMP_MARK}*{TEMP_SUFFIX}"):
         try:
             age = now - tmp.stat().st_mtime
@@ -191,10 +215,12 @@ def sweep_stale_temp_files(folder: Path, older_than_s: float, now: float | None 
     return removed
 
 
-def sweep_lake_temp_files(root: Path, config: LakeConfig | None = None) -> list[Path]:
+def sweep_lake_temp_files(root: LakePath, config: LakeConfig | None = None) -> list[LakePath]:
     """The whole-lake sweep (run by compaction): stale temp files of every partition folder of every table."""
     config = config or LakeConfig()
-    removed: list[Path] = []
+    removed: list[LakePath] = []
+    if isinstance(root, ObjectPath):
+        return removed
     for schema in TABLES.values():
         base = Path(root) / schema.name
         for folder in base.glob("/".join(["*"] * len(schema.partition_by))):
@@ -212,10 +238,10 @@ class LakeIncident:
     """A lake file a reader could not use: moved to quarantine, or left in place and skipped."""
 
     table: str
-    path: Path
+    path: LakePath
     reason: str
     action: str  # "quarantined" | "skipped"
-    moved_to: Path | None
+    moved_to: LakePath | None
     at: datetime
     note: str = ""
     """For a skipped file: why it was not moved."""
@@ -269,16 +295,18 @@ _READ_OK: dict[tuple[str, str], dict[str, Signature]] = {}
 _SKIPPED: dict[tuple[str, str], dict[str, Signature]] = {}
 
 
-def _signature(path: Path) -> Signature | None:
+def _signature(path: LakePath) -> Signature | None:
     try:
-        st = path.stat()
+        st = path.listed_stat() if isinstance(path, ObjectPath) else path.stat()
     except FileNotFoundError:
         return None
     return st.st_size, st.st_mtime_ns
 
 
-def envelope_problem(path: Path) -> str | None:
+def envelope_problem(path: LakePath) -> str | None:
     """Why ``path`` is not a whole Parquet file, judged by its first and last bytes; None if whole."""
+    if isinstance(path, ObjectPath):
+        return _object_envelope_problem(path)
     try:
         with open(path, "rb") as handle:
             size = os.fstat(handle.fileno()).st_size
@@ -291,6 +319,24 @@ def envelope_problem(path: Path) -> str | None:
         raise
     except OSError as exc:
         return f"cannot be opened: {exc}"
+    return _envelope_verdict(head, tail, size)
+
+
+def _object_envelope_problem(path: ObjectPath) -> str | None:
+    """The envelope check on an object: its size from a HEAD, then two ranged GETs."""
+    size = path.stat().st_size
+    if size < 12:
+        return f"{size} bytes: too short for a Parquet file"
+    try:
+        head, tail = path.read_range(0, 4), path.read_range(size - 8, size)
+    except FileNotFoundError:
+        raise
+    except Exception as exc:
+        return f"cannot be read: {type(exc).__name__}"
+    return _envelope_verdict(head, tail, size)
+
+
+def _envelope_verdict(head: bytes, tail: bytes, size: int) -> str | None:
     if head != _MAGIC:
         return "not a Parquet file (no PAR1 magic at its start)"
     if tail[4:] != _MAGIC:
@@ -301,7 +347,7 @@ def envelope_problem(path: Path) -> str | None:
     return None
 
 
-def read_problem(path: Path, table: str | TableSchema) -> str | None:
+def read_problem(path: LakePath, table: str | TableSchema) -> str | None:
     """Why ``path`` cannot be read as a ``table`` file (every column, cast to the schema); None if it can."""
     schema = table_schema(table)
     try:
@@ -316,28 +362,38 @@ def read_problem(path: Path, table: str | TableSchema) -> str | None:
     return None
 
 
-def _table_key(root: Path, schema: TableSchema) -> tuple[str, str]:
-    return str(Path(root).resolve()), schema.name
+def _table_key(root: LakePath, schema: TableSchema) -> tuple[str, str]:
+    return str(lake_path(root).resolve()), schema.name
 
 
 # ---------------------------------------------------------------------------------------------------------
 # Quarantine
 
 
-def quarantine_path(root: Path, table: str | TableSchema, path: Path) -> Path:
+def quarantine_path(root: LakePath, table: str | TableSchema, path: LakePath) -> LakePath:
     """Where a bad file of ``table`` goes: the same relative path under ``<root>/_quarantine/<table>/``."""
     schema = table_schema(table)
-    base = Path(root) / schema.name
+    root, path = lake_path(root), lake_path(path)
+    base = root / schema.name
     try:
-        relative = Path(path).relative_to(base)
-    except ValueError:
-        relative = Path(Path(path).name)
-    return Path(root) / QUARANTINE / schema.name / relative
+        relative = str(path.relative_to(base))  # type: ignore[arg-type]
+    except (ValueError, TypeError):
+        relative = path.name
+    return root / QUARANTINE / schema.name / relative
 
 
 @contextmanager
-def _compaction_guard(root: Path) -> Iterator[str | None]:
-    """A shared hold on the compaction lock while a reader moves a file; yields why not when it cannot."""
+def _compaction_guard(root: LakePath) -> Iterator[str | None]:
+    """A shared hold on the compaction lock while a reader moves a file; yields why not when it cannot.
+    On an object store (no shared locks) a live compaction lease object means "not now"."""
+    if isinstance(root, ObjectPath):
+        holder = _object_lock_holder(root / LOCKS / f"{COMPACTION_LOCK}.lock")
+        yield (
+            None
+            if holder is None or holder["expired"]
+            else ("a compaction is running in this lake; it will deal with the file")
+        )
+        return
     try:
         folder = Path(root) / LOCKS
         folder.mkdir(exist_ok=True)
@@ -357,14 +413,14 @@ def _compaction_guard(root: Path) -> Iterator[str | None]:
 
 
 def quarantine_file(
-    root: Path, table: str | TableSchema, path: Path, reason: str, *, compaction_held: bool = False
+    root: LakePath, table: str | TableSchema, path: LakePath, reason: str, *, compaction_held: bool = False
 ) -> LakeIncident | None:
     """Move a bad file to the quarantine with a note, or skip it when moving is unsafe; None if it vanished.
 
     ``compaction_held``: the caller holds the compaction lock itself (compaction quarantining its inputs).
     """
     schema = table_schema(table)
-    path = Path(path)
+    root, path = lake_path(root), lake_path(path)
     signature = _signature(path)
     if signature is None:
         return None
@@ -378,21 +434,30 @@ def quarantine_file(
 
 
 def _skip(
-    root: Path, schema: TableSchema, path: Path, reason: str, now: datetime, signature: Signature, why: str
+    root: LakePath,
+    schema: TableSchema,
+    path: LakePath,
+    reason: str,
+    now: datetime,
+    signature: Signature,
+    why: str,
 ) -> LakeIncident:
     _SKIPPED.setdefault(_table_key(root, schema), {})[str(path)] = signature
     return _record(LakeIncident(schema.name, path, reason, "skipped", None, now, note=why))
 
 
 def _move_to_quarantine(
-    root: Path, schema: TableSchema, path: Path, reason: str, now: datetime, signature: Signature
+    root: LakePath, schema: TableSchema, path: LakePath, reason: str, now: datetime, signature: Signature
 ) -> LakeIncident | None:
     target = quarantine_path(root, schema, path)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        if target.exists() or Path(f"{target}{NOTE_SUFFIX}").exists():
+        if target.exists() or target.with_name(target.name + NOTE_SUFFIX).exists():
             target = target.with_name(f"{target.stem}.{uuid.uuid4().hex[:8]}{target.suffix}")
-        os.rename(path, target)
+        if isinstance(path, ObjectPath):
+            path.rename(target)
+        else:
+            os.rename(path, target)
     except FileNotFoundError:
         if not path.exists():
             return None  # another reader moved it first
@@ -414,15 +479,15 @@ def _move_to_quarantine(
         "by_host": socket.gethostname(),
     }
     try:
-        Path(f"{target}{NOTE_SUFFIX}").write_text(json.dumps(note, indent=2) + "\n")
-    except OSError as exc:
+        target.with_name(target.name + NOTE_SUFFIX).write_text(json.dumps(note, indent=2) + "\n")
+    except Exception as exc:
         log.warning(f"quarantined {path} to {target} but could not write its note: {exc}")
     return _record(LakeIncident(schema.name, path, reason, "quarantined", target, now))
 
 
-def quarantined_files(root: Path) -> list[dict[str, object]]:
+def quarantined_files(root: LakePath) -> list[dict[str, object]]:
     """Every note in the lake's quarantine (what is there, why, since when)."""
-    base = Path(root) / QUARANTINE
+    base = lake_path(root) / QUARANTINE
     return [json.loads(p.read_text()) for p in sorted(base.rglob(f"*{NOTE_SUFFIX}"))] if base.exists() else []
 
 
@@ -430,16 +495,21 @@ def quarantined_files(root: Path) -> list[dict[str, object]]:
 # Reading
 
 
-def table_files(root: Path, table: str | TableSchema) -> list[Path]:
+def table_files(root: LakePath, table: str | TableSchema) -> list[LakePath]:
     """Every ``*.parquet`` file of the table, as listed (no check)."""
     schema = table_schema(table)
-    base = Path(root) / schema.name
+    base = lake_path(root) / schema.name
+    pattern = "/".join(["*"] * len(schema.partition_by) + ["*.parquet"])
+    if isinstance(base, ObjectPath):
+        return sorted(base.glob(pattern, files_only=True))  # one listing; an empty table lists nothing
     if not base.exists():
         return []
-    return sorted(base.glob("/".join(["*"] * len(schema.partition_by) + ["*.parquet"])))
+    return sorted(base.glob(pattern))
 
 
-def usable_files(root: Path, table: str | TableSchema, files: Iterable[Path] | None = None) -> list[Path]:
+def usable_files(
+    root: LakePath, table: str | TableSchema, files: Iterable[LakePath] | None = None
+) -> list[LakePath]:
     """The table's files (or just ``files`` of it) minus those failing the envelope check (quarantined now)
     or skipped before."""
     schema = table_schema(table)
@@ -448,14 +518,17 @@ def usable_files(root: Path, table: str | TableSchema, files: Iterable[Path] | N
     skipped = _SKIPPED.get(key, {})
     checked: dict[str, Signature] = dict(known) if files is not None else {}
     usable = []
-    for path in table_files(root, schema) if files is None else sorted(Path(f) for f in files):
+    listed = table_files(root, schema) if files is None else sorted(lake_path(f) for f in files)
+    for path in drop_replaced(listed):
         signature = _signature(path)
         if signature is None:
             continue
         name = str(path)
         if skipped.get(name) == signature:
             continue
-        if known.get(name) != signature:
+        if known.get(name) != signature and not isinstance(path, ObjectPath):
+            # An object is written by one PUT, never in part: a bad one (a foreign upload) is found by the
+            # read itself and quarantined by with_recovery, without three requests per object here.
             try:
                 problem = envelope_problem(path)
             except FileNotFoundError:
@@ -471,15 +544,47 @@ def usable_files(root: Path, table: str | TableSchema, files: Iterable[Path] | N
     return usable
 
 
+_REPLACES: dict[str, tuple[Signature, frozenset[str]]] = {}
+
+
+def drop_replaced(paths: list[LakePath]) -> list[LakePath]:
+    """On an object store, ``paths`` minus the files that a compacted file in the same folder replaces
+    (between an object-store compaction's PUT and its deletes both are listed; see ``jobs.compaction``).
+    Local paths pass through: there compaction swaps a whole folder at once."""
+    merged = [p for p in paths if isinstance(p, ObjectPath) and p.name.startswith("compacted-")]
+    if not merged:
+        return paths
+    replaced: set[tuple[str, str]] = set()
+    for path in merged:
+        signature = _signature(path)
+        if signature is None:
+            continue
+        cached = _REPLACES.get(str(path))
+        if cached is None or cached[0] != signature:
+            try:
+                names = frozenset(json.loads(read_file_metadata(path).get(REPLACES_KEY, "[]")))
+            except (OSError, ValueError, pa.ArrowException):
+                names = frozenset()
+            cached = _REPLACES[str(path)] = (signature, names)
+        replaced |= {(str(path.parent), name) for name in cached[1]}
+    return [p for p in paths if (str(p.parent), p.name) not in replaced]
+
+
+def scan_file_columns(files: list[LakePath], table: str | TableSchema) -> pl.LazyFrame:
+    """The files' own columns cast to the table's schema, no hive columns (compaction's merge)."""
+    return _scan(files, table_schema(table), hive=False)
+
+
 # Castable differences between a file and the schema are read, not quarantined (e.g. an int32 column).
 CAST_OPTIONS = pl.ScanCastOptions(
     integer_cast="upcast", float_cast="upcast", datetime_cast=["nanosecond-downcast", "convert-timezone"]
 )
 
 
-def _scan(files: list[Path], schema: TableSchema, *, hive: bool = True) -> pl.LazyFrame:
+def _scan(files: list[LakePath], schema: TableSchema, *, hive: bool = True) -> pl.LazyFrame:
     return pl.scan_parquet(
-        files,
+        [str(f) if isinstance(f, ObjectPath) else f for f in files],
+        storage_options=polars_storage_options(files[0]) if files else None,
         schema=schema.polars_schema,
         hive_partitioning=hive,
         hive_schema=(
@@ -493,7 +598,7 @@ def _scan(files: list[Path], schema: TableSchema, *, hive: bool = True) -> pl.La
     )
 
 
-def scan_table(root: Path, table: str | TableSchema) -> pl.LazyFrame:
+def scan_table(root: LakePath, table: str | TableSchema) -> pl.LazyFrame:
     """The one way to read a lake table with polars: hive columns included, schema enforced.
 
     Files that are not whole Parquet files are quarantined before the scan. What only a read finds (a
@@ -504,14 +609,14 @@ def scan_table(root: Path, table: str | TableSchema) -> pl.LazyFrame:
     return _scan_usable(root, schema, usable_files(root, schema))
 
 
-def scan_files(root: Path, table: str | TableSchema, files: Iterable[Path]) -> pl.LazyFrame:
+def scan_files(root: LakePath, table: str | TableSchema, files: Iterable[LakePath]) -> pl.LazyFrame:
     """``scan_table`` restricted to some of the table's files (an incremental reader that knows which
     files are new): the same envelope check, quarantine, hive columns and schema."""
     schema = table_schema(table)
     return _scan_usable(root, schema, usable_files(root, schema, files))
 
 
-def _scan_usable(root: Path, schema: TableSchema, usable: list[Path]) -> pl.LazyFrame:
+def _scan_usable(root: LakePath, schema: TableSchema, usable: list[LakePath]) -> pl.LazyFrame:
     if not usable:
         return pl.LazyFrame(schema=schema.scan_schema())
     try:
@@ -521,7 +626,7 @@ def _scan_usable(root: Path, schema: TableSchema, usable: list[Path]) -> pl.Lazy
     return frame.select(list(schema.scan_schema().names()))
 
 
-def find_unreadable_files(root: Path, table: str | TableSchema) -> tuple[list[LakeIncident], int]:
+def find_unreadable_files(root: LakePath, table: str | TableSchema) -> tuple[list[LakeIncident], int]:
     """Read each usable file of the table on its own; quarantine (or skip) the bad ones.
 
     Returns the incidents and how many files vanished meanwhile (e.g. a compaction swapped a partition).
@@ -556,7 +661,7 @@ def find_unreadable_files(root: Path, table: str | TableSchema) -> tuple[list[La
 
 
 def with_recovery(
-    root: Path, tables: Iterable[str | TableSchema], action: Callable[[], T], attempts: int = 3
+    root: LakePath, tables: Iterable[str | TableSchema], action: Callable[[], T], attempts: int = 3
 ) -> T:
     """Run ``action`` (which scans ``tables`` with ``scan_table`` and collects); on a read error find the bad
     files of those tables, quarantine them and run it again. A read error no file explains is a LakeError
@@ -582,7 +687,7 @@ def with_recovery(
 
 
 def read_table(
-    root: Path,
+    root: LakePath,
     table: str | TableSchema,
     query: Callable[[pl.LazyFrame], pl.LazyFrame] | None = None,
 ) -> pl.DataFrame:
@@ -595,27 +700,31 @@ def read_table(
     return with_recovery(root, [table], run)
 
 
-def read_file(root: Path, table: str | TableSchema, path: Path) -> pl.DataFrame | None:
+def read_file(root: LakePath, table: str | TableSchema, path: LakePath) -> pl.DataFrame | None:
     """One file of ``table`` (file columns only, cast to the schema); None when it is unreadable (then
     quarantined or skipped, like any bad file) or gone. For writers that rewrite single files."""
     schema = table_schema(table)
+    path = lake_path(path)
     try:
-        return _scan([Path(path)], schema, hive=False).collect()
+        return _scan([path], schema, hive=False).collect()
     except FileNotFoundError:
         return None
     except READ_ERRORS:
         try:
-            problem = read_problem(Path(path), schema)
+            problem = read_problem(path, schema)
         except FileNotFoundError:
             return None
         if problem is None:
+            if isinstance(path, ObjectPath) and not path.is_file():
+                return None  # polars reports a vanished object as a generic read error
             raise
-        quarantine_file(root, schema, Path(path), problem)
+        quarantine_file(root, schema, path, problem)
         return None
 
 
-def read_file_metadata(path: Path) -> dict[str, str]:
-    meta = pq.read_schema(path).metadata or {}
+def read_file_metadata(path: LakePath) -> dict[str, str]:
+    source = pa.BufferReader(path.read_bytes()) if isinstance(path, ObjectPath) else path
+    meta = pq.read_schema(source).metadata or {}
     return {k.decode(): v.decode() for k, v in meta.items() if k.startswith(b"radar.")}
 
 
@@ -627,22 +736,40 @@ def arrow_schema(table: str | TableSchema) -> pa.Schema:
 # Locks
 
 
-def _lock_holder(path: Path) -> str:
+def _lock_holder(path: LakePath) -> str:
     try:
         holder = json.loads(path.read_text() or "{}")
     except (OSError, ValueError):
         holder = {}
-    return f"pid {holder.get('pid', 'unknown')}, since {holder.get('since', 'unknown')}"
+    where = f" on {holder['host']}" if holder.get("host") else ""
+    return f"pid {holder.get('pid', 'unknown')}{where}, since {holder.get('since', 'unknown')}"
+
+
+def _object_lock_holder(path: ObjectPath) -> dict[str, object] | None:
+    """The lease object's content and whether its lease ran out; None when no lock object exists."""
+    try:
+        body = json.loads(path.read_text() or "{}")
+    except FileNotFoundError:
+        return None
+    except ValueError:
+        body = {}
+    return {**body, "expired": time.time() > float(body.get("expires_at_epoch", 0.0))}
 
 
 @contextmanager
-def exclusive_lock(root: Path, name: str, config: LakeConfig | None = None) -> Iterator[Path]:
-    """Hold ``<root>/_locks/<name>.lock`` (flock) for the block; wait at most ``config.lock_wait_s``.
+def exclusive_lock(root: LakePath, name: str, config: LakeConfig | None = None) -> Iterator[LakePath]:
+    """Hold ``<root>/_locks/<name>.lock`` for the block; wait at most ``config.lock_wait_s``.
 
-    Raises LakeLockError "another run holds the <name> lock (pid …, since …)" when the wait runs out. The
-    lock is the kernel's: a run that dies releases it, and a lock file left behind means nothing.
+    Raises LakeLockError "another run holds the <name> lock (pid …, since …)" when the wait runs out. On a
+    local lake the lock is the kernel's (flock): a run that dies releases it, and a lock file left behind
+    means nothing. On an object store it is a lease object (see ``_object_lock``).
     """
     config = config or LakeConfig()
+    root = lake_path(root)
+    if isinstance(root, ObjectPath):
+        with _object_lock(root, name, config) as held:
+            yield held
+        return
     folder = Path(root) / LOCKS
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -673,3 +800,77 @@ def exclusive_lock(root: Path, name: str, config: LakeConfig | None = None) -> I
             fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
+
+
+@contextmanager
+def _object_lock(root: ObjectPath, name: str, config: LakeConfig) -> Iterator[ObjectPath]:
+    """A lock in an object store: ``_locks/<name>.lock`` created with a conditional PUT (exactly one
+    creator wins), holding a token and a lease renewed by a thread every third of
+    ``object_lock_lease_s``; deleted on release. A lease that ran out (its run died) is deleted and taken
+    over; the winner re-reads the object to confirm its token, so two takers never both hold it."""
+    path = root / LOCKS / f"{name}.lock"
+    token = uuid.uuid4().hex
+    since = datetime.now(UTC).isoformat(timespec="seconds")
+    lease = max(1.0, config.object_lock_lease_s)
+
+    def body() -> bytes:
+        return json.dumps(
+            {
+                "pid": os.getpid(),
+                "host": socket.gethostname(),
+                "since": since,
+                "token": token,
+                "expires_at_epoch": time.time() + lease,
+            }
+        ).encode()
+
+    def ours() -> bool:
+        holder = _object_lock_holder(path)
+        return holder is not None and holder.get("token") == token
+
+    deadline = time.monotonic() + max(0.0, config.lock_wait_s)
+    while True:
+        try:
+            if create_exclusive(path, body()) and ours():
+                break
+            holder = _object_lock_holder(path)
+            if holder is not None and holder["expired"]:
+                log.warning(
+                    f"taking over the {name} lock of a run whose lease ran out ({_lock_holder(path)})"
+                )
+                path.unlink(missing_ok=True)
+                continue
+        except Exception as exc:
+            if isinstance(exc, LakeError):
+                raise
+            raise LakeError(f"cannot take the {name} lock {path}: {type(exc).__name__}: {exc}") from exc
+        if time.monotonic() >= deadline:
+            raise LakeLockError(
+                f"another run holds the {name} lock ({_lock_holder(path)}; lock object {path}); "
+                f"waited {config.lock_wait_s:g} s: try again when it has finished"
+            )
+        time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
+    stop = threading.Event()
+
+    def renew() -> None:
+        while not stop.wait(lease / 3):
+            try:
+                if ours():
+                    path.write_bytes(body())
+            except Exception as exc:  # a missed renewal is retried; the lease still has two thirds left
+                log.warning(f"could not renew the {name} lock {path}: {type(exc).__name__}")
+
+    renewer = threading.Thread(target=renew, name=f"lake-lock-{name}", daemon=True)
+    renewer.start()
+    try:
+        yield path
+    finally:
+        stop.set()
+        renewer.join()
+        try:
+            if ours():
+                path.unlink(missing_ok=True)
+        except Exception as exc:
+            log.warning(
+                f"could not release the {name} lock {path} ({type(exc).__name__}); its lease runs out"
+            )

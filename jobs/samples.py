@@ -16,7 +16,6 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
-from pathlib import Path
 from typing import Literal
 
 import polars as pl
@@ -33,6 +32,7 @@ from jobs.schemas import (
     STATEMENT_SNAPSHOTS,
     TableSchema,
 )
+from jobs.storage import LakePath, lake_path
 
 ENTRY_KEY: tuple[str, ...] = ("instance", "dbid", "userid", "queryid", "toplevel")
 
@@ -381,9 +381,9 @@ def peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
-def lake_instances(lake_root: Path) -> list[str]:
+def lake_instances(lake_root: LakePath) -> list[str]:
     """Instances that have statement snapshots in the lake, from the partition folder names."""
-    base = Path(lake_root) / STATEMENT_SNAPSHOTS.name
+    base = lake_path(lake_root) / STATEMENT_SNAPSHOTS.name
     if not base.exists():
         return []
     return sorted(p.name.removeprefix("instance=") for p in base.glob("instance=*") if p.is_dir())
@@ -399,11 +399,11 @@ SAMPLE_MODES: tuple[str, ...] = ("append", "rebuild")
 
 
 def run_samples_job(
-    lake_root: Path,
+    lake_root: LakePath,
     config: SampleConfig = SampleConfig(),
     *,
     instances: list[str] | None = None,
-    out_root: Path | None = None,
+    out_root: LakePath | None = None,
     dates: tuple[date, date] | None = None,
     lake_config: LakeConfig | None = None,
     mode: SampleMode | None = None,
@@ -432,13 +432,13 @@ def run_samples_job(
         raise SamplesError(f"unknown samples mode {chosen!r}; use one of {list(SAMPLE_MODES)}")
     if chosen == "append" and dates is not None:
         raise SamplesError("a date range is a rebuild: use mode='rebuild' with dates")
-    out_root = Path(out_root or lake_root)
+    out_root = lake_path(out_root or lake_root)
     with exclusive_lock(out_root, SAMPLES_LOCK, lake_config):
         return _run_samples_job(lake_root, config, instances, out_root, dates, lake_config, chosen)
 
 
 def run_samples_per_instance(
-    lake_root: Path,
+    lake_root: LakePath,
     config: SampleConfig,
     instances: list[str],
     *,
@@ -470,10 +470,10 @@ def run_samples_per_instance(
 
 
 def _run_samples_job(
-    lake_root: Path,
+    lake_root: LakePath,
     config: SampleConfig,
     instances: list[str] | None,
-    out_root: Path,
+    out_root: LakePath,
     dates: tuple[date, date] | None,
     lake_config: LakeConfig | None,
     mode: str,
@@ -583,8 +583,8 @@ def _run_samples_job(
 
 
 def _write_collection_health(
-    lake_root: Path,
-    out_root: Path,
+    lake_root: LakePath,
+    out_root: LakePath,
     instance: str,
     interval_counts: pl.DataFrame,
     replacing: bool,
@@ -623,28 +623,28 @@ def sample_config_digest(config: SampleConfig) -> str:
     return hashlib.sha256(repr(config).encode()).hexdigest()[:16]
 
 
-def latest_stamp(path: Path) -> str | None:
+def latest_stamp(path: LakePath) -> str | None:
     """The latest timestamp stem in a lake file's name (None when it carries none)."""
     stamps = _STAMP.findall(path.name)
     return max(stamps) if stamps else None
 
 
 def new_snapshot_files(
-    lake_root: Path, instance: str, since: datetime, table: TableSchema = STATEMENT_SNAPSHOTS
-) -> list[Path]:
+    lake_root: LakePath, instance: str, since: datetime, table: TableSchema = STATEMENT_SNAPSHOTS
+) -> list[LakePath]:
     """The instance's files of ``table`` that may hold a snapshot captured after ``since`` (server clock):
     partitions dated ``since``'s day or later, and there the files whose name's latest timestamp is after
     it (a name without one is read, to be safe). Older partitions are not even listed."""
     mark = stem_for(since)
     found = []
-    for path in _files_dated_from(Path(lake_root) / table.name / f"instance={instance}", since):
+    for path in _files_dated_from(lake_path(lake_root) / table.name / f"instance={instance}", since):
         stamp = latest_stamp(path)
         if stamp is None or stamp > mark:
             found.append(path)
     return found
 
 
-def _files_dated_from(base: Path, moment: datetime) -> Iterator[Path]:
+def _files_dated_from(base: LakePath, moment: datetime) -> Iterator[LakePath]:
     """The Parquet files of an instance's folder (``base``) in its partitions dated ``moment``'s UTC day
     or later, in name order; older partitions are not even listed."""
     if not base.exists():
@@ -655,9 +655,9 @@ def _files_dated_from(base: Path, moment: datetime) -> Iterator[Path]:
             yield from sorted(folder.glob("*.parquet"))
 
 
-def read_frontier(out_root: Path, instance: str) -> pl.DataFrame:
+def read_frontier(out_root: LakePath, instance: str) -> pl.DataFrame:
     """The instance's committed frontier (its newest frontier file; empty when it has none)."""
-    folder = Path(out_root) / SAMPLE_FRONTIER.name / f"instance={instance}"
+    folder = lake_path(out_root) / SAMPLE_FRONTIER.name / f"instance={instance}"
     files = sorted(folder.glob("*.parquet")) if folder.exists() else []
     for path in reversed(files):  # newest first; an unreadable one is quarantined, the previous is used
         frame = lake.read_file(out_root, SAMPLE_FRONTIER, path)
@@ -668,7 +668,9 @@ def read_frontier(out_root: Path, instance: str) -> pl.DataFrame:
     return empty_frontier()
 
 
-def write_frontier(out_root: Path, instance: str, frontier: pl.DataFrame, config: LakeConfig | None) -> Path:
+def write_frontier(
+    out_root: LakePath, instance: str, frontier: pl.DataFrame, config: LakeConfig | None
+) -> LakePath:
     """Commit a frontier: write it (atomically, named after its watermark), then delete the older ones."""
     stem = stem_for(frontier["watermark_captured_at"].max())  # type: ignore[arg-type]
     written = write_table(
@@ -681,14 +683,14 @@ def write_frontier(out_root: Path, instance: str, frontier: pl.DataFrame, config
 
 
 def remove_unconfirmed_samples(
-    out_root: Path, instance: str, watermark: datetime, table: TableSchema = QUERY_SAMPLES
-) -> list[Path]:
+    out_root: LakePath, instance: str, watermark: datetime, table: TableSchema = QUERY_SAMPLES
+) -> list[LakePath]:
     """Delete the samples job's own ``table`` files (query_samples, collection_health) of ``instance`` named
     after an interval end past the committed watermark: an append that died before committing its frontier
     wrote them, and this run writes those rows again. Returns the removed files."""
     mark = stem_for(watermark)
     removed = []
-    for path in _files_dated_from(Path(out_root) / table.name / f"instance={instance}", watermark):
+    for path in _files_dated_from(lake_path(out_root) / table.name / f"instance={instance}", watermark):
         if path.stem > mark and is_own_file(path, table):
             path.unlink(missing_ok=True)
             removed.append(path)
@@ -706,7 +708,7 @@ def _by_end_date(samples: pl.DataFrame) -> list[tuple[str, pl.DataFrame]]:
     return [(str(day), part.drop("date")) for (day,), part in sorted(split.items())]
 
 
-def is_own_file(path: Path, table: TableSchema = QUERY_SAMPLES) -> bool:
+def is_own_file(path: LakePath, table: TableSchema = QUERY_SAMPLES) -> bool:
     """A file the samples job wrote: its naming, and ``table`` in its radar metadata."""
     if not OWN_FILE_NAME.match(path.name):
         return False
@@ -716,7 +718,7 @@ def is_own_file(path: Path, table: TableSchema = QUERY_SAMPLES) -> bool:
         return False
 
 
-def replace_partition(out_root: Path, kept: Path) -> list[Path]:
+def replace_partition(out_root: LakePath, kept: LakePath) -> list[LakePath]:
     """A rebuild replaces the (instance, date) partition: the job's older files beside the new one would
     duplicate it and are removed; any other file there is not the job's to delete and is quarantined (moved
     with a note, named in the run's output). Returns the removed files."""
@@ -724,25 +726,25 @@ def replace_partition(out_root: Path, kept: Path) -> list[Path]:
 
 
 def clear_days_without_samples(
-    lake_root: Path,
-    out_root: Path,
+    lake_root: LakePath,
+    out_root: LakePath,
     instance: str,
     written: set[str],
     dates: tuple[date, date] | None,
     table: TableSchema = QUERY_SAMPLES,
-) -> list[Path]:
+) -> list[LakePath]:
     """A rebuild replaces every day it read, also a day whose snapshots now give no sample at all (a higher
     ``min_executions``): its old samples would otherwise outlive the rule that excludes them. Only days
     that still have snapshots are cleared (samples whose snapshots are gone are all that is left of them)."""
 
-    def days(root: Path, table: TableSchema) -> set[str]:
+    def days(root: LakePath, table: TableSchema) -> set[str]:
         base = lake.partition_dir(root, table, {"instance": instance, "date": "0"}).parent
         return {p.name.removeprefix("date=") for p in base.glob("date=*") if p.is_dir()}
 
     stale = (days(out_root, table) & days(lake_root, STATEMENT_SNAPSHOTS)) - written
     if dates is not None:
         stale = {d for d in stale if dates[0].isoformat() <= d <= dates[1].isoformat()}
-    removed: list[Path] = []
+    removed: list[LakePath] = []
     for day in sorted(stale):
         folder = lake.partition_dir(out_root, table, {"instance": instance, "date": day})
         removed += clear_partition(out_root, folder, None, table)
@@ -750,8 +752,8 @@ def clear_days_without_samples(
 
 
 def clear_partition(
-    out_root: Path, folder: Path, kept: Path | None, table: TableSchema = QUERY_SAMPLES
-) -> list[Path]:
+    out_root: LakePath, folder: LakePath, kept: LakePath | None, table: TableSchema = QUERY_SAMPLES
+) -> list[LakePath]:
     """Remove the samples job's files of one ``table`` partition but ``kept``; quarantine any other."""
     removed = []
     for old in folder.glob("*.parquet"):

@@ -11,12 +11,12 @@ works (samples are rebuilt from the lake's snapshots).
 
 from collections.abc import Iterable
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import dagster as dg
 
 from jobs.collect.shards import shard_index, shard_key, shard_keys
+from jobs.storage import LakePath, lake_path
 from orchestration.run_config import definitions_settings
 
 COLLECTION_DAYS = "collection_days"
@@ -24,10 +24,10 @@ collection_days = dg.DynamicPartitionsDefinition(name=COLLECTION_DAYS)
 COLLECTED_TABLE = "snapshot_runs"  # one row per instance per snapshot attempt: its day folders are the days
 
 
-def lake_days(lake_root: Path) -> list[str]:
+def lake_days(lake_root: LakePath) -> list[str]:
     """The UTC days (``YYYY-MM-DD``) that hold a snapshot attempt in the lake (its day folders)."""
     days: set[str] = set()
-    for folder in (Path(lake_root) / COLLECTED_TABLE).glob("**/date=*"):
+    for folder in (lake_path(lake_root) / COLLECTED_TABLE).glob("**/date=*"):
         if folder.is_dir() and any(folder.glob("*.parquet")):
             days.add(folder.name.removeprefix("date="))
     return sorted(days)

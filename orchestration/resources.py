@@ -13,16 +13,18 @@ import dagster as dg
 from jobs.config import AlertsConfig, ConfigError, DeploysSettings, FleetConfig, LakeSettings, ReportSettings
 from jobs.fleet import EmbeddedFleet
 from jobs.redaction import install_log_scrubber
+from jobs.storage import LakePath, lake_path
 
 
 class LakeResource(dg.ConfigurableResource):
-    """The root folder of the Parquet lake ([lake] root)."""
+    """The root of the Parquet lake ([lake] root): a folder or an object-store URI (``s3://bucket/lake``,
+    credentials from the store's environment chain, never from run config)."""
 
     root: str = LakeSettings.root
 
     @property
-    def path(self) -> Path:
-        return Path(self.root)
+    def path(self) -> LakePath:
+        return lake_path(self.root)
 
 
 class FleetResource(dg.ConfigurableResource):

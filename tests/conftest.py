@@ -12,6 +12,7 @@ import pytest
 from hypothesis import settings as hypothesis_settings
 
 from jobs.fleet import EmbeddedFleet
+from jobs.storage import ObjectPath
 
 # Property tests draw their examples from a fixed seed (each test's own): the same examples on every run
 # and in CI, so a red property test is reproducible and a green one does not turn red by chance.
@@ -50,6 +51,23 @@ def fleet_factory() -> Iterator[FleetFactory]:
 def pg_fleet(fleet_factory: FleetFactory) -> EmbeddedFleet:
     """Two servers shared by one test module (tests reset pg_stat_statements as they need)."""
     return fleet_factory(["alpha", "beta"], {"pg_stat_statements.track": "'all'"})
+
+
+@pytest.fixture(scope="session")
+def s3_environment() -> Iterator[dict[str, str]]:
+    """A local S3-compatible server (moto) for the session, the environment pointed at it."""
+    from tests.object_store import s3_server
+
+    with s3_server() as env:
+        yield env
+
+
+@pytest.fixture
+def s3_lake(s3_environment: dict[str, str]) -> ObjectPath:
+    """A lake root in a fresh bucket of the local S3 server: ``s3://radar-<id>/lake``."""
+    from tests.object_store import new_bucket
+
+    return new_bucket()
 
 
 @pytest.fixture

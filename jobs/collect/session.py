@@ -35,6 +35,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
 
 from jobs.config import CollectorConfig
+from jobs.storage import LakePath, lake_path, write_atomically
 
 UNTRACKED_OPTION = "-c pg_stat_statements.track=none"
 PHASES: tuple[str, ...] = ("connect", "identity", "statements", "texts", "write")
@@ -67,11 +68,11 @@ class RolePrivileges:
         return other is not None and asdict(self) == asdict(other)
 
 
-def state_path(lake_root: Path, instance: str) -> Path:
-    return Path(lake_root) / STATE_DIR / f"{instance}.json"
+def state_path(lake_root: LakePath, instance: str) -> LakePath:
+    return lake_path(lake_root) / str(STATE_DIR) / f"{instance}.json"
 
 
-def load_privileges(lake_root: Path, instance: str) -> RolePrivileges | None:
+def load_privileges(lake_root: LakePath, instance: str) -> RolePrivileges | None:
     """The remembered privileges of an instance; None when never learned or the file is unreadable."""
     path = state_path(lake_root, instance)
     try:
@@ -81,14 +82,12 @@ def load_privileges(lake_root: Path, instance: str) -> RolePrivileges | None:
         return None  # unknown: the next snapshot connects plainly and learns again
 
 
-def save_privileges(lake_root: Path, instance: str, privileges: RolePrivileges) -> None:
-    """Write atomically (temp file + rename): a crash never leaves a half-written state file."""
+def save_privileges(lake_root: LakePath, instance: str, privileges: RolePrivileges) -> None:
+    """Write atomically (temp file + rename, or one PUT): a crash never leaves a half-written state file."""
     path = state_path(lake_root, instance)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     body = {**asdict(privileges), "learned_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    tmp.write_text(json.dumps(body, indent=2) + "\n")
-    os.replace(tmp, path)
+    write_atomically(path, (json.dumps(body, indent=2) + "\n").encode())
 
 
 # ---------------------------------------------------------------------------------------------------------

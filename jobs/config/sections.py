@@ -82,7 +82,9 @@ class LakeSettings(LakeConfig):
     """[lake]: where the Parquet lake is and the rules of its writers."""
 
     root: str = "data/lake"
-    """Root folder of the hive-partitioned Parquet lake."""
+    """Root of the hive-partitioned Parquet lake: a folder, ``file://…``, or an object store (``s3://bucket/
+    prefix``, ``gs://…``, ``az://…``) whose credentials and endpoint come from the store's usual environment
+    chain (``AWS_*``, ``GOOGLE_*``, ``AZURE_*``, instance metadata), never from this file."""
 
 
 @dataclass(frozen=True)

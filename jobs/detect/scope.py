@@ -29,7 +29,6 @@ import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from pathlib import Path
 
 import polars as pl
 
@@ -39,6 +38,7 @@ from jobs.detect.config import ScopeConfig as ScopeConfig
 from jobs.detect.findings import run_id_for
 from jobs.regressions import SERIES_KEY, RegressionConfig, fingerprinted_samples, merge_intervals
 from jobs.schemas import ANALYSED_DEPLOYS, ANALYSIS_RUNS, QUERY_SAMPLES
+from jobs.storage import LakePath, lake_path
 
 _STAMP_LENGTH = len("20261129T120000000000Z")
 
@@ -180,11 +180,11 @@ def moved_series(
 # The lake: watermarks and run state
 
 
-def samples_watermarks(lake_root: Path) -> dict[str, datetime]:
+def samples_watermarks(lake_root: LakePath) -> dict[str, datetime]:
     """Per instance: the latest query_samples ``interval_end``, from the newest date partition's file names
     (the samples job names a file after its latest interval end); a partition whose names say nothing is
     read (its ``interval_end`` column only)."""
-    base = Path(lake_root) / QUERY_SAMPLES.name
+    base = lake_path(lake_root) / QUERY_SAMPLES.name
     marks: dict[str, datetime] = {}
     for folder in sorted(base.glob("instance=*")) if base.exists() else []:
         instance = folder.name.removeprefix("instance=")
@@ -205,9 +205,9 @@ def samples_watermarks(lake_root: Path) -> dict[str, datetime]:
     return marks
 
 
-def latest_run(lake_root: Path) -> pl.DataFrame | None:
+def latest_run(lake_root: LakePath) -> pl.DataFrame | None:
     """The latest run's ``analysis_runs`` rows (from the newest partition); None when no run was recorded."""
-    base = Path(lake_root) / ANALYSIS_RUNS.name
+    base = lake_path(lake_root) / ANALYSIS_RUNS.name
     days = sorted(base.glob("date=*"), reverse=True) if base.exists() else []
     for day in days:
         files = sorted(day.glob("*.parquet"))
@@ -220,7 +220,7 @@ def latest_run(lake_root: Path) -> pl.DataFrame | None:
     return None
 
 
-def previous_watermarks(lake_root: Path) -> dict[str, datetime | None] | None:
+def previous_watermarks(lake_root: LakePath) -> dict[str, datetime | None] | None:
     """The latest run's samples watermark per instance; None when no run has been recorded."""
     latest = latest_run(lake_root)
     if latest is None:
@@ -234,7 +234,7 @@ def analysis_config_digest(*parts: object) -> str:
     return hashlib.sha256("|".join(repr(part) for part in parts).encode()).hexdigest()[:16]
 
 
-def settings_changed_since_last_run(lake_root: Path, digest: str) -> bool:
+def settings_changed_since_last_run(lake_root: LakePath, digest: str) -> bool:
     """True when the last recorded run used other analysis settings (a run before issue 10 recorded none:
     not a change)."""
     latest = latest_run(lake_root)
@@ -244,7 +244,7 @@ def settings_changed_since_last_run(lake_root: Path, digest: str) -> bool:
     return bool(recorded) and recorded != {digest}
 
 
-def seen_deploy_ids(lake_root: Path) -> set[str]:
+def seen_deploy_ids(lake_root: LakePath) -> set[str]:
     return set(lake.read_table(lake_root, ANALYSED_DEPLOYS, lambda f: f.select("deploy_id"))["deploy_id"])
 
 
@@ -263,7 +263,7 @@ class RunState:
 
 
 def plan_run(
-    lake_root: Path,
+    lake_root: LakePath,
     deploys: pl.DataFrame,
     computed_at: datetime,
     incremental: bool,
@@ -285,8 +285,8 @@ def plan_run(
 
 
 def commit_run(
-    lake_root: Path, state: RunState, examined: pl.DataFrame, config: lake.LakeConfig | None = None
-) -> list[Path]:
+    lake_root: LakePath, state: RunState, examined: pl.DataFrame, config: lake.LakeConfig | None = None
+) -> list[LakePath]:
     """Write the run state, last (after the analysis rows): the deploys first seen, then the per-instance
     watermarks. A run that dies before this leaves the previous state, so the next run re-examines the
     same scope (its rows come again under a new run_id; nothing is skipped). ``examined``: per instance,
@@ -364,7 +364,7 @@ def _in_ranges(ranges: pl.DataFrame) -> pl.Expr:
     return pl.any_horizontal(conditions) if conditions else pl.lit(False)
 
 
-def read_samples_in_ranges(lake_root: Path, ranges: pl.DataFrame) -> pl.DataFrame:
+def read_samples_in_ranges(lake_root: LakePath, ranges: pl.DataFrame) -> pl.DataFrame:
     merged = merged_ranges(ranges)
     if merged.height == 0:
         return pl.DataFrame(schema=QUERY_SAMPLES.scan_schema()).drop("date")  # no file opened
@@ -378,7 +378,7 @@ class ScopedSamples:
 
 
 def read_scoped_samples(
-    lake_root: Path,
+    lake_root: LakePath,
     scope: AnalysisScope,
     deploys: pl.DataFrame,
     texts: pl.DataFrame,
@@ -433,7 +433,7 @@ def read_scoped_samples(
 
 
 def _history_of(
-    lake_root: Path,
+    lake_root: LakePath,
     moved: pl.DataFrame,
     first: pl.DataFrame,
     texts: pl.DataFrame,

@@ -58,6 +58,7 @@ from jobs.plans.execution_samples import (
 from jobs.plans.history import snapshot_stem, store_snapshot_rows
 from jobs.plans.shape import PlanFormatError, plan_facts, plan_root, plan_shape_hash
 from jobs.schemas import EXECUTION_SAMPLES, PLAN_SNAPSHOTS
+from jobs.storage import LakePath, lake_path, write_atomically
 
 SOURCE_AUTO_EXPLAIN = "auto_explain"
 _PLAN_MARK = b"  plan:\\n"
@@ -285,11 +286,11 @@ def _describe(exc: BaseException) -> str:
     return text if len(text) <= 300 else text[:300] + "..."
 
 
-def state_path(lake_root: Path, instance: str) -> Path:
-    return Path(lake_root) / "_state" / "auto_explain" / f"{instance}.json"
+def state_path(lake_root: LakePath, instance: str) -> LakePath:
+    return lake_path(lake_root) / "_state" / "auto_explain" / f"{instance}.json"
 
 
-def load_offsets(lake_root: Path, instance: str) -> dict[str, dict[str, Any]]:
+def load_offsets(lake_root: LakePath, instance: str) -> dict[str, dict[str, Any]]:
     path = state_path(lake_root, instance)
     if not path.exists():
         return {}
@@ -299,13 +300,11 @@ def load_offsets(lake_root: Path, instance: str) -> dict[str, dict[str, Any]]:
         raise ValueError(f"instance {instance}: unreadable auto_explain offsets file {path}: {exc}") from exc
 
 
-def save_offsets(lake_root: Path, instance: str, files: dict[str, dict[str, Any]]) -> None:
-    """Atomic write (temp + rename) of the per-file offsets."""
+def save_offsets(lake_root: LakePath, instance: str, files: dict[str, dict[str, Any]]) -> None:
+    """Atomic write (temp + rename, or one PUT) of the per-file offsets."""
     path = state_path(lake_root, instance)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".json.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps({"files": files}, indent=1, sort_keys=True))
-    os.replace(tmp, path)
+    write_atomically(path, json.dumps({"files": files}, indent=1, sort_keys=True).encode())
 
 
 @dataclass(frozen=True)
@@ -416,7 +415,7 @@ def find_log_files(log_dir: Path, config: AutoExplainConfig, result: IngestResul
 
 
 def ingest_auto_explain_logs(
-    log_dir: Path, instance: str, lake_root: Path, config: AutoExplainConfig | None = None
+    log_dir: Path, instance: str, lake_root: LakePath, config: AutoExplainConfig | None = None
 ) -> IngestResult:
     """Read new complete jsonlog lines since the last run, store new plan shapes, remember offsets."""
     config = config or AutoExplainConfig()
@@ -454,7 +453,7 @@ def ingest_auto_explain_logs(
     return result
 
 
-def stored_sample_keys(lake_root: Path, instance: str, dates: list[str]) -> pl.DataFrame:
+def stored_sample_keys(lake_root: LakePath, instance: str, dates: list[str]) -> pl.DataFrame:
     """(session_id, line_num) of the samples the lake holds for an instance on the given dates (a sample's
     date is its logged_at's, so a re-read record can only collide inside its own date partition)."""
     files = [
@@ -475,7 +474,7 @@ def stored_sample_keys(lake_root: Path, instance: str, dates: list[str]) -> pl.D
     )
 
 
-def store_execution_samples(lake_root: Path, instance: str, samples: pl.DataFrame) -> tuple[int, int]:
+def store_execution_samples(lake_root: LakePath, instance: str, samples: pl.DataFrame) -> tuple[int, int]:
     """Write the samples whose key the lake does not hold yet, one file per date; (written, duplicates).
 
     The file stem is the ingest time plus a digest of the keys written, so writing the very same samples

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from jobs import lake
@@ -34,6 +35,7 @@ from jobs.collect.collector import (
 from jobs.collect.deploys import write_deploy_events
 from jobs.schemas import QUERY_TEXTS, SCHEMA_VERSION, SNAPSHOT_RUNS, STATEMENT_SNAPSHOTS, TableSchema
 from jobs.simulate.fleet import FleetShape, InstanceTruth, SimulatedSnapshot, simulate_fleet
+from jobs.storage import LakePath, ObjectPath, lake_path
 
 TRUTH_FOLDER = "_simulation"
 TRUTH_FILE = "ground_truth.json"
@@ -59,12 +61,12 @@ class WriteReport:
         return self.bytes_written / 1e6
 
 
-def default_truth_path(lake_root: Path) -> Path:
-    return Path(lake_root) / TRUTH_FOLDER / TRUTH_FILE
+def default_truth_path(lake_root: LakePath) -> LakePath:
+    return lake_path(lake_root) / TRUTH_FOLDER / TRUTH_FILE
 
 
 def _write_conformed(
-    root: Path, schema: TableSchema, frame: pl.DataFrame, parts: dict[str, str], stem: str
+    root: LakePath, schema: TableSchema, frame: pl.DataFrame, parts: dict[str, str], stem: str
 ) -> Path:
     """``jobs.lake.write_file``'s bytes for a frame already conformed to ``schema``: the same Arrow schema
     metadata and Parquet options, a temp name renamed into place, no fsync."""
@@ -76,6 +78,11 @@ def _write_conformed(
         {b"radar.table": schema.name.encode(), b"radar.schema_version": str(SCHEMA_VERSION).encode()}
     )
     final = folder / f"{stem}.parquet"
+    if isinstance(final, ObjectPath):  # one PUT, as jobs.lake.write_file does on an object store
+        buffer = pa.BufferOutputStream()
+        pq.write_table(arrow.replace_schema_metadata(metadata), buffer, compression="zstd")
+        final.write_bytes(buffer.getvalue().to_pybytes())
+        return final
     tmp = folder / f"{lake.TEMP_MARK}{stem}.sim{lake.TEMP_SUFFIX}"
     with open(tmp, "wb") as handle:
         pq.write_table(arrow.replace_schema_metadata(metadata), handle, compression="zstd")
@@ -83,7 +90,7 @@ def _write_conformed(
     return final
 
 
-def write_snapshot_fast(lake_root: Path, snap: SimulatedSnapshot) -> list[Path]:
+def write_snapshot_fast(lake_root: LakePath, snap: SimulatedSnapshot) -> list[LakePath]:
     """What ``write_instance_snapshot`` / ``write_failed_run`` write for this snapshot, byte for byte."""
     parts = {"instance": snap.instance, "date": snap.captured_at.date().isoformat()}
     stem = snapshot_stem(snap.captured_at, {"instance": snap.instance, **snap.run})
@@ -97,11 +104,11 @@ def write_snapshot_fast(lake_root: Path, snap: SimulatedSnapshot) -> list[Path]:
 
 
 def write_fleet(
-    lake_root: Path, shape: FleetShape, truth_path: Path | None = None, *, fast: bool = False
+    lake_root: LakePath, shape: FleetShape, truth_path: LakePath | None = None, *, fast: bool = False
 ) -> WriteReport:
     """Generate the fleet instance by instance and write every snapshot as the collector would (through
     its own writers, or with ``fast`` the same bytes without their per-file costs)."""
-    lake_root = Path(lake_root)
+    lake_root = lake_path(lake_root)
     started = time.perf_counter()
     generating = 0.0
     files = rows = size = 0
@@ -140,7 +147,7 @@ def write_fleet(
         written = write_deploy_events(lake_root, deploys, stem="simulator")
         files += len(written)
         size += sum(path.stat().st_size for path in written)
-    truth_path = Path(truth_path) if truth_path else default_truth_path(lake_root)
+    truth_path = lake_path(truth_path) if truth_path else default_truth_path(lake_root)
     write_ground_truth(truth_path, shape, truths)
     return WriteReport(shape, rows, files, size, time.perf_counter() - started, generating, truth_path)
 
@@ -177,14 +184,14 @@ def ground_truth(shape: FleetShape, truths: list[InstanceTruth]) -> dict[str, An
     }
 
 
-def write_ground_truth(path: Path, shape: FleetShape, truths: list[InstanceTruth]) -> Path:
+def write_ground_truth(path: LakePath, shape: FleetShape, truths: list[InstanceTruth]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(ground_truth(shape, truths), indent=1) + "\n")
     return path
 
 
-def load_ground_truth(path: Path) -> dict[str, Any]:
+def load_ground_truth(path: LakePath | str) -> dict[str, Any]:
     try:
-        return json.loads(Path(path).read_text())
+        return json.loads(lake_path(path).read_text())
     except (OSError, ValueError) as exc:
         raise ValueError(f"cannot read the simulator's ground truth {path}: {exc}") from exc
