@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     import polars as pl
 
     from jobs.config import FleetConfig
-from jobs.lake import LakeConfig
+    from jobs.lake import LakeConfig
 from jobs.storage import LakePath, lake_path
 
 DEFAULT_LAKE = Path("data/lake")

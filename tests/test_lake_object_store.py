@@ -60,6 +60,7 @@ def _pipeline(root: LakePath, out: Path) -> dict[str, object]:
     }
 
 
+@pytest.mark.slow  # ~30 s: the whole simulated pipeline twice
 def test_the_pipeline_gives_the_same_results_on_s3_and_on_a_local_folder(
     s3_lake: ObjectPath, tmp_path: Path
 ) -> None:
