@@ -15,7 +15,7 @@ import resource
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Literal
 
 import polars as pl
@@ -482,6 +482,20 @@ def _run_samples_job(
     names = instances if instances is not None else lake_instances(lake_root)
 
     scans: list[tuple[pl.LazyFrame, pl.LazyFrame]] = []
+    # A run over named instances (a shard's run, a snapshot cycle's samples) lists only their folders; a
+    # whole-fleet run lists each table once. Listing the whole table for each named instance made a shard's
+    # first run cost (its instances x the lake's files).
+    per_instance = instances is not None and len(instances) < len(lake_instances(lake_root))
+
+    def instance_scans(name: str) -> tuple[pl.LazyFrame, pl.LazyFrame]:
+        since = datetime(1970, 1, 1, tzinfo=UTC)
+        if dates is not None:
+            first = dates[0] - timedelta(days=1)
+            since = datetime(first.year, first.month, first.day, tzinfo=UTC)
+        return (
+            lake.scan_files(lake_root, STATEMENT_SNAPSHOTS, instance_files(lake_root, name, since)),
+            lake.scan_files(lake_root, SNAPSHOT_RUNS, instance_files(lake_root, name, since, SNAPSHOT_RUNS)),
+        )
 
     def lake_scans() -> tuple[pl.LazyFrame, pl.LazyFrame]:
         """The snapshot and run scans, listed once per job (again only after a bad file was quarantined)."""
@@ -497,7 +511,14 @@ def _run_samples_job(
         return scans[0]
 
     def rebuilt(name: str) -> tuple[int, SamplesResult, pl.DataFrame]:
-        snapshots, runs = lake_scans()
+        snapshots, runs = instance_scans(name) if per_instance else lake_scans()
+        if per_instance and dates is not None:
+            read_from, until = (
+                pl.lit((dates[0] - timedelta(days=1)).isoformat()),
+                pl.lit(dates[1].isoformat()),
+            )
+            snapshots = snapshots.filter(pl.col("date").is_between(read_from, until))
+            runs = runs.filter(pl.col("date").is_between(read_from, until))
         try:
             one = snapshots.filter(pl.col("instance") == name)
             prepared = _prepared(one, runs.filter(pl.col("instance") == name)).collect()
@@ -642,6 +663,13 @@ def new_snapshot_files(
         if stamp is None or stamp > mark:
             found.append(path)
     return found
+
+
+def instance_files(
+    lake_root: LakePath, instance: str, since: datetime, table: TableSchema = STATEMENT_SNAPSHOTS
+) -> list[LakePath]:
+    """Every file of ``table`` in the instance's partitions dated ``since``'s UTC day or later."""
+    return list(_files_dated_from(lake_path(lake_root) / table.name / f"instance={instance}", since))
 
 
 def _files_dated_from(base: LakePath, moment: datetime) -> Iterator[LakePath]:

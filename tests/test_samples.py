@@ -11,8 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from jobs import lake
 from jobs.lake import scan_table, write_table
-from jobs.samples import SampleConfig, SamplesError, run_samples_job, samples_from_snapshots
+from jobs.samples import SampleConfig, SamplesError, lake_instances, run_samples_job, samples_from_snapshots
 from jobs.schemas import QUERY_SAMPLES, SNAPSHOT_RUNS, STATEMENT_SNAPSHOTS
 from tests.lakes import SNAPSHOT_BOOT, snapshot_frame, snapshot_row
 
@@ -320,3 +321,49 @@ def lake_files(lake_root: Path, table: Any) -> list[Path]:
     from jobs.lake import table_files
 
     return table_files(lake_root, table)
+
+
+def test_a_run_over_named_instances_lists_only_their_folders_and_equals_the_whole_fleet_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A shard's run (named instances) reads each instance's own folder instead of listing the whole table
+    per instance, with the same samples as the run over the whole fleet, dates or not."""
+    from jobs import samples as samples_module
+    from jobs.simulate import FleetShape, write_fleet
+
+    shape = FleetShape(
+        instances=3,
+        statements=6,
+        minutes=120,
+        seed=3,
+        regressions=0,
+        deploys_per_hour=0,
+        restarts_per_hour=0.5,
+        resets_per_hour=0.5,
+        failed_snapshots_per_hour=0.5,
+    )
+    write_fleet(tmp_path / "lake", shape, fast=True)
+    whole = run_samples_job(tmp_path / "lake", SampleConfig(), out_root=tmp_path / "all", mode="rebuild")
+    assert whole.sample_rows > 0
+    whole_table_scans: list[str] = []
+    original = samples_module.scan_table
+
+    def counting(root: object, table: object) -> object:
+        whole_table_scans.append(str(table))
+        return original(root, table)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(samples_module, "scan_table", counting)
+    names = sorted(lake_instances(tmp_path / "lake"))[:2]
+    day = shape.start.date()
+    for dates in (None, (day, day)):
+        out = tmp_path / f"named-{dates is not None}"
+        run_samples_job(
+            tmp_path / "lake", SampleConfig(), instances=names, out_root=out, mode="rebuild", dates=dates
+        )
+        mine = lake.read_table(out, QUERY_SAMPLES).sort("instance", "queryid", "interval_end")
+        expected = lake.read_table(tmp_path / "all", QUERY_SAMPLES).filter(pl.col("instance").is_in(names))
+        if dates is not None:
+            expected = expected.filter(pl.col("interval_end").dt.date() == day)
+        assert mine.height > 0
+        assert mine.equals(expected.sort("instance", "queryid", "interval_end"))
+    assert whole_table_scans == []
