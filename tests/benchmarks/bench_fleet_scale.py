@@ -44,7 +44,9 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from jobs.collect.shards import names_in_shards
 from jobs.simulate import FleetShape
+from jobs.simulate.fleet import instance_name
 
 BENCH_DIR = Path(".bench")
 RESULTS_DIR = BENCH_DIR / "results"
@@ -185,6 +187,7 @@ def leg_shard_samples(root: str, shard: int, shard_count: int) -> dict[str, Any]
         "rows": report.snapshot_rows,
         "sample_rows": report.sample_rows,
         "instances": report.instances,
+        "files": report.files_written,
     }
 
 
@@ -345,17 +348,55 @@ def run_backend(backend: LakeBackend, fleet: FleetShape, work: Path) -> dict[str
     shard = leg(f"samples: shard 0 of {shard_count} (per instance)", leg_shard_samples, root, 0, shard_count)
     shard["shard_count"] = shard_count
     leg("samples: run_samples_job rebuild, whole fleet", leg_samples, root)
+    everyone = [instance_name(i) for i in range(fleet.instances)]
+    detections: list[tuple[str, list[str], str]] = []
     if backend.subset_lake is not None:
-        from jobs.collect.shards import names_in_shards
-        from jobs.simulate.fleet import instance_name
-
-        names = names_in_shards([instance_name(i) for i in range(fleet.instances)], [0], shard_count)
-        shard_lake = backend.subset_lake(root, str(work / "shard-lake"), names)
-        one = leg(f"detection: shard 0 of {shard_count}, full pass", leg_detection, shard_lake, fleet)
-        one["instances"] = len(names)
-    whole = leg("detection: whole fleet, full pass", leg_detection, root, fleet)
-    whole["instances"] = fleet.instances
+        for size in detection_sizes(fleet.instances):
+            detections.append((f"detection: first {size} instances, full pass", everyone[:size], "subset"))
+        shard_names = names_in_shards(everyone, [0], shard_count)
+        detections.append((f"detection: shard 0 of {shard_count}, full pass", shard_names, "subset"))
+    detections.append(("detection: whole fleet, full pass", everyone, "whole"))
+    measured: list[tuple[int, float]] = []
+    timed: list[tuple[int, float]] = []
+    for name, names, kind in sorted(detections, key=lambda d: len(d[1])):
+        projected = project_linear(measured, len(names))
+        if projected is not None and projected > _env_float("MAX_RSS_GIB", 10.0) * 1024:
+            results[name] = {
+                "skipped": f"projected {projected:,.0f} MiB > cap (linear fit over {len(measured)} "
+                f"measured detection legs)",
+                "projected_peak_rss_mib": projected,
+                "projected_seconds": project_linear(timed, len(names)),
+                "instances": len(names),
+                "backend": backend.name,
+            }
+            print(f"  [{backend.name}] {name}: SKIPPED, {results[name]['skipped']}", flush=True)
+            continue
+        lake = root
+        if kind == "subset" and backend.subset_lake is not None:
+            lake = backend.subset_lake(root, str(work / "subset-lake"), names)
+        result = leg(name, leg_detection, lake, fleet)
+        result["instances"] = len(names)
+        if "stopped" not in result:
+            measured.append((len(names), result["peak_rss_mib"]))
+            timed.append((len(names), result["seconds"]))
     return results
+
+
+def detection_sizes(instances: int) -> list[int]:
+    """Fleet sizes (first N instances) the detection pass is also measured at, to see how its memory grows
+    (BENCH_FLEET_SCALE_DETECTION_INSTANCES, comma separated; default 10,20)."""
+    raw = os.environ.get("BENCH_FLEET_SCALE_DETECTION_INSTANCES", "10,20")
+    return sorted({int(x) for x in raw.split(",") if x.strip() and 0 < int(x) < instances})
+
+
+def project_linear(points: list[tuple[int, float]], n: int) -> float | None:
+    """Least-squares line through (instances, peak MiB), evaluated at ``n``; None below two points."""
+    if len({x for x, _ in points}) < 2:
+        return None
+    xs, ys = [x for x, _ in points], [y for _, y in points]
+    mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in points) / sum((x - mean_x) ** 2 for x in xs)
+    return mean_y + slope * (n - mean_x)
 
 
 def _summary(r: dict[str, Any]) -> str:
@@ -370,6 +411,9 @@ def print_table(fleet: FleetShape, results: dict[str, dict[str, Any]]) -> None:
         f"{'peak MiB':>9}"
     )
     for name, r in results.items():
+        if "skipped" in r:
+            print(f"{name:58} {r['instances']!s:>5} {'SKIPPED':>12}  {r['skipped']}")
+            continue
         if "stopped" in r:
             print(
                 f"{name:58} {'':>5} {'':>12} {'':>8} {'':>6} {r['seconds']:>8.1f} {'STOPPED':>10} "
@@ -426,7 +470,7 @@ def main() -> None:
     if ratio is not None:
         print(f"write_fleet(fast) / plain write_parquet on the same instances: throughput x{ratio:.2f}")
     for name, r in everything.items():
-        if name.startswith("detection") and "stopped" not in r:
+        if name.startswith("detection") and "stopped" not in r and "skipped" not in r:
             print(
                 f"{name}: {r['deploy_results']:,} deploy results ({r['detected_deploy']} detected), "
                 f"{r['unannounced_results']:,} unannounced ({r['detected_unannounced']} detected); "
