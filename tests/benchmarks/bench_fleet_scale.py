@@ -19,9 +19,13 @@ crash of the benchmark or of the machine's other work. Legs, per lake backend (s
   Dagster ``query_samples`` run of shard 0 does on a lake without samples: ``run_samples_per_instance``
   (append mode, so each instance without a frontier is rebuilt, the samples lock taken per instance);
 - samples: ``run_samples_job(mode="rebuild")`` over the whole lake (it replaces the shard's samples too);
-- detection, whole fleet: ``run_detection(incremental=False, rebuild_samples=False)`` over every sample;
-- detection, one shard: the same pass over a lake holding only shard 0's samples and texts (hard links)
-  and every deploy: what a shard-sized detection would cost (the detector is fleet-wide today).
+- detection: ``run_detection(incremental=False, rebuild_samples=False)``, one full pass, over lakes of the
+  first N instances (BENCH_FLEET_SCALE_DETECTION_INSTANCES, default 10,20), of shard 0's instances (what a
+  shard-sized detection would cost; the detector is fleet-wide today) and of the whole fleet, smallest
+  first. The smaller lakes hold hard links to those instances' samples and texts, and every deploy. A
+  detection leg whose peak RSS, projected linearly in instances from the detection legs already
+  measured, is past the memory cap is skipped and reported with the projection (its memory grows with
+  the fleet: at 50 instances the whole-fleet pass reached the 10 GiB cap after 71 s).
 
 Results: a table on stdout and .bench/results/fleet_scale.json (and fleet_scale-<shape>.json). The work
 folder (.bench/fleet-scale, about 0.12 GB per million snapshot rows) is removed at the end unless
