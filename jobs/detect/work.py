@@ -173,7 +173,10 @@ def split_means(series: pl.DataFrame, splits: pl.DataFrame, keys: list[str]) -> 
     straddles the deploy (``segments_around``).
     """
     cut = pl.col("changepoint_index")
-    joined = series.join(
+    # The columns read only: the join copies every column of the rows it keeps (all work samples of the
+    # fleet's series with a change point).
+    read = [*keys, "metric", "position", "interval_start", "interval_end", "value", "latency_ms", "tracking"]
+    joined = series.select(*dict.fromkeys(read)).join(
         splits.select(*keys, "changepoint_index", "before_count", "after_count", "deployed_at"),
         on=keys,
         how="inner",
