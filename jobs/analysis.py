@@ -371,6 +371,11 @@ def recovery_samples(lake_root: Path, samples: pl.DataFrame, targets: pl.DataFra
         lambda f: f.filter((pl.col("interval_start") >= since) & key.is_in(pairs.to_series().implode())),
     )
     stored = stored.drop("date", strict=False)
+    # Only the run's samples of the wanted queryids (recovery_points reads no other): concatenating and
+    # de-duplicating every sample of the run doubled the pass's samples for a moment (its peak on 5
+    # instances once the analyses' own peaks were cut). A sample's key holds its instance and queryid,
+    # so which copy of a key is kept does not change.
+    samples = samples.filter(key.is_in(pairs.to_series().implode()))
     if stored.height == 0:
         return samples
     both = pl.concat([samples, stored], how="diagonal_relaxed")

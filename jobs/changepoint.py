@@ -604,6 +604,33 @@ def _seeded_scales(n: int, min_length: int, decay: float) -> list[tuple[int, lis
         scale += 1
 
 
+def _seeded_members(
+    lengths: np.ndarray, min_length: int, decay: float, level: float
+) -> list[tuple[int, tuple[np.ndarray, np.ndarray, np.ndarray]]]:
+    """Per interval length, ascending: (series, start, screen) arrays of every seeded interval of that
+    length over the batch, ordered by series, then scale, then start; the screen is ``level`` over the
+    number of intervals of the interval's scale. Scales are computed once per distinct series length."""
+    blocks: dict[int, list[tuple[np.ndarray, ...]]] = {}
+    for n in np.unique(lengths).tolist():
+        owners = np.flatnonzero(lengths == n)
+        for scale, (length, starts) in enumerate(_seeded_scales(n, min_length, decay)):
+            count = len(starts)
+            blocks.setdefault(length, []).append(
+                (
+                    np.repeat(owners, count),
+                    np.full(owners.shape[0] * count, scale, dtype=np.int64),
+                    np.tile(np.array(starts, dtype=np.int64), owners.shape[0]),
+                    np.full(owners.shape[0] * count, level / count),
+                )
+            )
+    members = []
+    for length, parts in sorted(blocks.items()):
+        series, scale, start, screen = (np.concatenate(column) for column in zip(*parts, strict=True))
+        order = np.lexsort((start, scale, series))  # the order of a loop over series, scales, starts
+        members.append((length, (series[order], start[order], screen[order])))
+    return members
+
+
 def _tests_at(
     pieces: list[np.ndarray], at: list[int], config: ChangePointConfig
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -648,26 +675,33 @@ def _seeded_segmentation(
     """
     min_length = 2 * config.min_segment
     level = config.max_p_value if fdr_q is None else fdr_q
-    # Per interval length: (series, start, screen); the screen is the level over the scale's interval count.
-    by_length: dict[int, list[tuple[int, int, float]]] = {}
-    for s, values in enumerate(arrays):
-        for length, starts in _seeded_scales(values.shape[0], min_length, config.seeded_decay):
-            screen = level / len(starts)
-            by_length.setdefault(length, []).extend((s, start, screen) for start in starts)
+    lengths = np.array([values.shape[0] for values in arrays], dtype=np.int64)
+    flat = np.concatenate(arrays) if arrays else np.zeros(0)
+    offsets = np.concatenate(([0], np.cumsum(lengths)[:-1])).astype(np.int64)
     candidates: list[list[tuple[float, int, int, int, int]]] = [[] for _ in arrays]
-    whole_p: list[float | None] = [None] * len(arrays)  # the whole-series test: scale 0
-    for length, members in sorted(by_length.items()):
-        stack = np.stack([arrays[s][start : start + length] for s, start, _ in members])
+    whole = np.zeros(len(arrays))  # the whole-series test: scale 0
+    has_whole = np.zeros(len(arrays), dtype=bool)
+    for length, (series, start, screen) in _seeded_members(lengths, min_length, config.seeded_decay, level):
+        # One row per (series, interval), gathered from one flat copy: per-member tuples and views cost
+        # ~0.2 GiB of Python objects on 20k work series of 120 points.
+        stack = np.lib.stride_tricks.sliding_window_view(flat, length)[offsets[series] + start]
         found = change_point_arrays(stack, config)
-        screens = np.array([screen for _, _, screen in members])
-        keep = np.flatnonzero((found.index >= 0) & (found.p_value <= screens)).tolist()
-        p_value, index = found.p_value.tolist(), found.index.tolist()
-        for row, (s, _start, _) in enumerate(members):
-            if length == arrays[s].shape[0] and index[row] >= 0:
-                whole_p[s] = p_value[row]
-        for row in keep:
-            s, start, _ = members[row]
-            candidates[s].append((p_value[row], length, start, start + index[row], start + length))
+        del stack
+        whole_series = (lengths[series] == length) & (found.index >= 0)
+        whole[series[whole_series]] = found.p_value[whole_series]
+        has_whole[series[whole_series]] = True
+        keep = np.flatnonzero((found.index >= 0) & (found.p_value <= screen))
+        for s, p_value, begin, index in zip(
+            series[keep].tolist(),
+            found.p_value[keep].tolist(),
+            start[keep].tolist(),
+            found.index[keep].tolist(),
+            strict=True,
+        ):
+            candidates[s].append((p_value, length, begin, begin + index, begin + length))
+    whole_p: list[float | None] = [
+        p if h else None for p, h in zip(whole.tolist(), has_whole.tolist(), strict=True)
+    ]
     accepted: list[list[int]] = []
     for options in candidates:
         chosen: list[int] = []

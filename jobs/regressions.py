@@ -153,8 +153,11 @@ def series_identity(frame: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
     """Per series: the queryid with the latest sample (ties: lowest queryid) and that queryid's own text,
     all queryids, and the series' fingerprint, dbid and database."""
     described = [c for c in SERIES_COLUMNS if c in frame.columns and c not in keys]
+    # Sorted on the columns read only: sorting the whole frame copied its every column (texts included).
+    read = dict.fromkeys([*keys, "interval_end", "queryid", "query", *described])
     latest = (
-        frame.sort(
+        frame.select(*read)
+        .sort(
             [*keys, "interval_end", "queryid"],
             descending=[*([False] * len(keys)), True, False],
             nulls_last=True,
@@ -958,7 +961,11 @@ def scoped_history_points(
     points = analysed_columns(fingerprinted_samples(samples, texts, config.identity), extra)
     latest = points["interval_end"].max()
     window_start = latest - config.history  # type: ignore[operator]
-    points = series_in_scope(points.filter(pl.col("interval_end") > window_start), scope)
+    ends = points["interval_end"]
+    if ends.null_count() or ends.min() <= window_start:  # type: ignore[operator]
+        # Only when a sample is outside the history: a filter copies every row it keeps.
+        points = points.filter(pl.col("interval_end") > window_start)
+    points = series_in_scope(points, scope)
     return points, window_start, latest  # type: ignore[return-value]
 
 

@@ -97,6 +97,7 @@ def attach_fingerprints(samples: pl.DataFrame, fingerprints: pl.DataFrame) -> pl
         fingerprints.select("instance", "queryid", "fingerprint", "query"),
         on=["instance", "queryid"],
         how="left",
+        maintain_order="left",
     )
     return joined.with_columns(pl.col("fingerprint").fill_null(queryid_fingerprint(pl.col("queryid"))))
 
@@ -269,11 +270,20 @@ def identify_samples(
     for column in ("dbid", "userid"):
         if column not in frame.columns:
             frame = frame.with_columns(pl.lit(None, dtype=pl.Int64).alias(column))
-    out = attach_fingerprints(frame, prints)
-    names = series_of_queryids(out, config)
+    # The joins run on the few columns they read, in the samples' row order, and their results are
+    # attached to the samples as they are: joining the whole frame copied every one of the samples' ~40
+    # columns three times, and the result shared none of them with the samples the caller still holds.
     join_on = [k for k in group_keys(config) if k != "fingerprint"] + ["queryid"]
-    out = out.join(names.select(*join_on, "series"), on=join_on, how="left", nulls_equal=True)
-    databases = database_names(texts)
-    return out.join(databases, on=["instance", "dbid"], how="left").with_columns(
-        pl.col("database").cast(pl.String)
+    narrow = attach_fingerprints(
+        frame.select(*dict.fromkeys(["instance", "queryid", *join_on, "interval_end"])), prints
     )
+    names = series_of_queryids(narrow, config)
+    narrow = narrow.join(
+        names.select(*join_on, "series"), on=join_on, how="left", nulls_equal=True, maintain_order="left"
+    )
+    narrow = narrow.join(
+        database_names(texts), on=["instance", "dbid"], how="left", maintain_order="left"
+    ).with_columns(pl.col("database").cast(pl.String))
+    if narrow.height != frame.height:  # each right side is unique on its key: a left join adds no rows
+        raise ValueError("identify_samples: a fingerprint, series or database lookup matched twice")
+    return frame.hstack(narrow.select("fingerprint", "query", "series", "database").get_columns())
