@@ -149,33 +149,12 @@ def leg_write(fleet: FleetShape, root: str, fast: bool) -> dict[str, Any]:
 
 
 def leg_plain_write_parquet(fleet: FleetShape, root: str) -> dict[str, Any]:
-    """The peer: each snapshot's frames written with polars' own writer into the collector's layout."""
-    import polars as pl
+    """The peer: each snapshot's frames written with polars' own writer into the collector's layout (the
+    fleet-sim benchmark's peer, one home)."""
+    from tests.benchmarks.bench_fleet_sim import run_plain_polars
 
-    from jobs.collect.collector import snapshot_stem
-    from jobs.simulate import simulate_fleet
-
-    out = lake_arg(root)
-    shutil.rmtree(out, ignore_errors=True)
-    started = time.perf_counter()
-    rows = files = 0
-    for instance in simulate_fleet(fleet):
-        for snap in instance.snapshots():
-            day = snap.captured_at.date().isoformat()
-            stem = snapshot_stem(snap.captured_at, {"instance": snap.instance, **snap.run})
-            tables = [("snapshot_runs", pl.DataFrame([snap.run]))]
-            if not snap.failed:
-                tables.append(("statement_snapshots", snap.statements))
-                if snap.texts.height:
-                    tables.append(("query_texts", snap.texts))
-            for table, frame in tables:
-                folder = out / table / f"instance={snap.instance}" / f"date={day}"
-                folder.mkdir(parents=True, exist_ok=True)
-                frame.write_parquet(folder / f"{stem}.parquet", compression="zstd")
-                files += 1
-            rows += 0 if snap.failed else snap.statements.height
-    seconds = time.perf_counter() - started
-    return {"seconds": seconds, "rows": rows, "files": files, "bytes": _bytes_under(out)}
+    result = run_plain_polars(fleet, root)
+    return {k: result[k] for k in ("seconds", "rows", "files", "bytes")}
 
 
 def leg_shard_samples(root: str, shard: int, shard_count: int) -> dict[str, Any]:
@@ -185,6 +164,11 @@ def leg_shard_samples(root: str, shard: int, shard_count: int) -> dict[str, Any]
 
     names = names_in_shards(lake_instances(lake_arg(root)), [shard], shard_count)
     report = run_samples_per_instance(lake_arg(root), SampleConfig(), names, mode="append")
+    return _samples_figures(report)
+
+
+def _samples_figures(report: Any) -> dict[str, Any]:
+    """What a samples leg reports, from the job's report."""
     return {
         "seconds": report.seconds,
         "rows": report.snapshot_rows,
@@ -198,14 +182,8 @@ def leg_samples(root: str) -> dict[str, Any]:
     from jobs.samples import run_samples_job
 
     report = run_samples_job(lake_arg(root), mode="rebuild")
-    return {
-        "seconds": report.seconds,
-        "rows": report.snapshot_rows,
-        "sample_rows": report.sample_rows,
-        "instances": report.instances,
-        "files": report.files_written,
-        "dropped": int(report.dropped_counts["count"].sum()) if report.dropped_counts.height else 0,
-    }
+    dropped = int(report.dropped_counts["count"].sum()) if report.dropped_counts.height else 0
+    return {**_samples_figures(report), "dropped": dropped}
 
 
 def leg_detection(root: str, fleet: FleetShape) -> dict[str, Any]:
