@@ -562,7 +562,12 @@ def drop_replaced(paths: list[LakePath]) -> list[LakePath]:
         cached = _REPLACES.get(str(path))
         if cached is None or cached[0] != signature:
             try:
-                names = frozenset(json.loads(read_file_metadata(path).get(REPLACES_KEY, "[]")))
+                listed = json.loads(read_file_metadata(path).get(REPLACES_KEY, "[]"))
+                names = (
+                    frozenset(n for n in listed if isinstance(n, str))
+                    if isinstance(listed, list)
+                    else frozenset()
+                )
             except (OSError, ValueError, pa.ArrowException):
                 names = frozenset()
             cached = _REPLACES[str(path)] = (signature, names)
@@ -741,6 +746,8 @@ def _lock_holder(path: LakePath) -> str:
         holder = json.loads(path.read_text() or "{}")
     except (OSError, ValueError):
         holder = {}
+    if not isinstance(holder, dict):
+        holder = {}
     where = f" on {holder['host']}" if holder.get("host") else ""
     return f"pid {holder.get('pid', 'unknown')}{where}, since {holder.get('since', 'unknown')}"
 
@@ -753,7 +760,13 @@ def _object_lock_holder(path: ObjectPath) -> dict[str, object] | None:
         return None
     except ValueError:
         body = {}
-    return {**body, "expired": time.time() > float(body.get("expires_at_epoch", 0.0))}
+    if not isinstance(body, dict):
+        body = {}
+    try:
+        expires = float(body.get("expires_at_epoch", 0.0))
+    except (TypeError, ValueError):
+        expires = 0.0  # not a lease this code wrote: treated as run out
+    return {**body, "expired": time.time() > expires}
 
 
 @contextmanager

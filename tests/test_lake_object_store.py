@@ -142,6 +142,22 @@ def test_a_dead_runs_lock_is_taken_over_after_its_lease(s3_lake: ObjectPath) -> 
         assert "gone" not in (s3_lake / "_locks" / "compaction.lock").read_text()
 
 
+@pytest.mark.parametrize("garbage", ['{"expires_at_epoch": "soon"}', "[1, 2]", "not json"])
+def test_a_lock_object_this_code_did_not_write_is_taken_over(s3_lake: ObjectPath, garbage: str) -> None:
+    (s3_lake / "_locks" / "samples.lock").write_text(garbage)
+    with lake.exclusive_lock(s3_lake, "samples", lake.LakeConfig(lock_wait_s=0.5)):
+        assert "token" in (s3_lake / "_locks" / "samples.lock").read_text()
+
+
+def test_a_merged_file_with_foreign_replaces_metadata_hides_nothing(s3_lake: ObjectPath) -> None:
+    frame = pl.DataFrame({"status": ["ok"], "captured_at": [SHAPE.start]})
+    parts = {"instance": "a", "date": "2026-01-01"}
+    lake.write_table(s3_lake, SNAPSHOT_RUNS, frame, parts, "one")
+    folder = lake.partition_dir(s3_lake, SNAPSHOT_RUNS, parts)
+    lake.write_file(folder / "compacted-x.parquet", SNAPSHOT_RUNS, frame, metadata={lake.REPLACES_KEY: "42"})
+    assert lake.read_table(s3_lake, SNAPSHOT_RUNS).height == 2
+
+
 def test_the_lock_is_renewed_while_held(s3_lake: ObjectPath) -> None:
     config = lake.LakeConfig(lock_wait_s=0.2, object_lock_lease_s=1.0)
     with lake.exclusive_lock(s3_lake, "samples", config):
