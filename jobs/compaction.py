@@ -170,7 +170,8 @@ def _compact_object_partition(
 ) -> PartitionCompaction | None:
     """Object store: PUT the merged file (naming what it replaces), then delete what it replaces. A
     previous compaction's leftovers (files a present merged file replaces) are deleted first."""
-    for leftover in sorted(set(folder.glob("*.parquet")) - set(_partition_files(folder))):
+    listed = sorted(folder.glob("*.parquet"))
+    for leftover in sorted(set(listed) - set(lake.drop_replaced(listed))):
         leftover.unlink(missing_ok=True)
     files, merged = _merge_readable(lake_root, table, folder)
     if len(files) <= 1:

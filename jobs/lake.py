@@ -174,10 +174,8 @@ def write_file(
     )
     arrow = arrow.replace_schema_metadata(file_metadata)
     if isinstance(final, ObjectPath):
-        buffer = pa.BufferOutputStream()
         try:
-            pq.write_table(arrow, buffer, compression="zstd")
-            final.write_bytes(buffer.getvalue().to_pybytes())
+            put_parquet(final, arrow)
         except Exception as exc:
             raise LakeError(f"could not write {final}: {type(exc).__name__}: {exc}") from exc
         return final
@@ -195,6 +193,13 @@ def write_file(
             raise LakeError(f"could not write {final}: {exc}") from exc
         raise
     return final
+
+
+def put_parquet(final: ObjectPath, arrow: pa.Table) -> None:
+    """The lake's Parquet bytes (zstd) as one PUT: an object is whole or absent, never partial."""
+    buffer = pa.BufferOutputStream()
+    pq.write_table(arrow, buffer, compression="zstd")
+    final.write_bytes(buffer.getvalue().to_pybytes())
 
 
 def sweep_stale_temp_files(folder: LakePath, older_than_s: float, now: float | None = None) -> list[LakePath]:

@@ -487,38 +487,40 @@ def _run_samples_job(
     # first run cost (its instances x the lake's files).
     per_instance = instances is not None and len(instances) < len(lake_instances(lake_root))
 
+    # A rebuild over dates reads from the day before the first (the interval that ends on it).
+    read_from = dates[0] - timedelta(days=1) if dates is not None else date(1970, 1, 1)
+
+    def dated(frame: pl.LazyFrame) -> pl.LazyFrame:
+        if dates is None:
+            return frame
+        return frame.filter(
+            pl.col("date").is_between(pl.lit(read_from.isoformat()), pl.lit(dates[1].isoformat()))
+        )
+
     def instance_scans(name: str) -> tuple[pl.LazyFrame, pl.LazyFrame]:
-        since = datetime(1970, 1, 1, tzinfo=UTC)
-        if dates is not None:
-            first = dates[0] - timedelta(days=1)
-            since = datetime(first.year, first.month, first.day, tzinfo=UTC)
+        since = datetime(read_from.year, read_from.month, read_from.day, tzinfo=UTC)
         return (
-            lake.scan_files(lake_root, STATEMENT_SNAPSHOTS, instance_files(lake_root, name, since)),
-            lake.scan_files(lake_root, SNAPSHOT_RUNS, instance_files(lake_root, name, since, SNAPSHOT_RUNS)),
+            dated(lake.scan_files(lake_root, STATEMENT_SNAPSHOTS, instance_files(lake_root, name, since))),
+            dated(
+                lake.scan_files(
+                    lake_root, SNAPSHOT_RUNS, instance_files(lake_root, name, since, SNAPSHOT_RUNS)
+                )
+            ),
         )
 
     def lake_scans() -> tuple[pl.LazyFrame, pl.LazyFrame]:
         """The snapshot and run scans, listed once per job (again only after a bad file was quarantined)."""
         if not scans:
-            snapshots = scan_table(lake_root, STATEMENT_SNAPSHOTS)
-            runs = scan_table(lake_root, SNAPSHOT_RUNS)
-            if dates is not None:
-                first, last = dates
-                read_from, until = pl.lit((first - timedelta(days=1)).isoformat()), pl.lit(last.isoformat())
-                snapshots = snapshots.filter(pl.col("date").is_between(read_from, until))
-                runs = runs.filter(pl.col("date").is_between(read_from, until))
-            scans.append((snapshots, runs))
+            scans.append(
+                (
+                    dated(scan_table(lake_root, STATEMENT_SNAPSHOTS)),
+                    dated(scan_table(lake_root, SNAPSHOT_RUNS)),
+                )
+            )
         return scans[0]
 
     def rebuilt(name: str) -> tuple[int, SamplesResult, pl.DataFrame]:
         snapshots, runs = instance_scans(name) if per_instance else lake_scans()
-        if per_instance and dates is not None:
-            read_from, until = (
-                pl.lit((dates[0] - timedelta(days=1)).isoformat()),
-                pl.lit(dates[1].isoformat()),
-            )
-            snapshots = snapshots.filter(pl.col("date").is_between(read_from, until))
-            runs = runs.filter(pl.col("date").is_between(read_from, until))
         try:
             one = snapshots.filter(pl.col("instance") == name)
             prepared = _prepared(one, runs.filter(pl.col("instance") == name)).collect()

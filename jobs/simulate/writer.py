@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
-import pyarrow as pa
 import pyarrow.parquet as pq
 
 from jobs import lake
@@ -79,9 +78,7 @@ def _write_conformed(
     )
     final = folder / f"{stem}.parquet"
     if isinstance(final, ObjectPath):  # one PUT, as jobs.lake.write_file does on an object store
-        buffer = pa.BufferOutputStream()
-        pq.write_table(arrow.replace_schema_metadata(metadata), buffer, compression="zstd")
-        final.write_bytes(buffer.getvalue().to_pybytes())
+        lake.put_parquet(final, arrow.replace_schema_metadata(metadata))
         return final
     tmp = folder / f"{lake.TEMP_MARK}{stem}.sim{lake.TEMP_SUFFIX}"
     with open(tmp, "wb") as handle:

@@ -147,13 +147,9 @@ def _new_duckdb_filesystem(path: ObjectPath, cache_bytes: int) -> Any:
             self._guard = threading.Lock()
 
         def glob(self, path: str, **kwargs: Any) -> list[str]:
-            parts = path.split("/")
-            literal = next((i for i, p in enumerate(parts) if any(c in p for c in "*?[")), len(parts))
-            if literal == len(parts):
-                found = [ObjectPath(path)] if ObjectPath(path).is_file() else []
-            else:
-                base = ObjectPath("/".join(parts[:literal]))
-                found = list(base.glob("/".join(parts[literal:]), files_only=True))
+            pattern = ObjectPath(path)  # scheme, bucket, and the key pattern ObjectPath.glob matches
+            bucket = ObjectPath(f"{pattern.scheme}://{pattern.bucket}")
+            found = list(bucket.glob(pattern.key, files_only=True))
             with self._guard:
                 for item in found:
                     self._listed[str(item)] = item.listed_stat()
