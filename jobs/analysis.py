@@ -8,6 +8,7 @@ The CLI (`radar detect`), the demo and the Dagster assets all go through here, s
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -29,19 +30,22 @@ from jobs.detect.findings import (
     run_id_for,
     update_findings,
 )
+from jobs.detect.fleet_fdr import LATENCY, RESOURCE, FleetFdr
 from jobs.detect.scope import (
     AnalysisScope,
     RunState,
     ScopeConfig,
+    ShardOfRun,
     analysis_config_digest,
     commit_run,
+    latest_rows_per_instance,
     plan_run,
     read_scoped_samples,
     settings_changed_since_last_run,
 )
 from jobs.detect.work import attach_work_evidence, detect_resource_regressions
 from jobs.lake import LakeConfig
-from jobs.plandiff import PlanDiffConfig, attach_plan_diffs, plan_diffs_for_regressions, write_plan_diffs
+from jobs.plandiff import PlanDiffConfig, attach_plan_diffs, plan_diffs_for_regressions
 from jobs.plans.analyses import DEFAULT_WINDOW as ANALYZE_WINDOW
 from jobs.plans.analyses import table_analyses
 from jobs.publish.drift import DRIFT_FLAG_COLUMNS, drift_flags_text, with_drift_flags
@@ -152,24 +156,37 @@ def detect_from_frames(
     config: DetectionConfig = DetectionConfig(),
     scope: AnalysisScope | None = None,
     table_stats: pl.DataFrame | None = None,
+    fleet: FleetFdr | None = None,
 ) -> DetectionFrames:
     """Latency findings of both analyses with their work evidence, contention separated and plan diffs
     attached; resource regressions; instance slowdowns. ``scope``: what an incremental run re-examines
     (jobs.detect.scope; None = everything). ``table_stats``: table_stats_snapshots rows, so a plan diff
-    names an ANALYZE of the query's tables shortly before the change (None: not looked for)."""
+    names an ANALYZE of the query's tables shortly before the change (None: not looked for). ``fleet``:
+    a shard's pass adjusts its unannounced candidates among every shard's (jobs.detect.fleet_fdr; None =
+    among this call's)."""
+    fleet = fleet or FleetFdr()
     # Identified once here; every step below reuses it (fingerprinted_samples passes identified frames).
     if samples.height:
         samples = fingerprinted_samples(samples, texts, config.regression.identity)
     regressions = detect_regressions(samples, texts, deploys, config.regression, scope)
     unannounced = (
-        detect_unannounced_regressions(samples, texts, config.regression, scope)
+        detect_unannounced_regressions(
+            samples, texts, config.regression, scope, fleet.adjust(LATENCY), fleet.tests(LATENCY)
+        )
         if config.unannounced
         else PERFORMANCE_REGRESSIONS.empty()
     )
     regressions = attach_work_evidence(regressions, samples, texts, config.regression)
     unannounced = attach_work_evidence(unannounced, samples, texts, config.regression)
     resources = detect_resource_regressions(
-        samples, texts, deploys, config.regression, unannounced=config.unannounced, scope=scope
+        samples,
+        texts,
+        deploys,
+        config.regression,
+        unannounced=config.unannounced,
+        scope=scope,
+        fdr=fleet.adjust(RESOURCE),
+        fleet_tests=fleet.tests(RESOURCE),
     )
     # Both analyses in one call: a deploy and an unannounced change are different moments (episodes).
     both, slowdowns = separate_contention(
@@ -211,17 +228,30 @@ def read_inputs(lake_root: Path) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFra
     return samples, texts, deploys, plans
 
 
+def of_instances(instances: tuple[str, ...] | None) -> Callable[[pl.LazyFrame], pl.LazyFrame] | None:
+    """A read's filter to a shard's instances (None: the whole fleet, no filter)."""
+    if instances is None:
+        return None
+    return lambda frame: frame.filter(pl.col("instance").is_in(list(instances)))
+
+
 def read_inputs_in_scope(
-    lake_root: Path, config: DetectionConfig, computed_at: datetime, config_digest: str | None = None
+    lake_root: Path,
+    config: DetectionConfig,
+    computed_at: datetime,
+    config_digest: str | None = None,
+    shard: ShardOfRun | None = None,
 ) -> tuple[RunState, pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """The run's state and inputs: every sample for a full run (or the first one), else only the samples
-    its scope needs (``jobs.detect.scope.read_scoped_samples``), with the scope's unannounced series."""
-    texts = lake.read_table(lake_root, QUERY_TEXTS)
+    its scope needs (``jobs.detect.scope.read_scoped_samples``), with the scope's unannounced series.
+    ``shard``: a shard's pass reads its instances' rows only."""
+    only = of_instances(None if shard is None else shard.instances)
+    texts = lake.read_table(lake_root, QUERY_TEXTS, only)
     deploys = load_deploy_events(lake_root)
-    plans = lake.read_table(lake_root, PLAN_SNAPSHOTS)
-    state = plan_run(lake_root, deploys, computed_at, config.incremental, config_digest)
+    plans = lake.read_table(lake_root, PLAN_SNAPSHOTS, only)
+    state = plan_run(lake_root, deploys, computed_at, config.incremental, config_digest, shard)
     if state.scope is None:
-        return state, lake.read_table(lake_root, QUERY_SAMPLES), texts, deploys, plans
+        return state, lake.read_table(lake_root, QUERY_SAMPLES, only), texts, deploys, plans
     scoped = read_scoped_samples(lake_root, state.scope, deploys, texts, config.regression, config.scope)
     return replace(state, scope=scoped.scope), scoped.samples, texts, deploys, plans
 
@@ -245,9 +275,10 @@ def read_regressions_with_plan_diffs(lake_root: Path) -> pl.DataFrame:
 
 
 def write_run_table(
-    lake_root: Path, table: TableSchema, frame: pl.DataFrame, computed_at: datetime
+    lake_root: Path, table: TableSchema, frame: pl.DataFrame, computed_at: datetime, stem: str | None = None
 ) -> Path | None:
-    """One file of ``table`` per analysis run, partitioned by the run's date; nothing for an empty frame."""
+    """One file of ``table`` per analysis run, partitioned by the run's date; nothing for an empty frame.
+    ``stem``: the file's name (default: the run's time; a shard's pass adds its shard)."""
     if frame.is_empty():
         return None
     columns = [c for c in frame.columns if c in table.column_names]
@@ -256,45 +287,66 @@ def write_run_table(
         table,
         frame.select(columns),
         {"date": computed_at.strftime("%Y-%m-%d")},
-        lake.stem_for(computed_at),
+        stem or lake.stem_for(computed_at),
     )
 
 
-def write_regressions(lake_root: Path, frame: pl.DataFrame, computed_at: datetime) -> Path | None:
-    """One performance_regressions file per analysis run, partitioned by the run's date."""
-    return write_run_table(lake_root, PERFORMANCE_REGRESSIONS, frame, computed_at)
+def settings_changed_for(lake_root: Path, digest: str, shard: ShardOfRun | None) -> bool:
+    """The last run (per instance, for a shard's pass) used other analysis settings."""
+    if shard is None:
+        return settings_changed_since_last_run(lake_root, digest)
+    rows = latest_rows_per_instance(lake_root, shard.instances, shard.since)
+    recorded = set(rows["config_digest"].drop_nulls().to_list())
+    return bool(recorded) and recorded != {digest}
 
 
 def run_detection(
-    lake_root: Path, config: DetectionConfig = DetectionConfig(), now: datetime | None = None
+    lake_root: Path,
+    config: DetectionConfig = DetectionConfig(),
+    now: datetime | None = None,
+    shard: ShardOfRun | None = None,
+    fleet: FleetFdr | None = None,
 ) -> DetectionOutcome:
     """One detection run. An incremental run whose analysis settings differ from the last run's (a
     threshold changed in the config file) runs as a full one: verdicts of earlier runs were judged with the
-    old settings, and the samples (``min_executions``) may have been built with others."""
+    old settings, and the samples (``min_executions``) may have been built with others.
+
+    ``shard`` and ``fleet``: a shard's pass (jobs.detect.sharded) analyses, records findings of and commits
+    only its instances, and adjusts its unannounced candidates among every shard's."""
     computed_at = (now or datetime.now(UTC)).astimezone(UTC)
     digest = detection_config_digest(config)
-    settings_changed = config.incremental and settings_changed_since_last_run(lake_root, digest)
+    settings_changed = config.incremental and settings_changed_for(lake_root, digest, shard)
     if settings_changed:
         config = replace(config, incremental=False)
     report = None
     if config.rebuild_samples:
         mode = "append" if config.incremental else "rebuild"
-        report = run_samples_job(lake_root, config.samples, lake_config=config.lake, mode=mode)
-    state, samples, texts, deploys, plans = read_inputs_in_scope(lake_root, config, computed_at, digest)
-    table_stats = lake.read_table(lake_root, TABLE_STATS_SNAPSHOTS)
+        instances = None if shard is None else list(shard.instances)
+        report = run_samples_job(
+            lake_root, config.samples, instances=instances, lake_config=config.lake, mode=mode
+        )
+    state, samples, texts, deploys, plans = read_inputs_in_scope(
+        lake_root, config, computed_at, digest, shard
+    )
+    only = of_instances(None if shard is None else shard.instances)
+    table_stats = lake.read_table(lake_root, TABLE_STATS_SNAPSHOTS, only)
     found = stamp_run(
-        detect_from_frames(samples, texts, deploys, plans, config, state.scope, table_stats), computed_at
+        detect_from_frames(samples, texts, deploys, plans, config, state.scope, table_stats, fleet),
+        computed_at,
     )
     latency = pl.concat([found.regressions, found.unannounced], how="diagonal_relaxed")
-    previous, changes = findings_of_run(lake_root, latency, samples, texts, computed_at, config)
+    previous, changes = findings_of_run(
+        lake_root, latency, samples, texts, computed_at, config, None if shard is None else shard.instances
+    )
+    stem = state.stem
     files = [
         path
         for path in (
-            write_regressions(lake_root, latency, computed_at),
-            write_run_table(lake_root, RESOURCE_REGRESSIONS, found.resource_regressions, computed_at),
-            write_run_table(lake_root, INSTANCE_SLOWDOWNS, found.instance_slowdowns, computed_at),
-            write_plan_diffs(lake_root, found.plan_diffs, computed_at),
-            write_run_table(lake_root, FINDING_STATES, changes, computed_at),
+            write_run_table(lake_root, PERFORMANCE_REGRESSIONS, latency, computed_at, stem),
+            write_run_table(lake_root, RESOURCE_REGRESSIONS, found.resource_regressions, computed_at, stem),
+            write_run_table(lake_root, INSTANCE_SLOWDOWNS, found.instance_slowdowns, computed_at, stem),
+            write_run_table(lake_root, PLAN_DIFFS, found.plan_diffs, computed_at, stem),
+            write_run_table(lake_root, FINDING_STATES, changes, computed_at, stem),
         )
         if path is not None
     ]
@@ -338,13 +390,17 @@ def findings_of_run(
     texts: pl.DataFrame,
     computed_at: datetime,
     config: DetectionConfig,
+    instances: tuple[str, ...] | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(latest state per finding before this run, the finding_states rows this run changes)."""
+    """(latest state per finding before this run, the finding_states rows this run changes).
+    ``instances``: a shard's pass sees and changes only its instances' findings (the others are other
+    shards')."""
     previous = latest_states(lake.read_table(lake_root, FINDING_STATES))
-    open_before = previous.filter(pl.col("status") == OPEN)
+    mine = previous if instances is None else previous.filter(pl.col("instance").is_in(list(instances)))
+    open_before = mine.filter(pl.col("status") == OPEN)
     targets = recheck_targets(open_before, latency)
     changes = update_findings(
-        previous,
+        mine,
         latency,
         computed_at=computed_at,
         intervals=sample_intervals(samples),
@@ -352,7 +408,7 @@ def findings_of_run(
         config=config.findings,
         regression=config.regression,
     )
-    return previous, changes
+    return mine, changes
 
 
 def recovery_samples(lake_root: Path, samples: pl.DataFrame, targets: pl.DataFrame) -> pl.DataFrame:

@@ -42,6 +42,7 @@ from jobs.changepoint import (
 )
 from jobs.collect.deploys import deploys_for_instances
 from jobs.detect.config import RegressionConfig as RegressionConfig
+from jobs.detect.fleet_fdr import FdrAdjust, within_call
 from jobs.detect.identity import IdentityConfig, identify_samples
 from jobs.schemas import PERFORMANCE_REGRESSIONS
 
@@ -974,11 +975,15 @@ def detect_unannounced_regressions(
     texts: pl.DataFrame,
     config: RegressionConfig = RegressionConfig(),
     scope: AnalysisScope | None = None,
+    fdr: FdrAdjust = within_call,
+    fleet_tests: int = 0,
 ) -> pl.DataFrame:
     """One row per (instance, query) over the last ``config.history``: its strongest step up, if any.
 
     ``scope`` (jobs.detect.scope): only its ``unannounced_series`` are searched (the series whose new
     samples moved from their level); None = every series. The history ends at the latest sample given.
+    ``fdr``: how candidate p-values are adjusted (jobs.detect.fleet_fdr: within this call, or among every
+    shard's candidates; ``fleet_tests`` = how many other shards' candidates, for ``fdr_method``).
 
     Change points come from hierarchical E-divisive with Benjamini-Hochberg across every series of the
     call at each round; each increase of at least ``latency_change_threshold`` is Welch-tested against
@@ -1023,9 +1028,9 @@ def detect_unannounced_regressions(
     candidate = stepped_up & ~small & ~recovered
     adjusted = np.full(candidate.shape[0], np.nan)
     if candidate.any():
-        adjusted[candidate] = stats.false_discovery_control(welch.p[candidate], method="bh")
+        adjusted[candidate] = fdr(welch.p[candidate])
     detected = candidate & (adjusted < config.fdr_q)
-    tests = int(candidate.sum())
+    tests = int(candidate.sum()) + fleet_tests
     starts = series["interval_start"]
     candidates = pl.DataFrame(
         {

@@ -876,6 +876,27 @@ ANALYSED_DEPLOYS = TableSchema(
         Column("deploy_id", pl.String()),
         Column("run_id", pl.String()),
         Column("computed_at", UTC_TS, "the run's time (its date is the partition)"),
+        Column(
+            "shard",
+            pl.String(),
+            "the shard whose pass saw it (`shard-k of n`); null: a whole-fleet run (seen on every instance)",
+        ),
+    ),
+)
+
+FDR_CANDIDATES = TableSchema(
+    name="fdr_candidates",
+    description="The p-values of one shard pass's unannounced candidate steps (the first phase of a sharded "
+    "detection, jobs.detect.sharded): each shard's verdicts adjust its own among every shard's latest.",
+    partition_by=("shard",),
+    primary_key=("run_id", "family", "position"),
+    columns=(
+        Column("run_id", pl.String(), "the pass's time formatted %Y%m%dT%H%M%S%fZ"),
+        Column("computed_at", UTC_TS, "the pass's time"),
+        Column("shard_count", pl.Int64(), "the shard count the fleet was split with"),
+        Column("family", pl.String(), "latency | resource: each adjusted among its own family"),
+        Column("position", pl.Int64(), "the candidate's position in its family (a key only)"),
+        Column("p_value", pl.Float64(), "Welch p-value of the candidate step"),
     ),
 )
 
@@ -910,5 +931,6 @@ TABLES: dict[str, TableSchema] = {
         COLLECTION_HEALTH,
         ANALYSIS_RUNS,
         ANALYSED_DEPLOYS,
+        FDR_CANDIDATES,
     )
 }

@@ -17,11 +17,24 @@ from orchestration.assets.drift import (
 )
 from orchestration.assets.maintenance import compacted_lake
 from orchestration.assets.plans import plan_snapshots
-from orchestration.assets.regressions import detected_regressions_are_consistent, regressions_and_plan_diffs
+from orchestration.assets.regressions import (
+    detected_regressions_are_consistent,
+    detection_candidates,
+    regressions_and_plan_diffs,
+)
 from orchestration.assets.report import weekly_regression_report
 from orchestration.assets.samples import query_samples
 from orchestration.assets.snapshots import statement_snapshots
-from orchestration.jobs import analysis_job, compaction_job, deploy_job, report_job, samples_job, snapshot_job
+from orchestration.jobs import (
+    analysis_job,
+    compaction_job,
+    deploy_job,
+    fleet_analysis_job,
+    report_job,
+    samples_job,
+    shard_analysis_job,
+    snapshot_job,
+)
 from orchestration.resources import (
     AlertResource,
     DeployInboxResource,
@@ -37,7 +50,7 @@ from orchestration.schedules import (
     snapshot_schedule,
     weekly_report_schedule,
 )
-from orchestration.sensors import deploy_inbox_sensor
+from orchestration.sensors import deploy_inbox_sensor, shard_analysis_sensor
 
 settings = definitions_settings().settings
 
@@ -54,9 +67,18 @@ defs = dg.Definitions(
         latency_drift,
         drift_sample_baselines,
         execution_drift,
+        *([detection_candidates] if detection_candidates is not None else []),
     ],
     asset_checks=[detected_regressions_are_consistent, stale_baseline, degenerate_samples],
-    jobs=[snapshot_job, samples_job, deploy_job, analysis_job, report_job, compaction_job],
+    jobs=[
+        snapshot_job,
+        samples_job,
+        deploy_job,
+        analysis_job,
+        report_job,
+        compaction_job,
+        *[job for job in (shard_analysis_job, fleet_analysis_job) if job is not None],
+    ],
     schedules=[
         snapshot_schedule,
         samples_schedule,
@@ -64,7 +86,7 @@ defs = dg.Definitions(
         weekly_report_schedule,
         compaction_schedule,
     ],
-    sensors=[deploy_inbox_sensor],
+    sensors=[deploy_inbox_sensor, *([shard_analysis_sensor] if shard_analysis_sensor is not None else [])],
     # Steps of one run in separate processes (`make dev` and the tests): a step that dies (out of memory, a
     # native crash) fails its step, not the run's other steps. Shards are separate runs (partitions), which
     # the deployment's run launcher places; each run's steps go through this executor.

@@ -2,24 +2,41 @@
 
 import dagster as dg
 
+from orchestration.assets.regressions import CANDIDATES_ASSET
+from orchestration.partitions import SHARD_COUNT
+
 # plan_snapshots is always part of the snapshot job: its run config (capture_plans / ingest_auto_explain,
 # defaults from [plans] of the config file, off unless set) decides whether it captures anything.
 snapshot_job = dg.define_asset_job(
     "snapshot_job", selection=dg.AssetSelection.assets("statement_snapshots", "plan_snapshots")
 )
-analysis_job = dg.define_asset_job(
-    "analysis_job",
-    selection=dg.AssetSelection.assets(
-        "performance_regressions",
-        "resource_regressions",
-        "instance_slowdowns",
-        "plan_diffs",
-        "findings",
-        "regression_alerts",
-        "latency_drift",
-        "execution_drift",  # and its checks; drift_sample_baselines is anchored by hand, never scheduled
-    ),
+DETECTION_ASSETS = (
+    "performance_regressions",
+    "resource_regressions",
+    "instance_slowdowns",
+    "plan_diffs",
+    "findings",
 )
+FLEET_ASSETS = (
+    "regression_alerts",
+    "latency_drift",
+    "execution_drift",  # and its checks; drift_sample_baselines is anchored by hand, never scheduled
+)
+if SHARD_COUNT > 1:
+    # Sharded detection (jobs.detect.sharded): the schedule starts phase 1 per shard, the shard analysis
+    # sensor phase 2 per shard once every shard recorded its candidates, then the fleet-wide assets.
+    analysis_job = dg.define_asset_job("analysis_job", selection=dg.AssetSelection.assets(CANDIDATES_ASSET))
+    shard_analysis_job = dg.define_asset_job(
+        "shard_analysis_job", selection=dg.AssetSelection.assets(*DETECTION_ASSETS)
+    )
+    fleet_analysis_job = dg.define_asset_job(
+        "fleet_analysis_job", selection=dg.AssetSelection.assets(*FLEET_ASSETS)
+    )
+else:
+    analysis_job = dg.define_asset_job(
+        "analysis_job", selection=dg.AssetSelection.assets(*DETECTION_ASSETS, *FLEET_ASSETS)
+    )
+    shard_analysis_job = fleet_analysis_job = None  # type: ignore[assignment]
 samples_job = dg.define_asset_job("samples_job", selection=dg.AssetSelection.assets("query_samples"))
 deploy_job = dg.define_asset_job("deploy_job", selection=dg.AssetSelection.assets("deploy_events"))
 report_job = dg.define_asset_job("report_job", selection=dg.AssetSelection.assets("weekly_regression_report"))

@@ -54,9 +54,11 @@ def samples_schedule(
 
 
 @dg.schedule(job=analysis_job, cron_schedule=CRONS.analysis, execution_timezone="UTC")
-def analysis_schedule(context: dg.ScheduleEvaluationContext) -> dg.RunRequest:
-    """Five minutes after each samples run: detect, diff plans, alert."""
-    return dg.RunRequest(run_key=context.scheduled_execution_time.isoformat())
+def analysis_schedule(context: dg.ScheduleEvaluationContext) -> dg.RunRequest | list[dg.RunRequest]:
+    """Five minutes after each samples run: detect, diff plans, alert. With [schedules] shard_count above 1,
+    phase 1 of the detection (detection_candidates) once per shard; the shard analysis sensor starts the
+    rest when every shard is done."""
+    return _one_or_per_shard(shard_run_requests(SHARD_COUNT, context.scheduled_execution_time.isoformat()))
 
 
 @dg.schedule(job=compaction_job, cron_schedule=CRONS.compaction, execution_timezone="UTC")

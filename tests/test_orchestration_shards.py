@@ -20,12 +20,13 @@ from jobs.collect.shards import shard_of
 from jobs.fleet import EmbeddedFleet
 from orchestration.assets.deploys import deploy_events
 from orchestration.assets.plans import build_plan_snapshots
-from orchestration.assets.regressions import regressions_and_plan_diffs
+from orchestration.assets.regressions import build_detection_candidates, build_regressions_and_plan_diffs
 from orchestration.assets.samples import build_query_samples
 from orchestration.assets.snapshots import build_statement_snapshots
 from orchestration.cli_events import cli_partitions
 from orchestration.partitions import DAY_DIMENSION, SHARD_DIMENSION, shard_run_requests
 from orchestration.resources import DeployInboxResource, FleetResource, LakeResource
+from orchestration.sensors import ROUND_TAG, build_shard_analysis_sensor
 
 pytestmark = pytest.mark.postgres
 
@@ -44,13 +45,15 @@ def sharded_definitions(fleet_file: str, lake_root: str, inbox: str) -> dg.Defin
             build_plan_snapshots(SHARDS),
             build_query_samples(SHARDS),
             deploy_events,
-            regressions_and_plan_diffs,
+            build_detection_candidates(SHARDS),
+            build_regressions_and_plan_diffs(SHARDS),
         ],
         jobs=[
             dg.define_asset_job("shard_snapshots", ["statement_snapshots", "plan_snapshots"]),
             dg.define_asset_job("shard_statement_snapshots", ["statement_snapshots"]),
             dg.define_asset_job("shard_samples", ["query_samples"]),
-            dg.define_asset_job("fleet_analysis", ANALYSIS),
+            dg.define_asset_job("shard_candidates", ["detection_candidates"]),
+            dg.define_asset_job("shard_analysis_job", ANALYSIS),
         ],
         executor=dg.multiprocess_executor,
         resources={
@@ -78,8 +81,12 @@ def shard_samples_job() -> dg.JobDefinition:
     return _env_definitions().resolve_job_def("shard_samples")
 
 
-def fleet_analysis_job() -> dg.JobDefinition:
-    return _env_definitions().resolve_job_def("fleet_analysis")
+def shard_candidates_job() -> dg.JobDefinition:
+    return _env_definitions().resolve_job_def("shard_candidates")
+
+
+def shard_analysis_job() -> dg.JobDefinition:
+    return _env_definitions().resolve_job_def("shard_analysis_job")
 
 
 def write_fleet_file(fleet: EmbeddedFleet, path: Path) -> Path:
@@ -152,11 +159,42 @@ def test_sharded_assets_in_process_over_4_shards(
         assert per_shard[0]["instances"].value == per_shard[3]["instances"].value == 0
         assert per_shard[1]["sample_rows"].value > 0 and per_shard[2]["sample_rows"].value > 0
         assert lake_instances(lake_root, "query_samples") == {"alpha", "beta"}
-        analysis = defs.resolve_job_def("fleet_analysis").execute_in_process(instance=instance)
-        assert analysis.success
-    # The analysis is fleet-wide: one unpartitioned run after the shards, reading every shard's samples.
+        # The detection per shard, in two phases; the sensor starts phase 2 once every shard recorded.
+        shard_job = dg.define_asset_job("shard_analysis_job", ANALYSIS)
+        fleet_job = dg.define_asset_job("fleet_analysis_job", ["regression_alerts"])
+        sensor = build_shard_analysis_sensor(SHARDS, 600, shard_job, fleet_job)
+        resources = {"lake": LakeResource(root=str(lake_root))}
+        candidates = defs.resolve_job_def("shard_candidates")
+        for shard in range(SHARDS - 1):
+            assert candidates.execute_in_process(partition_key=f"shard-{shard}", instance=instance).success
+            waiting = sensor(dg.build_sensor_context(instance=instance, resources=resources))
+            assert isinstance(waiting, dg.SkipReason) and "shard-3" in (waiting.skip_message or "")
+        assert candidates.execute_in_process(partition_key="shard-3", instance=instance).success
+        context = dg.build_sensor_context(instance=instance, resources=resources)
+        requests = sensor(context)
+        assert isinstance(requests, list)
+        assert [(r.job_name, r.partition_key) for r in requests] == [
+            ("shard_analysis_job", f"shard-{s}") for s in range(SHARDS)
+        ]
+        analysis = defs.resolve_job_def("shard_analysis_job")
+        for request in requests:
+            result = analysis.execute_in_process(
+                partition_key=request.partition_key, instance=instance, tags=request.tags
+            )
+            assert result.success  # the empty shard and the dead instance's shard too
+            shown = result.asset_materializations_for_node("regressions_and_plan_diffs")[0].metadata
+            assert shown["shard"].value == request.partition_key
+            assert shown["shards_without_candidates"].value == "none"
+        then = dg.build_sensor_context(instance=instance, resources=resources, cursor=context.cursor)
+        fleet = sensor(then)
+        assert isinstance(fleet, list) and [(r.job_name, r.tags[ROUND_TAG]) for r in fleet] == [
+            ("fleet_analysis_job", requests[0].tags[ROUND_TAG])
+        ]
+        nothing_new = dg.build_sensor_context(instance=instance, resources=resources, cursor=then.cursor)
+        assert isinstance(sensor(nothing_new), dg.SkipReason)
+    # Each shard's detection read its own instances' samples; together, the fleet's.
     parents = defs.resolve_asset_graph().get(dg.AssetKey("performance_regressions")).parent_keys
-    assert dg.AssetKey("query_samples") in parents
+    assert {dg.AssetKey("query_samples"), dg.AssetKey("detection_candidates")} <= parents
     assert lake_instances(lake_root, "performance_regressions") == {"alpha", "beta"}
 
 
@@ -194,12 +232,16 @@ def test_sharded_assets_with_the_multiprocess_executor_over_4_shards(
         assert lake_instances(lake_root, "query_samples") == {"alpha", "beta"}
         samples_done = instance.get_materialized_partitions(dg.AssetKey("query_samples"))
         assert samples_done == {f"{today}|shard-{s}" for s in range(SHARDS)}
-        analysis = run(fleet_analysis_job, fleet_analysis_job(), None)
-        assert analysis.success
-        engine = [e for e in analysis.all_events if e.event_type_value == "ENGINE_EVENT"]
+        phase_one, phase_two = shard_candidates_job(), shard_analysis_job()
+        for shard in range(SHARDS):
+            assert run(shard_candidates_job, phase_one, f"shard-{shard}").success
+        analysis = {s: run(shard_analysis_job, phase_two, f"shard-{s}") for s in range(SHARDS)}
+        assert all(result.success for result in analysis.values())
+        engine = [e for e in analysis[1].all_events if e.event_type_value == "ENGINE_EVENT"]
         assert any("multiprocess" in (e.message or "").lower() for e in engine)  # not in-process
-        findings = instance.get_latest_materialization_event(dg.AssetKey("performance_regressions"))
-        assert findings is not None
+        done = instance.get_materialized_partitions(dg.AssetKey("performance_regressions"))
+        assert done == {f"shard-{s}" for s in range(SHARDS)}
+    assert lake_instances(lake_root, "performance_regressions") == {"alpha", "beta"}
 
 
 def test_cli_runs_report_every_shards_partition() -> None:
@@ -208,23 +250,28 @@ def test_cli_runs_report_every_shards_partition() -> None:
     assert cli_partitions("query_samples", ["2026-12-01"], 1) == ["2026-12-01"]
     assert cli_partitions("statement_snapshots", ["2026-12-01"], 2) == ["shard-0", "shard-1"]
     assert cli_partitions("query_samples", ["2026-12-01"], 2) == ["2026-12-01|shard-0", "2026-12-01|shard-1"]
-    assert cli_partitions("findings", ["2026-12-01"], 2) == [None]  # the analysis is fleet-wide
+    assert cli_partitions("findings", ["2026-12-01"], 2) == ["shard-0", "shard-1"]  # `radar detect`: all
+    assert cli_partitions("regression_alerts", ["2026-12-01"], 2) == [None]  # fleet-wide
 
 
 PROBE = """
 from datetime import UTC, datetime
 import dagster as dg
 from orchestration.definitions import defs
-from orchestration.schedules import samples_schedule, snapshot_schedule
+from orchestration.schedules import analysis_schedule, samples_schedule, snapshot_schedule
 print(defs.resolve_job_def("snapshot_job").partitions_def.get_partition_keys())
 print(type(defs.resolve_job_def("samples_job").partitions_def).__name__)
-print(defs.resolve_job_def("analysis_job").partitions_def)
+print(defs.resolve_job_def("analysis_job").partitions_def.get_partition_keys())
+print(defs.resolve_job_def("shard_analysis_job").partitions_def.get_partition_keys())
+print(defs.resolve_job_def("fleet_analysis_job").partitions_def)
+print(sorted(s.name for s in defs.sensors))
 with dg.instance_for_test() as instance:
     tick = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
     context = dg.build_schedule_context(instance=instance, scheduled_execution_time=tick)
     print([r.partition_key for r in snapshot_schedule(context)])
     instance.add_dynamic_partitions("collection_days", ["2026-12-01"])
     print([r.partition_key for r in samples_schedule(context)])
+    print([r.partition_key for r in analysis_schedule(context)])
 """
 
 
@@ -239,7 +286,11 @@ def test_definitions_load_sharded_from_the_config_file(tmp_path: Path) -> None:
     assert out.stdout.splitlines() == [
         str(keys),
         "MultiPartitionsDefinition",
-        "None",  # the fleet-wide analysis is not partitioned
+        str(keys),  # phase 1 of the detection, per shard
+        str(keys),  # phase 2, per shard
+        "None",  # alerts and drift: fleet-wide
+        str(["deploy_inbox_sensor", "shard_analysis_sensor"]),
         str(keys),
         str([f"2026-12-01|{k}" for k in keys]),
+        str(keys),
     ]

@@ -170,7 +170,12 @@ class ScheduleSettings:
     """Dagster runs the collection and the samples once per shard (partitions shard-0..shard-<n-1>); an
     instance's shard is a stable hash of its name (jobs.collect.shards). 1: one run covers the whole fleet,
     the assets are not partitioned by shard. Changing it moves instances between shards (nothing is lost:
-    the lake is keyed by instance)."""
+    the lake is keyed by instance). Above 1 the detection also runs per shard, in two phases
+    (jobs.detect.sharded): the analysis schedule starts each shard's detection_candidates, and the shard
+    analysis sensor starts every shard's detection once all of them are recorded."""
+    shard_wait_s: float = 600.0
+    """Sharded detection: how long after the first shard recorded its candidates the others are waited
+    for; then every shard's detection starts, a missing shard counting with its previous candidates."""
 
     def __post_init__(self) -> None:
         from jobs.collect.shards import MAX_SHARDS  # stdlib-only module
@@ -185,9 +190,11 @@ class ScheduleSettings:
                 "[schedules] freshness_periods must be at least 1 (a schedule period), "
                 f"not {self.freshness_periods}"
             )
+        if not self.shard_wait_s >= 0:
+            raise ConfigError(f"[schedules] shard_wait_s must be >= 0 seconds, not {self.shard_wait_s}")
         for item in fields(self):
             value = getattr(self, item.name)
-            if item.name in ("freshness_periods", "shard_count"):
+            if item.name in ("freshness_periods", "shard_count", "shard_wait_s"):
                 continue
             if not isinstance(value, str) or len(value.split()) != 5:
                 raise ConfigError(

@@ -26,7 +26,7 @@ before. Both write the run state, so an incremental run can follow a full one.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
@@ -180,14 +180,17 @@ def moved_series(
 # The lake: watermarks and run state
 
 
-def samples_watermarks(lake_root: LakePath) -> dict[str, datetime]:
-    """Per instance: the latest query_samples ``interval_end``, from the newest date partition's file names
-    (the samples job names a file after its latest interval end); a partition whose names say nothing is
-    read (its ``interval_end`` column only)."""
+def samples_watermarks(lake_root: LakePath, instances: Iterable[str] | None = None) -> dict[str, datetime]:
+    """Per instance (``instances``: only those, e.g. a shard's): the latest query_samples ``interval_end``,
+    from the newest date partition's file names (the samples job names a file after its latest interval
+    end); a partition whose names say nothing is read (its ``interval_end`` column only)."""
     base = lake_path(lake_root) / QUERY_SAMPLES.name
+    wanted = None if instances is None else set(instances)
     marks: dict[str, datetime] = {}
     for folder in sorted(base.glob("instance=*")) if base.exists() else []:
         instance = folder.name.removeprefix("instance=")
+        if wanted is not None and instance not in wanted:
+            continue
         for day in sorted(folder.glob("date=*"), reverse=True):
             files = sorted(day.glob("*.parquet"))
             if not files:
@@ -220,12 +223,51 @@ def latest_run(lake_root: LakePath) -> pl.DataFrame | None:
     return None
 
 
-def previous_watermarks(lake_root: LakePath) -> dict[str, datetime | None] | None:
-    """The latest run's samples watermark per instance; None when no run has been recorded."""
-    latest = latest_run(lake_root)
-    if latest is None:
-        return None
-    return dict(zip(latest["instance"].to_list(), latest["samples_watermark"].to_list(), strict=True))
+def previous_watermarks(
+    lake_root: LakePath, instances: Iterable[str] | None = None, since: datetime | None = None
+) -> dict[str, datetime | None] | None:
+    """The samples watermark per instance of the latest run that analysed it (``instances``: of those,
+    looked for back to ``since``; None: the latest run's instances); None when no run has been recorded
+    (for any of them). Per instance, not "the latest run's": a shard's pass records only its instances."""
+    if instances is None:
+        latest = latest_run(lake_root)
+        if latest is None:
+            return None
+        return dict(zip(latest["instance"].to_list(), latest["samples_watermark"].to_list(), strict=True))
+    rows = latest_rows_per_instance(lake_root, instances, since)
+    marks = dict(zip(rows["instance"].to_list(), rows["samples_watermark"].to_list(), strict=True))
+    return marks or None
+
+
+def latest_rows_per_instance(
+    lake_root: LakePath, instances: Iterable[str], since: datetime | None = None
+) -> pl.DataFrame:
+    """Per instance of ``instances``, its row of the latest run that analysed it (a shard's pass analyses
+    only its instances, so "the latest run" is per instance). Day partitions are read newest first until
+    every instance is found, none before ``since``'s day (a watermark older than the history says no more
+    than none: every sample in the history is new)."""
+    base = lake_path(lake_root) / ANALYSIS_RUNS.name
+    wanted = set(instances)
+    found: list[pl.DataFrame] = []
+    for day in sorted(base.glob("date=*"), reverse=True) if base.exists() else []:
+        if not wanted or (since is not None and day.name.removeprefix("date=") < since.date().isoformat()):
+            break
+        files = sorted(day.glob("*.parquet"))
+        if not files:
+            continue
+        rows = (
+            lake.scan_files(lake_root, ANALYSIS_RUNS, files)
+            .filter(pl.col("instance").is_in(sorted(wanted)))
+            .select("run_id", "instance", "samples_watermark", "config_digest")
+            .collect()
+        )
+        if rows.height:
+            latest = rows.sort("run_id", "instance").unique("instance", keep="last", maintain_order=True)
+            found.append(latest)
+            wanted -= set(latest["instance"].to_list())
+    if not found:
+        return ANALYSIS_RUNS.empty().select("run_id", "instance", "samples_watermark", "config_digest")
+    return pl.concat(found, how="vertical").sort("instance")
 
 
 def analysis_config_digest(*parts: object) -> str:
@@ -244,8 +286,30 @@ def settings_changed_since_last_run(lake_root: LakePath, digest: str) -> bool:
     return bool(recorded) and recorded != {digest}
 
 
-def seen_deploy_ids(lake_root: LakePath) -> set[str]:
-    return set(lake.read_table(lake_root, ANALYSED_DEPLOYS, lambda f: f.select("deploy_id"))["deploy_id"])
+def seen_deploy_ids(lake_root: LakePath, shard: str | None = None) -> set[str]:
+    """Deploys a run has seen: those a whole-fleet run saw; for a shard's pass (``shard``, ``shard-k of
+    n``) also those its own passes saw (another shard's pass saw the deploy on other instances); for a
+    whole-fleet run also those every shard of one shard count saw."""
+    seen = lake.read_table(lake_root, ANALYSED_DEPLOYS, lambda f: f.select("deploy_id", "shard"))
+    ids = set(seen.filter(pl.col("shard").is_null())["deploy_id"].to_list())
+    if shard is not None:
+        return ids | set(seen.filter(pl.col("shard") == shard)["deploy_id"].to_list())
+    by_shard = seen.filter(pl.col("shard").is_not_null()).with_columns(
+        pl.col("shard").str.extract(r" of (\d+)$").cast(pl.Int64).alias("count")
+    )
+    covered = by_shard.group_by("deploy_id", "count").agg(pl.col("shard").n_unique().alias("shards"))
+    return ids | set(covered.filter(pl.col("shards") == pl.col("count"))["deploy_id"].to_list())
+
+
+@dataclass(frozen=True)
+class ShardOfRun:
+    """Which instances a shard's pass analyses (jobs.detect.sharded)."""
+
+    label: str
+    """``shard-k of n``."""
+    instances: tuple[str, ...]
+    since: datetime | None = None
+    """How far back the previous watermarks are looked for (the history's start)."""
 
 
 @dataclass(frozen=True)
@@ -260,6 +324,14 @@ class RunState:
     """deploy_events rows no run had seen (written to ``analysed_deploys`` at commit)."""
     config_digest: str | None = None
     """``analysis_config_digest`` of the run's settings (recorded in ``analysis_runs``)."""
+    shard: str | None = None
+    """The shard a pass covers (``shard-k of n``; None = the whole fleet): recorded with the deploys it saw,
+    and in its files' names (shards' passes may write at the same microsecond)."""
+
+    @property
+    def stem(self) -> str:
+        stem = lake.stem_for(self.computed_at)
+        return stem if self.shard is None else f"{stem}-{self.shard.split()[0]}"
 
 
 def plan_run(
@@ -268,12 +340,17 @@ def plan_run(
     computed_at: datetime,
     incremental: bool,
     config_digest: str | None = None,
+    shard: ShardOfRun | None = None,
 ) -> RunState:
-    """The run's watermarks and scope: None (everything) for a full run or when no run was recorded."""
-    current = samples_watermarks(lake_root)
-    seen = seen_deploy_ids(lake_root)
+    """The run's watermarks and scope: None (everything) for a full run or when no run was recorded.
+    ``shard``: a shard's pass, over its instances only, each with the watermark of the latest run that
+    analysed it."""
+    instances = None if shard is None else shard.instances
+    current = samples_watermarks(lake_root, instances)
+    seen = seen_deploy_ids(lake_root, None if shard is None else shard.label)
     new_deploys = deploys.filter(~pl.col("deploy_id").is_in(list(seen))) if deploys.height else deploys
-    previous = previous_watermarks(lake_root) if incremental else None
+    previous = previous_watermarks(lake_root, current, None if shard is None else shard.since)
+    previous = previous if incremental else None
     scope = None
     if previous is not None:
         scope = AnalysisScope(
@@ -281,7 +358,8 @@ def plan_run(
             current=current,
             new_deploy_ids=frozenset(new_deploys["deploy_id"].to_list()) if deploys.height else frozenset(),
         )
-    return RunState(run_id_for(computed_at), computed_at, current, scope, new_deploys, config_digest)
+    label = None if shard is None else shard.label
+    return RunState(run_id_for(computed_at), computed_at, current, scope, new_deploys, config_digest, label)
 
 
 def commit_run(
@@ -292,14 +370,16 @@ def commit_run(
     same scope (its rows come again under a new run_id; nothing is skipped). ``examined``: per instance,
     ``deploys_examined`` and ``series_examined``."""
     day = {"date": state.computed_at.strftime("%Y-%m-%d")}
-    stem = lake.stem_for(state.computed_at)
+    stem = state.stem
     files = []
     if state.new_deploys.height:
         seen = (
             state.new_deploys.select("deploy_id")
             .unique()
             .with_columns(
-                pl.lit(state.run_id).alias("run_id"), pl.lit(state.computed_at).alias("computed_at")
+                pl.lit(state.run_id).alias("run_id"),
+                pl.lit(state.computed_at).alias("computed_at"),
+                pl.lit(state.shard, dtype=pl.String).alias("shard"),
             )
         )
         files.append(lake.write_table(lake_root, ANALYSED_DEPLOYS, seen, day, stem, config=config))

@@ -30,8 +30,8 @@ from datetime import datetime
 
 import numpy as np
 import polars as pl
-from scipy import stats
 
+from jobs.detect.fleet_fdr import FdrAdjust, within_call
 from jobs.detect.scope import AnalysisScope
 from jobs.detect.work_config import WORK_METRIC_BY_NAME, WORK_METRICS, ResourceConfig, WorkMetric
 from jobs.regressions import (
@@ -255,6 +255,8 @@ def detect_resource_regressions(
     *,
     unannounced: bool = True,
     scope: AnalysisScope | None = None,
+    fdr: FdrAdjust = within_call,
+    fleet_tests: int = 0,
 ) -> pl.DataFrame:
     """resource_regressions rows: the deploy analysis, then (``unannounced``) the unannounced one.
 
@@ -263,7 +265,7 @@ def detect_resource_regressions(
     """
     frames = [deploy_resource_regressions(samples, texts, deploys, config, scope)]
     if unannounced:
-        frames.append(unannounced_resource_regressions(samples, texts, config, scope))
+        frames.append(unannounced_resource_regressions(samples, texts, config, scope, fdr, fleet_tests))
     return pl.concat(frames, how="vertical")
 
 
@@ -445,10 +447,12 @@ def unannounced_resource_regressions(
     texts: pl.DataFrame,
     config: RegressionConfig = DEFAULT_CONFIG,
     scope: AnalysisScope | None = None,
+    fdr: FdrAdjust = within_call,
+    fleet_tests: int = 0,
 ) -> pl.DataFrame:
     """One row per (instance, query, tracked work metric) over the last ``config.history``: its strongest
     step up of work per call, if any (Benjamini-Hochberg over every candidate step of the fleet).
-    ``scope``: only its unannounced series (None = every series)."""
+    ``scope``: only its unannounced series (None = every series). ``fdr``: jobs.detect.fleet_fdr."""
     if samples.height == 0:
         return _empty()
     resource = config.resource
@@ -487,7 +491,7 @@ def unannounced_resource_regressions(
     candidate = stepped_up & ~recovered
     adjusted = np.full(candidate.shape[0], np.nan)
     if candidate.any():
-        adjusted[candidate] = stats.false_discovery_control(welch.p[candidate], method="bh")
+        adjusted[candidate] = fdr(welch.p[candidate])
     detected = candidate & (adjusted < config.fdr_q)
     starts = series["interval_start"]
     candidates = pl.DataFrame(
@@ -530,7 +534,7 @@ def unannounced_resource_regressions(
         *metric_keys, "latency_before_ms", "latency_after_ms"
     )
     result = result.join(latency, on=metric_keys, how="left", maintain_order="left")
-    tests = int(candidate.sum())
+    tests = int(candidate.sum()) + fleet_tests
     too_short = pl.col("size") < 2 * config.unannounced_changepoint.min_segment
     is_detected = pl.col("detected").fill_null(False)
     result = result.with_columns(

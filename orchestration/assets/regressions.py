@@ -1,14 +1,21 @@
 """performance_regressions, resource_regressions, instance_slowdowns, plan_diffs and findings: one detection
-pass over the whole fleet."""
+pass over the whole fleet, or with [schedules] shard_count above 1 one pass per shard in two phases
+(jobs.detect.sharded): detection_candidates per shard, then these assets per shard, their unannounced
+candidates adjusted among every shard's."""
+
+from collections.abc import Iterator
 
 import dagster as dg
 import polars as pl
 import pydantic
 
 from jobs import lake as lake_io
-from jobs.analysis import run_detection
+from jobs.analysis import DetectionOutcome, run_detection
+from jobs.collect.shards import shard_key
 from jobs.detect.findings import FINDING_STATUSES
+from jobs.detect.sharded import record_shard_candidates, run_shard_detection
 from jobs.regressions import DETECTED, SERIES_KEY
+from orchestration.partitions import SHARD_COUNT, run_shards, shard_partitions
 from orchestration.resources import LakeResource
 from orchestration.run_config import section_config, settings_from_config
 from orchestration.tables import lake_incident_metadata, table_metadata
@@ -30,18 +37,33 @@ DetectorRunConfig = section_config(
 )
 
 
-@dg.multi_asset(
-    specs=[
+ANALYSIS_ASSETS = (
+    "performance_regressions",
+    "resource_regressions",
+    "instance_slowdowns",
+    "plan_diffs",
+    "findings",
+)
+CANDIDATES_ASSET = "detection_candidates"
+
+
+def _specs(shard_count: int) -> list[dg.AssetSpec]:
+    """The analysis assets' specs; sharded, each also waits for every shard's candidates."""
+    candidates = (
+        [dg.AssetDep(CANDIDATES_ASSET, partition_mapping=dg.AllPartitionMapping())] if shard_count > 1 else []
+    )
+    detection_deps = ["query_samples", "deploy_events", *candidates]
+    return [
         dg.AssetSpec(
             "performance_regressions",
-            deps=["query_samples", "deploy_events"],
+            deps=detection_deps,
             group_name="analyse",
             kinds={"polars", "parquet"},
             description="Every analysed (deploy, instance, query) and unannounced series, detected or not.",
         ),
         dg.AssetSpec(
             "resource_regressions",
-            deps=["query_samples", "deploy_events"],
+            deps=detection_deps,
             group_name="analyse",
             kinds={"polars", "parquet"},
             description="Work per call (temp blocks, shared blocks, rows, WAL, planning) of every analysed "
@@ -64,7 +86,7 @@ DetectorRunConfig = section_config(
         ),
         dg.AssetSpec(
             "findings",
-            deps=["query_samples", "deploy_events"],
+            deps=detection_deps,
             group_name="analyse",
             kinds={"polars", "parquet"},
             description="One finding per regression (instance, series, onset): open, recovered or "
@@ -72,12 +94,57 @@ DetectorRunConfig = section_config(
             "the table finding_states appends a row when a finding opens or changes.",
         ),
     ]
-)
-def regressions_and_plan_diffs(config: DetectorRunConfig, lake: LakeResource):  # type: ignore[valid-type]
-    settings = settings_from_config("detector", config, "regressions_and_plan_diffs")
-    mark = lake_io.incident_mark()
-    detection = settings.detection_config(incremental=not config.full_run, rebuild_samples=False)
-    outcome = run_detection(lake.path, detection)
+
+
+def _one_shard(context: dg.AssetExecutionContext, shard_count: int) -> int:
+    """A sharded detection run covers exactly one shard (its pass is the unit that fails alone)."""
+    shards = run_shards(context, shard_count) or []
+    if len(shards) != 1:
+        raise dg.Failure(f"a sharded detection run covers one shard partition, not {len(shards)}")
+    return shards[0]
+
+
+def build_regressions_and_plan_diffs(shard_count: int) -> dg.AssetsDefinition:
+    """One detection pass over the whole fleet (one shard), or one per shard partition."""
+
+    @dg.multi_asset(
+        specs=_specs(shard_count),
+        partitions_def=shard_partitions(shard_count),
+        name="regressions_and_plan_diffs",
+    )
+    def regressions_and_plan_diffs(
+        context: dg.AssetExecutionContext,
+        config: DetectorRunConfig,  # type: ignore[valid-type]
+        lake: LakeResource,
+    ) -> Iterator[dg.MaterializeResult]:
+        settings = settings_from_config("detector", config, "regressions_and_plan_diffs")
+        mark = lake_io.incident_mark()
+        detection = settings.detection_config(incremental=not config.full_run, rebuild_samples=False)
+        shard_metadata: dict[str, object] = {}
+        if shard_count > 1:
+            shard = _one_shard(context, shard_count)
+            result = run_shard_detection(lake.path, detection, shard, shard_count)
+            outcome = result.outcome
+            others = result.candidates
+            shard_metadata = {
+                "shard": shard_key(shard),
+                "instances": result.instances,
+                "fleet_candidates": table_metadata(others.used),
+                "shards_without_candidates": ", ".join(others.missing) or "none",
+            }
+            if others.missing:
+                context.log.warning(
+                    f"{shard_key(shard)}: no recorded candidates of {', '.join(others.missing)}: "
+                    "the false discovery rate is controlled over the other shards' candidates only"
+                )
+        else:
+            outcome = run_detection(lake.path, detection)
+        yield from _analysis_results(outcome, {**shard_metadata, **lake_incident_metadata(mark)})
+
+    return regressions_and_plan_diffs
+
+
+def _analysis_results(outcome: DetectionOutcome, extra: dict[str, object]) -> Iterator[dg.MaterializeResult]:
     detected = pl.concat([outcome.regressions, outcome.unannounced], how="diagonal_relaxed").filter(
         pl.col("status") == DETECTED
     )
@@ -97,7 +164,7 @@ def regressions_and_plan_diffs(config: DetectorRunConfig, lake: LakeResource):  
         metadata={
             "analysed": outcome.regressions.height + outcome.unannounced.height,
             "detected": detected.height,
-            **lake_incident_metadata(mark),
+            **extra,
             "regressions": table_metadata(shown),
         },
     )
@@ -133,6 +200,45 @@ def regressions_and_plan_diffs(config: DetectorRunConfig, lake: LakeResource):  
             ),
         },
     )
+
+
+def build_detection_candidates(shard_count: int) -> dg.AssetsDefinition:
+    """Phase 1 of a shard's detection pass (jobs.detect.sharded): its unannounced candidates' p-values."""
+
+    @dg.asset(
+        name=CANDIDATES_ASSET,
+        partitions_def=shard_partitions(shard_count),
+        deps=["query_samples", "deploy_events"],
+        group_name="analyse",
+        kinds={"polars", "parquet"},
+        description="Per shard: the p-values of its unannounced candidate steps (latency, work per call), "
+        "so every shard's verdicts control the false discovery rate over the fleet's candidates (table "
+        "fdr_candidates, the latest pass of each shard).",
+    )
+    def detection_candidates(
+        context: dg.AssetExecutionContext,
+        config: DetectorRunConfig,  # type: ignore[valid-type]
+        lake: LakeResource,
+    ) -> dg.MaterializeResult:
+        settings = settings_from_config("detector", config, CANDIDATES_ASSET)
+        detection = settings.detection_config(incremental=not config.full_run, rebuild_samples=False)
+        shard = _one_shard(context, shard_count)
+        recorded = record_shard_candidates(lake.path, detection, shard, shard_count)
+        return dg.MaterializeResult(
+            metadata={
+                "shard": recorded.shard,
+                "instances": recorded.instances,
+                **{f"{family}_candidates": count for family, count in recorded.candidates.items()},
+                "file": str(recorded.path),
+            }
+        )
+
+    return detection_candidates
+
+
+regressions_and_plan_diffs = build_regressions_and_plan_diffs(SHARD_COUNT)
+detection_candidates = build_detection_candidates(SHARD_COUNT) if SHARD_COUNT > 1 else None
+"""Phase 1 of the sharded detection; None with one shard (the whole-fleet pass adjusts its own)."""
 
 
 @dg.asset_check(

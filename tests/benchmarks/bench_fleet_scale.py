@@ -20,9 +20,10 @@ crash of the benchmark or of the machine's other work. Legs, per lake backend (s
   (append mode, so each instance without a frontier is rebuilt, the samples lock taken per instance);
 - samples: ``run_samples_job(mode="rebuild")`` over the whole lake (it replaces the shard's samples too);
 - detection: ``run_detection(incremental=False, rebuild_samples=False)``, one full pass, over lakes of the
-  first N instances (BENCH_FLEET_SCALE_DETECTION_INSTANCES, default 10,20), of shard 0's instances (what a
-  shard-sized detection would cost; the detector is fleet-wide today) and of the whole fleet, smallest
-  first. The smaller lakes hold hard links to those instances' samples and texts, and every deploy. A
+  first N instances (BENCH_FLEET_SCALE_DETECTION_INSTANCES, default 10,20), of shard 0's instances and of
+  the whole fleet, smallest first; then shard 0's sharded detection as Dagster runs it (jobs.detect.sharded:
+  phase 1, its candidates; phase 2, its detection run), each phase its own leg, on the whole lake. The
+  smaller lakes hold hard links to those instances' samples and texts, and every deploy. A
   detection leg whose peak RSS, projected linearly in instances from the detection legs already
   measured, is past the memory cap is skipped and reported with the projection (its memory grows with
   the fleet: at 50 instances the whole-fleet pass reached the 10 GiB cap after 71 s).
@@ -212,6 +213,36 @@ def leg_detection(root: str, fleet: FleetShape) -> dict[str, Any]:
     }
 
 
+def leg_shard_detection(root: str, fleet: FleetShape, shard_count: int, phase: int) -> dict[str, Any]:
+    """One phase of shard 0's sharded detection pass (jobs.detect.sharded) on the whole lake, full: phase 1
+    records its candidates, phase 2 is its detection run (the other shards' candidates not recorded here:
+    their count does not change the pass's cost)."""
+    from jobs.analysis import DetectionConfig
+    from jobs.detect.sharded import record_shard_candidates, run_shard_detection
+
+    config = DetectionConfig(incremental=False, rebuild_samples=False)
+    at = fleet.end + timedelta(minutes=1)
+    started = time.perf_counter()
+    if phase == 1:
+        recorded = record_shard_candidates(lake_arg(root), config, 0, shard_count, now=at)
+        return {
+            "seconds": time.perf_counter() - started,
+            "instances": recorded.instances,
+            **recorded.candidates,
+        }
+    result = run_shard_detection(lake_arg(root), config, 0, shard_count, now=at + timedelta(seconds=1))
+    seconds = time.perf_counter() - started
+    outcome = result.outcome
+    return {
+        "seconds": seconds,
+        "instances": result.instances,
+        "detected_deploy": outcome.detected.height,
+        "detected_unannounced": outcome.unannounced.filter(
+            outcome.unannounced["status"] == "detected"
+        ).height,
+    }
+
+
 def _child(conn: Any, function: Callable[..., dict[str, Any]], args: tuple[Any, ...]) -> None:
     try:
         result = function(*args)
@@ -360,6 +391,15 @@ def run_backend(backend: LakeBackend, fleet: FleetShape, work: Path) -> dict[str
         if "stopped" not in result:
             measured.append((len(names), result["peak_rss_mib"]))
             timed.append((len(names), result["seconds"]))
+    # The sharded detection as Dagster runs it: shard 0's two phases on the whole lake (its instances only).
+    shard_names = names_in_shards(everyone, [0], shard_count)
+    projected = project_linear(measured, len(shard_names))
+    for phase in (1, 2):
+        name = f"detection: shard 0 of {shard_count}, sharded, phase {phase}"
+        if projected is not None and projected > _env_float("MAX_RSS_GIB", 10.0) * 1024:
+            results[name] = {"skipped": f"projected {projected:,.0f} MiB > cap", "backend": backend.name}
+            continue
+        leg(name, leg_shard_detection, root, fleet, shard_count, phase)
     return results
 
 
