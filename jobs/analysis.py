@@ -19,6 +19,7 @@ from rich.table import Table
 
 from jobs import lake
 from jobs.collect.deploys import load_deploy_events
+from jobs.detect.changepoint_memo import ChangePointMemo
 from jobs.detect.contention import separate_contention
 from jobs.detect.findings import (
     OPEN,
@@ -73,6 +74,15 @@ from jobs.schemas import (
     TABLE_STATS_SNAPSHOTS,
     TableSchema,
 )
+
+DETECTION_ASSETS = (
+    "performance_regressions",
+    "resource_regressions",
+    "instance_slowdowns",
+    "plan_diffs",
+    "findings",
+)
+"""The Dagster assets one detection run produces (orchestration/assets/regressions.py), whoever runs it."""
 
 
 @dataclass(frozen=True)
@@ -157,13 +167,14 @@ def detect_from_frames(
     scope: AnalysisScope | None = None,
     table_stats: pl.DataFrame | None = None,
     fleet: FleetFdr | None = None,
+    memo: ChangePointMemo | None = None,
 ) -> DetectionFrames:
     """Latency findings of both analyses with their work evidence, contention separated and plan diffs
     attached; resource regressions; instance slowdowns. ``scope``: what an incremental run re-examines
     (jobs.detect.scope; None = everything). ``table_stats``: table_stats_snapshots rows, so a plan diff
     names an ANALYZE of the query's tables shortly before the change (None: not looked for). ``fleet``:
     a shard's pass adjusts its unannounced candidates among every shard's (jobs.detect.fleet_fdr; None =
-    among this call's)."""
+    among this call's). ``memo``: change points its phase 1 found (jobs.detect.changepoint_memo)."""
     fleet = fleet or FleetFdr()
     # Identified once here; every step below reuses it (fingerprinted_samples passes identified frames).
     if samples.height:
@@ -171,7 +182,7 @@ def detect_from_frames(
     regressions = detect_regressions(samples, texts, deploys, config.regression, scope)
     unannounced = (
         detect_unannounced_regressions(
-            samples, texts, config.regression, scope, fleet.adjust(LATENCY), fleet.tests(LATENCY)
+            samples, texts, config.regression, scope, fleet.adjust(LATENCY), fleet.tests(LATENCY), memo
         )
         if config.unannounced
         else PERFORMANCE_REGRESSIONS.empty()
@@ -187,6 +198,7 @@ def detect_from_frames(
         scope=scope,
         fdr=fleet.adjust(RESOURCE),
         fleet_tests=fleet.tests(RESOURCE),
+        memo=memo,
     )
     # Both analyses in one call: a deploy and an unannounced change are different moments (episodes).
     both, slowdowns = separate_contention(
@@ -306,13 +318,15 @@ def run_detection(
     now: datetime | None = None,
     shard: ShardOfRun | None = None,
     fleet: FleetFdr | None = None,
+    memo: ChangePointMemo | None = None,
 ) -> DetectionOutcome:
     """One detection run. An incremental run whose analysis settings differ from the last run's (a
     threshold changed in the config file) runs as a full one: verdicts of earlier runs were judged with the
     old settings, and the samples (``min_executions``) may have been built with others.
 
     ``shard`` and ``fleet``: a shard's pass (jobs.detect.sharded) analyses, records findings of and commits
-    only its instances, and adjusts its unannounced candidates among every shard's."""
+    only its instances, and adjusts its unannounced candidates among every shard's; ``memo``: the change
+    points its phase 1 found."""
     computed_at = (now or datetime.now(UTC)).astimezone(UTC)
     digest = detection_config_digest(config)
     settings_changed = config.incremental and settings_changed_for(lake_root, digest, shard)
@@ -331,7 +345,7 @@ def run_detection(
     only = of_instances(None if shard is None else shard.instances)
     table_stats = lake.read_table(lake_root, TABLE_STATS_SNAPSHOTS, only)
     found = stamp_run(
-        detect_from_frames(samples, texts, deploys, plans, config, state.scope, table_stats, fleet),
+        detect_from_frames(samples, texts, deploys, plans, config, state.scope, table_stats, fleet, memo),
         computed_at,
     )
     latency = pl.concat([found.regressions, found.unannounced], how="diagonal_relaxed")

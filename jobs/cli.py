@@ -138,16 +138,6 @@ def render(frame: pl.DataFrame, title: str | None = None, max_rows: int = TABLE_
     )
 
 
-ANALYSIS_ASSETS = (
-    "performance_regressions",
-    "resource_regressions",
-    "instance_slowdowns",
-    "plan_diffs",
-    "findings",
-)
-"""The Dagster assets one `radar detect` run produces (orchestration/assets/regressions.py)."""
-
-
 def tell_dagster(
     args: argparse.Namespace, assets: list[str], metadata: dict[str, Any], days: list[str] | None = None
 ) -> None:
@@ -589,7 +579,7 @@ def cmd_detect(args: argparse.Namespace) -> int:
     import polars as pl
 
     from jobs import lake
-    from jobs.analysis import print_detection, run_detection
+    from jobs.analysis import DETECTION_ASSETS, print_detection, run_detection
     from jobs.detect.findings import OPEN
     from jobs.publish.drift import DRIFT_FLAG_COLUMNS, with_drift_flags
     from jobs.schemas import EXECUTION_DRIFT, FINDING_STATES
@@ -605,7 +595,7 @@ def cmd_detect(args: argparse.Namespace) -> int:
         shown = with_drift_flags(outcome.shown_findings.sort("onset", "finding_id"), drift)
         show_rows(args, shown.select(*FINDING_STATES.columns_of(shown), *DRIFT_FLAG_COLUMNS))
     open_findings = outcome.findings.filter(pl.col("status") == OPEN).height
-    tell_dagster(args, list(ANALYSIS_ASSETS), {"open_findings": open_findings})
+    tell_dagster(args, list(DETECTION_ASSETS), {"open_findings": open_findings})
     if args.fail_on_detect and open_findings:
         say(args, f"{open_findings} open findings (--fail-on-detect: exit 1)")
         return 1

@@ -41,6 +41,7 @@ from jobs.changepoint import (
     segment_change_points,
 )
 from jobs.collect.deploys import deploys_for_instances
+from jobs.detect.changepoint_memo import ChangePointMemo, FoundCuts, memo_key
 from jobs.detect.config import RegressionConfig as RegressionConfig
 from jobs.detect.fleet_fdr import FdrAdjust, within_call
 from jobs.detect.identity import IdentityConfig, identify_samples
@@ -892,15 +893,27 @@ def consecutive_segment_tests(
     *,
     max_change_points: int,
     fdr_q: float | None,
+    memo: ChangePointMemo | None = None,
 ) -> SegmentSteps:
     """Hierarchical E-divisive on each series (``values`` concatenated, ``sizes`` per series), then Welch of
-    each segment against the one before it, all series at once."""
+    each segment against the one before it, all series at once. ``memo``: change points a sharded pass's
+    phase 1 found on the same inputs (jobs.detect.changepoint_memo), reused; new ones are added to it."""
     offsets = group_offsets(sizes)
-    found = segment_change_points(
-        split_values(values, offsets), changepoint, max_change_points=max_change_points, fdr_q=fdr_q
-    )
+    key = memo_key(values, sizes, changepoint, max_change_points, fdr_q) if memo is not None else ""
+    known = memo.get(key) if memo is not None else None
+    if known is None:
+        found = segment_change_points(
+            split_values(values, offsets), changepoint, max_change_points=max_change_points, fdr_q=fdr_q
+        )
+        cuts = [sorted({p.index for p in cps if p.index is not None}) for cps in found]
+        candidate_cp_p = np.array(
+            [p.p_value for cps in found for p in cps if p.index is not None], dtype=np.float64
+        )
+        if memo is not None:
+            memo.put(key, FoundCuts(cuts, candidate_cp_p))
+    else:
+        cuts, candidate_cp_p = known.cuts, known.p_values
     # Pieces: the segments between consecutive change points of each series, numbered over the fleet.
-    cuts = [sorted({p.index for p in cps if p.index is not None}) for cps in found]
     piece_base = group_offsets(np.array([len(c) + 1 for c in cuts], dtype=np.int64))
     group_of = np.repeat(np.arange(sizes.shape[0]), sizes)
     position = np.arange(values.shape[0]) - offsets[group_of]
@@ -914,9 +927,6 @@ def consecutive_segment_tests(
     # One candidate per change point: piece j-1 (before) against piece j (after).
     candidate_group = np.array([g for g, c in enumerate(cuts) for _ in c], dtype=np.int64)
     candidate_cut = np.array([i for c in cuts for i in c], dtype=np.int64)
-    candidate_cp_p = np.array(
-        [p.p_value for cps in found for p in cps if p.index is not None], dtype=np.float64
-    )
     after_piece = np.array(
         [piece_base[g] + j + 1 for g, c in enumerate(cuts) for j in range(len(c))], dtype=np.int64
     )
@@ -977,6 +987,7 @@ def detect_unannounced_regressions(
     scope: AnalysisScope | None = None,
     fdr: FdrAdjust = within_call,
     fleet_tests: int = 0,
+    memo: ChangePointMemo | None = None,
 ) -> pl.DataFrame:
     """One row per (instance, query) over the last ``config.history``: its strongest step up, if any.
 
@@ -984,6 +995,7 @@ def detect_unannounced_regressions(
     samples moved from their level); None = every series. The history ends at the latest sample given.
     ``fdr``: how candidate p-values are adjusted (jobs.detect.fleet_fdr: within this call, or among every
     shard's candidates; ``fleet_tests`` = how many other shards' candidates, for ``fdr_method``).
+    ``memo``: change points already found on the same series (jobs.detect.changepoint_memo).
 
     Change points come from hierarchical E-divisive with Benjamini-Hochberg across every series of the
     call at each round; each increase of at least ``latency_change_threshold`` is Welch-tested against
@@ -1007,6 +1019,7 @@ def detect_unannounced_regressions(
         config.unannounced_changepoint,
         max_change_points=config.max_change_points,
         fdr_q=config.fdr_q,
+        memo=memo,
     )
     offsets, piece, piece_base, mean, welch = (
         steps.offsets,

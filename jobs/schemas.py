@@ -900,6 +900,21 @@ FDR_CANDIDATES = TableSchema(
     ),
 )
 
+CHANGEPOINT_MEMO = TableSchema(
+    name="changepoint_memo",
+    description="The change points one shard pass's phase 1 found (jobs.detect.changepoint_memo), keyed by "
+    "a digest of the searched series: its phase 2 reuses them instead of searching the same series again.",
+    partition_by=("shard",),
+    primary_key=("run_id", "key", "series"),
+    columns=(
+        Column("run_id", pl.String(), "the phase 1 pass (the same as its fdr_candidates file)"),
+        Column("key", pl.String(), "SHA-256 of the searched values, series lengths and settings"),
+        Column("series", pl.Int64(), "the series' position in the call"),
+        Column("cuts", pl.List(pl.Int64()), "first index of each new regime, sorted"),
+        Column("p_values", pl.List(pl.Float64()), "each change point's p-value, in the search's order"),
+    ),
+)
+
 # ---------------------------------------------------------------------------------------------------------
 # Catalogue: every table above, by name. Add new tables above this line and to this tuple.
 
@@ -932,5 +947,6 @@ TABLES: dict[str, TableSchema] = {
         ANALYSIS_RUNS,
         ANALYSED_DEPLOYS,
         FDR_CANDIDATES,
+        CHANGEPOINT_MEMO,
     )
 }

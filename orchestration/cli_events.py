@@ -16,6 +16,7 @@ from typing import Any
 
 import dagster as dg
 
+from jobs.analysis import DETECTION_ASSETS
 from jobs.collect.shards import shard_keys
 from orchestration.partitions import (
     COLLECTION_DAYS,
@@ -29,18 +30,7 @@ from orchestration.partitions import (
 DAGSTER_HOME_ENV = "DAGSTER_HOME"
 PARTITIONED_ASSETS = frozenset({"query_samples"})
 """Assets partitioned by ``collection_days``: their event names the day's partition."""
-SHARDED_ASSETS = frozenset(
-    {
-        "statement_snapshots",
-        "plan_snapshots",
-        "query_samples",
-        "performance_regressions",
-        "resource_regressions",
-        "instance_slowdowns",
-        "plan_diffs",
-        "findings",
-    }
-)
+SHARDED_ASSETS = frozenset({"statement_snapshots", "plan_snapshots", "query_samples", *DETECTION_ASSETS})
 """Assets partitioned by shard when [schedules] shard_count is above 1: a CLI run covers every shard."""
 
 

@@ -2,6 +2,7 @@
 
 import dagster as dg
 
+from jobs.analysis import DETECTION_ASSETS
 from orchestration.assets.regressions import CANDIDATES_ASSET
 from orchestration.partitions import SHARD_COUNT
 
@@ -9,13 +10,6 @@ from orchestration.partitions import SHARD_COUNT
 # defaults from [plans] of the config file, off unless set) decides whether it captures anything.
 snapshot_job = dg.define_asset_job(
     "snapshot_job", selection=dg.AssetSelection.assets("statement_snapshots", "plan_snapshots")
-)
-DETECTION_ASSETS = (
-    "performance_regressions",
-    "resource_regressions",
-    "instance_slowdowns",
-    "plan_diffs",
-    "findings",
 )
 FLEET_ASSETS = (
     "regression_alerts",

@@ -19,6 +19,7 @@ from jobs import analysis, lake
 from jobs.analysis import DetectionConfig, run_detection
 from jobs.cli import main
 from jobs.collect.shards import shard_of
+from jobs.detect.changepoint_memo import ChangePointMemo, memo_key
 from jobs.detect.findings import latest_states
 from jobs.detect.fleet_fdr import LATENCY, RESOURCE, CandidateRecorder, FleetFdr, bh_adjusted
 from jobs.detect.sharded import (
@@ -29,6 +30,7 @@ from jobs.detect.sharded import (
     run_shard_detection,
     shard_instances,
 )
+from jobs.regressions import RegressionConfig, consecutive_segment_tests
 from jobs.samples import run_samples_job
 from jobs.schemas import (
     ANALYSED_DEPLOYS,
@@ -138,6 +140,7 @@ def test_four_shards_give_the_whole_fleet_runs_verdicts(simulated: Path, tmp_pat
     assert sorted(runs["instance"]) == sorted(lake.read_table(whole, ANALYSIS_RUNS)["instance"])
 
 
+@pytest.mark.slow  # a whole-fleet run and four shard passes on the simulated fleet
 def test_a_shard_that_ignored_the_others_candidates_would_report_smaller_adjusted_p(
     simulated: Path, tmp_path: Path
 ) -> None:
@@ -220,6 +223,7 @@ def test_latest_candidate_runs_are_read_from_the_file_names(simulated: Path, tmp
     assert latest_candidate_runs(root, SHARDS) == {"shard-2": recorded.path.name.split("-of")[0]}
 
 
+@pytest.mark.slow  # a whole-fleet run and four shard passes on the simulated fleet
 def test_a_shards_pass_judges_only_its_own_instances_findings(
     simulated: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -245,6 +249,7 @@ def test_a_shards_pass_judges_only_its_own_instances_findings(
         assert handed and handed[0] <= set(shard_instances(root, shard, SHARDS))
 
 
+@pytest.mark.slow  # a whole-fleet run and four shard passes on the simulated fleet
 def test_radar_detect_runs_one_shards_phases(
     simulated: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -271,3 +276,49 @@ def test_radar_detect_runs_one_shards_phases(
 
 def shard_of_any(findings: pl.DataFrame, shard: int) -> bool:
     return any(shard_of(i, SHARDS) == shard for i in findings["instance"].to_list())
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Phase 2 reuses phase 1's change points
+
+
+def test_the_memo_returns_what_the_search_found_and_only_for_the_same_inputs() -> None:
+    rng = np.random.default_rng(11)
+    sizes = np.array([60, 45, 80], dtype=np.int64)
+    values = np.concatenate(
+        [
+            rng.normal(1.0, 0.05, 60),
+            rng.normal(2.0, 0.1, 45),
+            np.r_[rng.normal(1, 0.05, 40), rng.normal(3, 0.1, 40)],
+        ]
+    )
+    config = RegressionConfig()
+    args = {"max_change_points": config.max_change_points, "fdr_q": config.fdr_q}
+    plain = consecutive_segment_tests(values, sizes, config.unannounced_changepoint, **args)
+    memo = ChangePointMemo()
+    first = consecutive_segment_tests(values, sizes, config.unannounced_changepoint, memo=memo, **args)
+    again = consecutive_segment_tests(values, sizes, config.unannounced_changepoint, memo=memo, **args)
+    assert (memo.hits, memo.misses) == (1, 1)
+    for steps in (first, again):
+        assert np.array_equal(steps.cut, plain.cut) and np.array_equal(steps.welch.p, plain.welch.p)
+    assert plain.cut.size > 0
+    # through the lake's rows and back, and a changed value or setting is another key (searched afresh)
+    restored = ChangePointMemo.from_frame(memo.to_frame())
+    moved = values.copy()
+    moved[100] += 5.0
+    changed = consecutive_segment_tests(moved, sizes, config.unannounced_changepoint, memo=restored, **args)
+    fresh = consecutive_segment_tests(moved, sizes, config.unannounced_changepoint, **args)
+    assert restored.misses == 1 and np.array_equal(changed.welch.p, fresh.welch.p)
+    assert memo_key(values, sizes, config.unannounced_changepoint, 5, 0.05) != memo_key(
+        values, sizes, config.unannounced_changepoint, 5, 0.01
+    )
+    reused = consecutive_segment_tests(values, sizes, config.unannounced_changepoint, memo=restored, **args)
+    assert restored.hits == 1 and np.array_equal(reused.changepoint_p_value, plain.changepoint_p_value)
+
+
+def test_phase_two_reuses_phase_ones_change_points(simulated: Path, tmp_path: Path) -> None:
+    root = _copy(simulated, tmp_path / "lake")
+    passes = _sharded_pass(root, FULL, SHAPE.end)
+    for result in passes:  # both unannounced searches (latency, work per call) of each shard with instances
+        searched = 2 if result.instances else 0
+        assert (result.memo.hits, result.memo.misses) == (searched, 0), result

@@ -17,7 +17,9 @@ With the same candidates, phase 2 gives each candidate the adjusted p a whole-fl
 differs from a whole-fleet run: the change-point search's own rounds (``jobs.changepoint``, a Benjamini-
 Hochberg step over the series of one call at each round) run per shard; and a shard whose phase 1 has not
 run (or failed) counts with its previous candidates, or none (``ShardCandidates.missing`` names it).
-Phase 1 costs about one unannounced search of the shard again (measured in ``bench_fleet_scale``).
+Phase 2 does not search again what phase 1 searched: phase 1 keeps the change points it found
+(``changepoint_memo``, keyed by a digest of the searched series; jobs.detect.changepoint_memo) and phase 2
+reuses them when its series are the same (a sample that arrived in between makes that search run again).
 """
 
 from __future__ import annotations
@@ -38,13 +40,14 @@ from jobs.analysis import (
     settings_changed_for,
 )
 from jobs.collect.shards import shard_key, shard_of
+from jobs.detect.changepoint_memo import ChangePointMemo
 from jobs.detect.findings import run_id_for
 from jobs.detect.fleet_fdr import LATENCY, RESOURCE, CandidateRecorder, FleetFdr
 from jobs.detect.scope import ShardOfRun
 from jobs.detect.work import unannounced_resource_regressions
 from jobs.regressions import detect_unannounced_regressions, fingerprinted_samples
 from jobs.samples import run_samples_job
-from jobs.schemas import FDR_CANDIDATES, QUERY_SAMPLES
+from jobs.schemas import CHANGEPOINT_MEMO, FDR_CANDIDATES, QUERY_SAMPLES
 from jobs.storage import LakePath, lake_path
 
 FAMILIES = (LATENCY, RESOURCE)
@@ -101,14 +104,14 @@ def record_shard_candidates(
             lake_root, config.samples, instances=list(of_run.instances), lake_config=config.lake, mode=mode
         )
     state, samples, texts, _, _ = read_inputs_in_scope(lake_root, config, computed_at, digest, of_run)
-    recorder = CandidateRecorder()
+    recorder, memo = CandidateRecorder(), ChangePointMemo()
     if samples.height and config.unannounced:
         samples = fingerprinted_samples(samples, texts, config.regression.identity)
         detect_unannounced_regressions(
-            samples, texts, config.regression, state.scope, recorder.adjust(LATENCY)
+            samples, texts, config.regression, state.scope, recorder.adjust(LATENCY), memo=memo
         )
         unannounced_resource_regressions(
-            samples, texts, config.regression, state.scope, recorder.adjust(RESOURCE)
+            samples, texts, config.regression, state.scope, recorder.adjust(RESOURCE), memo=memo
         )
     frames = [
         pl.DataFrame(
@@ -126,10 +129,14 @@ def record_shard_candidates(
     key = shard_key(shard)
     # Written even when empty: "this shard has no candidate" is an answer, not a missing shard.
     stem = f"{lake.stem_for(computed_at)}-of{shard_count}"
+    # The memo first: phase 2 starts from the candidates file, which then always has its memo beside it.
+    found = memo.to_frame().with_columns(pl.lit(run_id_for(computed_at)).alias("run_id"))
+    memo_path = lake.write_table(lake_root, CHANGEPOINT_MEMO, found, {"shard": key}, stem)
     path = lake.write_table(lake_root, FDR_CANDIDATES, rows, {"shard": key}, stem)
-    for older in lake_path(lake_root).joinpath(FDR_CANDIDATES.name, f"shard={key}").glob("*.parquet"):
-        if older.name < path.name:
-            older.unlink(missing_ok=True)
+    for table, latest in ((CHANGEPOINT_MEMO, memo_path), (FDR_CANDIDATES, path)):
+        for older in lake_path(lake_root).joinpath(table.name, f"shard={key}").glob("*.parquet"):
+            if older.name < latest.name:
+                older.unlink(missing_ok=True)
     return RecordedCandidates(
         key, len(of_run.instances), {f: int(recorder.p_values(f).size) for f in FAMILIES}, path
     )
@@ -191,6 +198,16 @@ class ShardDetection:
     outcome: DetectionOutcome
     candidates: ShardCandidates
     instances: int
+    memo: ChangePointMemo
+    """The change points phase 1 found; its hits and misses say which searches phase 2 reused."""
+
+
+def own_memo(lake_root: LakePath, shard: int, shard_count: int) -> ChangePointMemo:
+    """The change points of the shard's latest phase 1 (empty when none is readable)."""
+    folder = lake_path(lake_root) / CHANGEPOINT_MEMO.name / f"shard={shard_key(shard)}"
+    names = sorted(folder.glob(f"*-of{shard_count}.parquet"), key=lambda p: p.name)
+    frame = lake.read_file(lake_root, CHANGEPOINT_MEMO, names[-1]) if names else None
+    return ChangePointMemo() if frame is None else ChangePointMemo.from_frame(frame)
 
 
 def run_shard_detection(
@@ -205,8 +222,9 @@ def run_shard_detection(
     computed_at = (now or datetime.now(UTC)).astimezone(UTC)
     of_run = shard_of_run(lake_root, shard, shard_count, config, computed_at)
     others = other_shards_candidates(lake_root, shard, shard_count)
-    outcome = run_detection(lake_root, config, computed_at, shard=of_run, fleet=others.fleet)
-    return ShardDetection(outcome, others, len(of_run.instances))
+    memo = own_memo(lake_root, shard, shard_count)
+    outcome = run_detection(lake_root, config, computed_at, shard=of_run, fleet=others.fleet, memo=memo)
+    return ShardDetection(outcome, others, len(of_run.instances), memo)
 
 
 # ---------------------------------------------------------------------------------------------------------

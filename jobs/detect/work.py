@@ -31,6 +31,7 @@ from datetime import datetime
 import numpy as np
 import polars as pl
 
+from jobs.detect.changepoint_memo import ChangePointMemo
 from jobs.detect.fleet_fdr import FdrAdjust, within_call
 from jobs.detect.scope import AnalysisScope
 from jobs.detect.work_config import WORK_METRIC_BY_NAME, WORK_METRICS, ResourceConfig, WorkMetric
@@ -257,6 +258,7 @@ def detect_resource_regressions(
     scope: AnalysisScope | None = None,
     fdr: FdrAdjust = within_call,
     fleet_tests: int = 0,
+    memo: ChangePointMemo | None = None,
 ) -> pl.DataFrame:
     """resource_regressions rows: the deploy analysis, then (``unannounced``) the unannounced one.
 
@@ -265,7 +267,7 @@ def detect_resource_regressions(
     """
     frames = [deploy_resource_regressions(samples, texts, deploys, config, scope)]
     if unannounced:
-        frames.append(unannounced_resource_regressions(samples, texts, config, scope, fdr, fleet_tests))
+        frames.append(unannounced_resource_regressions(samples, texts, config, scope, fdr, fleet_tests, memo))
     return pl.concat(frames, how="vertical")
 
 
@@ -449,6 +451,7 @@ def unannounced_resource_regressions(
     scope: AnalysisScope | None = None,
     fdr: FdrAdjust = within_call,
     fleet_tests: int = 0,
+    memo: ChangePointMemo | None = None,
 ) -> pl.DataFrame:
     """One row per (instance, query, tracked work metric) over the last ``config.history``: its strongest
     step up of work per call, if any (Benjamini-Hochberg over every candidate step of the fleet).
@@ -472,6 +475,7 @@ def unannounced_resource_regressions(
         config.unannounced_changepoint,
         max_change_points=config.max_change_points,
         fdr_q=config.fdr_q,
+        memo=memo,
     )
     welch = steps.welch
     pieces = int(steps.piece_base[-1])

@@ -37,13 +37,6 @@ DetectorRunConfig = section_config(
 )
 
 
-ANALYSIS_ASSETS = (
-    "performance_regressions",
-    "resource_regressions",
-    "instance_slowdowns",
-    "plan_diffs",
-    "findings",
-)
 CANDIDATES_ASSET = "detection_candidates"
 
 
@@ -131,6 +124,8 @@ def build_regressions_and_plan_diffs(shard_count: int) -> dg.AssetsDefinition:
                 "instances": result.instances,
                 "fleet_candidates": table_metadata(others.used),
                 "shards_without_candidates": ", ".join(others.missing) or "none",
+                "change_point_searches_reused": result.memo.hits,
+                "change_point_searches_run": result.memo.misses,
             }
             if others.missing:
                 context.log.warning(

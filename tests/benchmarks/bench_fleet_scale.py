@@ -215,31 +215,41 @@ def leg_detection(root: str, fleet: FleetShape) -> dict[str, Any]:
 
 def leg_shard_detection(root: str, fleet: FleetShape, shard_count: int, phase: int) -> dict[str, Any]:
     """One phase of shard 0's sharded detection pass (jobs.detect.sharded) on the whole lake, full: phase 1
-    records its candidates, phase 2 is its detection run (the other shards' candidates not recorded here:
-    their count does not change the pass's cost)."""
-    from jobs.analysis import DetectionConfig
-    from jobs.detect.sharded import record_shard_candidates, run_shard_detection
+    records its candidates and change points, phase 2 is its detection run reusing them (the other shards'
+    candidates are not recorded here: their count does not change the pass's cost, and without them its
+    verdicts are the shard's own full pass's, which the summary compares)."""
+    import polars as pl
 
+    from jobs.analysis import DetectionConfig
+    from jobs.detect.sharded import record_shard_candidates, run_shard_detection, shard_instances
+    from jobs.lake import read_table
+    from jobs.regressions import DETECTED
+    from jobs.schemas import QUERY_SAMPLES
+
+    names = list(shard_instances(lake_arg(root), 0, shard_count))
+    rows = read_table(
+        lake_arg(root), QUERY_SAMPLES, lambda f: f.filter(pl.col("instance").is_in(names)).select("queryid")
+    ).height
     config = DetectionConfig(incremental=False, rebuild_samples=False)
     at = fleet.end + timedelta(minutes=1)
     started = time.perf_counter()
     if phase == 1:
         recorded = record_shard_candidates(lake_arg(root), config, 0, shard_count, now=at)
-        return {
-            "seconds": time.perf_counter() - started,
-            "instances": recorded.instances,
-            **recorded.candidates,
-        }
+        seconds = time.perf_counter() - started
+        return {"seconds": seconds, "rows": rows, "instances": recorded.instances, **recorded.candidates}
     result = run_shard_detection(lake_arg(root), config, 0, shard_count, now=at + timedelta(seconds=1))
     seconds = time.perf_counter() - started
     outcome = result.outcome
     return {
         "seconds": seconds,
+        "rows": rows,
         "instances": result.instances,
-        "detected_deploy": outcome.detected.height,
-        "detected_unannounced": outcome.unannounced.filter(
-            outcome.unannounced["status"] == "detected"
-        ).height,
+        "change_point_searches_reused": result.memo.hits,
+        "change_point_searches_run": result.memo.misses,
+        "deploy_results": outcome.regressions.height,
+        "unannounced_results": outcome.unannounced.height,
+        "detected_deploy": outcome.regressions.filter(outcome.regressions["status"] == DETECTED).height,
+        "detected_unannounced": outcome.unannounced.filter(outcome.unannounced["status"] == DETECTED).height,
     }
 
 
@@ -491,7 +501,7 @@ def main() -> None:
     if ratio is not None:
         print(f"write_fleet(fast) / plain write_parquet on the same instances: throughput x{ratio:.2f}")
     for name, r in everything.items():
-        if name.startswith("detection") and "stopped" not in r and "skipped" not in r:
+        if name.startswith("detection") and "deploy_results" in r:
             print(
                 f"{name}: {r['deploy_results']:,} deploy results ({r['detected_deploy']} detected), "
                 f"{r['unannounced_results']:,} unannounced ({r['detected_unannounced']} detected); "
