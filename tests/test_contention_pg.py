@@ -133,6 +133,7 @@ def test_noop_deploy_with_a_cpu_heavy_neighbour_is_an_instance_slowdown_not_regr
     assert episode["findings_suppressed"] >= 2
 
 
+@pytest.mark.contention_mix  # load-dependent: failed once in a fresh-clone CI run (README, test-contention)
 def test_index_drop_under_the_same_contention_reports_only_the_query_that_lost_its_index(
     crowd: tuple[str, FleetConfig], lake_root: Path
 ) -> None:
