@@ -240,11 +240,11 @@ def read_inputs(lake_root: Path) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFra
     return samples, texts, deploys, plans
 
 
-def of_instances(instances: tuple[str, ...] | None) -> Callable[[pl.LazyFrame], pl.LazyFrame] | None:
+def of_instances(shard: ShardOfRun | None) -> Callable[[pl.LazyFrame], pl.LazyFrame] | None:
     """A read's filter to a shard's instances (None: the whole fleet, no filter)."""
-    if instances is None:
+    if shard is None:
         return None
-    return lambda frame: frame.filter(pl.col("instance").is_in(list(instances)))
+    return lambda frame: frame.filter(pl.col("instance").is_in(list(shard.instances)))
 
 
 def read_inputs_in_scope(
@@ -257,7 +257,7 @@ def read_inputs_in_scope(
     """The run's state and inputs: every sample for a full run (or the first one), else only the samples
     its scope needs (``jobs.detect.scope.read_scoped_samples``), with the scope's unannounced series.
     ``shard``: a shard's pass reads its instances' rows only."""
-    only = of_instances(None if shard is None else shard.instances)
+    only = of_instances(shard)
     texts = lake.read_table(lake_root, QUERY_TEXTS, only)
     deploys = load_deploy_events(lake_root)
     plans = lake.read_table(lake_root, PLAN_SNAPSHOTS, only)
@@ -342,8 +342,7 @@ def run_detection(
     state, samples, texts, deploys, plans = read_inputs_in_scope(
         lake_root, config, computed_at, digest, shard
     )
-    only = of_instances(None if shard is None else shard.instances)
-    table_stats = lake.read_table(lake_root, TABLE_STATS_SNAPSHOTS, only)
+    table_stats = lake.read_table(lake_root, TABLE_STATS_SNAPSHOTS, of_instances(shard))
     found = stamp_run(
         detect_from_frames(samples, texts, deploys, plans, config, state.scope, table_stats, fleet, memo),
         computed_at,

@@ -345,12 +345,13 @@ def plan_run(
     """The run's watermarks and scope: None (everything) for a full run or when no run was recorded.
     ``shard``: a shard's pass, over its instances only, each with the watermark of the latest run that
     analysed it."""
-    instances = None if shard is None else shard.instances
-    current = samples_watermarks(lake_root, instances)
-    seen = seen_deploy_ids(lake_root, None if shard is None else shard.label)
+    label = None if shard is None else shard.label
+    current = samples_watermarks(lake_root, None if shard is None else shard.instances)
+    seen = seen_deploy_ids(lake_root, label)
     new_deploys = deploys.filter(~pl.col("deploy_id").is_in(list(seen))) if deploys.height else deploys
-    previous = previous_watermarks(lake_root, current, None if shard is None else shard.since)
-    previous = previous if incremental else None
+    previous = None
+    if incremental:  # a full run needs no previous watermark: nothing of analysis_runs is read
+        previous = previous_watermarks(lake_root, current, None if shard is None else shard.since)
     scope = None
     if previous is not None:
         scope = AnalysisScope(
@@ -358,7 +359,6 @@ def plan_run(
             current=current,
             new_deploy_ids=frozenset(new_deploys["deploy_id"].to_list()) if deploys.height else frozenset(),
         )
-    label = None if shard is None else shard.label
     return RunState(run_id_for(computed_at), computed_at, current, scope, new_deploys, config_digest, label)
 
 

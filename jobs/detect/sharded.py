@@ -47,7 +47,7 @@ from jobs.detect.scope import ShardOfRun
 from jobs.detect.work import unannounced_resource_regressions
 from jobs.regressions import detect_unannounced_regressions, fingerprinted_samples
 from jobs.samples import run_samples_job
-from jobs.schemas import CHANGEPOINT_MEMO, FDR_CANDIDATES, QUERY_SAMPLES
+from jobs.schemas import CHANGEPOINT_MEMO, FDR_CANDIDATES, QUERY_SAMPLES, TableSchema
 from jobs.storage import LakePath, lake_path
 
 FAMILIES = (LATENCY, RESOURCE)
@@ -153,19 +153,25 @@ class ShardCandidates:
     """Other shards with no recorded candidates for this shard count (never run, or always failed)."""
 
 
+def pass_files(lake_root: LakePath, table: TableSchema, shard: int, shard_count: int) -> list[LakePath]:
+    """A shard's phase-1 files of ``table`` written with this shard count, newest first (names start with
+    the pass's time)."""
+    folder = lake_path(lake_root) / table.name / f"shard={shard_key(shard)}"
+    return sorted(folder.glob(f"*-of{shard_count}.parquet"), key=lambda p: p.name, reverse=True)
+
+
 def other_shards_candidates(lake_root: LakePath, shard: int, shard_count: int) -> ShardCandidates:
     """Every other shard's latest ``fdr_candidates`` file recorded with this shard count."""
-    base = lake_path(lake_root) / FDR_CANDIDATES.name
     parts: dict[str, list[np.ndarray]] = {f: [] for f in FAMILIES}
     used, missing = [], []
     for other in range(shard_count):
         if other == shard:
             continue
         key = shard_key(other)
-        pattern = f"*-of{shard_count}.parquet"
-        files = sorted((base / f"shard={key}").glob(pattern), key=lambda p: p.name, reverse=True)
         rows = None
-        for path in files:  # the newest readable file of this shard count (a bad one is quarantined)
+        for path in pass_files(
+            lake_root, FDR_CANDIDATES, other, shard_count
+        ):  # the newest readable file of this shard count (a bad one is quarantined)
             rows = lake.read_file(lake_root, FDR_CANDIDATES, path)
             if rows is not None:
                 break
@@ -204,9 +210,8 @@ class ShardDetection:
 
 def own_memo(lake_root: LakePath, shard: int, shard_count: int) -> ChangePointMemo:
     """The change points of the shard's latest phase 1 (empty when none is readable)."""
-    folder = lake_path(lake_root) / CHANGEPOINT_MEMO.name / f"shard={shard_key(shard)}"
-    names = sorted(folder.glob(f"*-of{shard_count}.parquet"), key=lambda p: p.name)
-    frame = lake.read_file(lake_root, CHANGEPOINT_MEMO, names[-1]) if names else None
+    files = pass_files(lake_root, CHANGEPOINT_MEMO, shard, shard_count)
+    frame = lake.read_file(lake_root, CHANGEPOINT_MEMO, files[0]) if files else None
     return ChangePointMemo() if frame is None else ChangePointMemo.from_frame(frame)
 
 
@@ -234,13 +239,11 @@ def run_shard_detection(
 def latest_candidate_runs(lake_root: LakePath, shard_count: int) -> dict[str, str]:
     """Per shard with a recorded phase 1 of this shard count: the run id of its latest (from the file's
     name, no read)."""
-    base = lake_path(lake_root) / FDR_CANDIDATES.name
     latest = {}
     for shard in range(shard_count):
-        key = shard_key(shard)
-        names = sorted(p.name for p in (base / f"shard={key}").glob(f"*-of{shard_count}.parquet"))
-        if names:
-            latest[key] = names[-1].split("-of", 1)[0]
+        files = pass_files(lake_root, FDR_CANDIDATES, shard, shard_count)
+        if files:
+            latest[shard_key(shard)] = files[0].name.split("-of", 1)[0]
     return latest
 
 
