@@ -26,6 +26,7 @@ DEFAULT_FLEET_FILE = Path("data/fleet.toml")
 DEFAULT_EMBEDDED_ROOT = Path(tempfile.gettempdir()) / "pg-regression-radar" / "fleet"
 EXIT_LOCKED = 75  # EX_TEMPFAIL: another run holds a lake lock; try again later
 EXIT_USAGE = 2
+EXIT_INTERNAL = 70  # EX_SOFTWARE: a bug in radar (an exception nothing expected); never a verdict's code
 TABLE_MAX_ROWS = 40
 """Rows a table shows by default (`--max-rows`); JSON and CSV print every row unless --max-rows is given."""
 SQL_CELL_WIDTH = 40
@@ -1265,6 +1266,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 COMMON_EXIT_CODES = (
     "  2  usage or configuration error (bad flag, bad --config or fleet file, no fleet): nothing done\n"
+    "  70 internal error (EX_SOFTWARE): a bug in radar, one line on stderr; RADAR_DEBUG=1 shows the\n"
+    "     traceback. What earlier runs wrote to the lake is kept\n"
     "  75 another run holds a lake lock (EX_TEMPFAIL): try again later"
 )
 
@@ -1820,6 +1823,29 @@ LAKELESS_COMMANDS = frozenset({"fleet", "setup-sql", "config", "gate"})
 """Commands that never read or write the lake (their run does not resolve [lake] root)."""
 
 
+def internal_error(args: argparse.Namespace, exc: Exception) -> int:
+    """An exception nothing expected: one line (scrubbed of DSNs) and EXIT_INTERNAL, so a cron job or CI
+    step never mistakes a bug for a verdict (``--fail-on-detect``'s 1, the gate's BLOCK) and a JSON reader
+    gets an empty stdout with a distinct code; ``RADAR_DEBUG=1`` re-raises for the traceback."""
+    import os
+
+    if os.environ.get("RADAR_DEBUG", "").strip() not in ("", "0"):
+        raise exc
+    where = ""
+    tb = exc.__traceback__
+    while tb is not None:  # the innermost frame of radar's own code names where it broke
+        if tb.tb_frame.f_globals.get("__name__", "").startswith(("jobs.", "orchestration.")):
+            where = f" at {tb.tb_frame.f_globals['__name__']}:{tb.tb_lineno}"
+        tb = tb.tb_next
+    first_line = (str(exc).strip().splitlines() or [""])[0][:300]
+    say(
+        args,
+        f"[red]internal error:[/red] {type(exc).__name__}{where}: {_escape(_scrubbed(first_line))} "
+        f"(a bug in radar, not in your input; exit {EXIT_INTERNAL}; RADAR_DEBUG=1 shows the traceback)",
+    )
+    return EXIT_INTERNAL
+
+
 def _is_error(exc: BaseException, *names: str) -> bool:
     """The exception is (a subclass of) one of these jobs/ classes, checked without importing them."""
     return any(cls.__name__ in names and cls.__module__.startswith("jobs.") for cls in type(exc).__mro__)
@@ -1861,7 +1887,7 @@ def main(argv: list[str] | None = None) -> int:
         if _is_error(exc, "ConfigError") or isinstance(exc, ValueError | RuntimeError | FileNotFoundError):
             say(args, f"[red]error:[/red] {_escape(_scrubbed(str(exc)))}")
             return EXIT_USAGE
-        raise
+        return internal_error(args, exc)
     finally:
         print_lake_incidents(mark, args)
 

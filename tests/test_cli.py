@@ -152,3 +152,25 @@ def test_views_prints_one_statement_per_view(lake_root: Path, capsys: pytest.Cap
 def test_fleet_status_without_a_fleet(tmp_path: Path) -> None:
     assert radar("--embedded-root", str(tmp_path / "none"), "fleet", "status") == 1
     assert EmbeddedFleet.load(tmp_path / "none") is None
+
+
+def test_an_unexpected_exception_is_one_line_and_exit_70_never_a_verdict_code(
+    lake_root: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bug (here a TypeError raised where detection runs) is not "a finding is open" (--fail-on-detect's
+    1) nor a usage error: exit 70, one line on stderr naming the exception, an empty stdout for `jq`."""
+    import jobs.analysis
+
+    def broken(*_: object, **__: object) -> None:
+        raise TypeError("'>' not supported between instances of 'NoneType' and 'NoneType'")
+
+    monkeypatch.setattr(jobs.analysis, "run_detection", broken)
+    capsys.readouterr()
+    code = main(["--lake", str(lake_root), "detect", "--fail-on-detect", "--format", "json"])
+    out, err = capsys.readouterr()
+    assert code == 70 and out == ""
+    assert err.count("\n") == 1 and err.startswith("internal error: TypeError at jobs.cli:")
+    assert "TypeError" in err and "not supported" in err and "Traceback" not in err
+    monkeypatch.setenv("RADAR_DEBUG", "1")
+    with pytest.raises(TypeError):
+        main(["--lake", str(lake_root), "detect", "--format", "json"])

@@ -150,6 +150,8 @@ def chain_queryids(
     series name). ``spans``: (queryid, first end, last end, text) per queryid, ends in epoch us;
     ``ends``: the instance's interval ends, sorted."""
     chains: list[dict] = []
+    # A queryid with no interval end (no sample) is an empty span: it runs beside nothing, starts first.
+    spans = [(q, -1 if a is None else a, -1 if b is None else b, t) for q, a, b, t in spans]
     for queryid, first, last, text in sorted(spans, key=lambda s: (s[1], s[0])):
         same_text = [c for c in chains if text is not None and text in c["texts"]]
         if same_text:  # one statement whose queryids differ by parameter types or OIDs only

@@ -36,6 +36,7 @@ from jobs import lake
 from jobs.collect.deploys import deploys_for_instances
 from jobs.detect.config import ScopeConfig as ScopeConfig
 from jobs.detect.findings import run_id_for
+from jobs.detect.identity import attach_fingerprints, fingerprint_texts
 from jobs.regressions import SERIES_KEY, RegressionConfig, fingerprinted_samples, merge_intervals
 from jobs.schemas import ANALYSED_DEPLOYS, ANALYSIS_RUNS, QUERY_SAMPLES
 from jobs.storage import LakePath, lake_path
@@ -527,17 +528,12 @@ def _history_of(
     known = pl.concat(
         [first.select("instance", "queryid"), texts.select("instance", "queryid")], how="vertical_relaxed"
     ).unique()
-    mapped = fingerprinted_samples(
-        known.with_columns(
-            pl.lit(None, dtype=lake_ts()).alias("interval_start"),
-            pl.lit(None, dtype=lake_ts()).alias("interval_end"),
-            pl.lit(1, dtype=pl.Int64).alias("calls"),
-            pl.lit(0.0).alias("total_exec_time"),
-        ),
-        texts,
-    )
-    # By fingerprint, not series: the dummy rows carry no database, and a superset costs only reading
-    # (series_in_scope keeps the moved series' points).
+    # Only queryid -> fingerprint is needed here: no series naming (which chains queryids of one
+    # fingerprint by the spans of their samples, and these rows have no samples).
+    prints = texts if "fingerprint" in texts.columns else fingerprint_texts(texts)
+    mapped = attach_fingerprints(known, prints)
+    # By fingerprint, not series: a queryid maps to its database only through samples, and a superset
+    # costs only reading (series_in_scope keeps the moved series' points).
     wanted = (
         mapped.join(moved.select("instance", "fingerprint"), on=["instance", "fingerprint"], how="semi")
         .select("instance", "queryid")
