@@ -170,6 +170,7 @@ def alter(fleet: EmbeddedFleet, name: str, statement: str) -> None:
         conn.execute(statement)
 
 
+@pytest.mark.timeout(int(TICKS * TICK_S * 3 + 900))  # a bound, far above the expected run
 def test_the_cron_loop_survives_a_pgbench_fleet_and_finds_explains_and_recovers_both_regressions(
     soak_fleet: EmbeddedFleet,
     pgbench: list[subprocess.Popen[bytes]],
