@@ -697,6 +697,65 @@ def segments_around(
     return SegmentPair(before=before, after=after, transition=transition)
 
 
+MAD_TO_SD = 1.4826  # a normal distribution's standard deviation over its median absolute deviation
+MEAN_DEVIATION_TO_SD = 1.2533  # ... over its mean absolute deviation (sqrt(pi / 2))
+
+
+def mixed_sample(
+    values: np.ndarray, before: np.ndarray, after: np.ndarray, cut: int, config: RegressionConfig
+) -> int | None:
+    """The sample next to the change point ``cut`` whose interval holds the step, or None.
+
+    Why: a step inside an interval makes that interval's mean a mix of both regimes, and E-divisive puts
+    it on either side; on a later run (one more interval) it may put it on the other, and a 250x step's
+    mixed sample then lifts the "before" level 15-fold. Candidates are the last sample of ``before``
+    (``cut - 1``) and the first of ``after`` (``cut``), when the sides (index arrays into ``values``) hold
+    them. On log latencies (when every value is positive), each side's level is the median of its other
+    samples, its noise the larger of 1.4826 x their MAD and 1.2533 x their mean absolute deviation from
+    it (the MAD alone is 0 on discrete values); a candidate
+    is mixed when it lies more than ``mixed_min_fraction`` of the way from its side's level towards the
+    other's, more than ``mixed_noise_z`` noise from its side's level, and not beyond the other level by
+    more than that much again (a spike is not a mix). Of two, the one farther towards the other side
+    (ties: the earlier). Deterministic; None when ``exclude_mixed_sample`` is off.
+    """
+    if not config.exclude_mixed_sample:
+        return None
+    original = values
+    core_before = before[before != cut - 1]
+    core_after = after[after != cut]
+    if core_before.shape[0] < 2 or core_after.shape[0] < 2:
+        return None
+    sides = np.concatenate([before, after])
+    if np.all(values[sides] > 0):  # latency noise is multiplicative: a 1.7x old level is far off it
+        values = np.zeros(values.shape[0])
+        values[sides] = np.log(original[sides])
+    levels = []
+    for core in (core_before, core_after):
+        level = float(np.median(values[core]))
+        deviation = np.abs(values[core] - level)
+        # The MAD is 0 on discrete values (blocks per call alternating 50, 100): the mean deviation too.
+        noise = max(MAD_TO_SD * float(np.median(deviation)), MEAN_DEVIATION_TO_SD * float(deviation.mean()))
+        levels.append((level, noise))
+    found: list[tuple[float, int]] = []
+    for j, side, ((own, noise), (other, other_noise)) in (
+        (cut - 1, before, (levels[0], levels[1])),
+        (cut, after, (levels[1], levels[0])),
+    ):
+        gap = other - own
+        if gap == 0 or not np.any(side == j):
+            continue
+        fraction = (float(values[j]) - own) / gap
+        reach = 1.0 + config.mixed_min_fraction + config.mixed_noise_z * other_noise / abs(gap)
+        if (
+            config.mixed_min_fraction < fraction < reach
+            and abs(float(values[j]) - own) > config.mixed_noise_z * noise
+        ):
+            found.append((fraction, -j))
+    if not found:
+        return None
+    return -max(found)[1]
+
+
 def _changepoint_and_welch(series: pl.DataFrame, keys: list[str], config: RegressionConfig) -> pl.DataFrame:
     """Change point nearest the deploy of each series, then Welch on the segments around it.
 
@@ -712,6 +771,7 @@ def _changepoint_and_welch(series: pl.DataFrame, keys: list[str], config: Regres
     """
     columns = {
         "changepoint_index": pl.Int64,
+        "mixed_index": pl.Int64,
         "detected_change_at": pl.Datetime("us", "UTC"),
         "changepoint_p_value": pl.Float64,
         "changepoint_significant": pl.Boolean,
@@ -746,6 +806,8 @@ def _changepoint_and_welch(series: pl.DataFrame, keys: list[str], config: Regres
     dump = 2 * sizes.shape[0]
     piece = np.full(values.shape[0], dump, dtype=np.int64)
     change_start = np.full(sizes.shape[0], -1, dtype=np.int64)
+    first_new = np.full(sizes.shape[0], -1, dtype=np.int64)  # per series: first new-regime sample
+    mixed_at = np.full(sizes.shape[0], -1, dtype=np.int64)  # per series: the mixed sample, -1: none
     later: dict[int, list[int]] = {}  # per series: the change points after the chosen one
     for g in range(sizes.shape[0]):
         piece[offsets[g] : offsets[g + 1]] = 2 * g
@@ -769,13 +831,20 @@ def _changepoint_and_welch(series: pl.DataFrame, keys: list[str], config: Regres
         pair = segments_around(
             cut, previous_cut, next_cut, starts_us[lo:hi], ends_us[lo:hi], int(deployed_us[g])
         )
+        before, after = pair.before, pair.after
+        mixed = mixed_sample(values[lo:hi], before, after, cut, config)
+        if mixed is not None:  # in neither level; the new regime begins with the interval after it
+            before, after = before[before != mixed], after[after != mixed]
+            mixed_at[g] = mixed
         piece[lo:hi] = dump
-        piece[lo + pair.before] = 2 * g
-        piece[lo + pair.after] = 2 * g + 1
-        change_start[g] = lo + cut
+        piece[lo + before] = 2 * g
+        piece[lo + after] = 2 * g + 1
+        first_new[g] = cut if mixed is None else mixed + 1
+        change_start[g] = lo + first_new[g]
         later[g] = [c for c in at if c > cut]
     index = np.array([-1 if p.index is None else p.index for p in chosen], dtype=np.int64)
     located = index >= 0
+    index = np.where(first_new >= 0, first_new, index)
     count, mean, squares = piece_statistics(values, piece, dump + 1)
     welch = welch_tests(
         count[0:dump:2], mean[0:dump:2], squares[0:dump:2], count[1:dump:2], mean[1:dump:2], squares[1:dump:2]
@@ -792,6 +861,7 @@ def _changepoint_and_welch(series: pl.DataFrame, keys: list[str], config: Regres
         groups.drop("size", "deployed_us")
         .with_columns(
             pl.Series("changepoint_index", [int(i) if i >= 0 else None for i in index], dtype=pl.Int64),
+            pl.Series("mixed_index", [int(i) if i >= 0 else None for i in mixed_at], dtype=pl.Int64),
             pl.Series("detected_change_at", change_at, dtype=pl.Datetime("us", "UTC")),
             pl.Series("changepoint_p_value", [p.p_value for p in chosen], dtype=pl.Float64),
             pl.Series("changepoint_significant", [p.significant for p in chosen], dtype=pl.Boolean),
@@ -884,6 +954,11 @@ class SegmentSteps:
     last_piece: np.ndarray
     """Per candidate: the latest piece of its series."""
     welch: WelchResult
+    first_new: np.ndarray
+    """Per candidate: first index of the new regime: ``cut``, or the sample after the mixed one."""
+    mixed: np.ndarray
+    """Per candidate: the sample next to its cut that mixes both regimes (in no piece's statistics), -1
+    when none (``mixed_sample``; only when the call was given the regression config)."""
 
 
 def consecutive_segment_tests(
@@ -894,10 +969,13 @@ def consecutive_segment_tests(
     max_change_points: int,
     fdr_q: float | None,
     memo: ChangePointMemo | None = None,
+    mixed_rule: RegressionConfig | None = None,
 ) -> SegmentSteps:
     """Hierarchical E-divisive on each series (``values`` concatenated, ``sizes`` per series), then Welch of
     each segment against the one before it, all series at once. ``memo``: change points a sharded pass's
-    phase 1 found on the same inputs (jobs.detect.changepoint_memo), reused; new ones are added to it."""
+    phase 1 found on the same inputs (jobs.detect.changepoint_memo), reused; new ones are added to it.
+    ``mixed_rule``: the sample at each change point that mixes both regimes (``mixed_sample``) is left
+    out of every piece's statistics; None keeps every sample."""
     offsets = group_offsets(sizes)
     key = memo_key(values, sizes, changepoint, max_change_points, fdr_q) if memo is not None else ""
     known = memo.get(key) if memo is not None else None
@@ -923,7 +1001,20 @@ def consecutive_segment_tests(
             segment = slice(offsets[g], offsets[g + 1])
             local_piece[segment] = np.searchsorted(np.array(c), position[segment], side="right")
     piece = piece_base[group_of] + local_piece
-    count, mean, squares = piece_statistics(values, piece, int(piece_base[-1]))
+    # The mixed sample of each cut goes to one extra piece, read by no test.
+    mixed = np.full(sum(len(c) for c in cuts), -1, dtype=np.int64)
+    if mixed_rule is not None:
+        candidate = 0
+        for g, c in enumerate(cuts):
+            bounds = [0, *c, int(sizes[g])]
+            for j, cut in enumerate(c):
+                before, after = np.arange(bounds[j], cut), np.arange(cut, bounds[j + 2])
+                found = mixed_sample(values[offsets[g] : offsets[g + 1]], before, after, cut, mixed_rule)
+                if found is not None:
+                    mixed[candidate] = found
+                    piece[offsets[g] + found] = piece_base[-1]
+                candidate += 1
+    count, mean, squares = piece_statistics(values, piece, int(piece_base[-1]) + 1)
     # One candidate per change point: piece j-1 (before) against piece j (after).
     candidate_group = np.array([g for g, c in enumerate(cuts) for _ in c], dtype=np.int64)
     candidate_cut = np.array([i for c in cuts for i in c], dtype=np.int64)
@@ -954,6 +1045,8 @@ def consecutive_segment_tests(
         after_piece=after_piece,
         last_piece=last_piece,
         welch=welch,
+        first_new=np.where(mixed >= 0, mixed + 1, candidate_cut),
+        mixed=mixed,
     )
 
 
@@ -1020,6 +1113,7 @@ def detect_unannounced_regressions(
         max_change_points=config.max_change_points,
         fdr_q=config.fdr_q,
         memo=memo,
+        mixed_rule=config,
     )
     offsets, piece, piece_base, mean, welch = (
         steps.offsets,
@@ -1028,11 +1122,12 @@ def detect_unannounced_regressions(
         steps.mean,
         steps.welch,
     )
-    candidate_group, candidate_cut, candidate_cp_p = steps.group, steps.cut, steps.changepoint_p_value
+    candidate_group, candidate_cp_p = steps.group, steps.changepoint_p_value
     after_piece, last_piece = steps.after_piece, steps.last_piece
-    rate = calls_per_second(series, piece, int(piece_base[-1]))[after_piece]
+    rate = calls_per_second(series, piece, int(piece_base[-1]) + 1)[after_piece]
     added_load = (welch.after_mean - welch.before_mean) * rate
     small = immaterial(welch.before_mean, welch.after_mean, rate, config)
+    first_new = steps.first_new
     with np.errstate(divide="ignore", invalid="ignore"):
         change = (welch.after_mean - welch.before_mean) / welch.before_mean
         latest_change = (mean[last_piece] - welch.before_mean) / welch.before_mean
@@ -1048,9 +1143,10 @@ def detect_unannounced_regressions(
     candidates = pl.DataFrame(
         {
             "group": candidate_group,
-            "changepoint_index": candidate_cut,
+            "changepoint_index": first_new,
+            "mixed_index": pl.Series([int(m) if m >= 0 else None for m in steps.mixed], dtype=pl.Int64),
             "detected_change_at": pl.Series(
-                [starts[int(offsets[g] + i)] for g, i in zip(candidate_group, candidate_cut, strict=True)],
+                [starts[int(offsets[g] + i)] for g, i in zip(candidate_group, first_new, strict=True)],
                 dtype=pl.Datetime("us", "UTC"),
             ),
             "latency_change": change,
@@ -1069,7 +1165,7 @@ def detect_unannounced_regressions(
             "candidate": candidate,
             "detected": detected,
         },
-        schema_overrides={"group": pl.Int64, "changepoint_index": pl.Int64},
+        schema_overrides={"group": pl.Int64, "changepoint_index": pl.Int64, "mixed_index": pl.Int64},
     )
     # Per series: the detected step with the smallest adjusted p (ties: earliest), else the best candidate.
     best = candidates.sort(

@@ -275,6 +275,12 @@ CHANGE_POINT_COLUMNS: tuple[Column, ...] = (
     Column("changepoint_index", pl.Int64(), "first sample of the new regime in the merged series"),
     Column("detected_change_at", UTC_TS, "start of the first interval of the new regime"),
     Column("changepoint_p_value", pl.Float64()),
+    Column(
+        "mixed_index",
+        pl.Int64(),
+        "the sample just before changepoint_index whose interval holds the step (its mean mixes both "
+        "regimes): in neither level; null: none (jobs.regressions.mixed_sample)",
+    ),
 )
 # The Welch test of the before segment against the after segment.
 SEGMENT_TEST_COLUMNS: tuple[Column, ...] = (

@@ -209,6 +209,19 @@ class RegressionConfig:
     change point lands one sample early about as often as on time."""
     p_value_threshold: float = 0.05
     """Stage 2: Welch's p below this is a detection."""
+    exclude_mixed_sample: bool = True
+    """Both analyses: the sample next to a change point whose interval holds the step (its mean mixes both
+    regimes, see ``mixed_min_fraction``) is in neither level, and the onset is the start of the interval
+    after it: otherwise the levels and the onset move by that sample's worth whenever the change point
+    moves by one interval between runs (issue 21: "0.148 ms → 37.2 ms", then "2.259 ms → 51.5 ms" two
+    runs later). False: the mixed sample counts on the side the change point put it (before issue 21)."""
+    mixed_min_fraction: float = 0.1
+    """A sample next to a change point mixes both regimes when it lies more than this fraction of the way
+    from its side's level (the median; on log latency) towards the other side's..."""
+    mixed_noise_z: float = 3.0
+    """...and more than this many standard deviations of its side's noise (robust: 1.4826 MAD, at least
+    1.2533 x the mean absolute deviation) from that side's level: an ordinary sample of a small, noisy
+    step never is (jobs.regressions.mixed_sample)."""
     min_samples_per_side: int = 5
     """Fewer samples than this on either side of the deploy is insufficient data (>= min_segment)."""
     min_added_load_ms_per_s: float = 10.0
@@ -259,6 +272,8 @@ class RegressionConfig:
             raise ValueError("local_change_samples must be >= 0 (0: naive pre/post means only)")
         if self.attribution_slack_samples < 0:
             raise ValueError("attribution_slack_samples must be >= 0")
+        if not 0.0 <= self.mixed_min_fraction < 1.0 or self.mixed_noise_z < 0:
+            raise ValueError("mixed_min_fraction must be in [0, 1) and mixed_noise_z >= 0")
         if self.deploy_max_change_points < 1:
             raise ValueError("deploy_max_change_points must be >= 1")
         if self.min_added_load_ms_per_s < 0 or self.min_latency_increase_ms < 0:

@@ -171,14 +171,18 @@ def split_means(series: pl.DataFrame, splits: pl.DataFrame, keys: list[str]) -> 
     ``before_count``, ``after_count`` and ``deployed_at`` (null for unannounced findings). The sides are
     the segments the detector's Welch test compared: the ``before_count`` samples right before the cut and
     the ``after_count`` samples from it on, without the sample adjacent to the cut whose interval
-    straddles the deploy (``segments_around``).
+    straddles the deploy (``segments_around``) or whose mean mixes both regimes (``mixed_index``).
     """
     cut = pl.col("changepoint_index")
     # The columns read only: the join copies every column of the rows it keeps (all work samples of the
     # fleet's series with a change point).
     read = [*keys, "metric", "position", "interval_start", "interval_end", "value", "latency_ms", "tracking"]
+    if "mixed_index" not in splits.columns:  # a finding computed without the mixed-sample rule
+        splits = splits.with_columns(pl.lit(None, dtype=pl.Int64).alias("mixed_index"))
     joined = series.select(*dict.fromkeys(read)).join(
-        splits.select(*keys, "changepoint_index", "before_count", "after_count", "deployed_at"),
+        splits.select(
+            *keys, "changepoint_index", "mixed_index", "before_count", "after_count", "deployed_at"
+        ),
         on=keys,
         how="inner",
     )
@@ -187,7 +191,7 @@ def split_means(series: pl.DataFrame, splits: pl.DataFrame, keys: list[str]) -> 
         & ((pl.col("position") == cut - 1) | (pl.col("position") == cut))
         & (pl.col("interval_start") < pl.col("deployed_at"))
         & (pl.col("deployed_at") < pl.col("interval_end"))
-    )
+    ) | (pl.col("position") == pl.col("mixed_index")).fill_null(False)
     per_metric = list(dict.fromkeys([*keys, "metric"]))
     sides = [*per_metric, "after"]
     kept = (
@@ -602,6 +606,7 @@ def attach_work_evidence(
         "window_start",
         "window_end",
         "changepoint_index",
+        *(["mixed_index"] if "mixed_index" in targets.columns else []),
         "before_count",
         "after_count",
         "deployed_at",
