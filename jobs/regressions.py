@@ -714,59 +714,102 @@ MAD_TO_SD = 1.4826  # a normal distribution's standard deviation over its median
 MEAN_DEVIATION_TO_SD = 1.2533  # ... over its mean absolute deviation (sqrt(pi / 2))
 
 
-def mixed_sample(
-    values: np.ndarray, before: np.ndarray, after: np.ndarray, cut: int, config: RegressionConfig
-) -> int | None:
-    """The sample next to the change point ``cut`` whose interval holds the step, or None.
+@dataclass(frozen=True)
+class Boundary:
+    """Where one step's two levels meet, settled (``settle_boundary``): the samples of each level."""
 
-    Why: a step inside an interval makes that interval's mean a mix of both regimes, and E-divisive puts
-    it on either side; on a later run (one more interval) it may put it on the other, and a 250x step's
-    mixed sample then lifts the "before" level 15-fold. Candidates are the last sample of ``before``
-    (``cut - 1``) and the first of ``after`` (``cut``), when the sides (index arrays into ``values``) hold
-    them. On log latencies (when every value is positive), each side's level is the median of its other
-    samples, its noise the larger of 1.4826 x their MAD and 1.2533 x their mean absolute deviation from
-    it (the MAD alone is 0 on discrete values); a candidate
-    is mixed when it lies more than ``mixed_min_fraction`` of the way from its side's level towards the
-    other's, more than ``mixed_noise_z`` noise from its side's level, and not beyond the other level by
-    more than that much again (a spike is not a mix). Of two, the one farther towards the other side
-    (ties: the earlier). Deterministic; None when ``exclude_mixed_sample`` is off.
+    before: np.ndarray
+    after: np.ndarray
+    mixed: int | None
+    """The sample whose interval holds the step (its mean mixes both regimes): in neither level."""
+    first_new: int
+    """The first sample wholly of the new regime: the onset is its interval's start."""
+
+
+def _side_levels(
+    x: np.ndarray, before: np.ndarray, after: np.ndarray, cut: int
+) -> tuple[list[float], list[float]] | None:
+    """(level, noise) of the before and after sides without the two samples at the cut: the median, and
+    the larger of 1.4826 x the MAD and 1.2533 x the mean absolute deviation (the MAD alone is 0 on
+    discrete values: blocks per call alternating 50, 100). None when a side has fewer than 2 left."""
+    levels, noises = [], []
+    for core in (before[before != cut - 1], after[after != cut]):
+        if core.shape[0] < 2:
+            return None
+        level = float(np.median(x[core]))
+        deviation = np.abs(x[core] - level)
+        levels.append(level)
+        noises.append(
+            max(MAD_TO_SD * float(np.median(deviation)), MEAN_DEVIATION_TO_SD * float(deviation.mean()))
+        )
+    return levels, noises
+
+
+def settle_boundary(
+    values: np.ndarray, before: np.ndarray, after: np.ndarray, cut: int, config: RegressionConfig
+) -> Boundary:
+    """The two levels of a step at change point ``cut`` (``before``/``after``: sorted index arrays into
+    ``values``), settled so that they and the onset do not depend on which run found the step.
+
+    Why: a change point found while the new regime has fewer than ``min_segment`` samples cannot lie
+    nearer the series' end than that, so it lands early with old samples in "after"; and a step inside an
+    interval makes that interval's mean a mix of both regimes, which E-divisive puts on either side. One
+    more interval moves both (issue 21: "0.148 ms → 37.2 ms", then "2.259 ms → 51.5 ms" two runs later).
+    On log values (when all are positive: latency noise is multiplicative), with each side's level and
+    noise from ``_side_levels``, a sample is *near* a level within ``mixed_noise_z`` x that side's noise
+    or ``mixed_min_fraction`` of the gap between the levels, whichever is larger. First the cut moves while
+    the sample at it is near the other side's level and not near its own (at least 3 samples stay on
+    each side); then the sample at the cut (``cut - 1`` or ``cut``) that lies between the levels and near
+    neither is the mixed one: in neither level, and the new regime begins after it. A small, noisy step
+    (levels within each other's noise) moves nothing. Deterministic; ``settle_step_boundary`` off: as given.
     """
-    if not config.exclude_mixed_sample:
-        return None
-    original = values
-    core_before = before[before != cut - 1]
-    core_after = after[after != cut]
-    if core_before.shape[0] < 2 or core_after.shape[0] < 2:
-        return None
+    if not config.settle_step_boundary:
+        return Boundary(before, after, None, cut)
+    x = values
     sides = np.concatenate([before, after])
-    if np.all(values[sides] > 0):  # latency noise is multiplicative: a 1.7x old level is far off it
-        values = np.zeros(values.shape[0])
-        values[sides] = np.log(original[sides])
-    levels = []
-    for core in (core_before, core_after):
-        level = float(np.median(values[core]))
-        deviation = np.abs(values[core] - level)
-        # The MAD is 0 on discrete values (blocks per call alternating 50, 100): the mean deviation too.
-        noise = max(MAD_TO_SD * float(np.median(deviation)), MEAN_DEVIATION_TO_SD * float(deviation.mean()))
-        levels.append((level, noise))
-    found: list[tuple[float, int]] = []
-    for j, side, ((own, noise), (other, other_noise)) in (
-        (cut - 1, before, (levels[0], levels[1])),
-        (cut, after, (levels[1], levels[0])),
-    ):
-        gap = other - own
-        if gap == 0 or not np.any(side == j):
-            continue
-        fraction = (float(values[j]) - own) / gap
-        reach = 1.0 + config.mixed_min_fraction + config.mixed_noise_z * other_noise / abs(gap)
+    if np.all(values[sides] > 0):
+        x = np.zeros(values.shape[0])
+        x[sides] = np.log(values[sides])
+
+    def near(value: float, side: int, levels: list[float], noises: list[float]) -> bool:
+        gap = abs(levels[1] - levels[0])
+        return abs(value - levels[side]) <= max(
+            config.mixed_noise_z * noises[side], config.mixed_min_fraction * gap
+        )
+
+    for _ in range(sides.shape[0]):
+        found = _side_levels(x, before, after, cut)
+        if found is None:
+            return Boundary(before, after, None, cut)
+        levels, noises = found
+        if levels[0] == levels[1]:
+            return Boundary(before, after, None, cut)
+
+        def belongs(j: int, side: int, levels: list[float] = levels, noises: list[float] = noises) -> bool:
+            """Sample j is near ``side``'s level and not near the other's."""
+            return near(float(x[j]), side, levels, noises) and not near(float(x[j]), 1 - side, levels, noises)
+
+        if after.shape[0] > 3 and np.any(after == cut) and belongs(cut, 0):
+            before, after, cut = np.append(before, cut), after[after != cut], cut + 1
+        elif before.shape[0] > 3 and np.any(before == cut - 1) and belongs(cut - 1, 1):
+            before, after, cut = before[before != cut - 1], np.insert(after, 0, cut - 1), cut - 1
+        else:
+            break
+    low, high = sorted(levels)
+    mixed: list[tuple[float, int]] = []
+    for j, side in ((cut - 1, before), (cut, after)):
+        value = float(x[j]) if 0 <= j < x.shape[0] else np.nan
         if (
-            config.mixed_min_fraction < fraction < reach
-            and abs(float(values[j]) - own) > config.mixed_noise_z * noise
+            np.any(side == j)
+            and low < value < high
+            and not near(value, 0, levels, noises)
+            and not near(value, 1, levels, noises)
         ):
-            found.append((fraction, -j))
-    if not found:
-        return None
-    return -max(found)[1]
+            mixed.append((min(abs(value - levels[0]), abs(value - levels[1])), -j))
+    if not mixed:
+        return Boundary(before, after, None, cut)
+    chosen = -max(mixed)[1]  # the one farther from both levels (ties: the earlier)
+    return Boundary(before[before != chosen], after[after != chosen], chosen, chosen + 1)
 
 
 def _changepoint_and_welch(series: pl.DataFrame, keys: list[str], config: RegressionConfig) -> pl.DataFrame:
@@ -844,15 +887,22 @@ def _changepoint_and_welch(series: pl.DataFrame, keys: list[str], config: Regres
         pair = segments_around(
             cut, previous_cut, next_cut, starts_us[lo:hi], ends_us[lo:hi], int(deployed_us[g])
         )
+        # The data settle the onset (a deploy marked late may straddle a wholly new sample); the sample
+        # straddling the deploy stays in neither level whatever they say.
         before, after = pair.before, pair.after
-        mixed = mixed_sample(values[lo:hi], before, after, cut, config)
-        if mixed is not None:  # in neither level; the new regime begins with the interval after it
-            before, after = before[before != mixed], after[after != mixed]
-            mixed_at[g] = mixed
+        if pair.transition is not None:
+            if pair.transition < cut:
+                before = np.append(before, pair.transition)
+            else:
+                after = np.insert(after, 0, pair.transition)
+        settled = settle_boundary(values[lo:hi], before, after, cut, config)
+        if settled.mixed is not None:
+            mixed_at[g] = settled.mixed
+        straddling = -1 if pair.transition is None else pair.transition
         piece[lo:hi] = dump
-        piece[lo + before] = 2 * g
-        piece[lo + after] = 2 * g + 1
-        first_new[g] = cut if mixed is None else mixed + 1
+        piece[lo + settled.before[settled.before != straddling]] = 2 * g
+        piece[lo + settled.after[settled.after != straddling]] = 2 * g + 1
+        first_new[g] = settled.first_new
         change_start[g] = lo + first_new[g]
         later[g] = [c for c in at if c > cut]
     index = np.array([-1 if p.index is None else p.index for p in chosen], dtype=np.int64)
@@ -968,10 +1018,10 @@ class SegmentSteps:
     """Per candidate: the latest piece of its series."""
     welch: WelchResult
     first_new: np.ndarray
-    """Per candidate: first index of the new regime: ``cut``, or the sample after the mixed one."""
+    """Per candidate: first index of the new regime, its boundary settled (``settle_boundary``)."""
     mixed: np.ndarray
     """Per candidate: the sample next to its cut that mixes both regimes (in no piece's statistics), -1
-    when none (``mixed_sample``; only when the call was given the regression config)."""
+    when none (``settle_boundary``; only when the call was given the regression config)."""
 
 
 def consecutive_segment_tests(
@@ -987,8 +1037,8 @@ def consecutive_segment_tests(
     """Hierarchical E-divisive on each series (``values`` concatenated, ``sizes`` per series), then Welch of
     each segment against the one before it, all series at once. ``memo``: change points a sharded pass's
     phase 1 found on the same inputs (jobs.detect.changepoint_memo), reused; new ones are added to it.
-    ``mixed_rule``: the sample at each change point that mixes both regimes (``mixed_sample``) is left
-    out of every piece's statistics; None keeps every sample."""
+    ``mixed_rule``: each cut's boundary is settled (``settle_boundary``: old-regime samples the cut left
+    in the new piece move back, the sample that mixes both regimes is in no piece); None: as found."""
     offsets = group_offsets(sizes)
     key = memo_key(values, sizes, changepoint, max_change_points, fdr_q) if memo is not None else ""
     known = memo.get(key) if memo is not None else None
@@ -1014,19 +1064,26 @@ def consecutive_segment_tests(
             segment = slice(offsets[g], offsets[g + 1])
             local_piece[segment] = np.searchsorted(np.array(c), position[segment], side="right")
     piece = piece_base[group_of] + local_piece
-    # The mixed sample of each cut goes to one extra piece, read by no test.
+    # Each boundary settled (``settle_boundary``): samples move between the two pieces of a cut, and the
+    # mixed sample goes to one extra piece, read by no test.
     mixed = np.full(sum(len(c) for c in cuts), -1, dtype=np.int64)
+    first_new = np.array([i for c in cuts for i in c], dtype=np.int64)
     if mixed_rule is not None:
         candidate = 0
         for g, c in enumerate(cuts):
-            bounds = [0, *c, int(sizes[g])]
+            lo, hi = int(offsets[g]), int(offsets[g + 1])
+            local = piece[lo:hi] - piece_base[g]
             for j, cut in enumerate(c):
-                before, after = np.arange(bounds[j], cut), np.arange(cut, bounds[j + 2])
-                found = mixed_sample(values[offsets[g] : offsets[g + 1]], before, after, cut, mixed_rule)
-                if found is not None:
-                    mixed[candidate] = found
-                    piece[offsets[g] + found] = piece_base[-1]
+                before, after = np.flatnonzero(local == j), np.flatnonzero(local == j + 1)
+                settled = settle_boundary(values[lo:hi], before, after, cut, mixed_rule)
+                local[settled.before] = j
+                local[settled.after] = j + 1
+                if settled.mixed is not None:
+                    mixed[candidate] = settled.mixed
+                    local[settled.mixed] = piece_base[-1] - piece_base[g]
+                first_new[candidate] = settled.first_new
                 candidate += 1
+            piece[lo:hi] = local + piece_base[g]
     count, mean, squares = piece_statistics(values, piece, int(piece_base[-1]) + 1)
     # One candidate per change point: piece j-1 (before) against piece j (after).
     candidate_group = np.array([g for g, c in enumerate(cuts) for _ in c], dtype=np.int64)
@@ -1058,7 +1115,7 @@ def consecutive_segment_tests(
         after_piece=after_piece,
         last_piece=last_piece,
         welch=welch,
-        first_new=np.where(mixed >= 0, mixed + 1, candidate_cut),
+        first_new=first_new,
         mixed=mixed,
     )
 

@@ -279,7 +279,7 @@ CHANGE_POINT_COLUMNS: tuple[Column, ...] = (
         "mixed_index",
         pl.Int64(),
         "the sample just before changepoint_index whose interval holds the step (its mean mixes both "
-        "regimes): in neither level; null: none (jobs.regressions.mixed_sample)",
+        "regimes): in neither level; null: none (jobs.regressions.settle_boundary)",
     ),
 )
 # The Welch test of the before segment against the after segment.

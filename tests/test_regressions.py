@@ -377,11 +377,13 @@ def test_the_interval_straddling_the_deploy_belongs_to_neither_mean() -> None:
     rows = {r["deploy_version"]: r for r in out.iter_rows(named=True)}
     v1, v2 = rows["v1"], rows["v2"]
     assert (v1["status"], v2["status"]) == ("detected", "detected")
-    # The change is dated where E-divisive put the cut: here at the straddling sample for both (its mix is
-    # 1/3 fast, 2/3 slow); the same date as the unannounced analysis gives, so one_row_per_finding can
-    # merge the two.
-    assert v1["detected_change_at"] == STEPS_START + T1 * SAMPLE
-    assert v2["detected_change_at"] == STEPS_START + T3 * SAMPLE
+    # The change is dated at the first wholly slow sample, T + 1 (issue 21: it was dated where E-divisive
+    # put the cut, here the straddling sample, and a later run could put it one sample later): the
+    # straddling sample mixes both regimes (1/3 fast, 2/3 slow) and is in neither level. The unannounced
+    # analysis, which knows no deploy, dates it the same, so one_row_per_finding can merge the two.
+    assert v1["mixed_index"] == v1["changepoint_index"] - 1
+    assert v1["detected_change_at"] == STEPS_START + (T1 + 1) * SAMPLE
+    assert v2["detected_change_at"] == STEPS_START + (T3 + 1) * SAMPLE
     unannounced = detect_unannounced_regressions(samples, texts, STEPS_CONFIG)
     assert unannounced["detected_change_at"].to_list() == [v2["detected_change_at"]]
     # v1's window: samples ending after deployed_at - 30 min, i.e. from sample T1 - 120 on.
