@@ -480,9 +480,10 @@ def unannounced_resource_regressions(
         max_change_points=config.max_change_points,
         fdr_q=config.fdr_q,
         memo=memo,
+        mixed_rule=config,
     )
     welch = steps.welch
-    pieces = int(steps.piece_base[-1])
+    pieces = int(steps.piece_base[-1]) + 1  # the last piece: the mixed samples, in no test
     tracking = np.bincount(steps.piece, weights=series["tracking"].to_numpy(), minlength=pieces)
     floor = groups["floor"].to_numpy()[steps.group]
     before, after = welch.before_mean, welch.after_mean
@@ -505,9 +506,13 @@ def unannounced_resource_regressions(
     candidates = pl.DataFrame(
         {
             "group": steps.group,
-            "changepoint_index": steps.cut,
+            "changepoint_index": steps.first_new,
+            "mixed_index": pl.Series([int(m) if m >= 0 else None for m in steps.mixed], dtype=pl.Int64),
             "detected_change_at": pl.Series(
-                [starts[int(steps.offsets[g] + i)] for g, i in zip(steps.group, steps.cut, strict=True)],
+                [
+                    starts[int(steps.offsets[g] + i)]
+                    for g, i in zip(steps.group, steps.first_new, strict=True)
+                ],
                 dtype=pl.Datetime("us", "UTC"),
             ),
             "changepoint_p_value": steps.changepoint_p_value,
@@ -526,7 +531,7 @@ def unannounced_resource_regressions(
             "candidate": candidate,
             "detected": detected,
         },
-        schema_overrides={"group": pl.Int64, "changepoint_index": pl.Int64},
+        schema_overrides={"group": pl.Int64, "changepoint_index": pl.Int64, "mixed_index": pl.Int64},
     ).with_columns(pl.col("p_adjusted", "ratio").fill_nan(None))
     best = candidates.sort(
         ["group", "detected", "candidate", "stepped_up", "ratio_ok", "p_adjusted", "changepoint_index"],
