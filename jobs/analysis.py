@@ -520,7 +520,8 @@ def _deploy_text(row: dict) -> str:
     if row.get("analysis") != "deploy":
         return "unannounced"
     others = f" (also near: {row['other_deploys']})" if row.get("other_deploys") else ""
-    return f"{row.get('deploy_version')}{others}"
+    later = f" (deployed after: {row['deploys_after']})" if row.get("deploys_after") else ""
+    return f"{row.get('deploy_version')}{others}{later}"
 
 
 def findings_table(frame: pl.DataFrame, title: str = "Findings") -> Table:

@@ -537,22 +537,24 @@ def attribute_to_deploys(
 
     Each deploy's window is analysed on its own, so one step is often detected at every deploy within the
     tolerance of it (two deploys 5 minutes apart: both). The rule: a change point is attributed to the
-    latest deploy at or before it within the tolerance; ``other_deploys`` lists every other deploy of the
-    instance within the tolerance. "At or before" has ``attribution_slack_samples`` (1) sample intervals
-    of slack (the instance's median interval): ``detected_change_at`` is the start of the first new-regime
-    interval, so a deploy inside that interval explains it (deployed_at <= detected_change_at + slack; at
-    the boundary too, as the change point of a step at an interval boundary often lands one sample
-    early). When no deploy lies at or before the
-    change (the change point landed early by more than a sample), the nearest deploy within the tolerance
-    is blamed, as the per-deploy analysis did.
+    latest deploy at or before it within the tolerance; ``other_deploys`` lists the other candidate causes
+    (the instance's other deploys within the tolerance at or before it) and ``deploys_after`` the ones
+    after it (a restore, say: mentioned, never a cause). "At or before" has ``attribution_slack_samples``
+    (1) sample intervals of slack (the instance's median interval): ``detected_change_at`` is the start of
+    the first new-regime interval, so a deploy inside that interval explains it (deployed_at <=
+    detected_change_at + slack; at the boundary too, as the change point of a step at an interval
+    boundary often lands one sample early). When no deploy lies at or before the change (the change point
+    landed early by more than a sample), the nearest deploy within the tolerance is blamed, as the
+    per-deploy analysis did.
 
     A detected row whose own deploy is not the one blamed becomes ``no_regression`` with reason
     ``attributed_to_other_deploy``; when the blamed deploy's own row of that series is not a detection
     (its post window not filled yet, say), the detection moves to the blamed deploy's row (deploy columns
     replaced, the analysed window kept in window_start/window_end). Pure and deterministic.
     """
+    nulls = [pl.lit(None, dtype=pl.String).alias(c) for c in ("other_deploys", "deploys_after")]
     if rows.height == 0:
-        return rows.with_columns(pl.lit(None, dtype=pl.String).alias("other_deploys"))
+        return rows.with_columns(nulls)
     keys = list(SERIES_KEY)
     tolerance = config.tolerance()
     targets = deploys_for_instances(deploys, rows["instance"].unique().to_list()) if deploys.height else None
@@ -560,7 +562,7 @@ def attribute_to_deploys(
     if targets is not None:
         for deploy in targets.iter_rows(named=True):
             by_instance.setdefault(deploy["instance"], []).append(deploy)
-    table = rows.with_columns(pl.lit(None, dtype=pl.String).alias("other_deploys"))
+    table = rows.with_columns(nulls)
     is_detected = pl.col("status") == DETECTED
     # Only detected rows become Python records (a fleet's deploy analysis has millions of rows).
     records = table.filter(is_detected).to_dicts()
@@ -569,6 +571,8 @@ def attribute_to_deploys(
     key_of = {(r["deploy_id"], *(r[k] for k in keys)): i for i, r in enumerate(records)}
     # Per detected row: (the deploy blamed, the other deploys within the tolerance).
     blamed: dict[int, tuple[dict, list[dict]]] = {}
+    # Per detected row: the moment after which a deploy cannot have caused its change (with the slack).
+    latest_cause: dict[int, datetime] = {}
     for i, record in enumerate(records):
         change = record["detected_change_at"]
         near = sorted(
@@ -582,6 +586,7 @@ def attribute_to_deploys(
         if not near:  # the row's own deploy always is (stage 1); a deploys frame without it: leave it
             continue
         slack = intervals.get(record["instance"], timedelta(0)) * config.attribution_slack_samples
+        latest_cause[i] = change + slack
         before = [d for d in near if d["deployed_at"] <= change + slack]
         chosen = (
             before[-1]
@@ -590,8 +595,16 @@ def attribute_to_deploys(
         )
         blamed[i] = (chosen, [d for d in near if d["deploy_id"] != chosen["deploy_id"]])
 
-    def others_text(others: list[dict]) -> str | None:
-        return ", ".join(_deploy_label(d["version"], d["deployed_at"]) for d in others) or None
+    def deploys_text(deploys: list[dict]) -> str | None:
+        return ", ".join(_deploy_label(d["version"], d["deployed_at"]) for d in deploys) or None
+
+    def others_text(others: list[dict], i: int) -> dict[str, str | None]:
+        """The other candidate causes (at or before the change) and the deploys after it, apart: a
+        restore 8 minutes after a dropped key was listed as a candidate of the drop (issue 21)."""
+        return {
+            "other_deploys": deploys_text([d for d in others if d["deployed_at"] <= latest_cause[i]]),
+            "deploys_after": deploys_text([d for d in others if d["deployed_at"] > latest_cause[i]]),
+        }
 
     # Per (blamed deploy, series) without its own detection: the moved detection nearest that deploy.
     moved: dict[tuple, dict] = {}
@@ -599,7 +612,7 @@ def attribute_to_deploys(
         record = records[i]
         chosen, others = blamed[i]
         if chosen["deploy_id"] == record["deploy_id"]:
-            record["other_deploys"] = others_text(others)
+            record.update(others_text(others, i))
             continue
         key = (chosen["deploy_id"], *(record[k] for k in keys))
         target = key_of.get(key)
@@ -609,7 +622,7 @@ def attribute_to_deploys(
                 "deploy_id": chosen["deploy_id"],
                 "deploy_version": chosen["version"],
                 "deployed_at": chosen["deployed_at"],
-                "other_deploys": others_text(others),
+                **others_text(others, i),
             }
             distance = abs(candidate["detected_change_at"] - chosen["deployed_at"])
             current = moved.get(key)
@@ -617,7 +630,7 @@ def attribute_to_deploys(
                 moved[key] = candidate
         record["status"] = NO_REGRESSION
         record["reason"] = ATTRIBUTED_ELSEWHERE
-        record["other_deploys"] = others_text([chosen])
+        record["other_deploys"] = deploys_text([chosen])  # the deploy it is attributed to
     # A moved detection takes the place of the blamed deploy's own row of that series (detected rows:
     # in ``records``; any other row: dropped from the rest of the table).
     for key, candidate in moved.items():
@@ -697,6 +710,108 @@ def segments_around(
     return SegmentPair(before=before, after=after, transition=transition)
 
 
+MAD_TO_SD = 1.4826  # a normal distribution's standard deviation over its median absolute deviation
+MEAN_DEVIATION_TO_SD = 1.2533  # ... over its mean absolute deviation (sqrt(pi / 2))
+
+
+@dataclass(frozen=True)
+class Boundary:
+    """Where one step's two levels meet, settled (``settle_boundary``): the samples of each level."""
+
+    before: np.ndarray
+    after: np.ndarray
+    mixed: int | None
+    """The sample whose interval holds the step (its mean mixes both regimes): in neither level."""
+    first_new: int
+    """The first sample wholly of the new regime: the onset is its interval's start."""
+
+
+def _side_levels(
+    x: np.ndarray, before: np.ndarray, after: np.ndarray, cut: int
+) -> tuple[list[float], list[float]] | None:
+    """(level, noise) of the before and after sides without the two samples at the cut: the median, and
+    the larger of 1.4826 x the MAD and 1.2533 x the mean absolute deviation (the MAD alone is 0 on
+    discrete values: blocks per call alternating 50, 100). None when a side has fewer than 2 left."""
+    levels, noises = [], []
+    for core in (before[before != cut - 1], after[after != cut]):
+        if core.shape[0] < 2:
+            return None
+        level = float(np.median(x[core]))
+        deviation = np.abs(x[core] - level)
+        levels.append(level)
+        noises.append(
+            max(MAD_TO_SD * float(np.median(deviation)), MEAN_DEVIATION_TO_SD * float(deviation.mean()))
+        )
+    return levels, noises
+
+
+def settle_boundary(
+    values: np.ndarray, before: np.ndarray, after: np.ndarray, cut: int, config: RegressionConfig
+) -> Boundary:
+    """The two levels of a step at change point ``cut`` (``before``/``after``: sorted index arrays into
+    ``values``), settled so that they and the onset do not depend on which run found the step.
+
+    Why: a change point found while the new regime has fewer than ``min_segment`` samples cannot lie
+    nearer the series' end than that, so it lands early with old samples in "after"; and a step inside an
+    interval makes that interval's mean a mix of both regimes, which E-divisive puts on either side. One
+    more interval moves both (issue 21: "0.148 ms → 37.2 ms", then "2.259 ms → 51.5 ms" two runs later).
+    On log values (when all are positive: latency noise is multiplicative), with each side's level and
+    noise from ``_side_levels``, a sample is *near* a level within ``mixed_noise_z`` x that side's noise
+    or ``mixed_min_fraction`` of the gap between the levels, whichever is larger. First the cut moves while
+    the sample at it is near the other side's level and not near its own (at least 3 samples stay on
+    each side); then the sample at the cut (``cut - 1`` or ``cut``) that lies between the levels and near
+    neither is the mixed one: in neither level, and the new regime begins after it. A small, noisy step
+    (levels within each other's noise) moves nothing. Deterministic; ``settle_step_boundary`` off: as given.
+    """
+    if not config.settle_step_boundary:
+        return Boundary(before, after, None, cut)
+    x = values
+    sides = np.concatenate([before, after])
+    if np.all(values[sides] > 0):
+        x = np.zeros(values.shape[0])
+        x[sides] = np.log(values[sides])
+
+    def near(value: float, side: int, levels: list[float], noises: list[float]) -> bool:
+        gap = abs(levels[1] - levels[0])
+        return abs(value - levels[side]) <= max(
+            config.mixed_noise_z * noises[side], config.mixed_min_fraction * gap
+        )
+
+    for _ in range(sides.shape[0]):
+        found = _side_levels(x, before, after, cut)
+        if found is None:
+            return Boundary(before, after, None, cut)
+        levels, noises = found
+        if levels[0] == levels[1]:
+            return Boundary(before, after, None, cut)
+
+        def belongs(j: int, side: int, levels: list[float] = levels, noises: list[float] = noises) -> bool:
+            """Sample j is near ``side``'s level and not near the other's."""
+            return near(float(x[j]), side, levels, noises) and not near(float(x[j]), 1 - side, levels, noises)
+
+        if after.shape[0] > 3 and np.any(after == cut) and belongs(cut, 0):
+            before, after, cut = np.append(before, cut), after[after != cut], cut + 1
+        elif before.shape[0] > 3 and np.any(before == cut - 1) and belongs(cut - 1, 1):
+            before, after, cut = before[before != cut - 1], np.insert(after, 0, cut - 1), cut - 1
+        else:
+            break
+    low, high = sorted(levels)
+    mixed: list[tuple[float, int]] = []
+    for j, side in ((cut - 1, before), (cut, after)):
+        value = float(x[j]) if 0 <= j < x.shape[0] else np.nan
+        if (
+            np.any(side == j)
+            and low < value < high
+            and not near(value, 0, levels, noises)
+            and not near(value, 1, levels, noises)
+        ):
+            mixed.append((min(abs(value - levels[0]), abs(value - levels[1])), -j))
+    if not mixed:
+        return Boundary(before, after, None, cut)
+    chosen = -max(mixed)[1]  # the one farther from both levels (ties: the earlier)
+    return Boundary(before[before != chosen], after[after != chosen], chosen, chosen + 1)
+
+
 def _changepoint_and_welch(series: pl.DataFrame, keys: list[str], config: RegressionConfig) -> pl.DataFrame:
     """Change point nearest the deploy of each series, then Welch on the segments around it.
 
@@ -712,6 +827,7 @@ def _changepoint_and_welch(series: pl.DataFrame, keys: list[str], config: Regres
     """
     columns = {
         "changepoint_index": pl.Int64,
+        "mixed_index": pl.Int64,
         "detected_change_at": pl.Datetime("us", "UTC"),
         "changepoint_p_value": pl.Float64,
         "changepoint_significant": pl.Boolean,
@@ -746,6 +862,8 @@ def _changepoint_and_welch(series: pl.DataFrame, keys: list[str], config: Regres
     dump = 2 * sizes.shape[0]
     piece = np.full(values.shape[0], dump, dtype=np.int64)
     change_start = np.full(sizes.shape[0], -1, dtype=np.int64)
+    first_new = np.full(sizes.shape[0], -1, dtype=np.int64)  # per series: first new-regime sample
+    mixed_at = np.full(sizes.shape[0], -1, dtype=np.int64)  # per series: the mixed sample, -1: none
     later: dict[int, list[int]] = {}  # per series: the change points after the chosen one
     for g in range(sizes.shape[0]):
         piece[offsets[g] : offsets[g + 1]] = 2 * g
@@ -769,13 +887,27 @@ def _changepoint_and_welch(series: pl.DataFrame, keys: list[str], config: Regres
         pair = segments_around(
             cut, previous_cut, next_cut, starts_us[lo:hi], ends_us[lo:hi], int(deployed_us[g])
         )
+        # The data settle the onset (a deploy marked late may straddle a wholly new sample); the sample
+        # straddling the deploy stays in neither level whatever they say.
+        before, after = pair.before, pair.after
+        if pair.transition is not None:
+            if pair.transition < cut:
+                before = np.append(before, pair.transition)
+            else:
+                after = np.insert(after, 0, pair.transition)
+        settled = settle_boundary(values[lo:hi], before, after, cut, config)
+        if settled.mixed is not None:
+            mixed_at[g] = settled.mixed
+        straddling = -1 if pair.transition is None else pair.transition
         piece[lo:hi] = dump
-        piece[lo + pair.before] = 2 * g
-        piece[lo + pair.after] = 2 * g + 1
-        change_start[g] = lo + cut
+        piece[lo + settled.before[settled.before != straddling]] = 2 * g
+        piece[lo + settled.after[settled.after != straddling]] = 2 * g + 1
+        first_new[g] = settled.first_new
+        change_start[g] = lo + first_new[g]
         later[g] = [c for c in at if c > cut]
     index = np.array([-1 if p.index is None else p.index for p in chosen], dtype=np.int64)
     located = index >= 0
+    index = np.where(first_new >= 0, first_new, index)
     count, mean, squares = piece_statistics(values, piece, dump + 1)
     welch = welch_tests(
         count[0:dump:2], mean[0:dump:2], squares[0:dump:2], count[1:dump:2], mean[1:dump:2], squares[1:dump:2]
@@ -792,6 +924,7 @@ def _changepoint_and_welch(series: pl.DataFrame, keys: list[str], config: Regres
         groups.drop("size", "deployed_us")
         .with_columns(
             pl.Series("changepoint_index", [int(i) if i >= 0 else None for i in index], dtype=pl.Int64),
+            pl.Series("mixed_index", [int(i) if i >= 0 else None for i in mixed_at], dtype=pl.Int64),
             pl.Series("detected_change_at", change_at, dtype=pl.Datetime("us", "UTC")),
             pl.Series("changepoint_p_value", [p.p_value for p in chosen], dtype=pl.Float64),
             pl.Series("changepoint_significant", [p.significant for p in chosen], dtype=pl.Boolean),
@@ -884,6 +1017,11 @@ class SegmentSteps:
     last_piece: np.ndarray
     """Per candidate: the latest piece of its series."""
     welch: WelchResult
+    first_new: np.ndarray
+    """Per candidate: first index of the new regime, its boundary settled (``settle_boundary``)."""
+    mixed: np.ndarray
+    """Per candidate: the sample next to its cut that mixes both regimes (in no piece's statistics), -1
+    when none (``settle_boundary``; only when the call was given the regression config)."""
 
 
 def consecutive_segment_tests(
@@ -894,10 +1032,13 @@ def consecutive_segment_tests(
     max_change_points: int,
     fdr_q: float | None,
     memo: ChangePointMemo | None = None,
+    mixed_rule: RegressionConfig | None = None,
 ) -> SegmentSteps:
     """Hierarchical E-divisive on each series (``values`` concatenated, ``sizes`` per series), then Welch of
     each segment against the one before it, all series at once. ``memo``: change points a sharded pass's
-    phase 1 found on the same inputs (jobs.detect.changepoint_memo), reused; new ones are added to it."""
+    phase 1 found on the same inputs (jobs.detect.changepoint_memo), reused; new ones are added to it.
+    ``mixed_rule``: each cut's boundary is settled (``settle_boundary``: old-regime samples the cut left
+    in the new piece move back, the sample that mixes both regimes is in no piece); None: as found."""
     offsets = group_offsets(sizes)
     key = memo_key(values, sizes, changepoint, max_change_points, fdr_q) if memo is not None else ""
     known = memo.get(key) if memo is not None else None
@@ -923,7 +1064,27 @@ def consecutive_segment_tests(
             segment = slice(offsets[g], offsets[g + 1])
             local_piece[segment] = np.searchsorted(np.array(c), position[segment], side="right")
     piece = piece_base[group_of] + local_piece
-    count, mean, squares = piece_statistics(values, piece, int(piece_base[-1]))
+    # Each boundary settled (``settle_boundary``): samples move between the two pieces of a cut, and the
+    # mixed sample goes to one extra piece, read by no test.
+    mixed = np.full(sum(len(c) for c in cuts), -1, dtype=np.int64)
+    first_new = np.array([i for c in cuts for i in c], dtype=np.int64)
+    if mixed_rule is not None:
+        candidate = 0
+        for g, c in enumerate(cuts):
+            lo, hi = int(offsets[g]), int(offsets[g + 1])
+            local = piece[lo:hi] - piece_base[g]
+            for j, cut in enumerate(c):
+                before, after = np.flatnonzero(local == j), np.flatnonzero(local == j + 1)
+                settled = settle_boundary(values[lo:hi], before, after, cut, mixed_rule)
+                local[settled.before] = j
+                local[settled.after] = j + 1
+                if settled.mixed is not None:
+                    mixed[candidate] = settled.mixed
+                    local[settled.mixed] = piece_base[-1] - piece_base[g]
+                first_new[candidate] = settled.first_new
+                candidate += 1
+            piece[lo:hi] = local + piece_base[g]
+    count, mean, squares = piece_statistics(values, piece, int(piece_base[-1]) + 1)
     # One candidate per change point: piece j-1 (before) against piece j (after).
     candidate_group = np.array([g for g, c in enumerate(cuts) for _ in c], dtype=np.int64)
     candidate_cut = np.array([i for c in cuts for i in c], dtype=np.int64)
@@ -954,6 +1115,8 @@ def consecutive_segment_tests(
         after_piece=after_piece,
         last_piece=last_piece,
         welch=welch,
+        first_new=first_new,
+        mixed=mixed,
     )
 
 
@@ -1020,6 +1183,7 @@ def detect_unannounced_regressions(
         max_change_points=config.max_change_points,
         fdr_q=config.fdr_q,
         memo=memo,
+        mixed_rule=config,
     )
     offsets, piece, piece_base, mean, welch = (
         steps.offsets,
@@ -1028,11 +1192,12 @@ def detect_unannounced_regressions(
         steps.mean,
         steps.welch,
     )
-    candidate_group, candidate_cut, candidate_cp_p = steps.group, steps.cut, steps.changepoint_p_value
+    candidate_group, candidate_cp_p = steps.group, steps.changepoint_p_value
     after_piece, last_piece = steps.after_piece, steps.last_piece
-    rate = calls_per_second(series, piece, int(piece_base[-1]))[after_piece]
+    rate = calls_per_second(series, piece, int(piece_base[-1]) + 1)[after_piece]
     added_load = (welch.after_mean - welch.before_mean) * rate
     small = immaterial(welch.before_mean, welch.after_mean, rate, config)
+    first_new = steps.first_new
     with np.errstate(divide="ignore", invalid="ignore"):
         change = (welch.after_mean - welch.before_mean) / welch.before_mean
         latest_change = (mean[last_piece] - welch.before_mean) / welch.before_mean
@@ -1048,9 +1213,10 @@ def detect_unannounced_regressions(
     candidates = pl.DataFrame(
         {
             "group": candidate_group,
-            "changepoint_index": candidate_cut,
+            "changepoint_index": first_new,
+            "mixed_index": pl.Series([int(m) if m >= 0 else None for m in steps.mixed], dtype=pl.Int64),
             "detected_change_at": pl.Series(
-                [starts[int(offsets[g] + i)] for g, i in zip(candidate_group, candidate_cut, strict=True)],
+                [starts[int(offsets[g] + i)] for g, i in zip(candidate_group, first_new, strict=True)],
                 dtype=pl.Datetime("us", "UTC"),
             ),
             "latency_change": change,
@@ -1069,7 +1235,7 @@ def detect_unannounced_regressions(
             "candidate": candidate,
             "detected": detected,
         },
-        schema_overrides={"group": pl.Int64, "changepoint_index": pl.Int64},
+        schema_overrides={"group": pl.Int64, "changepoint_index": pl.Int64, "mixed_index": pl.Int64},
     )
     # Per series: the detected step with the smallest adjusted p (ties: earliest), else the best candidate.
     best = candidates.sort(

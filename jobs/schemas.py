@@ -275,6 +275,12 @@ CHANGE_POINT_COLUMNS: tuple[Column, ...] = (
     Column("changepoint_index", pl.Int64(), "first sample of the new regime in the merged series"),
     Column("detected_change_at", UTC_TS, "start of the first interval of the new regime"),
     Column("changepoint_p_value", pl.Float64()),
+    Column(
+        "mixed_index",
+        pl.Int64(),
+        "the sample just before changepoint_index whose interval holds the step (its mean mixes both "
+        "regimes): in neither level; null: none (jobs.regressions.settle_boundary)",
+    ),
 )
 # The Welch test of the before segment against the after segment.
 SEGMENT_TEST_COLUMNS: tuple[Column, ...] = (
@@ -336,9 +342,15 @@ PERFORMANCE_REGRESSIONS = TableSchema(
         Column(
             "other_deploys",
             pl.String(),
-            "deploy analysis: the other deploys within the tolerance of the change point ('v1 at "
-            "2026-11-29T12:00:00Z, ...'); the row's deploy is the latest at or before the change "
+            "deploy analysis: the other candidate causes, deploys within the tolerance at or before the "
+            "change ('v1 at 2026-11-29T12:00:00Z, ...'); the row's deploy is the latest of them "
             "(jobs.regressions.attribute_to_deploys)",
+        ),
+        Column(
+            "deploys_after",
+            pl.String(),
+            "deploy analysis: deploys within the tolerance after the change ('v813-restore-pkey at ...'): "
+            "mentioned (a restore, say), never a candidate cause",
         ),
         *RUN_COLUMNS,
     ),
@@ -511,7 +523,8 @@ FINDING_STATES = TableSchema(
         Column("deploy_id", pl.String(), "the deploy blamed (latest at or before the change); null: none"),
         Column("deploy_version", pl.String()),
         Column("deployed_at", UTC_TS),
-        Column("other_deploys", pl.String(), "other deploys within the tolerance of the change"),
+        Column("other_deploys", pl.String(), "other candidate deploys: within the tolerance, at or before"),
+        Column("deploys_after", pl.String(), "deploys within the tolerance after the change (not causes)"),
         Column("before_mean_ms", pl.Float64(), "latest level before the step"),
         Column("after_mean_ms", pl.Float64(), "latest level after the step"),
         Column(

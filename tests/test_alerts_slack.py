@@ -120,6 +120,19 @@ def test_an_open_finding_is_one_message_in_plain_words() -> None:
     assert unannounced["*Confidence*"] == "strong evidence (p = 0.004, adjusted for the series searched)"
 
 
+def test_a_deploy_after_the_change_is_named_apart_from_the_candidates() -> None:
+    """Issue 21: a restore deployed after the change is "deployed after", never "also near" (a cause)."""
+    body = slack_message(
+        payload(
+            other_deploys="v8 at 2026-11-02T10:25:00Z", deploys_after="v10-restore at 2026-11-02T10:38:00Z"
+        )
+    )
+    assert slack_problems(body) == []
+    assert fields_of(body)["*Deploy*"] == (
+        "v9 (also near: v8 at 2026-11-02T10:25:00Z) (deployed after: v10-restore at 2026-11-02T10:38:00Z)"
+    )
+
+
 def test_plain_words_for_levels_and_evidence() -> None:
     assert before_after(12.1, 980) == "12.1 ms → 980 ms (81× slower)"
     assert before_after(0.042, 0.09) == "0.042 ms → 0.09 ms (2.1× slower)"

@@ -106,6 +106,35 @@ def test_a_deploy_inside_the_first_new_regime_interval_explains_the_change() -> 
     assert rows["v1"]["reason"] == ATTRIBUTED_ELSEWHERE
 
 
+def test_a_deploy_after_the_change_is_mentioned_but_never_a_candidate_cause() -> None:
+    """Issue 21: a restore deployed 8 minutes after the step (within the 12-minute tolerance) was listed in
+    other_deploys, "other deploys near", as if it could have caused it. Only deploys at or before the
+    change are candidates (other_deploys); a later one is in deploys_after, and the finding carries both."""
+    samples, texts, _ = step_at_second_deploy(30)
+    deploys = events_frame(
+        [
+            DeployEvent(version="v1", deployed_at=T - 5 * MINUTE, instance="alpha"),
+            DeployEvent(version="v2", deployed_at=T, instance="alpha"),
+            DeployEvent(version="v3-restore", deployed_at=T + 8 * MINUTE, instance="alpha"),
+        ]
+    ).drop("date")
+    config = RegressionConfig()
+    assert config.tolerance() > 8 * MINUTE, "the premise: the restore is near enough to be listed"
+    attributed = attribute_to_deploys(
+        detect_regressions(samples, texts, deploys, config), deploys, sample_intervals(samples), config
+    )
+    rows = by_version(attributed)
+    assert rows["v2"]["status"] == DETECTED
+    assert rows["v2"]["other_deploys"] == "v1 at 2026-11-29T11:55:00Z"
+    assert rows["v2"]["deploys_after"] == "v3-restore at 2026-11-29T12:08:00Z"
+    assert rows["v3-restore"]["reason"] == ATTRIBUTED_ELSEWHERE
+    found = update_findings(
+        pl.DataFrame(), attributed, computed_at=T + 40 * MINUTE, intervals=sample_intervals(samples)
+    ).row(0, named=True)
+    assert found["deploy_version"] == "v2" and found["other_deploys"] == "v1 at 2026-11-29T11:55:00Z"
+    assert found["deploys_after"] == "v3-restore at 2026-11-29T12:08:00Z"
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Findings
 

@@ -417,3 +417,107 @@ def test_changed_analysis_settings_make_the_next_incremental_run_a_full_one(lake
 
     again = run_detection(lake_root, strict, now=START + timedelta(days=1, minutes=3))
     assert not again.settings_changed and again.regressions.height == 0
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Issue 21: a finding's levels and onset do not move between runs
+
+
+STEP_AT = START + timedelta(minutes=40, seconds=22)  # the primary key dropped inside the minute 40..41
+KEY_DROPPED = "update billing set paid = $1 where id = $2"
+
+
+def minute_samples(minute: int) -> pl.DataFrame:
+    """The billing UPDATE's one-minute sample ending at START + minute + 1: 0.15 ms before the drop,
+    40 ms after it, and the interval the key was dropped in a mix of both (22 s old, 38 s new)."""
+    if minute < 40:
+        value = 0.15
+    elif minute == 40:
+        value = (22 * 0.15 + 38 * 40.0) / 60  # 25.39 ms: 63% of the way up, either side can take it
+    else:
+        value = 40.0
+    end = START + timedelta(minutes=minute + 1)
+    return pl.DataFrame(
+        {
+            "interval_start": [end - timedelta(minutes=1)],
+            "interval_end": [end],
+            "interval_seconds": [60.0],
+            "userid": [10],
+            "dbid": [5],
+            "toplevel": [True],
+            "queryid": [31],
+            "calls": [600],
+            "total_exec_time": [value * 600],
+            "mean_exec_time": [value],
+        },
+        schema_overrides={
+            "interval_start": pl.Datetime("us", "UTC"),
+            "interval_end": pl.Datetime("us", "UTC"),
+        },
+    )
+
+
+def write_minutes(lake_root: Path, minutes: range) -> None:
+    for minute in minutes:
+        stem = f"m{minute:03d}"
+        parts = {"instance": "alpha", "date": "2026-11-02"}
+        lake.write_table(lake_root, "query_samples", minute_samples(minute), parts, stem)
+
+
+def test_a_step_inside_an_interval_keeps_its_levels_and_onset_in_every_incremental_run(
+    tmp_path: Path,
+) -> None:
+    """The key is dropped 22 s into a minute, two minutes after deploy v812; a restore is deployed 8 minutes
+    after the drop. `radar detect` runs after every new minute. Once the step is found, every run reports
+    the same levels (0.15 ms → 40 ms, the mixed minute in neither) and the same onset (the first minute
+    wholly after the drop), whichever side the change point put the mixed minute on; v813 is a deploy
+    after the change, never a candidate cause."""
+    texts = pl.DataFrame(
+        {
+            "captured_at": [START],
+            "queryid": [31],
+            "dbid": [5],
+            "userid": [10],
+            "query": [KEY_DROPPED],
+            "is_explain": [False],
+        }
+    )
+    lake.write_table(tmp_path, QUERY_TEXTS, texts, {"instance": "alpha", "date": "2026-11-02"}, "t")
+    mark(tmp_path, "v812", ["alpha"], 38)
+    mark_deploy(
+        tmp_path,
+        version="v813-restore-pkey",
+        instances=["alpha"],
+        at=(STEP_AT + 8 * timedelta(minutes=1)).isoformat(),
+    )
+    config = DetectionConfig(rebuild_samples=False)
+    write_minutes(tmp_path, range(0, 41))
+    reported: list[tuple[Any, ...]] = []
+    for minute in range(41, 56):
+        write_minutes(tmp_path, range(minute, minute + 1))
+        outcome = run_detection(tmp_path, config, now=at(minute + 1) + timedelta(seconds=30))
+        for row in outcome.findings.iter_rows(named=True):
+            reported.append(
+                (
+                    row["onset"],
+                    row["detected_change_at"],
+                    round(row["before_mean_ms"], 9),
+                    round(row["after_mean_ms"], 9),
+                    row["deploy_version"],
+                    row["other_deploys"],
+                    row["deploys_after"],
+                )
+            )
+    assert len(reported) >= 10, reported  # found within the first runs, then shown by every run after
+    first_new_minute = START + timedelta(minutes=41)
+    assert set(reported) == {
+        (
+            first_new_minute,
+            first_new_minute,
+            0.15,
+            40.0,
+            "v812",
+            None,
+            "v813-restore-pkey at 2026-11-02T09:48:22Z",
+        )
+    }

@@ -22,6 +22,7 @@ from jobs.regressions import (
     detect_regressions,
     detect_unannounced_regressions,
     piece_statistics,
+    settle_boundary,
     welch_tests,
 )
 from jobs.schemas import FINDING_STATES, PERFORMANCE_REGRESSIONS, QUERY_SAMPLES, QUERY_TEXTS
@@ -377,11 +378,13 @@ def test_the_interval_straddling_the_deploy_belongs_to_neither_mean() -> None:
     rows = {r["deploy_version"]: r for r in out.iter_rows(named=True)}
     v1, v2 = rows["v1"], rows["v2"]
     assert (v1["status"], v2["status"]) == ("detected", "detected")
-    # The change is dated where E-divisive put the cut: here at the straddling sample for both (its mix is
-    # 1/3 fast, 2/3 slow); the same date as the unannounced analysis gives, so one_row_per_finding can
-    # merge the two.
-    assert v1["detected_change_at"] == STEPS_START + T1 * SAMPLE
-    assert v2["detected_change_at"] == STEPS_START + T3 * SAMPLE
+    # The change is dated at the first wholly slow sample, T + 1 (issue 21: it was dated where E-divisive
+    # put the cut, here the straddling sample, and a later run could put it one sample later): the
+    # straddling sample mixes both regimes (1/3 fast, 2/3 slow) and is in neither level. The unannounced
+    # analysis, which knows no deploy, dates it the same, so one_row_per_finding can merge the two.
+    assert v1["mixed_index"] == v1["changepoint_index"] - 1
+    assert v1["detected_change_at"] == STEPS_START + (T1 + 1) * SAMPLE
+    assert v2["detected_change_at"] == STEPS_START + (T3 + 1) * SAMPLE
     unannounced = detect_unannounced_regressions(samples, texts, STEPS_CONFIG)
     assert unannounced["detected_change_at"].to_list() == [v2["detected_change_at"]]
     # v1's window: samples ending after deployed_at - 30 min, i.e. from sample T1 - 120 on.
@@ -504,3 +507,34 @@ def test_a_deploy_finding_that_came_back_down_keeps_when_it_recovered_and_the_le
     ongoing, _pure = stepped_series([(60, SLOW_MS)], 160, seed=5)
     row = detect_regressions(ongoing, texts, deploys_at(60), STEPS_CONFIG).row(0, named=True)
     assert (row["status"], row["recovered_at"], row["latest_mean_ms"]) == ("detected", None, None)
+
+
+def test_a_step_inside_an_interval_settles_to_one_boundary_whichever_cut_was_found() -> None:
+    """Issue 21, the rule alone: 0.15 ms, a minute mixing both (25.4 ms), then 40 ms. E-divisive may cut
+    before or after the mixed minute, or (with fewer than min_segment new samples) one sample early; each
+    settles to the same sides: the mixed minute in neither, the onset the first wholly new minute."""
+    values = np.r_[np.full(20, 0.15), [25.39], np.full(8, 40.0)]
+    config = RegressionConfig()
+    settled = []
+    for cut in (19, 20, 21):  # early (an old sample in "after"), at the mixed minute, after it
+        before, after = np.arange(0, cut), np.arange(cut, values.shape[0])
+        boundary = settle_boundary(values, before, after, cut, config)
+        settled.append(
+            (boundary.before.tolist(), boundary.after.tolist(), boundary.mixed, boundary.first_new)
+        )
+    assert settled == [(list(range(20)), list(range(21, 29)), 20, 21)] * 3
+    # Off: the sides as the change point found them (the old, moving levels).
+    kept = settle_boundary(
+        values, np.arange(0, 21), np.arange(21, 29), 21, replace(config, settle_step_boundary=False)
+    )
+    assert (kept.mixed, kept.first_new, kept.before.tolist()[-1]) == (None, 21, 20)
+
+
+def test_a_small_noisy_step_keeps_the_boundary_it_was_found_at() -> None:
+    """+30% under 8% noise: every sample is within the noise of both levels, so nothing moves and no
+    sample is called mixed (the levels stay what they were before issue 21)."""
+    rng = np.random.default_rng(21)
+    values = np.r_[np.full(30, 1.0), np.full(30, 1.3)] * rng.lognormal(0, 0.08, 60)
+    boundary = settle_boundary(values, np.arange(0, 30), np.arange(30, 60), 30, RegressionConfig())
+    assert (boundary.mixed, boundary.first_new) == (None, 30)
+    assert boundary.before.tolist() == list(range(30)) and boundary.after.tolist() == list(range(30, 60))

@@ -84,6 +84,7 @@ def alert_payloads(
             "added_load_ms_per_s": row.get("added_load_ms_per_s"),
             "deploy_version": row.get("deploy_version"),
             "other_deploys": row.get("other_deploys"),
+            "deploys_after": row.get("deploys_after"),
             "plan_diff_summary": row.get("plan_diff_summary"),
             "recovered_at": row["recovered_at"].isoformat() if row.get("recovered_at") else None,
             "superseded_by": row.get("superseded_by"),

@@ -111,11 +111,14 @@ def format_time(iso: str | None) -> str:
 
 
 def deploy_words(payload: dict[str, Any]) -> str:
-    """The deploy blamed (its version), or ``unannounced``; other deploys near the change after it."""
+    """The deploy blamed (its version), or ``unannounced``; the other candidate deploys near the change,
+    then the deploys after it (a restore, say: never a cause)."""
     version = payload.get("deploy_version")
     words = f"{version}" if version and payload.get("analysis") == "deploy" else "unannounced"
     if payload.get("other_deploys"):
         words += f" (also near: {payload['other_deploys']})"
+    if payload.get("deploys_after"):
+        words += f" (deployed after: {payload['deploys_after']})"
     return words
 
 

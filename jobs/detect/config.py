@@ -209,6 +209,20 @@ class RegressionConfig:
     change point lands one sample early about as often as on time."""
     p_value_threshold: float = 0.05
     """Stage 2: Welch's p below this is a detection."""
+    settle_step_boundary: bool = True
+    """Both analyses: where a step's two levels meet is settled (jobs.regressions.settle_boundary) so that
+    the levels and the onset do not move between runs: old-regime samples a change point found early
+    (fewer than min_segment new samples yet) left in "after" move back to "before", and the sample whose
+    interval holds the step (its mean mixes both regimes) is in neither level; the onset is the start of
+    the first wholly new interval (issue 21: "0.148 ms → 37.2 ms", then "2.259 ms → 51.5 ms" two runs
+    later). False: the levels are the change point's segments as found (before issue 21)."""
+    mixed_min_fraction: float = 0.05
+    """A sample is near a level (medians of each side, on log latency) within this fraction of the gap
+    between the two levels...; one between the levels and near neither mixes both regimes."""
+    mixed_noise_z: float = 3.0
+    """...or within this many standard deviations of that side's noise (robust: 1.4826 MAD, at least
+    1.2533 x the mean absolute deviation), whichever is larger: a small, noisy step's samples are near
+    both levels, so nothing moves (jobs.regressions.settle_boundary)."""
     min_samples_per_side: int = 5
     """Fewer samples than this on either side of the deploy is insufficient data (>= min_segment)."""
     min_added_load_ms_per_s: float = 10.0
@@ -259,6 +273,8 @@ class RegressionConfig:
             raise ValueError("local_change_samples must be >= 0 (0: naive pre/post means only)")
         if self.attribution_slack_samples < 0:
             raise ValueError("attribution_slack_samples must be >= 0")
+        if not 0.0 <= self.mixed_min_fraction < 1.0 or self.mixed_noise_z < 0:
+            raise ValueError("mixed_min_fraction must be in [0, 1) and mixed_noise_z >= 0")
         if self.deploy_max_change_points < 1:
             raise ValueError("deploy_max_change_points must be >= 1")
         if self.min_added_load_ms_per_s < 0 or self.min_latency_increase_ms < 0:

@@ -66,6 +66,7 @@ STEP_COLUMNS: tuple[str, ...] = (
     "deploy_version",
     "deployed_at",
     "other_deploys",
+    "deploys_after",
     "before_mean_ms",
     "after_mean_ms",
     "latest_mean_ms",

@@ -171,14 +171,18 @@ def split_means(series: pl.DataFrame, splits: pl.DataFrame, keys: list[str]) -> 
     ``before_count``, ``after_count`` and ``deployed_at`` (null for unannounced findings). The sides are
     the segments the detector's Welch test compared: the ``before_count`` samples right before the cut and
     the ``after_count`` samples from it on, without the sample adjacent to the cut whose interval
-    straddles the deploy (``segments_around``).
+    straddles the deploy (``segments_around``) or whose mean mixes both regimes (``mixed_index``).
     """
     cut = pl.col("changepoint_index")
     # The columns read only: the join copies every column of the rows it keeps (all work samples of the
     # fleet's series with a change point).
     read = [*keys, "metric", "position", "interval_start", "interval_end", "value", "latency_ms", "tracking"]
+    if "mixed_index" not in splits.columns:  # a finding computed without the mixed-sample rule
+        splits = splits.with_columns(pl.lit(None, dtype=pl.Int64).alias("mixed_index"))
     joined = series.select(*dict.fromkeys(read)).join(
-        splits.select(*keys, "changepoint_index", "before_count", "after_count", "deployed_at"),
+        splits.select(
+            *keys, "changepoint_index", "mixed_index", "before_count", "after_count", "deployed_at"
+        ),
         on=keys,
         how="inner",
     )
@@ -187,7 +191,7 @@ def split_means(series: pl.DataFrame, splits: pl.DataFrame, keys: list[str]) -> 
         & ((pl.col("position") == cut - 1) | (pl.col("position") == cut))
         & (pl.col("interval_start") < pl.col("deployed_at"))
         & (pl.col("deployed_at") < pl.col("interval_end"))
-    )
+    ) | (pl.col("position") == pl.col("mixed_index")).fill_null(False)
     per_metric = list(dict.fromkeys([*keys, "metric"]))
     sides = [*per_metric, "after"]
     kept = (
@@ -476,9 +480,10 @@ def unannounced_resource_regressions(
         max_change_points=config.max_change_points,
         fdr_q=config.fdr_q,
         memo=memo,
+        mixed_rule=config,
     )
     welch = steps.welch
-    pieces = int(steps.piece_base[-1])
+    pieces = int(steps.piece_base[-1]) + 1  # the last piece: the mixed samples, in no test
     tracking = np.bincount(steps.piece, weights=series["tracking"].to_numpy(), minlength=pieces)
     floor = groups["floor"].to_numpy()[steps.group]
     before, after = welch.before_mean, welch.after_mean
@@ -501,9 +506,13 @@ def unannounced_resource_regressions(
     candidates = pl.DataFrame(
         {
             "group": steps.group,
-            "changepoint_index": steps.cut,
+            "changepoint_index": steps.first_new,
+            "mixed_index": pl.Series([int(m) if m >= 0 else None for m in steps.mixed], dtype=pl.Int64),
             "detected_change_at": pl.Series(
-                [starts[int(steps.offsets[g] + i)] for g, i in zip(steps.group, steps.cut, strict=True)],
+                [
+                    starts[int(steps.offsets[g] + i)]
+                    for g, i in zip(steps.group, steps.first_new, strict=True)
+                ],
                 dtype=pl.Datetime("us", "UTC"),
             ),
             "changepoint_p_value": steps.changepoint_p_value,
@@ -522,7 +531,7 @@ def unannounced_resource_regressions(
             "candidate": candidate,
             "detected": detected,
         },
-        schema_overrides={"group": pl.Int64, "changepoint_index": pl.Int64},
+        schema_overrides={"group": pl.Int64, "changepoint_index": pl.Int64, "mixed_index": pl.Int64},
     ).with_columns(pl.col("p_adjusted", "ratio").fill_nan(None))
     best = candidates.sort(
         ["group", "detected", "candidate", "stepped_up", "ratio_ok", "p_adjusted", "changepoint_index"],
@@ -602,6 +611,7 @@ def attach_work_evidence(
         "window_start",
         "window_end",
         "changepoint_index",
+        *(["mixed_index"] if "mixed_index" in targets.columns else []),
         "before_count",
         "after_count",
         "deployed_at",

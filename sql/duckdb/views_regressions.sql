@@ -24,7 +24,7 @@ ORDER BY d.deployed_at DESC;
 -- level and that no later finding replaced; a query that recovered leaves this view (see `findings`).
 CREATE OR REPLACE VIEW regressions_detected AS
 SELECT finding_id, status, analysis, instance, series, queryid, queryids, fingerprint, query, deploy_id,
-       deploy_version, deployed_at, other_deploys, onset, detected_change_at, before_mean_ms, after_mean_ms,
+       deploy_version, deployed_at, other_deploys, deploys_after, onset, detected_change_at, before_mean_ms, after_mean_ms,
        p_value, added_load_ms_per_s, kind, plan_diff_summary, opened_at, updated_at
 FROM findings
 WHERE status = 'open'
