@@ -19,7 +19,7 @@ from jobs.plans.auto_explain import (
 )
 from jobs.plans.capture import select_plan_candidates
 from jobs.plans.generic import classify_statement
-from jobs.plans.history import bound_plan_history, new_shape_rows
+from jobs.plans.history import ROWS_PER_SHAPE, bound_plan_history, new_shape_rows
 from jobs.plans.shape import PlanFormatError, plan_facts, plan_root, plan_shape_hash
 from jobs.plans.store_plans import store_plans_gate
 
@@ -153,13 +153,35 @@ def test_new_shape_rows_writes_only_changes() -> None:
     assert new_shape_rows(batch, stored.clear())["shape_hash"].to_list() == ["A", "B", "A"]
 
 
-def test_bound_plan_history_keeps_last_distinct_shapes() -> None:
+def test_bound_plan_history_keeps_an_unbroken_run_of_the_last_distinct_shapes() -> None:
     rows = [_snap(1, shape, i) for i, shape in enumerate("ABCDEFGA")] + [_snap(2, "Z", 0)]
     kept = bound_plan_history(pl.DataFrame(rows), max_shapes=5)
-    q1 = kept.filter(pl.col("queryid") == 1)
-    assert set(q1["shape_hash"]) == {"A", "D", "E", "F", "G"}
-    assert q1.filter(pl.col("shape_hash") == "A").height == 2, "every row of a kept shape stays"
+    q1 = kept.filter(pl.col("queryid") == 1).sort("captured_at")
+    # the first A goes with B and C: kept, it would read as A → D, a change that never happened
+    assert q1["shape_hash"].to_list() == list("DEFGA")
     assert kept.filter(pl.col("queryid") == 2).height == 1
+
+
+def test_a_return_to_an_earlier_shape_is_stored_and_survives_the_bound() -> None:
+    """A → B → A is three rows, written one cycle at a time against the lake, and the bound keeps B."""
+    stored = pl.DataFrame([_snap(1, "A", 0)])
+    for minute, shape in ((10, "B"), (18, "A")):
+        fresh = new_shape_rows(pl.DataFrame([_snap(1, shape, minute)]), stored)
+        assert fresh["shape_hash"].to_list() == [shape]
+        stored = bound_plan_history(pl.concat([stored, fresh]), max_shapes=2)
+    assert stored.sort("captured_at")["shape_hash"].to_list() == ["A", "B", "A"]
+    assert new_shape_rows(pl.DataFrame([_snap(1, "A", 19)]), stored).is_empty(), "unchanged: nothing new"
+    # one shape only: the unbroken run is the last row
+    assert bound_plan_history(stored, max_shapes=1)["captured_at"].to_list() == [
+        _snap(1, "A", 18)["captured_at"]
+    ]
+
+
+def test_bound_plan_history_caps_the_rows_of_a_flip_flopping_plan() -> None:
+    rows = [_snap(1, "AB"[i % 2], i) for i in range(100)]
+    kept = bound_plan_history(pl.DataFrame(rows), max_shapes=5)
+    assert kept.height == 5 * ROWS_PER_SHAPE
+    assert kept["captured_at"].max() == rows[-1]["captured_at"]
 
 
 def test_select_plan_candidates_top_n_latest_snapshot_without_explain() -> None:

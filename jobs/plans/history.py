@@ -2,8 +2,8 @@
 
 A plan row is written when a (queryid, source)'s shape differs from the last stored one, so an unchanged
 plan costs nothing per cycle; ``captured_at`` of a row is the first time that shape was seen in its run
-(A → B → A is three rows). ``bound_plan_history`` keeps, per (instance, queryid, source), the rows of the
-last ``max_shapes`` distinct shapes (ranked by their latest row); the writer applies it after each write
+(A → B → A is three rows). ``bound_plan_history`` keeps, per (instance, queryid, source), the unbroken run
+of latest rows that holds the last ``max_shapes`` distinct shapes; the writer applies it after each write
 and rewrites only the files that lost rows.
 """
 
@@ -54,22 +54,33 @@ def new_shape_rows(candidates: pl.DataFrame, stored: pl.DataFrame) -> pl.DataFra
     return kept.sort("_order").drop("_order", "_stored_shape", "_previous_shape")
 
 
+ROWS_PER_SHAPE = 4
+"""A query's history keeps at most ``max_shapes * ROWS_PER_SHAPE`` rows: a plan flipping between two shapes,
+or a shape whose cost keeps moving (``cost_change_ratio``), must not grow it without end."""
+
+
 def bound_plan_history(snapshots: pl.DataFrame, max_shapes: int = 5) -> pl.DataFrame:
-    """Keep rows of the last ``max_shapes`` distinct shapes per (instance, queryid, source)."""
+    """Keep, per (instance, queryid, source), the latest rows that hold at most ``max_shapes`` distinct
+    shapes (and at most ``max_shapes * ROWS_PER_SHAPE`` rows): an unbroken run back from the newest row.
+
+    Keeping every row of the last N shapes instead left holes: in A → B → C → A, dropping B kept the first
+    A, and its successor read as A → C, a change that never happened (issue 21)."""
     if max_shapes < 1:
         raise ValueError(f"max_shapes must be >= 1, got {max_shapes}")
     if snapshots.is_empty():
         return snapshots
     key = list(HISTORY_KEY)
-    ranks = (
-        snapshots.group_by([*key, "shape_hash"])
-        .agg(pl.col("captured_at").max().alias("_last_seen"))
-        .with_columns(pl.col("_last_seen").rank("ordinal", descending=True).over(key).alias("_shape_rank"))
+    newest_first = snapshots.with_row_index("_order").sort([*key, "captured_at", "_order"], descending=True)
+    ranked = newest_first.with_columns(
+        pl.col("shape_hash").is_first_distinct().cast(pl.Int64).cum_sum().over(key).alias("_shapes_since"),
+        pl.int_range(pl.len()).over(key).alias("_rows_since"),
     )
     return (
-        snapshots.join(ranks, on=[*key, "shape_hash"], how="left", nulls_equal=True)
-        .filter(pl.col("_shape_rank") <= max_shapes)
-        .drop("_last_seen", "_shape_rank")
+        ranked.filter(
+            (pl.col("_shapes_since") <= max_shapes) & (pl.col("_rows_since") < max_shapes * ROWS_PER_SHAPE)
+        )
+        .sort("_order")
+        .drop("_order", "_shapes_since", "_rows_since")
     )
 
 
