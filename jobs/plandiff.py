@@ -425,7 +425,11 @@ def _diff_row(reg: dict[str, Any], snaps: list[dict[str, Any]], config: PlanDiff
     )
     return {
         **row,
-        "diff_status": "changed" if diff.shape_changed else "unchanged",
+        "diff_status": "changed"
+        if diff.shape_changed
+        else "cost_changed"
+        if diff.cost_moved
+        else "unchanged",
         "plan_diff_summary": summary,
         "plan_diff": json.dumps(structured, sort_keys=True),
     }

@@ -470,7 +470,12 @@ PLAN_DIFFS = TableSchema(
         Column("dbid", pl.Int64()),
         Column("database", pl.String()),
         Column("detected_change_at", UTC_TS),
-        Column("diff_status", pl.String(), "changed | unchanged | no_before | no_after | no_plans"),
+        Column(
+            "diff_status",
+            pl.String(),
+            "changed | cost_changed (same shape) | unchanged | no_before | no_new_shape | no_plans"
+            " | no_change_time",
+        ),
         Column("before_captured_at", UTC_TS),
         Column("after_captured_at", UTC_TS),
         Column("before_source", pl.String()),

@@ -9,7 +9,7 @@ from pathlib import Path
 import polars as pl
 
 from jobs import duckdb_views
-from jobs.lake import write_table
+from jobs.lake import scan_table, write_table
 from jobs.plandiff import (
     PlanDiffConfig,
     attach_plan_diffs,
@@ -392,3 +392,27 @@ def test_a_drop_stamped_at_the_change_point_is_the_after_plan_despite_a_later_re
     assert summary.startswith("Plan changed: Bitmap Heap Scan on orders → Seq Scan on orders."), summary
     assert json.loads(row["plan_diff"])["indexes_removed"] == ["orders_customer_idx"]
     assert "Later, at 2026-11-29 21:36:00" in summary and "the one before the change again" in summary
+
+
+def test_a_same_shape_cost_change_stored_by_the_capture_is_the_findings_diff(lake_root: Path) -> None:
+    """The capture stores a same-shape plan again when its estimated cost moved ×2 or more
+    ([plans] cost_change_ratio); the finding's diff then shows that cost change (cost_changed)."""
+    t = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+    grown = {**INDEX, "Total Cost": 47.7 * 30}
+    rows = _snapshots(
+        [
+            (11, t - timedelta(minutes=10), "generic_explain", INDEX),
+            (11, t + timedelta(minutes=1), "generic_explain", grown),
+        ]
+    )
+    for captured_at in rows["captured_at"]:
+        one = rows.filter(pl.col("captured_at") == captured_at).drop("instance")
+        store_snapshot_rows(lake_root, "alpha", one, f"s{captured_at:%H%M}", cost_change_ratio=2.0)
+    snaps = scan_table(lake_root, "plan_snapshots").collect()
+    assert snaps.height == 2, "same shape, cost ×30: stored again"
+    row = plan_diffs_for_regressions(detected_regression(t, queryid=11, fingerprint="fp"), snaps).row(
+        0, named=True
+    )
+    assert row["diff_status"] == "cost_changed", row["plan_diff_summary"]
+    assert row["plan_diff_summary"].startswith("Plan shape unchanged (Bitmap Heap Scan on orders). ")
+    assert "Estimated cost 47.7 → 1,431.0 (×30)." in row["plan_diff_summary"]

@@ -17,7 +17,7 @@ from jobs.plans.auto_explain import (
     parse_auto_explain_record,
     parse_log_timestamp,
 )
-from jobs.plans.capture import select_plan_candidates
+from jobs.plans.capture import PlanCaptureConfig, select_plan_candidates
 from jobs.plans.generic import classify_statement
 from jobs.plans.history import ROWS_PER_SHAPE, bound_plan_history, new_shape_rows
 from jobs.plans.shape import PlanFormatError, plan_facts, plan_root, plan_shape_hash
@@ -263,3 +263,32 @@ def test_ingest_offsets_partial_line_rotation_and_truncation(tmp_path: Path) -> 
     bad.write_bytes(b'{"message":"duration: 1 ms  plan:\\n{not json"}\n')
     result = ingest_auto_explain_logs(logs, "a", lake)
     assert result.errors and "postgresql-3.json" in result.errors[0]
+
+
+def test_a_same_shape_cost_change_beyond_the_ratio_is_stored() -> None:
+    """Same shape, estimated cost ×3 since the stored row: stored again (a grown table, stale statistics);
+    ×1.5 is not, nor is anything with the rule off (0)."""
+
+    def costed(minute: int, cost: float) -> dict:
+        return {**_snap(1, "A", minute), "total_cost": cost}
+
+    stored = pl.DataFrame([costed(0, 100.0)])
+    tripled, half_more = pl.DataFrame([costed(5, 300.0)]), pl.DataFrame([costed(5, 150.0)])
+    assert new_shape_rows(tripled, stored, cost_change_ratio=2.0)["total_cost"].to_list() == [300.0]
+    assert new_shape_rows(pl.DataFrame([costed(5, 40.0)]), stored, cost_change_ratio=2.0).height == 1, "down"
+    assert new_shape_rows(half_more, stored, cost_change_ratio=2.0).is_empty()
+    assert new_shape_rows(tripled, stored, cost_change_ratio=0).is_empty(), "0: shape changes only"
+    assert new_shape_rows(tripled, stored).is_empty(), "off unless asked"
+    # each cycle is compared with the last stored row, so a slow drift is caught once it adds up
+    written = []
+    for minute in range(1, 5):
+        fresh = new_shape_rows(pl.DataFrame([costed(minute, 100.0 * 1.3**minute)]), stored, 2.0)
+        written += fresh["captured_at"].to_list()
+        stored = pl.concat([stored, fresh])
+    assert written == [costed(3, 0)["captured_at"]]
+
+
+def test_cost_change_ratio_must_be_off_or_above_one() -> None:
+    assert PlanCaptureConfig(cost_change_ratio=0).cost_change_ratio == 0
+    with pytest.raises(ValueError, match=r"\[plans\] cost_change_ratio must be 0 \(off\) or greater than 1"):
+        PlanCaptureConfig(cost_change_ratio=0.5)
