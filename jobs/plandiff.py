@@ -441,22 +441,37 @@ def with_analyze_note(
     analyses: pl.DataFrame | None,
     window: timedelta = DEFAULT_WINDOW,
 ) -> dict[str, Any]:
-    """``row`` (a plan_diffs row) with the ANALYZEs of the query's tables (the relations of its plans)
-    within ``window`` before its change named in the summary ("ANALYZE of <table> at <time>, <N> min before
-    the plan change") and listed in the structured diff (``analyze_before_change``)."""
+    """``row`` (a plan_diffs row) with the ANALYZEs that can explain its change named in the summary
+    ("ANALYZE of <table> at <time>, <N> min before the plan change") and listed in the structured diff
+    (``analyze_before_change``): an ANALYZE of a relation of the two diffed plans, at most ``window``
+    before the change and after the before plan was captured (that plan was still chosen with the
+    statistics of any earlier ANALYZE, so an earlier one explains nothing; issue 21)."""
     change_at = row.get("detected_change_at")
-    if analyses is None or analyses.is_empty() or change_at is None or not snaps:
+    since = row.get("before_captured_at")
+    if analyses is None or analyses.is_empty() or change_at is None or since is None or not snaps:
         return row
-    relations = {r for s in snaps for r in (s.get("relations") or [])}
-    dbnames = {s.get("dbname") for s in snaps} - {None}
-    found = analyses_before(
-        analyses,
-        row["instance"],
-        relations,
-        change_at,
-        window,
-        next(iter(dbnames)) if len(dbnames) == 1 else None,
-    )
+    diffed = [
+        s
+        for s in snaps
+        if (s["captured_at"], s["source"]) in {
+            (row.get("before_captured_at"), row.get("before_source")),
+            (row.get("after_captured_at"), row.get("after_source")),
+        }
+    ]  # fmt: skip
+    relations = {r for s in diffed for r in (s.get("relations") or [])}
+    dbnames = {s.get("dbname") for s in diffed} - {None}
+    found = [
+        f
+        for f in analyses_before(
+            analyses,
+            row["instance"],
+            relations,
+            change_at,
+            window,
+            next(iter(dbnames)) if len(dbnames) == 1 else None,
+        )
+        if f["analysed_at"] > since
+    ]
     if not found:
         return row
     note = analyze_note(found, change_at, plan_changed=row.get("diff_status") == "changed")
