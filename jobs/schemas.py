@@ -412,8 +412,9 @@ INSTANCE_SLOWDOWNS = TableSchema(
 PLAN_SNAPSHOTS = TableSchema(
     name="plan_snapshots",
     description=(
-        "One row each time a query's plan shape (per source) differs from the last stored one; at most the "
-        "last 5 distinct shapes per (instance, queryid, source) are kept (jobs.plans.capture)."
+        "One row each time a query's plan shape (per source) differs from the last stored one, or its "
+        "estimated cost moved by [plans] cost_change_ratio on the same shape; the latest rows holding the "
+        "last 5 distinct shapes per (instance, queryid, source) are kept (jobs.plans.history)."
     ),
     primary_key=("instance", "queryid", "source", "captured_at", "shape_hash"),
     columns=(

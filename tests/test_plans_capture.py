@@ -313,3 +313,32 @@ def test_a_dropped_then_restored_primary_key_diffs_the_drop(server: EmbeddedServ
     assert "indexes -accounts_pkey" in summary.lower()
     assert "Later, at 2026-11-29 21:36:00" in summary and "the one before the change again" in summary
     assert json.loads(diff["plan_diff"])["latest_plan"]["indexes_added"] == ["accounts_pkey"]
+
+
+def test_a_grown_table_stores_the_same_shape_again_with_its_new_cost(
+    server: EmbeddedServer, lake_root: Path
+) -> None:
+    """The table grows ×20 and is analysed: same Seq Scan shape, estimated cost ×20: stored again by the
+    default [plans] cost_change_ratio (2.0), not with the rule off (0)."""
+    with psycopg.connect(server.dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE events (id int, kind int)")
+        conn.execute("INSERT INTO events SELECT g, g % 7 FROM generate_series(1, 5000) g; ANALYZE events")
+        conn.execute("SELECT count(*) FROM events WHERE kind = %s", (Int4(3),))
+        candidates = candidates_for(conn, "FROM events WHERE kind")
+    assert candidates.height == 1
+    t0 = datetime(2026, 11, 29, 9, 0, tzinfo=UTC)
+    first = capture_plans(server.dsn, "plans", candidates, t0)
+    assert write_plan_snapshots(lake_root, "plans", t0, first).written_rows == 1
+    with psycopg.connect(server.dsn, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO events SELECT g, g % 7 FROM generate_series(5001, 100000) g; ANALYZE events"
+        )
+    t1 = t0 + timedelta(minutes=1)
+    grown = capture_plans(server.dsn, "plans", candidates, t1)
+    off = PlanCaptureConfig(cost_change_ratio=0)
+    assert write_plan_snapshots(lake_root, "plans", t1, grown, off).written_rows == 0, "shape only: nothing"
+    assert write_plan_snapshots(lake_root, "plans", t1, grown).written_rows == 1
+    stored = scan_table(lake_root, "plan_snapshots").collect().sort("captured_at")
+    assert stored["shape_hash"].n_unique() == 1 and stored.height == 2
+    low, high = stored["total_cost"].to_list()
+    assert high > 10 * low
