@@ -3,10 +3,10 @@
 ``diff_plans`` compares two plan JSON trees: root node, node types / relations / indexes added or removed,
 estimated cost moved beyond a ratio, row-estimate errors where actual rows exist (auto_explain), and a
 caution whenever a side is a generic plan (an estimate, not what ran). ``plan_diffs_for_regressions``
-picks, for each detected regression, the snapshot closest before ``detected_change_at`` (captured_at <=
-it: the snapshot at the start of the first regressed interval shows the old plan) and the FIRST one after
-(the plan the change brought; see ``plan_sides`` for the tolerance around a change point located a little
-late), and names the latest plan too when its shape differs from that first-after plan.
+picks, for each detected regression, the plan in force before ``detected_change_at`` and the first plan
+after it (the plan the change brought; see ``_sides`` for the tolerance around a change point either way),
+and says separately, in full, what changed later (``later_change``: a restore, a re-drop), never in place
+of the change's own diff.
 """
 
 from __future__ import annotations
@@ -241,22 +241,29 @@ def _sides(
             o["source"] == snap["source"] and o["captured_at"] < snap["captured_at"] for o in snaps
         )
 
-    # A shape change (a row with an earlier row of its source, not the query's first capture) captured in
-    # the `tolerance` before the change point counts as the first after, and wins over any row after it
-    # (the change point was located late; a later row is a later change). Otherwise the first row after
-    # the change point. Otherwise a shape change stamped exactly at the change point: plans are captured
-    # just after their snapshot, so that capture may show either plan; it is the new one only when
-    # nothing later says otherwise (seen in make demo: the Seq Scan captured in the change point's cycle).
-    shortly_before = [
-        s
-        for s in snaps
-        if change_at - tolerance < s["captured_at"] < change_at and not first_of_its_source(s)
-    ]
-    at_change = [s for s in snaps if s["captured_at"] == change_at and not first_of_its_source(s)]
+    # The change point is located to within ``tolerance`` either way, and it is the start of the first
+    # new-regime interval, so the plan the change brought is, in this order:
+    # 1. a shape change (a row with an earlier row of its source, not the query's first capture) in
+    #    (change_at - tolerance, change_at): the change point was located a little late;
+    # 2. the first row in (change_at, change_at + tolerance]: the capture at the end of that interval;
+    # 3. a shape change stamped exactly at change_at: plans are captured just after their snapshot, so the
+    #    capture of the change point's own cycle can already show the new plan (make demo; issue 21's
+    #    dropped primary key);
+    # 4. the first row after that. A row beyond the tolerance never wins over 1-3: it is a later change
+    #    (issue 21: the restore of a dropped index once became the "after" of the drop's finding).
+    def shape_change(s: dict[str, Any]) -> bool:
+        return not first_of_its_source(s)
+
     after = (
-        _pick_first(shortly_before, preference)
-        or _pick_first([s for s in snaps if s["captured_at"] > change_at], preference)
-        or _pick_first(at_change, preference)
+        _pick_first(
+            [s for s in snaps if change_at - tolerance < s["captured_at"] < change_at and shape_change(s)],
+            preference,
+        )
+        or _pick_first(
+            [s for s in snaps if change_at < s["captured_at"] <= change_at + tolerance], preference
+        )
+        or _pick_first([s for s in snaps if s["captured_at"] == change_at and shape_change(s)], preference)
+        or _pick_first([s for s in snaps if s["captured_at"] > change_at + tolerance], preference)
     )
     if after is None:
         return PlanSides(_pick([s for s in snaps if s["captured_at"] <= change_at], preference), None)
@@ -273,11 +280,10 @@ def plan_sides(
 ) -> PlanSides:
     """The plans around a change; one source holding both sides is preferred (in preference order).
 
-    after is the FIRST snapshot captured after ``change_at`` (a row is stored only when the shape changes,
-    so it is the plan the change brought, not one of a later change such as a restore and a re-drop), or
-    a shape change captured less than ``tolerance`` before ``change_at`` (a change point located a little
-    late); before is the latest snapshot captured before it and not after ``change_at``; latest is the
-    latest snapshot after ``after``, for telling the reader when the plan has moved on since.
+    after is the plan the change brought (``_sides``: a shape change within ``tolerance`` of ``change_at``
+    either way, else the first row after it; never a later change such as a restore); before is the
+    latest snapshot captured before it and not after ``change_at``; latest is the latest snapshot after
+    ``after``, for telling the reader when the plan has moved on since.
     """
     for source in preference:
         sides = _sides([s for s in snaps if s["source"] == source], change_at, tolerance, preference)
@@ -303,6 +309,42 @@ def _real_plan_after(
     """The earliest auto_explain plan (what really ran) logged after the change, if any."""
     real = [s for s in snaps if s["source"] == "auto_explain" and s["captured_at"] >= change_at - tolerance]
     return min(real, key=lambda s: s["captured_at"]) if real else None
+
+
+def later_change(
+    before: dict[str, Any], after: dict[str, Any], latest: dict[str, Any], config: PlanDiffConfig
+) -> tuple[str, dict[str, Any]]:
+    """What changed after the change's own plan (a restore, a re-drop), said in full beside the diff: it
+    is not the cause of the finding, yet a reader must see that the current plan differs, including a
+    root-node change or an index that came back. Returns (the sentence, its structured form)."""
+    later = diff_plans(after["plan_json"], latest["plan_json"], config=config)
+    back = latest["shape_hash"] == before["shape_hash"]
+    details = []
+    if later.root_changed:
+        details.append(f"root node {later.root_before} → {later.root_after}")
+    indexes = [f"+{x}" for x in later.indexes_added] + [f"-{x}" for x in later.indexes_removed]
+    if indexes:
+        details.append(f"indexes {', '.join(indexes)}")
+    labels = "; ".join(_scan_labels(plan_root(latest["plan_json"])))
+    note = (
+        f"Later, at {latest['captured_at']:%Y-%m-%d %H:%M:%S} ({latest['source']}), "
+        f"the plan changed again to {labels}"
+        + (f" ({'; '.join(details)})" if details else "")
+        + "; "
+        + ("the current plan is the one before the change again." if back else "that is the current plan.")
+    )
+    return note, {
+        "captured_at": latest["captured_at"].isoformat(),
+        "source": latest["source"],
+        "shape_hash": latest["shape_hash"],
+        "same_shape_as_before": back,
+        "root_before": later.root_before,
+        "root_after": later.root_after,
+        "root_changed": later.root_changed,
+        "indexes_added": later.indexes_added,
+        "indexes_removed": later.indexes_removed,
+        "summary": later.summary,
+    }
 
 
 def _diff_row(reg: dict[str, Any], snaps: list[dict[str, Any]], config: PlanDiffConfig) -> dict[str, Any]:
@@ -373,19 +415,8 @@ def _diff_row(reg: dict[str, Any], snaps: list[dict[str, Any]], config: PlanDiff
         }
     latest = sides.latest
     if latest is not None and latest["shape_hash"] != after["shape_hash"]:
-        labels = "; ".join(_scan_labels(plan_root(latest["plan_json"])))
-        again = " (the plan before the change again)" if latest["shape_hash"] == before["shape_hash"] else ""
-        note = (
-            f"The plan has changed since: latest ({latest['source']}, "
-            f"{latest['captured_at']:%Y-%m-%d %H:%M:%S}) is {labels}{again}."
-        )
+        note, structured["latest_plan"] = later_change(before, after, latest, config)
         summary += " " + note
-        structured["latest_plan"] = {
-            "captured_at": latest["captured_at"].isoformat(),
-            "source": latest["source"],
-            "shape_hash": latest["shape_hash"],
-            "same_shape_as_before": latest["shape_hash"] == before["shape_hash"],
-        }
     structured.update(
         before_source=before["source"],
         after_source=after["source"],
@@ -394,7 +425,11 @@ def _diff_row(reg: dict[str, Any], snaps: list[dict[str, Any]], config: PlanDiff
     )
     return {
         **row,
-        "diff_status": "changed" if diff.shape_changed else "unchanged",
+        "diff_status": "changed"
+        if diff.shape_changed
+        else "cost_changed"
+        if diff.cost_moved
+        else "unchanged",
         "plan_diff_summary": summary,
         "plan_diff": json.dumps(structured, sort_keys=True),
     }
@@ -406,22 +441,37 @@ def with_analyze_note(
     analyses: pl.DataFrame | None,
     window: timedelta = DEFAULT_WINDOW,
 ) -> dict[str, Any]:
-    """``row`` (a plan_diffs row) with the ANALYZEs of the query's tables (the relations of its plans)
-    within ``window`` before its change named in the summary ("ANALYZE of <table> at <time>, <N> min before
-    the plan change") and listed in the structured diff (``analyze_before_change``)."""
+    """``row`` (a plan_diffs row) with the ANALYZEs that can explain its change named in the summary
+    ("ANALYZE of <table> at <time>, <N> min before the plan change") and listed in the structured diff
+    (``analyze_before_change``): an ANALYZE of a relation of the two diffed plans, at most ``window``
+    before the change and after the before plan was captured (that plan was still chosen with the
+    statistics of any earlier ANALYZE, so an earlier one explains nothing; issue 21)."""
     change_at = row.get("detected_change_at")
-    if analyses is None or analyses.is_empty() or change_at is None or not snaps:
+    since = row.get("before_captured_at")
+    if analyses is None or analyses.is_empty() or change_at is None or since is None or not snaps:
         return row
-    relations = {r for s in snaps for r in (s.get("relations") or [])}
-    dbnames = {s.get("dbname") for s in snaps} - {None}
-    found = analyses_before(
-        analyses,
-        row["instance"],
-        relations,
-        change_at,
-        window,
-        next(iter(dbnames)) if len(dbnames) == 1 else None,
-    )
+    diffed = [
+        s
+        for s in snaps
+        if (s["captured_at"], s["source"]) in {
+            (row.get("before_captured_at"), row.get("before_source")),
+            (row.get("after_captured_at"), row.get("after_source")),
+        }
+    ]  # fmt: skip
+    relations = {r for s in diffed for r in (s.get("relations") or [])}
+    dbnames = {s.get("dbname") for s in diffed} - {None}
+    found = [
+        f
+        for f in analyses_before(
+            analyses,
+            row["instance"],
+            relations,
+            change_at,
+            window,
+            next(iter(dbnames)) if len(dbnames) == 1 else None,
+        )
+        if f["analysed_at"] > since
+    ]
     if not found:
         return row
     note = analyze_note(found, change_at, plan_changed=row.get("diff_status") == "changed")
@@ -519,7 +569,8 @@ def write_plan_diffs(lake_root: Path, diffs: pl.DataFrame, computed_at: datetime
 def plan_diff_rows(plan_diff: str | None) -> list[tuple[str, str, str]]:
     """The changed parts of a plan as (what, before, after) rows from plan_diffs.plan_diff (JSON of
     jobs.plandiff.PlanDiff): root node, node types / indexes / relations only on one side, estimated
-    cost, and where each plan came from. Empty when no structured diff was computed."""
+    cost, where each plan came from, and the later plan when it changed again. Empty when no structured diff
+    was computed."""
     if not plan_diff:
         return []
     diff = json.loads(plan_diff)
@@ -540,5 +591,12 @@ def plan_diff_rows(plan_diff: str | None) -> list[tuple[str, str, str]]:
         rows.append(
             ("captured by", f"{diff.get('before_source')} {str(diff.get('before_captured_at') or '')[:16]}",
              f"{diff.get('after_source')} {str(diff.get('after_captured_at') or '')[:16]}")
+        )  # fmt: skip
+    later = diff.get("latest_plan")
+    if later:  # a later change (a restore) is shown beside the diff, never instead of it
+        back = " (the plan before the change again)" if later.get("same_shape_as_before") else ""
+        rows.append(
+            ("later plan", f"{later.get('root_before') or '–'}",
+             f"{later.get('root_after') or '–'} {str(later.get('captured_at') or '')[:16]}{back}")
         )  # fmt: skip
     return rows

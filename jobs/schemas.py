@@ -424,8 +424,9 @@ INSTANCE_SLOWDOWNS = TableSchema(
 PLAN_SNAPSHOTS = TableSchema(
     name="plan_snapshots",
     description=(
-        "One row each time a query's plan shape (per source) differs from the last stored one; at most the "
-        "last 5 distinct shapes per (instance, queryid, source) are kept (jobs.plans.capture)."
+        "One row each time a query's plan shape (per source) differs from the last stored one, or its "
+        "estimated cost moved by [plans] cost_change_ratio on the same shape; the latest rows holding the "
+        "last 5 distinct shapes per (instance, queryid, source) are kept (jobs.plans.history)."
     ),
     primary_key=("instance", "queryid", "source", "captured_at", "shape_hash"),
     columns=(
@@ -482,7 +483,12 @@ PLAN_DIFFS = TableSchema(
         Column("dbid", pl.Int64()),
         Column("database", pl.String()),
         Column("detected_change_at", UTC_TS),
-        Column("diff_status", pl.String(), "changed | unchanged | no_before | no_after | no_plans"),
+        Column(
+            "diff_status",
+            pl.String(),
+            "changed | cost_changed (same shape) | unchanged | no_before | no_new_shape | no_plans"
+            " | no_change_time",
+        ),
         Column("before_captured_at", UTC_TS),
         Column("after_captured_at", UTC_TS),
         Column("before_source", pl.String()),

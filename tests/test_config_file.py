@@ -109,6 +109,7 @@ def test_unknown_keys_and_tables_are_rejected_with_the_closest_valid_one(tmp_pat
         ("[samples]\nmin_executions = 1.5\n", r"\[samples\] min_executions must be an integer"),
         ('[gate]\noutlier_method = "tukee"\n', r"outlier_method must be one of .*did you mean 'tukey'"),
         ("[plans]\ncapture_plans = 1\n", r"\[plans\] capture_plans must be true or false"),
+        ("[plans]\ncost_change_ratio = 0.5\n", r"\[plans\] cost_change_ratio must be 0 \(off\) or greater"),
         ("[detector]\nchangepoint = 3\n", r"\[detector.changepoint\] must be a table"),
         # a section's own rule, across keys: the error names the section and where the values came from
         (
@@ -346,3 +347,10 @@ def test_schedules_are_cron_expressions(tmp_path: Path) -> None:
     assert loaded.settings.schedules.snapshot == "*/5 * * * *"
     with pytest.raises(ConfigError, match=r"\[schedules\] samples must be a cron expression of 5 fields"):
         load_settings(write(tmp_path, '[schedules]\nsamples = "every 15 minutes"\n'), env={})
+
+
+def test_the_plans_cost_change_ratio_reaches_the_capture(tmp_path: Path) -> None:
+    """[plans] cost_change_ratio (a same-shape plan stored again when its cost moved so much) is the
+    capture's: write_plan_snapshots reads it from capture_config()."""
+    settings = load_settings(write(tmp_path, "[plans]\ncost_change_ratio = 1.5\n"), env={}).settings
+    assert settings.plans.capture_config().cost_change_ratio == 1.5

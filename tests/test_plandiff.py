@@ -9,11 +9,12 @@ from pathlib import Path
 import polars as pl
 
 from jobs import duckdb_views
-from jobs.lake import write_table
+from jobs.lake import scan_table, write_table
 from jobs.plandiff import (
     PlanDiffConfig,
     attach_plan_diffs,
     diff_plans,
+    plan_diff_rows,
     plan_diffs_for_regressions,
     write_plan_diffs,
 )
@@ -120,7 +121,7 @@ def test_plan_diffs_for_regressions_matches_instance_and_any_queryid() -> None:
         [
             (11, t - timedelta(minutes=30), "generic_explain", SEQ),  # older, superseded
             (11, t, "generic_explain", INDEX),  # the snapshot at the change point shows the old plan
-            (22, t + timedelta(minutes=5), "generic_explain", SEQ),  # the table was recreated: new queryid
+            (22, t + timedelta(minutes=1), "generic_explain", SEQ),  # table recreated: new queryid
         ]
     )
     regressions = pl.DataFrame(
@@ -299,7 +300,7 @@ def test_each_finding_of_a_drop_restore_redrop_diffs_the_plan_just_before_agains
         assert "Seq Scan on orders" in row["plan_diff_summary"].split("→")[1]
         assert json.loads(row["plan_diff"])["indexes_removed"] == ["orders_customer_idx"]
         # The latest plan (t3's SEQ) has the first-after plan's shape: nothing more to say.
-        assert "changed since" not in row["plan_diff_summary"]
+        assert "changed again" not in row["plan_diff_summary"]
         assert "latest_plan" not in json.loads(row["plan_diff"])
 
 
@@ -319,11 +320,18 @@ def test_a_latest_plan_of_another_shape_than_the_first_after_is_named() -> None:
     assert row["diff_status"] == "changed"
     assert row["after_captured_at"] == t1 + timedelta(seconds=15)
     assert (
-        "The plan has changed since: latest (generic_explain, 2026-11-30 09:47:00) is Bitmap Heap Scan on "
-        "orders (the plan before the change again)." in row["plan_diff_summary"]
+        "Later, at 2026-11-30 09:47:00 (generic_explain), the plan changed again to Bitmap Heap Scan on "
+        "orders (root node Finalize Aggregate → Aggregate; indexes +orders_customer_idx); the current plan "
+        "is the one before the change again." in row["plan_diff_summary"]
     )
     latest = json.loads(row["plan_diff"])["latest_plan"]
     assert latest["same_shape_as_before"] is True and latest["captured_at"] == "2026-11-30T09:47:00+00:00"
+    assert latest["root_changed"] is True and latest["indexes_added"] == ["orders_customer_idx"]
+    assert (
+        "later plan",
+        "Finalize Aggregate",
+        "Aggregate 2026-11-30T09:47 (the plan before the change again)",
+    ) in (plan_diff_rows(row["plan_diff"]))
 
 
 def test_a_shape_change_shortly_before_a_late_change_point_wins_over_a_later_restore() -> None:
@@ -344,7 +352,7 @@ def test_a_shape_change_shortly_before_a_late_change_point_wins_over_a_later_res
         t - timedelta(minutes=30),
         t - timedelta(seconds=20),
     )
-    assert "(the plan before the change again)" in row["plan_diff_summary"]
+    assert "the current plan is the one before the change again" in row["plan_diff_summary"]
 
 
 def test_a_shape_change_stamped_at_the_change_point_is_the_after_plan_when_nothing_later_is() -> None:
@@ -362,3 +370,49 @@ def test_a_shape_change_stamped_at_the_change_point_is_the_after_plan_when_nothi
     assert row["diff_status"] == "changed", row["plan_diff_summary"]
     assert row["before_captured_at"] == t - timedelta(minutes=10) and row["after_captured_at"] == t
     assert "Seq Scan on orders" in row["plan_diff_summary"]
+
+
+def test_a_drop_stamped_at_the_change_point_is_the_after_plan_despite_a_later_restore() -> None:
+    """Issue 21: the capture of the change point's cycle shows the Seq Scan (index dropped), the index is
+    restored 8 minutes later. The finding's diff is the drop (INDEX → SEQ), the restore a separate note;
+    the restore once became the "after" and the diff read SEQ → INDEX, the opposite of what happened."""
+    t = datetime(2026, 11, 29, 21, 28, tzinfo=UTC)
+    snaps = _snapshots(
+        [
+            (11, t - timedelta(minutes=10), "generic_explain", INDEX),
+            (11, t, "generic_explain", SEQ),
+            (11, t + timedelta(minutes=8), "generic_explain", INDEX),
+        ]
+    )
+    row = plan_diffs_for_regressions(detected_regression(t, queryid=11, fingerprint="fp"), snaps).row(
+        0, named=True
+    )
+    assert (row["before_captured_at"], row["after_captured_at"]) == (t - timedelta(minutes=10), t)
+    summary = row["plan_diff_summary"]
+    assert summary.startswith("Plan changed: Bitmap Heap Scan on orders → Seq Scan on orders."), summary
+    assert json.loads(row["plan_diff"])["indexes_removed"] == ["orders_customer_idx"]
+    assert "Later, at 2026-11-29 21:36:00" in summary and "the one before the change again" in summary
+
+
+def test_a_same_shape_cost_change_stored_by_the_capture_is_the_findings_diff(lake_root: Path) -> None:
+    """The capture stores a same-shape plan again when its estimated cost moved ×2 or more
+    ([plans] cost_change_ratio); the finding's diff then shows that cost change (cost_changed)."""
+    t = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+    grown = {**INDEX, "Total Cost": 47.7 * 30}
+    rows = _snapshots(
+        [
+            (11, t - timedelta(minutes=10), "generic_explain", INDEX),
+            (11, t + timedelta(minutes=1), "generic_explain", grown),
+        ]
+    )
+    for captured_at in rows["captured_at"]:
+        one = rows.filter(pl.col("captured_at") == captured_at).drop("instance")
+        store_snapshot_rows(lake_root, "alpha", one, f"s{captured_at:%H%M}", cost_change_ratio=2.0)
+    snaps = scan_table(lake_root, "plan_snapshots").collect()
+    assert snaps.height == 2, "same shape, cost ×30: stored again"
+    row = plan_diffs_for_regressions(detected_regression(t, queryid=11, fingerprint="fp"), snaps).row(
+        0, named=True
+    )
+    assert row["diff_status"] == "cost_changed", row["plan_diff_summary"]
+    assert row["plan_diff_summary"].startswith("Plan shape unchanged (Bitmap Heap Scan on orders). ")
+    assert "Estimated cost 47.7 → 1,431.0 (×30)." in row["plan_diff_summary"]

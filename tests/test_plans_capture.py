@@ -3,6 +3,7 @@ and an Index Scan → Seq Scan diff after an index drop."""
 
 from __future__ import annotations
 
+import json
 import logging
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -275,3 +276,69 @@ def test_login_without_helper_access_is_refused_with_a_clear_reason(server: Embe
     reason = generic["reason"][0]
     assert "radar_plain may not EXECUTE radar.explain_generic" in reason and "radar setup-sql" in reason
     assert result.problems == (reason,), "the instance-level problem is reported once"
+
+
+def test_a_dropped_then_restored_primary_key_diffs_the_drop(server: EmbeddedServer, lake_root: Path) -> None:
+    """Issue 21 on a real server: the primary key is dropped (captured in the change point's cycle), then
+    restored 8 minutes later (captured again: A → B → A is three rows). The finding's diff names the drop,
+    Index Scan → Seq Scan, and says the plan returned later; it once read Seq Scan → Index Scan."""
+    with psycopg.connect(server.dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE accounts (aid int PRIMARY KEY, abalance int)")
+        conn.execute("INSERT INTO accounts SELECT g, 0 FROM generate_series(1, 20000) g; ANALYZE accounts")
+        conn.execute("SELECT abalance FROM accounts WHERE aid = %s", (Int4(7),))
+        candidates = candidates_for(conn, "FROM accounts WHERE aid")
+    assert candidates.height == 1
+    t0 = datetime(2026, 11, 29, 21, 18, tzinfo=UTC)
+    drop_at, restore_at = t0 + timedelta(minutes=10), t0 + timedelta(minutes=18)
+    write_plan_snapshots(lake_root, "plans", t0, capture_plans(server.dsn, "plans", candidates, t0))
+    with psycopg.connect(server.dsn, autocommit=True) as conn:
+        conn.execute("ALTER TABLE accounts DROP CONSTRAINT accounts_pkey")
+    dropped = capture_plans(server.dsn, "plans", candidates, drop_at)
+    assert write_plan_snapshots(lake_root, "plans", drop_at, dropped).written_rows == 1
+    with psycopg.connect(server.dsn, autocommit=True) as conn:
+        conn.execute("ALTER TABLE accounts ADD PRIMARY KEY (aid)")
+    restored = capture_plans(server.dsn, "plans", candidates, restore_at)
+    assert write_plan_snapshots(lake_root, "plans", restore_at, restored).written_rows == 1
+    snapshots = scan_table(lake_root, "plan_snapshots").collect().sort("captured_at")
+    assert snapshots["root_node"].to_list() == ["Index Scan", "Seq Scan", "Index Scan"]
+    regressions = detected_regression(
+        drop_at, queryid=candidates["queryid"][0], instance="plans", query=candidates["query"][0]
+    )
+    diff = plan_diffs_for_regressions(regressions, snapshots).row(0, named=True)
+    summary = diff["plan_diff_summary"]
+    assert (diff["before_captured_at"], diff["after_captured_at"]) == (t0, drop_at), summary
+    assert summary.startswith(
+        "Plan changed: Index Scan using accounts_pkey on accounts → Seq Scan on accounts"
+    ), summary
+    assert "indexes -accounts_pkey" in summary.lower()
+    assert "Later, at 2026-11-29 21:36:00" in summary and "the one before the change again" in summary
+    assert json.loads(diff["plan_diff"])["latest_plan"]["indexes_added"] == ["accounts_pkey"]
+
+
+def test_a_grown_table_stores_the_same_shape_again_with_its_new_cost(
+    server: EmbeddedServer, lake_root: Path
+) -> None:
+    """The table grows ×20 and is analysed: same Seq Scan shape, estimated cost ×20: stored again by the
+    default [plans] cost_change_ratio (2.0), not with the rule off (0)."""
+    with psycopg.connect(server.dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE events (id int, kind int)")
+        conn.execute("INSERT INTO events SELECT g, g % 7 FROM generate_series(1, 5000) g; ANALYZE events")
+        conn.execute("SELECT count(*) FROM events WHERE kind = %s", (Int4(3),))
+        candidates = candidates_for(conn, "FROM events WHERE kind")
+    assert candidates.height == 1
+    t0 = datetime(2026, 11, 29, 9, 0, tzinfo=UTC)
+    first = capture_plans(server.dsn, "plans", candidates, t0)
+    assert write_plan_snapshots(lake_root, "plans", t0, first).written_rows == 1
+    with psycopg.connect(server.dsn, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO events SELECT g, g % 7 FROM generate_series(5001, 100000) g; ANALYZE events"
+        )
+    t1 = t0 + timedelta(minutes=1)
+    grown = capture_plans(server.dsn, "plans", candidates, t1)
+    off = PlanCaptureConfig(cost_change_ratio=0)
+    assert write_plan_snapshots(lake_root, "plans", t1, grown, off).written_rows == 0, "shape only: nothing"
+    assert write_plan_snapshots(lake_root, "plans", t1, grown).written_rows == 1
+    stored = scan_table(lake_root, "plan_snapshots").collect().sort("captured_at")
+    assert stored["shape_hash"].n_unique() == 1 and stored.height == 2
+    low, high = stored["total_cost"].to_list()
+    assert high > 10 * low

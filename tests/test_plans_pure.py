@@ -17,9 +17,9 @@ from jobs.plans.auto_explain import (
     parse_auto_explain_record,
     parse_log_timestamp,
 )
-from jobs.plans.capture import select_plan_candidates
+from jobs.plans.capture import PlanCaptureConfig, select_plan_candidates
 from jobs.plans.generic import classify_statement
-from jobs.plans.history import bound_plan_history, new_shape_rows
+from jobs.plans.history import ROWS_PER_SHAPE, bound_plan_history, new_shape_rows
 from jobs.plans.shape import PlanFormatError, plan_facts, plan_root, plan_shape_hash
 from jobs.plans.store_plans import store_plans_gate
 
@@ -153,13 +153,35 @@ def test_new_shape_rows_writes_only_changes() -> None:
     assert new_shape_rows(batch, stored.clear())["shape_hash"].to_list() == ["A", "B", "A"]
 
 
-def test_bound_plan_history_keeps_last_distinct_shapes() -> None:
+def test_bound_plan_history_keeps_an_unbroken_run_of_the_last_distinct_shapes() -> None:
     rows = [_snap(1, shape, i) for i, shape in enumerate("ABCDEFGA")] + [_snap(2, "Z", 0)]
     kept = bound_plan_history(pl.DataFrame(rows), max_shapes=5)
-    q1 = kept.filter(pl.col("queryid") == 1)
-    assert set(q1["shape_hash"]) == {"A", "D", "E", "F", "G"}
-    assert q1.filter(pl.col("shape_hash") == "A").height == 2, "every row of a kept shape stays"
+    q1 = kept.filter(pl.col("queryid") == 1).sort("captured_at")
+    # the first A goes with B and C: kept, it would read as A → D, a change that never happened
+    assert q1["shape_hash"].to_list() == list("DEFGA")
     assert kept.filter(pl.col("queryid") == 2).height == 1
+
+
+def test_a_return_to_an_earlier_shape_is_stored_and_survives_the_bound() -> None:
+    """A → B → A is three rows, written one cycle at a time against the lake, and the bound keeps B."""
+    stored = pl.DataFrame([_snap(1, "A", 0)])
+    for minute, shape in ((10, "B"), (18, "A")):
+        fresh = new_shape_rows(pl.DataFrame([_snap(1, shape, minute)]), stored)
+        assert fresh["shape_hash"].to_list() == [shape]
+        stored = bound_plan_history(pl.concat([stored, fresh]), max_shapes=2)
+    assert stored.sort("captured_at")["shape_hash"].to_list() == ["A", "B", "A"]
+    assert new_shape_rows(pl.DataFrame([_snap(1, "A", 19)]), stored).is_empty(), "unchanged: nothing new"
+    # one shape only: the unbroken run is the last row
+    assert bound_plan_history(stored, max_shapes=1)["captured_at"].to_list() == [
+        _snap(1, "A", 18)["captured_at"]
+    ]
+
+
+def test_bound_plan_history_caps_the_rows_of_a_flip_flopping_plan() -> None:
+    rows = [_snap(1, "AB"[i % 2], i) for i in range(100)]
+    kept = bound_plan_history(pl.DataFrame(rows), max_shapes=5)
+    assert kept.height == 5 * ROWS_PER_SHAPE
+    assert kept["captured_at"].max() == rows[-1]["captured_at"]
 
 
 def test_select_plan_candidates_top_n_latest_snapshot_without_explain() -> None:
@@ -241,3 +263,32 @@ def test_ingest_offsets_partial_line_rotation_and_truncation(tmp_path: Path) -> 
     bad.write_bytes(b'{"message":"duration: 1 ms  plan:\\n{not json"}\n')
     result = ingest_auto_explain_logs(logs, "a", lake)
     assert result.errors and "postgresql-3.json" in result.errors[0]
+
+
+def test_a_same_shape_cost_change_beyond_the_ratio_is_stored() -> None:
+    """Same shape, estimated cost ×3 since the stored row: stored again (a grown table, stale statistics);
+    ×1.5 is not, nor is anything with the rule off (0)."""
+
+    def costed(minute: int, cost: float) -> dict:
+        return {**_snap(1, "A", minute), "total_cost": cost}
+
+    stored = pl.DataFrame([costed(0, 100.0)])
+    tripled, half_more = pl.DataFrame([costed(5, 300.0)]), pl.DataFrame([costed(5, 150.0)])
+    assert new_shape_rows(tripled, stored, cost_change_ratio=2.0)["total_cost"].to_list() == [300.0]
+    assert new_shape_rows(pl.DataFrame([costed(5, 40.0)]), stored, cost_change_ratio=2.0).height == 1, "down"
+    assert new_shape_rows(half_more, stored, cost_change_ratio=2.0).is_empty()
+    assert new_shape_rows(tripled, stored, cost_change_ratio=0).is_empty(), "0: shape changes only"
+    assert new_shape_rows(tripled, stored).is_empty(), "off unless asked"
+    # each cycle is compared with the last stored row, so a slow drift is caught once it adds up
+    written = []
+    for minute in range(1, 5):
+        fresh = new_shape_rows(pl.DataFrame([costed(minute, 100.0 * 1.3**minute)]), stored, 2.0)
+        written += fresh["captured_at"].to_list()
+        stored = pl.concat([stored, fresh])
+    assert written == [costed(3, 0)["captured_at"]]
+
+
+def test_cost_change_ratio_must_be_off_or_above_one() -> None:
+    assert PlanCaptureConfig(cost_change_ratio=0).cost_change_ratio == 0
+    with pytest.raises(ValueError, match=r"\[plans\] cost_change_ratio must be 0 \(off\) or greater than 1"):
+        PlanCaptureConfig(cost_change_ratio=0.5)

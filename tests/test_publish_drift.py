@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import polars as pl
@@ -135,7 +135,8 @@ AFTER = {"Node Type": "Seq Scan", "Relation Name": "orders", "Total Cost": 1800.
 
 def _plans(change: object, after: dict = AFTER) -> pl.DataFrame:
     rows = []
-    for at, plan in ((change - timedelta(minutes=1), BEFORE), (change + timedelta(minutes=1), after)):  # type: ignore[operator]
+    # the before plan is stored when first seen (an hour before the change), the after plan just after it
+    for at, plan in ((change - timedelta(minutes=60), BEFORE), (change + timedelta(minutes=1), after)):  # type: ignore[operator]
         facts = plan_facts(plan)
         rows.append(
             {
@@ -161,7 +162,12 @@ def test_plan_diff_names_an_analyze_of_the_querys_table_within_the_window() -> N
          "detected_change_at": [change]}
     )  # fmt: skip
 
-    def diff_with(minutes_before: float, relname: str = "orders", instance: str = "db1") -> dict:
+    def diff_with(
+        minutes_before: float,
+        relname: str = "orders",
+        instance: str = "db1",
+        before_plan_at: datetime | None = None,
+    ) -> dict:
         analysed = change - timedelta(minutes=minutes_before)
         stats = stats_frame(
             [
@@ -171,7 +177,16 @@ def test_plan_diff_names_an_analyze_of_the_querys_table_within_the_window() -> N
                 ),
             ]
         )
-        diffs = plan_diffs_for_regressions(regression, _plans(change), analyses=table_analyses(stats))
+        plans = _plans(change)
+        if before_plan_at is not None:
+            first = pl.col("captured_at") == pl.col("captured_at").min()
+            plans = plans.with_columns(
+                pl.when(first)
+                .then(pl.lit(before_plan_at))
+                .otherwise(pl.col("captured_at"))
+                .alias("captured_at")
+            )
+        diffs = plan_diffs_for_regressions(regression, plans, analyses=table_analyses(stats))
         return diffs.row(0, named=True)
 
     row = diff_with(18)
@@ -192,6 +207,30 @@ def test_plan_diff_names_an_analyze_of_the_querys_table_within_the_window() -> N
     for quiet in (diff_with(31), diff_with(-2), diff_with(5, relname="items"), diff_with(5, instance="db2")):
         assert "ANALYZE" not in quiet["plan_diff_summary"]
         assert "analyze_before_change" not in json.loads(quiet["plan_diff"])
+    # An ANALYZE before the before plan was captured cannot explain the change: that plan was still
+    # chosen with its statistics (issue 21).
+    assert "ANALYZE" not in diff_with(18, before_plan_at=change - timedelta(minutes=10))["plan_diff_summary"]
+    assert "ANALYZE" in diff_with(18, before_plan_at=change - timedelta(minutes=20))["plan_diff_summary"]
+    # Only the relations of the two diffed plans count, not those of an older plan of the query.
+    older = (
+        _plans(change)
+        .head(1)
+        .with_columns(
+            pl.lit(change - timedelta(hours=3)).alias("captured_at"),
+            pl.lit(["items"]).alias("relations"),
+            pl.lit("older").alias("shape_hash"),
+        )
+    )
+    items_stats = stats_frame(
+        [
+            stats_row(change - timedelta(hours=2), "items"),
+            stats_row(change + timedelta(minutes=5), "items", last_autoanalyze=change - timedelta(minutes=5)),
+        ]
+    )
+    with_older = plan_diffs_for_regressions(
+        regression, pl.concat([older, _plans(change)]), analyses=table_analyses(items_stats)
+    ).row(0, named=True)
+    assert with_older["diff_status"] == "changed" and "ANALYZE" not in with_older["plan_diff_summary"]
     unchanged = plan_diffs_for_regressions(regression, _plans(change)).row(0, named=True)
     assert "ANALYZE" not in unchanged["plan_diff_summary"], "no table stats: nothing said"
     stats = stats_frame([stats_row(change, "orders", last_analyze=change - timedelta(minutes=4))])

@@ -413,7 +413,8 @@ def write_plan_snapshots(
     result: PlanCaptureResult,
     config: PlanCaptureConfig | None = None,
 ) -> SnapshotWrite:
-    """Write this cycle's capture log and the plans whose shape changed; apply the bounded history."""
+    """Write this cycle's capture log and the plans whose shape (or, beyond ``cost_change_ratio``, estimated
+    cost) changed; apply the bounded history."""
     config = config or PlanCaptureConfig()
     if not result.log.is_empty():
         write_table(
@@ -425,5 +426,10 @@ def write_plan_snapshots(
         )
     plans = result.plans.drop("instance", strict=False)
     return store_snapshot_rows(
-        lake_root, instance, plans, snapshot_stem(captured_at, "capture"), config.max_shapes_per_query
+        lake_root,
+        instance,
+        plans,
+        snapshot_stem(captured_at, "capture"),
+        config.max_shapes_per_query,
+        config.cost_change_ratio,
     )

@@ -45,6 +45,10 @@ class PlanCaptureConfig:
     """EXPLAIN (GENERIC_PLAN) the top queries' normalized texts (PostgreSQL 16+)."""
     max_shapes_per_query: int = 5
     """Distinct plan shapes kept per query (older shapes beyond this are dropped from the history)."""
+    cost_change_ratio: float = 2.0
+    """A plan of the same shape is stored again (and diffed) when its estimated total cost moved by this
+    factor or more either way since the last stored one (stale statistics, a grown table); 0 stores a
+    plan only when its shape changes."""
     application_name: str = "pg-regression-radar plan capture"
     """application_name of the capture's sessions."""
     query_text: str = "normalized"
@@ -61,6 +65,10 @@ class PlanCaptureConfig:
     def __post_init__(self) -> None:
         if self.explain_mode not in EXPLAIN_MODES:
             raise ValueError(f"explain_mode {self.explain_mode!r} must be one of {', '.join(EXPLAIN_MODES)}")
+        if self.cost_change_ratio != 0 and not self.cost_change_ratio > 1:
+            raise ValueError(
+                f"[plans] cost_change_ratio must be 0 (off) or greater than 1, not {self.cost_change_ratio!r}"
+            )
         if self.lock_timeout_ms <= 0 or self.statement_timeout_ms <= 0:
             raise ValueError("lock_timeout_ms and statement_timeout_ms must be positive (0 means no limit)")
 

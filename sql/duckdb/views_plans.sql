@@ -13,7 +13,8 @@ LEFT JOIN (SELECT DISTINCT ON (instance, queryid) instance, queryid, query FROM 
   ON t.instance = p.instance AND t.queryid = p.queryid
 WHERE p.rn = 1;
 
--- Every recorded shape change: a row is stored only when the shape differs from the previous one.
+-- Every recorded plan change: a row is stored when the shape differs from the previous one, or when its
+-- estimated cost moved by [plans] cost_change_ratio on the same shape (shape_before = shape_after).
 CREATE OR REPLACE VIEW plan_shape_changes AS
 SELECT instance, queryid, source, captured_at AS changed_at,
        lag(root_node) OVER w AS root_before, root_node AS root_after,
