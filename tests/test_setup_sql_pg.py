@@ -83,8 +83,12 @@ def test_setup_sql_from_a_dsn_applied_with_psql_lets_the_example_login_snapshot(
     # Before the script: the example's login does not exist, so every instance fails (exit 3).
     assert run_radar("--lake", lake, "--fleet-file", str(fleet_file), "snapshot", capsys=capsys)[0] == 3
 
-    code, script, err = run_radar("setup-sql", "--dsn", server.dsn, capsys=capsys)
+    # The server trusts loopback, so a password in the DSN is accepted and ignored: it must not be printed.
+    admin_dsn = f"postgresql://postgres:{PASSWORD}@127.0.0.1:{server.port}/postgres"
+    code, script, err = run_radar("setup-sql", "--dsn", admin_dsn, capsys=capsys)
     assert code == 0, err
+    assert PASSWORD not in script + err and PASSWORD[:6] not in script
+    assert f"Read from host=127.0.0.1 port={server.port} dbname=postgres user=postgres:" in script
     assert f"server_version_num {version}" in script
     assert "pg_stat_statements not installed in database postgres" in script
     assert "CREATE EXTENSION /* pg-regression-radar */ IF NOT EXISTS pg_stat_statements" in script
