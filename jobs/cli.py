@@ -27,6 +27,7 @@ DEFAULT_EMBEDDED_ROOT = Path(tempfile.gettempdir()) / "pg-regression-radar" / "f
 EXIT_LOCKED = 75  # EX_TEMPFAIL: another run holds a lake lock; try again later
 EXIT_USAGE = 2
 EXIT_INTERNAL = 70  # EX_SOFTWARE: a bug in radar (an exception nothing expected); never a verdict's code
+EXIT_SERVER_UNREADABLE = 3  # setup-sql --dsn: like the gate's "could not run" (an unreachable database)
 TABLE_MAX_ROWS = 40
 """Rows a table shows by default (`--max-rows`); JSON and CSV print every row unless --max-rows is given."""
 SQL_CELL_WIDTH = 40
@@ -1241,11 +1242,34 @@ def cmd_config(args: argparse.Namespace) -> int:
 
 def cmd_setup_sql(args: argparse.Namespace) -> int:
     """Print the SQL that creates the monitoring and explain roles and the EXPLAIN helper (psql-ready)."""
-    from jobs.plans.setup_sql import SetupRoles, setup_script, setup_steps
+    from jobs.plans.setup_sql import (
+        DEFAULT_SERVER_VERSION_NUM,
+        SetupRoles,
+        SetupServerError,
+        extension_step,
+        read_setup_facts,
+        setup_script,
+        setup_steps,
+    )
+    from jobs.redaction import redact_dsn
 
     roles = SetupRoles(monitor_role=args.monitor_role, explain_role=args.explain_role, helper=args.helper)
-    steps = setup_steps(args.server_version_num, args.database or ["postgres"], roles)
-    sys.stdout.write(setup_script(steps, args.server_version_num))
+    roles.check()  # a bad name is a usage error before anything connects
+    if args.dsn is None:
+        version = args.server_version_num or DEFAULT_SERVER_VERSION_NUM
+        sys.stdout.write(setup_script(setup_steps(version, args.database or ["postgres"], roles), version))
+        return 0
+    try:
+        facts = read_setup_facts(args.dsn)
+    except SetupServerError as exc:
+        # stderr: stdout is the script, usually redirected to a file the user would not look at.
+        sys.stderr.write(f"error: setup-sql could not read the server: {exc}\n")
+        return EXIT_SERVER_UNREADABLE
+    steps = setup_steps(facts.server_version_num, args.database or [facts.database], roles)
+    if facts.pgss_version is None:
+        steps.append(extension_step(facts.database))
+    notes = facts.notes(redact_dsn(args.dsn))
+    sys.stdout.write(setup_script(steps, facts.server_version_num, notes))
     return 0
 
 
@@ -1334,7 +1358,11 @@ EXIT_CODES = {
         "1  no query matches, or the matched queries have no plan snapshot",
     ),
     "config": _exit_codes("config", "0  show: printed; check: the configuration (and fleet file) is valid"),
-    "setup-sql": _exit_codes("setup-sql", "0  printed"),
+    "setup-sql": _exit_codes(
+        "setup-sql",
+        "0  printed",
+        f"{EXIT_SERVER_UNREADABLE}  --dsn: the server cannot be reached or read (one line, no password)",
+    ),
     "demo": _exit_codes("demo", "0  the demo found and explained its regression", "1  it did not"),
     "alerts": _exit_codes(
         "alerts",
@@ -1801,8 +1829,14 @@ def build_parser(command: str | None = ALL_COMMANDS) -> argparse.ArgumentParser:
     setup = _command(
         sub, "setup-sql", "print the SQL for the monitoring login, the explain role and the EXPLAIN helper"
     )
-    setup.add_argument(
-        "--server-version-num", type=int, default=180000, help="target server (default: %(default)s)"
+    target = setup.add_mutually_exclusive_group()
+    target.add_argument(
+        "--server-version-num", type=int, default=None, help="target server's version (default: 180000)"
+    )
+    target.add_argument(
+        "--dsn",
+        help="read the version and pg_stat_statements from this server instead (its password is never "
+        "printed); --database then defaults to the DSN's database",
     )
     setup.add_argument(
         "--database", action="append", help="database to install the helper in (repeatable; default postgres)"

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from jobs.cli import main
-from jobs.plans.setup_sql import SetupRoles, SetupSqlError, setup_script, setup_steps
+from jobs.plans.setup_sql import SetupFacts, SetupRoles, SetupSqlError, setup_script, setup_steps
 
 
 def names(version: int, databases: tuple[str, ...] = ("postgres",)) -> list[tuple[str, str | None]]:
@@ -77,3 +77,17 @@ def test_cli_prints_a_psql_script_per_database(capsys: pytest.CaptureFixture[str
         and "No EXPLAIN helper: EXPLAIN (GENERIC_PLAN) needs PostgreSQL 16" in capsys.readouterr().out
     )
     assert main(["setup-sql", "--monitor-role", "bad name"]) == 2
+
+
+def test_what_dsn_read_becomes_the_scripts_header() -> None:
+    """--dsn's facts as header comments: a missing extension, a missing or unreadable preload setting."""
+    missing = SetupFacts(180006, None, "app", "auto_explain").notes("host=db user=admin")
+    assert missing[0] == (
+        "Read from host=db user=admin: server_version_num 180006, pg_stat_statements not installed in "
+        "database app (the last step creates it)."
+    )
+    assert "not in shared_preload_libraries" in missing[1] and len(missing) == 2
+    assert SetupFacts(170004, "1.11", "app", ' "pg_stat_statements" , auto_explain').preloaded is True
+    assert len(SetupFacts(170004, "1.11", "app", "pg_stat_statements").notes("x")) == 1
+    unknown = SetupFacts(170004, "1.11", "app", None)
+    assert unknown.preloaded is None and "could not be read" in unknown.notes("x")[1]

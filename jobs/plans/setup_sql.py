@@ -3,7 +3,9 @@
 Pure: it renders the texts in ``sql/postgres/setup_*.sql`` for one server version, role names and the
 databases to install the helper in. The result is a list of steps, each run once per server (``cluster``)
 or once per database; :func:`setup_script` joins them into one psql script (``\\connect`` between
-databases), and :meth:`jobs.fleet.EmbeddedServer.bootstrap` runs the same steps on a local fleet.
+databases), and :meth:`jobs.fleet.EmbeddedServer.bootstrap` runs the same steps on a local fleet. One
+edge, :func:`read_setup_facts`, reads the version (and whether pg_stat_statements is installed) from the
+server itself for ``radar setup-sql --dsn``.
 
 What differs between PostgreSQL 13 and 18:
 * PG13 has no ``pg_read_all_data``: SELECT is granted schema by schema (per database).
@@ -18,6 +20,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from jobs.sqlfiles import load_sql
 
@@ -33,6 +36,82 @@ _PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
 
 class SetupSqlError(ValueError):
     """A role, schema or database name or a version the setup SQL cannot be rendered for."""
+
+
+class SetupServerError(RuntimeError):
+    """``--dsn`` names a server that cannot be reached or read (the message carries no password)."""
+
+
+@dataclass(frozen=True)
+class SetupFacts:
+    """What ``radar setup-sql --dsn`` read from the server: the script is rendered for these."""
+
+    server_version_num: int
+    pgss_version: str | None
+    """pg_stat_statements' extversion in ``database``; None: not installed there."""
+    database: str
+    """The DSN's database: the collector reads pg_stat_statements from the database its DSN names."""
+    preload_libraries: str | None
+    """shared_preload_libraries; None: the login may not read it (no pg_read_all_settings)."""
+
+    @property
+    def preloaded(self) -> bool | None:
+        """pg_stat_statements is in shared_preload_libraries (None: unknown)."""
+        if self.preload_libraries is None:
+            return None
+        names = [n.strip().strip('"').lower() for n in self.preload_libraries.split(",")]
+        return "pg_stat_statements" in names
+
+    def notes(self, shown_dsn: str) -> list[str]:
+        """The script's header lines saying what was read, and what the script cannot fix itself."""
+        lines = [
+            f"Read from {shown_dsn}: server_version_num {self.server_version_num}, pg_stat_statements "
+            + (
+                f"{self.pgss_version} installed in database {self.database}."
+                if self.pgss_version
+                else f"not installed in database {self.database} (the last step creates it)."
+            )
+        ]
+        if self.preloaded is False:
+            lines.append(
+                "pg_stat_statements is not in shared_preload_libraries: add it (and auto_explain) to "
+                "the server's settings and restart, or the collector cannot read the view."
+            )
+        elif self.preloaded is None:
+            lines.append(
+                "shared_preload_libraries could not be read by this login: check it holds pg_stat_statements."
+            )
+        return lines
+
+
+def read_setup_facts(dsn: str, connect_timeout_s: int = 10) -> SetupFacts:
+    """Connect once (autocommit) and read the server's version and its pg_stat_statements; a server that
+    cannot be reached or read is a one-line :class:`SetupServerError` without the DSN's password."""
+    import psycopg
+    from psycopg.rows import dict_row
+
+    from jobs.redaction import redact_dsn, scrub
+
+    try:
+        with psycopg.connect(
+            dsn, autocommit=True, connect_timeout=connect_timeout_s, row_factory=dict_row
+        ) as conn:
+            row: dict[str, Any] | None = conn.execute(load_sql("setup_server_facts")).fetchone()
+    except psycopg.Error as exc:
+        reason = " ".join(part.strip() for part in str(exc).splitlines() if part.strip())
+        raise SetupServerError(scrub(f"cannot read the server at {redact_dsn(dsn)}: {reason}", dsn)) from None
+    assert row is not None
+    return SetupFacts(
+        server_version_num=int(row["server_version_num"]),
+        pgss_version=row["pgss_version"],
+        database=str(row["current_database"]),
+        preload_libraries=row["preload_libraries"],
+    )
+
+
+def extension_step(database: str) -> SetupStep:
+    """``CREATE EXTENSION pg_stat_statements`` in the DSN's database (added when --dsn found it missing)."""
+    return SetupStep("pg_stat_statements extension", database, load_sql("setup_pg_stat_statements"))
 
 
 @dataclass(frozen=True)
@@ -129,11 +208,17 @@ def setup_steps(
     return steps
 
 
-def setup_script(steps: Sequence[SetupStep], server_version_num: int = DEFAULT_SERVER_VERSION_NUM) -> str:
-    """One psql script: server-wide steps first, then ``\\connect`` to each database for its steps."""
+def setup_script(
+    steps: Sequence[SetupStep],
+    server_version_num: int = DEFAULT_SERVER_VERSION_NUM,
+    notes: Sequence[str] = (),
+) -> str:
+    """One psql script: server-wide steps first, then ``\\connect`` to each database for its steps;
+    ``notes`` (what --dsn read) become header comments."""
     out = [
         f"-- pg-regression-radar setup SQL for server_version_num {server_version_num}.",
         "-- Run as a superuser (or your service's admin role): psql -v ON_ERROR_STOP=1 -f <this file>",
+        *(f"-- {note}" for note in notes),
     ]
     if server_version_num < GENERIC_PLAN_MIN_VERSION_NUM:
         out.append(
