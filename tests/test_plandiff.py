@@ -120,7 +120,7 @@ def test_plan_diffs_for_regressions_matches_instance_and_any_queryid() -> None:
     snaps = _snapshots(
         [
             (11, t - timedelta(minutes=30), "generic_explain", SEQ),  # older, superseded
-            (11, t, "generic_explain", INDEX),  # the snapshot at the change point shows the old plan
+            (11, t - timedelta(minutes=10), "generic_explain", INDEX),  # the plan before the change
             (22, t + timedelta(minutes=1), "generic_explain", SEQ),  # table recreated: new queryid
         ]
     )
@@ -138,7 +138,7 @@ def test_plan_diffs_for_regressions_matches_instance_and_any_queryid() -> None:
     diffs = plan_diffs_for_regressions(regressions, snaps)
     assert diffs.height == 3
     first = diffs.row(0, named=True)
-    assert first["diff_status"] == "changed" and first["before_captured_at"] == t
+    assert first["diff_status"] == "changed" and first["before_captured_at"] == t - timedelta(minutes=10)
     assert "Seq Scan on orders" in first["plan_diff_summary"] and "Caution" in first["plan_diff_summary"]
     assert json.loads(first["plan_diff"])["indexes_removed"] == ["orders_customer_idx"]
     assert diffs["diff_status"].to_list()[1:] == ["no_plans", "no_plans"], "other query / other instance"
@@ -392,6 +392,24 @@ def test_a_drop_stamped_at_the_change_point_is_the_after_plan_despite_a_later_re
     assert summary.startswith("Plan changed: Bitmap Heap Scan on orders → Seq Scan on orders."), summary
     assert json.loads(row["plan_diff"])["indexes_removed"] == ["orders_customer_idx"]
     assert "Later, at 2026-11-29 21:36:00" in summary and "the one before the change again" in summary
+
+
+def test_a_restore_inside_the_tolerance_is_still_no_after_plan() -> None:
+    """The soak test's case: 8-second cycles, the key restored 112 s after its drop, inside the 2-minute
+    tolerance. The drop's capture, stamped at the change point, is nearer than the restore."""
+    t = datetime(2026, 11, 29, 21, 28, tzinfo=UTC)
+    snaps = _snapshots(
+        [
+            (11, t - timedelta(minutes=10), "generic_explain", INDEX),
+            (11, t, "generic_explain", SEQ),
+            (11, t + timedelta(seconds=112), "generic_explain", INDEX),
+        ]
+    )
+    row = plan_diffs_for_regressions(detected_regression(t, queryid=11, fingerprint="fp"), snaps).row(
+        0, named=True
+    )
+    assert (row["before_captured_at"], row["after_captured_at"]) == (t - timedelta(minutes=10), t)
+    assert row["plan_diff_summary"].startswith("Plan changed: Bitmap Heap Scan on orders → Seq Scan"), row
 
 
 def test_a_same_shape_cost_change_stored_by_the_capture_is_the_findings_diff(lake_root: Path) -> None:
