@@ -6,7 +6,7 @@ yet gets an empty view of the right types, so derived views and users' queries n
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -20,6 +20,7 @@ from jobs.sqlfiles import SQL_ROOT, load_sql
 from jobs.storage import LakePath, ObjectPath, duckdb_filesystem, lake_path
 
 BASE_TEMPLATE = "base_table_view"
+COLUMNS_TEMPLATE = "base_table_columns"
 T = TypeVar("T")
 
 
@@ -51,16 +52,21 @@ def _sql_string(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def base_view_sql(lake_root: LakePath, table: TableSchema) -> str:
-    """The table's view: a glob over its files, after the lake's envelope check moved bad files to the
-    quarantine (out of the glob); when a bad file could not be moved, the view lists the good files.
+@dataclass(frozen=True)
+class TableScan:
+    """The read_parquet arguments of one table's view: its files (a quoted glob or a list) and hive types."""
+
+    files: str
+    hive_types: str
+
+
+def table_scan(lake_root: LakePath, table: TableSchema) -> TableScan | None:
+    """The table's files after the lake's envelope check moved bad files to the quarantine (out of the
+    glob); when a bad file could not be moved, the good files listed. None: the table has no file yet.
     On an object store the paths are full URIs, read through the filesystem ``connect`` registers."""
-    scan = table.scan_schema()
     usable = lake.usable_files(lake_root, table)
     if not usable:
-        columns = ", ".join(f"CAST(NULL AS {duckdb_type(t)}) AS {_quote(n)}" for n, t in scan.items())
-        return f"CREATE OR REPLACE VIEW {table.name} AS SELECT {columns} WHERE false"
-    columns = ", ".join(f"CAST({_quote(n)} AS {duckdb_type(t)}) AS {_quote(n)}" for n, t in scan.items())
+        return None
     # Paths relative to the lake root (the session's file_search_path, set by connect() and printed first
     # by `radar views`): a view definition names no machine's folder, so a saved database or a pasted
     # script works wherever the lake is.
@@ -73,9 +79,76 @@ def base_view_sql(lake_root: LakePath, table: TableSchema) -> str:
         names = [str(p.resolve().relative_to(root)) for p in usable]  # type: ignore[arg-type]
         files = "[" + ", ".join(_sql_string(f"{prefix}{name}") for name in names) + "]"
     hive_types = "{" + ", ".join(f"'{k}': 'VARCHAR'" for k in table.partition_by) + "}"
-    return load_sql(BASE_TEMPLATE, "duckdb").format(
-        table=table.name, columns=columns, files=files, hive_types=hive_types
+    return TableScan(files=files, hive_types=hive_types)
+
+
+def base_view_sql(
+    lake_root: LakePath,
+    table: TableSchema,
+    scan: TableScan | None = None,
+    files_have: Collection[str] | None = None,
+) -> str:
+    """The table's view over ``scan`` (default: ``table_scan``). ``files_have``: the columns its files have
+    between them (None: assume every column); a schema column outside it is selected as a typed NULL."""
+    scan = scan or table_scan(lake_root, table)
+    schema = table.scan_schema()
+    if scan is None:
+        columns = ", ".join(f"CAST(NULL AS {duckdb_type(t)}) AS {_quote(n)}" for n, t in schema.items())
+        return f"CREATE OR REPLACE VIEW {table.name} AS SELECT {columns} WHERE false"
+    columns = ", ".join(
+        f"CAST({_quote(n) if files_have is None or n in files_have else 'NULL'} AS {duckdb_type(t)}) "
+        f"AS {_quote(n)}"
+        for n, t in schema.items()
     )
+    return load_sql(BASE_TEMPLATE, "duckdb").format(
+        table=table.name, columns=columns, files=scan.files, hive_types=scan.hive_types
+    )
+
+
+def files_columns(conn: duckdb.DuckDBPyConnection, scan: TableScan) -> set[str]:
+    """The columns a table's files have between them (hive partition columns included): one DESCRIBE of
+    the union_by_name scan, which reads every file's footer."""
+    sql = load_sql(COLUMNS_TEMPLATE, "duckdb").format(files=scan.files, hive_types=scan.hive_types)
+    return {str(row[0]) for row in conn.execute(sql).fetchall()}
+
+
+def define_base_view(conn: duckdb.DuckDBPyConnection, lake_root: LakePath, table: TableSchema) -> str:
+    """Create the table's view on ``conn`` and return the statement that did.
+
+    The view over every schema column is tried first (no extra read: DuckDB reads the footers to bind it
+    anyway). Only when it names a column no file has (a lake written by an older radar: DuckDB's binder
+    rejects it) are the files' columns asked for, and the view made again with that column a typed NULL.
+    """
+    scan = table_scan(lake_root, table)
+    statement = base_view_sql(lake_root, table, scan)
+    try:
+        conn.execute(statement)
+        return statement
+    except duckdb.BinderException as exc:
+        if scan is None:
+            raise _view_error(table, exc) from exc
+        try:
+            have = files_columns(conn, scan)
+        except duckdb.Error as describe_exc:
+            raise _view_error(table, describe_exc) from describe_exc
+        if set(table.scan_schema().names()) <= have:  # not a missing column: DuckDB's own message
+            raise _view_error(table, exc) from exc
+    except duckdb.Error as exc:
+        raise lake.LakeError(f"DuckDB view failed: {exc}\n{statement[:400]}") from exc
+    statement = base_view_sql(lake_root, table, scan, have)
+    _execute_view(conn, statement)
+    return statement
+
+
+def _view_error(table: TableSchema, exc: duckdb.Error) -> lake.LakeError:
+    return lake.LakeError(f"DuckDB view {table.name} failed: {one_line(exc)}")
+
+
+def _execute_view(conn: duckdb.DuckDBPyConnection, statement: str) -> None:
+    try:
+        conn.execute(statement)
+    except duckdb.Error as exc:
+        raise lake.LakeError(f"DuckDB view failed: {exc}\n{statement[:400]}") from exc
 
 
 def search_path_sql(lake_root: LakePath, *also: LakePath) -> str:
@@ -86,15 +159,22 @@ def search_path_sql(lake_root: LakePath, *also: LakePath) -> str:
     return f"SET file_search_path = {_sql_string(','.join(folders))}"
 
 
-def view_statements(lake_root: LakePath) -> list[str]:
-    """Every statement that defines the views, in order (also what `radar views` prints after the
-    ``SET file_search_path`` line). No statement holds an absolute path: file globs are relative to the
-    lake root."""
-    out = [base_view_sql(lake_root, table) for table in TABLES.values()]
+def derived_view_statements() -> list[str]:
+    """The statements of the views built on the base views (sql/duckdb/views_*.sql), in order."""
+    out: list[str] = []
     for path in sorted((SQL_ROOT / "duckdb").glob("views_*.sql")):
         text = path.read_text()
         out += [s.strip() for s in text.split(";\n") if s.strip() and not _only_comments(s)]
     return out
+
+
+def view_statements(lake_root: LakePath) -> list[str]:
+    """Every statement that defines the views, in order, as ``connect`` runs them on this lake (also what
+    `radar views` prints after the ``SET file_search_path`` line). No statement holds an absolute path:
+    file globs are relative to the lake root."""
+    conn, statements = _connect(lake_root, ":memory:")
+    conn.close()
+    return statements
 
 
 def _only_comments(sql: str) -> bool:
@@ -105,21 +185,29 @@ def connect(lake_root: LakePath, database: str = ":memory:") -> duckdb.DuckDBPyC
     """A DuckDB connection with every lake view defined (an object-store lake read through obstore's
     fsspec adapter, registered with the connection: the installed DuckDB has no object-store extension
     and none is downloaded)."""
+    return _connect(lake_root, database)[0]
+
+
+def _connect(lake_root: LakePath, database: str) -> tuple[duckdb.DuckDBPyConnection, list[str]]:
+    """``connect``, and the statements that defined its views."""
     conn = duckdb.connect(database)
-    root = lake_path(lake_root).resolve()
-    filesystem = duckdb_filesystem(root)
-    if filesystem is not None:
-        conn.register_filesystem(filesystem)
-        conn.execute(search_path_sql(Path.cwd()))
-    else:
-        # The lake first (the views), then the working directory (a user's own read_csv('x.csv') works).
-        conn.execute(search_path_sql(root, Path.cwd()))
-    for statement in view_statements(lake_root):
-        try:
-            conn.execute(statement)
-        except duckdb.Error as exc:
-            raise lake.LakeError(f"DuckDB view failed: {exc}\n{statement[:400]}") from exc
-    return conn
+    try:
+        root = lake_path(lake_root).resolve()
+        filesystem = duckdb_filesystem(root)
+        if filesystem is not None:
+            conn.register_filesystem(filesystem)
+            conn.execute(search_path_sql(Path.cwd()))
+        else:
+            # The lake first (the views), then the working directory (a user's own read_csv('x.csv') works).
+            conn.execute(search_path_sql(root, Path.cwd()))
+        statements = [define_base_view(conn, lake_root, table) for table in TABLES.values()]
+        for statement in derived_view_statements():
+            _execute_view(conn, statement)
+            statements.append(statement)
+    except BaseException:
+        conn.close()
+        raise
+    return conn, statements
 
 
 # DuckDB errors a bad file can cause (a value that cannot be cast, a corrupt or vanished file).

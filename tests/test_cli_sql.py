@@ -7,13 +7,18 @@ import csv
 import io
 import json
 import shutil
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import duckdb
+import polars as pl
+import pyarrow.parquet as pq
 import pytest
 
-from jobs import duckdb_views
+from jobs import duckdb_views, lake
 from jobs.cli import main
+from jobs.detect.findings import update_findings
+from jobs.schemas import FINDING_STATES, PERFORMANCE_REGRESSIONS
 from tests.lakes import write_step_change_lake
 
 TYPES_SQL = (
@@ -23,6 +28,7 @@ TYPES_SQL = (
     "'ab'::blob as raw, 170141183460469231731687303715884105727::hugeint as huge, time '10:11:12' as t, "
     "[interval 2 hour] as pauses"
 )
+OLD_LAKE_AT = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
 
 
 def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -101,3 +107,75 @@ def test_view_definitions_hold_no_absolute_path_and_move_with_the_lake(
         assert definitions and not [d for (d,) in definitions if absolute in d or str(moved) in d]
         conn.execute(duckdb_views.search_path_sql(moved))
         assert conn.execute("select count(*) from query_samples").fetchone() == (120,)
+
+
+def _findings_lake(lake_root: Path) -> list[Path]:
+    """Two runs' finding_states files (one finding each), written the way run_detection writes them."""
+    paths = []
+    for n, (instance, at) in enumerate([("alpha", OLD_LAKE_AT), ("beta", OLD_LAKE_AT + timedelta(hours=1))]):
+        found = PERFORMANCE_REGRESSIONS.conform(
+            pl.DataFrame(
+                {
+                    "analysis": ["deploy"],
+                    "instance": [instance],
+                    "queryid": [7 + n],
+                    "queryids": [str(7 + n)],
+                    "fingerprint": [f"fp{n}"],
+                    "query": ["select 1"],
+                    "status": ["detected"],
+                    "detected_change_at": [at],
+                    "before_mean_ms": [1.0],
+                    "after_mean_ms": [10.0],
+                    "p_value": [1e-6],
+                    "added_load_ms_per_s": [50.0],
+                    "kind": ["plan_or_work"],
+                }
+            )
+        )
+        changed = update_findings(FINDING_STATES.empty(), found, computed_at=at + timedelta(minutes=5))
+        assert changed.height == 1
+        paths.append(lake.write_table(lake_root, FINDING_STATES, changed, {"date": "2026-11-29"}, f"run{n}"))
+    return paths
+
+
+def _rewrite_without(path: Path, column: str) -> None:
+    """The file as an older radar wrote it: the same rows and envelope metadata, one column fewer."""
+    table = pq.read_table(path)
+    pq.write_table(table.drop_columns([column]), path, compression="zstd")
+
+
+def test_views_of_a_lake_written_before_a_column_existed_show_it_as_null(
+    lake_root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for path in _findings_lake(lake_root):
+        _rewrite_without(path, "kind")
+        assert lake.envelope_problem(path) is None and lake.read_problem(path, FINDING_STATES) is None
+        assert lake.read_file_metadata(path)["radar.table"] == "finding_states"
+        assert "kind" not in pq.read_schema(path).names
+    assert lake.read_table(lake_root, FINDING_STATES)["kind"].to_list() == [None, None]  # polars: nulls
+
+    findings = duckdb_views.query(lake_root, "select * from findings order by instance")
+    assert findings["instance"].to_list() == ["alpha", "beta"]
+    assert findings["kind"].to_list() == [None, None] and findings.schema["kind"] == pl.String
+    assert findings["after_mean_ms"].to_list() == [10.0, 10.0]  # the columns the files have are read
+
+    code, out, err = run(
+        capsys,
+        "--lake",
+        str(lake_root),
+        "sql",
+        "select instance, kind from findings order by 1",
+        "--format",
+        "json",
+    )
+    assert code == 0, out + err
+    assert json.loads(out) == [{"instance": "alpha", "kind": None}, {"instance": "beta", "kind": None}]
+
+    statements = duckdb_views.view_statements(lake_root)  # `radar views` prints what works on this lake
+    (finding_states,) = [s for s in statements if "VIEW finding_states" in s]
+    assert 'CAST(NULL AS VARCHAR) AS "kind"' in finding_states
+    conn = duckdb.connect()
+    conn.execute(duckdb_views.search_path_sql(lake_root))
+    for statement in statements:
+        conn.execute(statement)
+    assert conn.execute("select count(*), count(kind) from findings").fetchone() == (2, 0)

@@ -9,6 +9,8 @@ from datetime import timedelta
 from pathlib import Path
 
 import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from jobs import lake
@@ -215,3 +217,15 @@ def test_a_compaction_that_died_before_its_deletes_is_never_read_twice_and_is_fi
         f"compacted-{sources[0].stem}-{sources[-1].stem}.parquet"
     ]
     assert _sorted(lake.read_table(s3_lake, STATEMENT_SNAPSHOTS)).equals(before)
+
+
+def test_views_on_the_bucket_read_a_column_no_object_has_as_null(s3_lake: ObjectPath) -> None:
+    """An older radar's objects (one column fewer): the view still works, through the fsspec adapter."""
+    frame = pl.DataFrame({"status": ["ok"], "captured_at": [SHAPE.start]})
+    path = lake.write_table(s3_lake, SNAPSHOT_RUNS, frame, {"instance": "a", "date": "2026-01-01"}, "one")
+    assert isinstance(path, ObjectPath)
+    older = pq.read_table(pa.BufferReader(path.read_bytes())).drop_columns(["status"])
+    lake.put_parquet(path, older)  # same envelope metadata, one PUT
+    assert lake.read_file_metadata(path)["radar.table"] == "snapshot_runs"
+    rows = query(s3_lake, "select instance, status from snapshot_runs")
+    assert rows.rows() == [("a", None)]
