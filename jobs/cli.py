@@ -660,9 +660,14 @@ def cmd_alerts(args: argparse.Namespace) -> int:
 
     from jobs.alerts import send_alerts
 
-    alerts = settings_of(args).alerts
+    settings = settings_of(args)
+    alerts = settings.alerts
     report = send_alerts(
-        lake_root(args), alerts, retry_dead_letters=args.retry_dead_letters, lake_config=lake_config(args)
+        lake_root(args),
+        alerts,
+        retry_dead_letters=args.retry_dead_letters,
+        lake_config=lake_config(args),
+        cutoffs=settings.report.evidence_cutoffs(),
     )
     if not report.sinks:
         console.print(
