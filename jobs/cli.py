@@ -1860,6 +1860,25 @@ def build_parser(command: str | None = ALL_COMMANDS) -> argparse.ArgumentParser:
 
 LAKELESS_COMMANDS = frozenset({"fleet", "setup-sql", "config", "gate"})
 """Commands that never read or write the lake (their run does not resolve [lake] root)."""
+LAKE_READING_COMMANDS = frozenset(
+    {"samples", "detect", "alerts", "drift", "compact", "report", "views", "sql", "plans"}
+)
+"""Commands that need a lake to exist: on a folder that is not there they stop (exit 2) instead of reading
+nothing and saying so ("No open regression", exit 0) while creating ``<typo>/_locks``."""
+
+
+def missing_lake(args: argparse.Namespace) -> str | None:
+    """Why a lake-reading command cannot run on ``--lake`` (a local folder that does not exist), else None.
+    An object-store root is not checked: an empty prefix is a new lake there, and listing costs a request."""
+    if args.command not in LAKE_READING_COMMANDS:
+        return None
+    root = lake_root(args)
+    if isinstance(root, Path) and not root.is_dir():
+        return (
+            f"lake root {root} does not exist (--lake or [lake] root): fix the path, or run "
+            "`radar snapshot` first to start a lake there"
+        )
+    return None
 
 
 def internal_error(args: argparse.Namespace, exc: Exception) -> int:
@@ -1918,6 +1937,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.lake is None and args.command not in LAKELESS_COMMANDS:
             args.lake = str(settings_of(args).lake.root)
+        if (problem := missing_lake(args)) is not None:
+            say(args, f"[red]error:[/red] {_escape(problem)}")
+            return EXIT_USAGE
         return int(args.func(args))
     except Exception as exc:
         if _is_error(exc, "LakeLockError"):
