@@ -140,25 +140,43 @@ def render(frame: pl.DataFrame, title: str | None = None, max_rows: int = TABLE_
     )
 
 
+DEFAULT_DAGSTER_HOME = Path(".dagster_home")
+"""The Dagster instance folder `make dev` runs with (DAGSTER_HOME=$(CURDIR)/.dagster_home): the CLI reports
+to it when DAGSTER_HOME is unset, so `radar` in cron and the Dagster UI of the same checkout share one set
+of run records (issue 21: the UI said "Never materialized" while the CLI had collected for days)."""
+
+
+def dagster_home() -> Path | None:
+    """Where the CLI's runs are recorded for Dagster: DAGSTER_HOME, else ./.dagster_home when it exists
+    (created by `make dev`), else nowhere."""
+    import os
+
+    named = os.environ.get("DAGSTER_HOME", "").strip()
+    if named:
+        return Path(named)
+    return DEFAULT_DAGSTER_HOME.resolve() if DEFAULT_DAGSTER_HOME.is_dir() else None
+
+
 def tell_dagster(
     args: argparse.Namespace, assets: list[str], metadata: dict[str, Any], days: list[str] | None = None
 ) -> None:
-    """Record what this run wrote as runless materializations in the Dagster instance of DAGSTER_HOME, so the
-    UI does not say "Never materialized" about data the CLI collected (orchestration/cli_events.py, imported
-    only here). No DAGSTER_HOME: nothing. Any failure: one warning line; the command's outcome stands."""
-    import os
+    """Record what this run wrote as runless materializations in the Dagster instance of ``dagster_home()``,
+    so the UI does not say "Never materialized" about data the CLI collected (orchestration/cli_events.py,
+    imported only here). No instance: nothing. Any failure: one warning line; the command's outcome
+    stands."""
     from datetime import UTC, datetime
 
-    if not os.environ.get("DAGSTER_HOME", "").strip():
+    home = dagster_home()
+    if home is None:
         return
     try:
         from orchestration.cli_events import report_cli_materializations
 
         today = datetime.now(UTC).date().isoformat()
-        report_cli_materializations(assets, lake_root(args), metadata, days=days or [today])
+        report_cli_materializations(assets, lake_root(args), metadata, days=days or [today], home=home)
     except Exception as exc:
         first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        say(args, f"[yellow]warning:[/yellow] not recorded in Dagster (DAGSTER_HOME): {_escape(first_line)}")
+        say(args, f"[yellow]warning:[/yellow] not recorded in Dagster ({home}): {_escape(first_line)}")
 
 
 # ---------------------------------------------------------------------------------------------------------
