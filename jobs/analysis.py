@@ -66,6 +66,7 @@ from jobs.schemas import (
     FINDING_STATES,
     INSTANCE_SLOWDOWNS,
     PERFORMANCE_REGRESSIONS,
+    PLAN_CAPTURE_LOG,
     PLAN_DIFFS,
     PLAN_SNAPSHOTS,
     QUERY_SAMPLES,
@@ -168,13 +169,15 @@ def detect_from_frames(
     table_stats: pl.DataFrame | None = None,
     fleet: FleetFdr | None = None,
     memo: ChangePointMemo | None = None,
+    capture_log: pl.LazyFrame | pl.DataFrame | None = None,
 ) -> DetectionFrames:
     """Latency findings of both analyses with their work evidence, contention separated and plan diffs
     attached; resource regressions; instance slowdowns. ``scope``: what an incremental run re-examines
     (jobs.detect.scope; None = everything). ``table_stats``: table_stats_snapshots rows, so a plan diff
     names an ANALYZE of the query's tables shortly before the change (None: not looked for). ``fleet``:
     a shard's pass adjusts its unannounced candidates among every shard's (jobs.detect.fleet_fdr; None =
-    among this call's). ``memo``: change points its phase 1 found (jobs.detect.changepoint_memo)."""
+    among this call's). ``memo``: change points its phase 1 found (jobs.detect.changepoint_memo).
+    ``capture_log``: plan_capture_log rows, so a finding without plans says why (None: "not tried")."""
     fleet = fleet or FleetFdr()
     # Identified once here; every step below reuses it (fingerprinted_samples passes identified frames).
     if samples.height:
@@ -222,6 +225,7 @@ def detect_from_frames(
         config.plan_diff,
         analyses=table_analyses(table_stats),
         analyze_window=config.analyze_before_plan_change,
+        capture_log=capture_log,
     )
     return DetectionFrames(
         regressions=attach_plan_diffs(regressions, diffs),
@@ -344,7 +348,18 @@ def run_detection(
     )
     table_stats = lake.read_table(lake_root, TABLE_STATS_SNAPSHOTS, of_instances(shard))
     found = stamp_run(
-        detect_from_frames(samples, texts, deploys, plans, config, state.scope, table_stats, fleet, memo),
+        detect_from_frames(
+            samples,
+            texts,
+            deploys,
+            plans,
+            config,
+            state.scope,
+            table_stats,
+            fleet,
+            memo,
+            capture_log=lake.scan_table(lake_root, PLAN_CAPTURE_LOG),
+        ),
         computed_at,
     )
     latency = pl.concat([found.regressions, found.unannounced], how="diagonal_relaxed")

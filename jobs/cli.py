@@ -140,25 +140,43 @@ def render(frame: pl.DataFrame, title: str | None = None, max_rows: int = TABLE_
     )
 
 
+DEFAULT_DAGSTER_HOME = Path(".dagster_home")
+"""The Dagster instance folder `make dev` runs with (DAGSTER_HOME=$(CURDIR)/.dagster_home): the CLI reports
+to it when DAGSTER_HOME is unset, so `radar` in cron and the Dagster UI of the same checkout share one set
+of run records (issue 21: the UI said "Never materialized" while the CLI had collected for days)."""
+
+
+def dagster_home() -> Path | None:
+    """Where the CLI's runs are recorded for Dagster: DAGSTER_HOME, else ./.dagster_home when it exists
+    (created by `make dev`), else nowhere."""
+    import os
+
+    named = os.environ.get("DAGSTER_HOME", "").strip()
+    if named:
+        return Path(named)
+    return DEFAULT_DAGSTER_HOME.resolve() if DEFAULT_DAGSTER_HOME.is_dir() else None
+
+
 def tell_dagster(
     args: argparse.Namespace, assets: list[str], metadata: dict[str, Any], days: list[str] | None = None
 ) -> None:
-    """Record what this run wrote as runless materializations in the Dagster instance of DAGSTER_HOME, so the
-    UI does not say "Never materialized" about data the CLI collected (orchestration/cli_events.py, imported
-    only here). No DAGSTER_HOME: nothing. Any failure: one warning line; the command's outcome stands."""
-    import os
+    """Record what this run wrote as runless materializations in the Dagster instance of ``dagster_home()``,
+    so the UI does not say "Never materialized" about data the CLI collected (orchestration/cli_events.py,
+    imported only here). No instance: nothing. Any failure: one warning line; the command's outcome
+    stands."""
     from datetime import UTC, datetime
 
-    if not os.environ.get("DAGSTER_HOME", "").strip():
+    home = dagster_home()
+    if home is None:
         return
     try:
         from orchestration.cli_events import report_cli_materializations
 
         today = datetime.now(UTC).date().isoformat()
-        report_cli_materializations(assets, lake_root(args), metadata, days=days or [today])
+        report_cli_materializations(assets, lake_root(args), metadata, days=days or [today], home=home)
     except Exception as exc:
         first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        say(args, f"[yellow]warning:[/yellow] not recorded in Dagster (DAGSTER_HOME): {_escape(first_line)}")
+        say(args, f"[yellow]warning:[/yellow] not recorded in Dagster ({home}): {_escape(first_line)}")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -660,9 +678,14 @@ def cmd_alerts(args: argparse.Namespace) -> int:
 
     from jobs.alerts import send_alerts
 
-    alerts = settings_of(args).alerts
+    settings = settings_of(args)
+    alerts = settings.alerts
     report = send_alerts(
-        lake_root(args), alerts, retry_dead_letters=args.retry_dead_letters, lake_config=lake_config(args)
+        lake_root(args),
+        alerts,
+        retry_dead_letters=args.retry_dead_letters,
+        lake_config=lake_config(args),
+        cutoffs=settings.report.evidence_cutoffs(),
     )
     if not report.sinks:
         console.print(
@@ -1855,6 +1878,25 @@ def build_parser(command: str | None = ALL_COMMANDS) -> argparse.ArgumentParser:
 
 LAKELESS_COMMANDS = frozenset({"fleet", "setup-sql", "config", "gate"})
 """Commands that never read or write the lake (their run does not resolve [lake] root)."""
+LAKE_READING_COMMANDS = frozenset(
+    {"samples", "detect", "alerts", "drift", "compact", "report", "views", "sql", "plans"}
+)
+"""Commands that need a lake to exist: on a folder that is not there they stop (exit 2) instead of reading
+nothing and saying so ("No open regression", exit 0) while creating ``<typo>/_locks``."""
+
+
+def missing_lake(args: argparse.Namespace) -> str | None:
+    """Why a lake-reading command cannot run on ``--lake`` (a local folder that does not exist), else None.
+    An object-store root is not checked: an empty prefix is a new lake there, and listing costs a request."""
+    if args.command not in LAKE_READING_COMMANDS:
+        return None
+    root = lake_root(args)
+    if isinstance(root, Path) and not root.is_dir():
+        return (
+            f"lake root {root} does not exist (--lake or [lake] root): fix the path, or run "
+            "`radar snapshot` first to start a lake there"
+        )
+    return None
 
 
 def internal_error(args: argparse.Namespace, exc: Exception) -> int:
@@ -1913,6 +1955,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.lake is None and args.command not in LAKELESS_COMMANDS:
             args.lake = str(settings_of(args).lake.root)
+        if (problem := missing_lake(args)) is not None:
+            say(args, f"[red]error:[/red] {_escape(problem)}")
+            return EXIT_USAGE
         return int(args.func(args))
     except Exception as exc:
         if _is_error(exc, "LakeLockError"):

@@ -367,7 +367,7 @@ def _diff_row(reg: dict[str, Any], snaps: list[dict[str, Any]], config: PlanDiff
     if change_at is None:
         return {**row, "diff_status": "no_change_time", "plan_diff_summary": "No change time: no plan diff."}
     if not snaps:
-        return {**row, "diff_status": "no_plans", "plan_diff_summary": "No plan captured for this query."}
+        return {**row, "diff_status": "no_plans", "plan_diff_summary": NO_PLAN_NEVER_TRIED}
     sides = plan_sides(snaps, change_at, config.source_preference, config.change_tolerance)
     before, after = sides.before, sides.after
     for side, snap in (("before", before), ("after", after)):
@@ -500,17 +500,58 @@ def with_analyze_note(
     return out
 
 
+NO_PLAN_NEVER_TRIED = (
+    "No plan captured for this query: no capture was tried for it (plans are captured by `radar snapshot "
+    "--capture-plans` for each instance's top statements; UPDATE/DELETE plans come only from auto_explain "
+    "logs, read with --auto-explain)."
+)
+
+
+def why_no_plan(
+    capture_log: pl.LazyFrame | pl.DataFrame | None, instance: str | None, queryids: set[int]
+) -> str:
+    """ "No plan captured" with its reason: the latest plan_capture_log attempt for the query (any of its
+    queryids) on that instance, e.g. "UPDATE needs write privilege to be EXPLAINed (generic_explain
+    refused at 21:34:02 UTC)"; when there is none, that no capture was tried (issue 21: the reason was only
+    in plan_capture_log)."""
+    if capture_log is None or instance is None or not queryids:
+        return NO_PLAN_NEVER_TRIED
+    try:
+        latest = (
+            capture_log.lazy()
+            .filter((pl.col("instance") == instance) & pl.col("queryid").is_in(sorted(queryids)))
+            .sort("captured_at", descending=True)
+            .head(1)
+            .collect()
+        )
+    except (pl.exceptions.PolarsError, OSError) as exc:  # the reason is a courtesy: never the diff's end
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        return f"No plan captured for this query (plan_capture_log could not be read: {first})."
+    if latest.height == 0:
+        return NO_PLAN_NEVER_TRIED
+    attempt = latest.row(0, named=True)
+    reason = " ".join(str(attempt.get("reason") or "no reason recorded").split())
+    when = attempt["captured_at"]
+    stamp = f"{when:%Y-%m-%d %H:%M:%S} UTC" if when is not None else "an unknown time"
+    return (
+        f"No plan captured for this query: {reason} ({attempt.get('source')} {attempt.get('status')}, "
+        f"last tried {stamp})."
+    )
+
+
 def plan_diffs_for_regressions(
     regressions: pl.DataFrame,
     plan_snapshots: pl.DataFrame,
     config: PlanDiffConfig | None = None,
     analyses: pl.DataFrame | None = None,
     analyze_window: timedelta = DEFAULT_WINDOW,
+    capture_log: pl.LazyFrame | pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """One plan_diffs row per detected regression, matching plans by instance + any of its queryids, of its
     own database (``_same_database``: on PG18 one query has one queryid in every database). ``analyses``
     (jobs.plans.analyses.table_analyses): an ANALYZE of a table of the query at most ``analyze_window``
-    before the change is named in the summary."""
+    before the change is named in the summary. ``capture_log`` (plan_capture_log rows with ``instance``,
+    lazy is best: only the queries without plans are looked up): why a query has no plan."""
     config = config or PlanDiffConfig()
     detected = regressions
     if "status" in detected.columns:
@@ -544,7 +585,10 @@ def plan_diffs_for_regressions(
             if _same_database(reg, s)
         ]
         try:
-            out.append(with_analyze_note(_diff_row(reg, mine, config), mine, analyses, analyze_window))
+            row = _diff_row(reg, mine, config)
+            if row["diff_status"] == "no_plans":
+                row["plan_diff_summary"] = why_no_plan(capture_log, reg.get("instance"), _queryid_set(reg))
+            out.append(with_analyze_note(row, mine, analyses, analyze_window))
         except Exception as exc:  # one bad plan must not lose the other regressions' diffs
             out.append(
                 {

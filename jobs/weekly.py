@@ -21,6 +21,7 @@ import polars as pl
 
 from jobs import lake
 from jobs.detect.findings import OPEN, RECOVERED, SUPERSEDED, latest_states
+from jobs.evidence import VERY_STRONG, WEAK, evidence_words
 from jobs.plandiff import plan_diff_rows as plan_diff_rows  # the report's plan table (weekly_html)
 from jobs.publish.drift import WeekDrift, drift_flags_text, week_drift, with_drift_flags
 from jobs.report import LaterStep, later_steps, plot_regression, plt, regression_series
@@ -265,13 +266,13 @@ def severity(row: dict[str, Any], config: WeeklyReportConfig = WeeklyReportConfi
 
 
 def confidence_words(p: float | None, config: WeeklyReportConfig = WeeklyReportConfig()) -> str:
-    if p is None:
-        return "evidence not computed"
-    if p <= config.very_strong_evidence_p:
-        return "very strong evidence (this is not noise)"
-    if p <= config.strong_evidence_p:
-        return "strong evidence"
-    return "weak evidence: check the plot before acting"
+    """``jobs.evidence``'s words (the same as Slack's), with what a reader should do about them."""
+    words = evidence_words(p, config.evidence_cutoffs())
+    if words == VERY_STRONG:
+        return f"{words} (this is not noise)"
+    if words == WEAK:
+        return f"{words}: check the plot before acting"
+    return words
 
 
 def status_words(row: dict[str, Any]) -> str:

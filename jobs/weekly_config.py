@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from jobs.evidence import EvidenceCutoffs
+
 
 @dataclass(frozen=True)
 class WeeklyReportConfig:
@@ -15,9 +17,14 @@ class WeeklyReportConfig:
     major_ratio: float = 2.0
     """At least this many times slower (and below severe_ratio) is 'major'; anything slower is 'minor'."""
     very_strong_evidence_p: float = 1e-6
-    """A finding's p at or below this is described as 'very strong evidence' (p itself is in the tooltip)."""
+    """A finding's p at or below this is described as 'very strong evidence' in the report, Slack and every
+    other surface (jobs.evidence; p itself is in the tooltip)."""
     strong_evidence_p: float = 1e-3
     """At or below this (above very_strong_evidence_p): 'strong evidence'; above it: 'weak evidence'."""
+
+    def evidence_cutoffs(self) -> EvidenceCutoffs:
+        """The cut-offs of every surface's evidence words (``jobs.evidence``), Slack's included."""
+        return EvidenceCutoffs(self.very_strong_evidence_p, self.strong_evidence_p)
 
     def __post_init__(self) -> None:
         if not 1.0 < self.major_ratio <= self.severe_ratio:

@@ -63,12 +63,18 @@ def report_cli_materializations(
     *,
     days: Sequence[str],
     instance: dg.DagsterInstance | None = None,
+    home: Path | None = None,
 ) -> list[str]:
     """Register the lake's collected days as ``collection_days`` partitions and record one runless
     materialization per asset (one per day of ``days`` for the daily ones); returns the asset keys reported.
-    ``instance``: the one of ``DAGSTER_HOME`` when None."""
+    ``instance``: the one of the folder ``home`` (else of ``DAGSTER_HOME``) when None."""
     own = instance is None
-    target = dg.DagsterInstance.get() if own else instance
+    if instance is not None:
+        target = instance
+    elif home is not None:
+        target = dg.DagsterInstance.from_config(str(home))
+    else:
+        target = dg.DagsterInstance.get()
     assert target is not None
     try:
         register_collection_days(target, [*lake_days(lake_root), *days])

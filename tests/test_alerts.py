@@ -502,3 +502,27 @@ def test_the_cli_and_the_asset_take_the_settings_and_the_url_appears_nowhere(
     tables = "\n".join(str(lake.read_table(lake_root, t).rows()) for t in TABLES)
     for text in (events, run_record, shown.out + shown.err, bad.out + bad.err, files, tables):
         assert "T0SECRET" not in text and "xoxTOKEN" not in text
+
+
+def test_the_asset_says_when_no_slack_or_webhook_is_configured(
+    lake_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 21: Dagster's alerts went only to the JSONL file and never said Slack was not configured."""
+    import dagster as dg
+
+    from orchestration.assets.alerts import regression_alerts
+    from orchestration.resources import AlertResource, LakeResource
+
+    monkeypatch.delenv("RADAR_SLACK_WEBHOOK", raising=False)
+    monkeypatch.delenv("RADAR_ALERT_WEBHOOK", raising=False)
+    write_findings(lake_root, [finding_row(1)])
+    file = tmp_path / "alerts.jsonl"
+    resources = {"lake": LakeResource(root=str(lake_root)), "alerting": AlertResource(file=str(file))}
+    with dg.instance_for_test() as instance:
+        result = dg.materialize([regression_alerts], resources=resources, instance=instance)
+        events = "\n".join(str(entry) for entry in instance.all_logs(result.run_id))
+    assert result.success and len(jsonl(file)) == 1
+    (materialization,) = result.asset_materializations_for_node("regression_alerts")
+    note = materialization.metadata["note"].value
+    assert "no Slack or webhook sink is configured" in note and str(file) in note
+    assert "no Slack or webhook sink is configured" in events

@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import pytest
+
 from jobs.alerts.slack import (
     FIELD_MAX,
     HEADER_MAX,
@@ -15,6 +17,7 @@ from jobs.alerts.slack import (
     fit,
     slack_message,
 )
+from jobs.weekly import WeeklyReportConfig, confidence_words
 
 
 def slack_problems(body: Any) -> list[str]:
@@ -117,7 +120,8 @@ def test_an_open_finding_is_one_message_in_plain_words() -> None:
     )
     assert unannounced["*Deploy*"] == "unannounced"
     assert unannounced["*Plan Diff*"] == "no plans captured"
-    assert unannounced["*Confidence*"] == "strong evidence (p = 0.004, adjusted for the series searched)"
+    # p 0.004 is above [report] strong_evidence_p (0.001): the weekly report calls it weak too (jobs.evidence)
+    assert unannounced["*Confidence*"] == "weak evidence (p = 0.004, adjusted for the series searched)"
 
 
 def test_a_deploy_after_the_change_is_named_apart_from_the_candidates() -> None:
@@ -138,8 +142,26 @@ def test_plain_words_for_levels_and_evidence() -> None:
     assert before_after(0.042, 0.09) == "0.042 ms → 0.09 ms (2.1× slower)"
     assert before_after(800, 2500) == "800 ms → 2.5 s (3.1× slower)"
     assert before_after(0.0, 5.0) == "0 ms → 5 ms"
-    assert confidence(0.03, "deploy") == "moderate evidence (p = 0.03)"
-    assert confidence(0.2, "deploy") == "weak evidence (p = 0.2)"
+    assert confidence(0.03, "deploy") == "weak evidence (p = 0.03)"
+    assert confidence(0.0012, "deploy") == "weak evidence (p = 0.0012)"
+    assert confidence(0.0008, "unannounced") == (
+        "strong evidence (p < 0.001, adjusted for the series searched)"
+    )
+    assert confidence(1e-9, "deploy") == "very strong evidence (p < 0.001)"
+
+
+@pytest.mark.parametrize("p", [1e-9, 1e-6, 2e-6, 0.0008, 0.001, 0.0012, 0.01, 0.03, 0.2])
+@pytest.mark.parametrize("cutoffs", [(1e-6, 1e-3), (1e-4, 0.05)])
+def test_slack_and_the_weekly_report_use_the_same_evidence_words(
+    p: float, cutoffs: tuple[float, float]
+) -> None:
+    """Issue 21: Slack called a finding "strong evidence (p = 0.0012)" that the weekly report called "weak
+    evidence" (two sets of cut-offs). One function (jobs.evidence) decides both, with [report]'s cut-offs."""
+    config = WeeklyReportConfig(very_strong_evidence_p=cutoffs[0], strong_evidence_p=cutoffs[1])
+    slack_words = confidence(p, "deploy", config.evidence_cutoffs()).split(" (", 1)[0]
+    report_words = confidence_words(p, config)
+    assert report_words.startswith(slack_words), (slack_words, report_words)
+    assert slack_words in ("very strong evidence", "strong evidence", "weak evidence")
 
 
 def test_updates_are_one_short_message() -> None:

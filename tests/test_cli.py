@@ -174,3 +174,30 @@ def test_an_unexpected_exception_is_one_line_and_exit_70_never_a_verdict_code(
     monkeypatch.setenv("RADAR_DEBUG", "1")
     with pytest.raises(TypeError):
         main(["--lake", str(lake_root), "detect", "--format", "json"])
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["detect", "--format", "json"],
+        ["alerts", "--format", "json"],
+        ["report", "--format", "json"],
+        ["sql", "select 1", "--format", "json"],
+        ["plans", "x", "--format", "json"],
+        ["views"],
+        ["samples"],
+    ],
+)
+def test_a_lake_root_that_does_not_exist_is_an_error_and_nothing_is_created(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
+    """Issue 21: `radar --lake <typo> detect` printed "No open regression", exited 0 and created
+    <typo>/_locks. Every command that reads the lake stops with one line naming the path, exit 2."""
+    typo = tmp_path / "lkae"
+    capsys.readouterr()
+    assert main(["--lake", str(typo), *command]) == 2
+    out, err = capsys.readouterr()
+    said = err if "--format" in command else out  # JSON: messages on stderr, stdout stays empty
+    assert said.count("\n") == 1 and (out == "" or "--format" not in command)
+    assert f"lake root {typo} does not exist" in said.replace("\n", "")
+    assert not typo.exists()

@@ -55,6 +55,7 @@ def test_no_dagster_home_records_nothing_and_a_broken_one_is_one_warning(
     lake_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    monkeypatch.chdir(tmp_path)  # no ./.dagster_home here either
     assert main(["--lake", str(lake_root), "samples"]) == 0
     assert "Dagster" not in capsys.readouterr().out
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "no such folder"))
@@ -93,3 +94,20 @@ def test_radar_snapshot_against_a_real_server_is_a_materialization_in_dagster(
     today = datetime.now(UTC).date().isoformat()
     with dg.DagsterInstance.from_config(str(home)) as instance:
         assert today in instance.get_dynamic_partitions(COLLECTION_DAYS)
+
+
+@pytest.mark.slow  # a fresh SQLite Dagster instance takes ~2.5 s to create
+def test_without_dagster_home_the_cli_reports_to_the_folder_make_dev_uses(
+    lake_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 21: `radar` and Dagster disagreed unless DAGSTER_HOME was set everywhere. Unset, the CLI
+    reports to ./.dagster_home, the instance `make dev` runs (DAGSTER_HOME=$(CURDIR)/.dagster_home)."""
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".dagster_home").mkdir()
+    write_two_snapshots(lake_root, datetime(2026, 11, 29, 10, 0, tzinfo=UTC))
+    assert main(["--lake", str(lake_root), "samples", "--rebuild"]) == 0
+    assert "warning" not in capsys.readouterr().out
+    event = latest(tmp_path / ".dagster_home", "query_samples")
+    assert event is not None and event.asset_materialization is not None
+    assert event.asset_materialization.metadata["source"].value == "radar CLI"

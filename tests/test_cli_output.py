@@ -106,6 +106,7 @@ def test_detect_json_is_the_findings_of_the_lake_and_fail_on_detect_exits_1(
 def test_detect_on_a_lake_without_findings_exits_0_even_with_fail_on_detect(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    (tmp_path / "empty").mkdir()  # an empty lake (a missing one is an error: test_cli.py)
     rows, _ = json_out(
         capsys, "--lake", str(tmp_path / "empty"), "detect", "--format", "json", "--fail-on-detect"
     )

@@ -122,6 +122,7 @@ def test_radar_report_defaults_to_the_current_week_and_prints_both_paths(
     from jobs.weekly import iso_week
 
     out = tmp_path / "reports"
+    (tmp_path / "lake").mkdir()  # an empty lake: a week with nothing in it
     assert main(["--lake", str(tmp_path / "lake"), "report", "--out", str(out)]) == 0
     this_week = iso_week(datetime.now(UTC))
     printed = capsys.readouterr().out

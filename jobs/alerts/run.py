@@ -36,6 +36,7 @@ from jobs.alerts.drift import cleared_since, drift_alert_payloads
 from jobs.alerts.payloads import alert_payloads
 from jobs.alerts.sinks import AlertSink, sinks_from_settings
 from jobs.detect.findings import OPEN, latest_states
+from jobs.evidence import EvidenceCutoffs
 from jobs.publish.drift import latest_execution_drift, with_drift_flags
 from jobs.redaction import scrub
 from jobs.schemas import ALERT_DEAD_LETTERS, ALERTS_SENT, EXECUTION_DRIFT, FINDING_STATES, QUERY_TEXTS
@@ -455,11 +456,13 @@ def send_alerts(
     sleep: Callable[[float], None] = time.sleep,
     rng: random.Random | None = None,
     lake_config: lake.LakeConfig | None = None,
+    cutoffs: EvidenceCutoffs = EvidenceCutoffs(),
 ) -> AlertReport:
-    """``send_new_alerts`` to the sinks [alerts] names (webhook URLs read from ``env`` now)."""
+    """``send_new_alerts`` to the sinks [alerts] names (webhook URLs read from ``env`` now); ``cutoffs``:
+    the evidence words' ([report], so Slack and the weekly report say the same)."""
     return send_new_alerts(
         lake_root,
-        sinks_from_settings(alerts, env, sleep=sleep, rng=rng),
+        sinks_from_settings(alerts, env, sleep=sleep, rng=rng, cutoffs=cutoffs),
         now,
         send_resolved=alerts.send_resolved,
         retry_dead_letters=retry_dead_letters,

@@ -30,6 +30,7 @@ from jobs.alerts.delivery import (
     origin,
 )
 from jobs.alerts.slack import slack_message
+from jobs.evidence import EvidenceCutoffs
 
 if TYPE_CHECKING:
     from jobs.config import AlertsConfig
@@ -125,9 +126,11 @@ class SlackSink(_HttpSink):
 
     key: str = SLACK
     kind: str = "slack"
+    cutoffs: EvidenceCutoffs = EvidenceCutoffs()
+    """The evidence words' cut-offs: the weekly report's ([report]), so both say the same."""
 
     def body(self, payload: dict[str, Any]) -> dict[str, Any]:
-        return slack_message(payload)
+        return slack_message(payload, self.cutoffs)
 
 
 @dataclass(repr=False)
@@ -147,6 +150,7 @@ def sinks_from_settings(
     *,
     sleep: Callable[[float], None] = time.sleep,
     rng: random.Random | None = None,
+    cutoffs: EvidenceCutoffs = EvidenceCutoffs(),
 ) -> list[AlertSink]:
     """The sinks [alerts] names: the JSONL file (unless ``file`` is empty), Slack when its URL is set (in
     the file or the environment variable ``slack_webhook_env``, read now), the generic webhook likewise.
@@ -158,7 +162,7 @@ def sinks_from_settings(
         source = (
             "[alerts] slack_webhook_url" if alerts.slack_webhook_url else f"env {alerts.slack_webhook_env}"
         )
-        sinks.append(SlackSink(slack_url, alerts, source=source, sleep=sleep, rng=rng))
+        sinks.append(SlackSink(slack_url, alerts, source=source, sleep=sleep, rng=rng, cutoffs=cutoffs))
     webhook_url = alerts.resolved_webhook_url(env)
     if webhook_url:
         source = "[alerts] webhook_url" if alerts.webhook_url else f"env {alerts.webhook_env}"

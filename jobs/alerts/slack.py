@@ -19,6 +19,8 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
+from jobs.evidence import EvidenceCutoffs, evidence_words
+
 HEADER_MAX = 150
 SECTION_TEXT_MAX = 3000
 FIELD_MAX = 2000
@@ -87,18 +89,12 @@ def before_after(before_ms: float, after_ms: float) -> str:
     return f"{format_ms(before_ms)} → {format_ms(after_ms)}" + (f" ({ratio})" if ratio else "")
 
 
-def confidence(p_value: float, analysis: str) -> str:
-    """The p-value in words: how unlikely the step is as chance (the adjusted p for unannounced)."""
-    if p_value < 0.001:
-        words, shown = "very strong evidence", "p < 0.001"
-    elif p_value < 0.01:
-        words, shown = "strong evidence", f"p = {p_value:.2g}"
-    elif p_value < 0.05:
-        words, shown = "moderate evidence", f"p = {p_value:.2g}"
-    else:
-        words, shown = "weak evidence", f"p = {p_value:.2g}"
+def confidence(p_value: float, analysis: str, cutoffs: EvidenceCutoffs = EvidenceCutoffs()) -> str:
+    """The p-value in ``jobs.evidence``'s words (the weekly report's too): how unlikely the step is as
+    chance (the adjusted p for unannounced)."""
+    shown = "p < 0.001" if p_value < 0.001 else f"p = {p_value:.2g}"
     adjusted = ", adjusted for the series searched" if analysis == "unannounced" else ""
-    return f"{words} ({shown}{adjusted})"
+    return f"{evidence_words(p_value, cutoffs)} ({shown}{adjusted})"
 
 
 def format_time(iso: str | None) -> str:
@@ -136,17 +132,17 @@ def _section(text_mrkdwn: str) -> dict[str, Any]:
     return {"type": "section", "text": {"type": "mrkdwn", "text": text_mrkdwn, "verbatim": True}}
 
 
-def slack_message(payload: dict[str, Any]) -> dict[str, Any]:
+def slack_message(payload: dict[str, Any], cutoffs: EvidenceCutoffs = EvidenceCutoffs()) -> dict[str, Any]:
     """The incoming-webhook body for one alert payload (the contract's object: a regression finding, or
     BLOCK per-execution drift when ``kind`` is ``execution_drift``)."""
     if payload.get("kind") == "execution_drift":
         return _drift_message(payload)
     if payload["state"] == "open":
-        return _open_message(payload)
+        return _open_message(payload, cutoffs)
     return _update_message(payload)
 
 
-def _open_message(payload: dict[str, Any]) -> dict[str, Any]:
+def _open_message(payload: dict[str, Any], cutoffs: EvidenceCutoffs) -> dict[str, Any]:
     instance = payload["instance"]
     change = before_after(payload["before_mean_ms"], payload["after_mean_ms"])
     query = _short_query(payload)
@@ -160,7 +156,7 @@ def _open_message(payload: dict[str, Any]) -> dict[str, Any]:
         _field("Before → after", change),
         _field("Onset", format_time(payload["onset"])),
         _field("Deploy", deploy_words(payload)),
-        _field("Confidence", confidence(payload["p_value"], payload["analysis"])),
+        _field("Confidence", confidence(payload["p_value"], payload["analysis"], cutoffs)),
     ]
     if payload.get("added_load_ms_per_s") is not None:
         load = payload["added_load_ms_per_s"]

@@ -7,8 +7,9 @@ import dataclasses
 import dagster as dg
 
 from jobs.alerts import send_alerts
+from jobs.alerts.sinks import SLACK, WEBHOOK
 from orchestration.resources import AlertResource, LakeResource
-from orchestration.run_config import section_config, section_from_config
+from orchestration.run_config import definitions_settings, section_config, section_from_config
 
 # [alerts] of the config file; where alerts go (file, dead_letter_file) is AlertResource's, and the webhook
 # URLs are never run config (section_config leaves secrets out; the file's or the environment's are used).
@@ -33,7 +34,10 @@ def regression_alerts(
         file=alerting.file,
         dead_letter_file=alerting.dead_letter_file,
     )
-    report = send_alerts(lake.path, alerts)  # webhook URLs: [alerts] or its environment variables, now
+    # Webhook URLs: [alerts] or its environment variables, now; the evidence words' cut-offs are the weekly
+    # report's, so Slack and the report call one finding the same.
+    cutoffs = definitions_settings().settings.report.evidence_cutoffs()
+    report = send_alerts(lake.path, alerts, cutoffs=cutoffs)
     metadata: dict[str, int | str] = {
         "alerts_sent": len(report.sent),
         "pending": report.pending,
@@ -41,6 +45,14 @@ def regression_alerts(
         "deferred": sum(s.deferred for s in report.sinks),
         "sinks": ", ".join(s.name for s in report.sinks) or "none",
     }
+    if not any(s.key in (SLACK, WEBHOOK) for s in report.sinks):
+        unsent = (
+            f"no Slack or webhook sink is configured ([alerts] slack_webhook_url or env "
+            f"{alerts.slack_webhook_env}; webhook_url or env {alerts.webhook_env}): alerts go to "
+            f"{alerts.file or 'no file'} only"
+        )
+        metadata["note"] = unsent
+        context.log.warning(unsent)
     for note in report.notes:
         context.log.warning(note)
     if not report.ok:
