@@ -193,42 +193,22 @@ def test_the_cron_loop_survives_a_pgbench_fleet_and_finds_explains_and_recovers_
     env.pop("DAGSTER_HOME", None)
     soak = Soak()
     drops: dict[str, datetime] = {}
+
+    def mark_deploy(tick: int, version: str) -> Run:
+        return radar(tick, common, "deploy", "mark", "--instance", "shop-a", "--version", version, env=env)
+
     started = time.monotonic()
     for tick in range(TICKS):
         tick_started = time.monotonic()
         if tick == DROP_A:
-            soak.runs.append(
-                radar(
-                    tick,
-                    common,
-                    "deploy",
-                    "mark",
-                    "--instance",
-                    "shop-a",
-                    "--version",
-                    "v812-drop-pkey",
-                    env=env,
-                )
-            )
+            soak.runs.append(mark_deploy(tick, "v812-drop-pkey"))
             alter(soak_fleet, "shop-a", "alter table pgbench_accounts drop constraint pgbench_accounts_pkey")
             drops["shop-a"] = datetime.now(UTC)
         if tick == DROP_B:
             alter(soak_fleet, "shop-b", "alter table pgbench_accounts drop constraint pgbench_accounts_pkey")
             drops["shop-b"] = datetime.now(UTC)
         if tick == RESTORE:
-            soak.runs.append(
-                radar(
-                    tick,
-                    common,
-                    "deploy",
-                    "mark",
-                    "--instance",
-                    "shop-a",
-                    "--version",
-                    "v813-restore-pkey",
-                    env=env,
-                )
-            )
+            soak.runs.append(mark_deploy(tick, "v813-restore-pkey"))
             for name in ("shop-a", "shop-b"):
                 alter(soak_fleet, name, "alter table pgbench_accounts add primary key (aid)")
         snapshot = radar(
