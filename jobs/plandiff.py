@@ -500,11 +500,9 @@ def with_analyze_note(
     return out
 
 
-NO_PLAN_NEVER_TRIED = (
-    "No plan captured for this query: no capture was tried for it (plans are captured by `radar snapshot "
-    "--capture-plans` for each instance's top statements; UPDATE/DELETE plans come only from auto_explain "
-    "logs, read with --auto-explain)."
-)
+NO_PLAN_NEVER_TRIED = "No plan captured: none tried."
+"""Plans are captured (`radar snapshot --capture-plans`) for each instance's top statements; UPDATE/DELETE
+plans come only from auto_explain logs (--auto-explain). Short: it stands in a table column."""
 
 
 def why_no_plan(
@@ -526,7 +524,7 @@ def why_no_plan(
         )
     except (pl.exceptions.PolarsError, OSError) as exc:  # the reason is a courtesy: never the diff's end
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
-        return f"No plan captured for this query (plan_capture_log could not be read: {first})."
+        return f"No plan captured (plan_capture_log could not be read: {first})."
     if latest.height == 0:
         return NO_PLAN_NEVER_TRIED
     attempt = latest.row(0, named=True)
@@ -534,8 +532,7 @@ def why_no_plan(
     when = attempt["captured_at"]
     stamp = f"{when:%Y-%m-%d %H:%M:%S} UTC" if when is not None else "an unknown time"
     return (
-        f"No plan captured for this query: {reason} ({attempt.get('source')} {attempt.get('status')}, "
-        f"last tried {stamp})."
+        f"No plan captured: {reason} ({attempt.get('source')} {attempt.get('status')}, last tried {stamp})."
     )
 
 

@@ -55,7 +55,7 @@ def test_a_finding_without_plans_says_why_none_was_captured(
     ).rows(named=True)
     summary = row["plan_diff_summary"]
     assert row["diff_status"] == "no_plans"
-    assert summary.startswith("No plan captured for this query: ") and summary != NO_PLAN_NEVER_TRIED
+    assert summary.startswith("No plan captured: ") and summary != NO_PLAN_NEVER_TRIED
     reason = " ".join(str(tried.sort("captured_at")["reason"][-1]).split())
     assert reason in summary and "last tried" in summary, summary
 
