@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -31,7 +32,7 @@ from tests.test_compaction import DAY, write_snapshots
 from tests.test_samples import write_midnight_lake
 
 WORKTREE = Path(__file__).parent.parent
-PYTHON = Path("/work/main/.venv/bin/python")
+PYTHON = Path(sys.executable)  # the interpreter running the tests (its venv has the project)
 
 
 def parts_of(schema: TableSchema) -> dict[str, str]:
