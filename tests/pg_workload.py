@@ -8,6 +8,7 @@ collector snapshots the server every ~0.2 s; what landed in the lake is read bac
 
 from __future__ import annotations
 
+import subprocess
 import threading
 import time
 from collections.abc import Sequence
@@ -23,12 +24,25 @@ from jobs.analysis import DetectionConfig, detect_from_frames
 from jobs.collect.collector import snapshot_fleet
 from jobs.collect.deploys import load_deploy_events
 from jobs.config import FleetConfig
-from jobs.fleet import EmbeddedFleet
+from jobs.fleet import EmbeddedFleet, postgres_bin_dir
 from jobs.samples import samples_from_snapshots
 from jobs.schemas import PLAN_SNAPSHOTS, QUERY_TEXTS, SNAPSHOT_RUNS, STATEMENT_SNAPSHOTS
 from tests.detection_frames import Frames, as_frames
 
 SNAPSHOT_EVERY = 0.2
+
+
+def run_psql_script(dsn: str, script: str) -> subprocess.CompletedProcess[str]:
+    """A SQL script run as a user runs what `radar setup-sql` prints: the wheel's psql, stopping at the first
+    error."""
+    return subprocess.run(
+        [str(postgres_bin_dir() / "psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", dsn],
+        input=script,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 def server_clock(conn: psycopg.Connection) -> datetime:

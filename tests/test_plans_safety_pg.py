@@ -9,7 +9,6 @@ take effect, record what happened for each, and connect as the plain monitoring 
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -36,6 +35,7 @@ from jobs.plans.safety import (
 from jobs.plans.setup_sql import SetupRoles, setup_script, setup_steps
 from jobs.schemas import PLAN_CAPTURE_LOG
 from tests.conftest import FleetFactory
+from tests.pg_workload import run_psql_script
 
 pytestmark = pytest.mark.postgres
 
@@ -504,14 +504,7 @@ def test_setup_sql_script_runs_with_psql_and_installs_a_working_helper(server: E
     """`radar setup-sql --database shop` as printed, run with psql: the helper works in that database."""
     dbid = new_database(server, "shop", "CREATE TABLE orders (id int PRIMARY KEY)")
     script = setup_script(setup_steps(180000, ["shop"]), 180000)
-    done = subprocess.run(
-        ["/usr/bin/psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", server.dsn],
-        input=script,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = run_psql_script(server.dsn, script)
     assert done.returncode == 0, done.stderr
     candidates = pl.DataFrame(
         {"queryid": [1], "dbid": [dbid], "userid": [10], "query": ["SELECT * FROM orders WHERE id = $1"]}

@@ -4,7 +4,6 @@ file's login then snapshots; the example files use the role the script creates (
 from __future__ import annotations
 
 import re
-import subprocess
 import tomllib
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from jobs.fleet import EmbeddedServer
 from jobs.plans.setup_sql import setup_script, setup_steps
 from jobs.sqlfiles import REPO_ROOT
 from tests.conftest import FleetFactory
+from tests.pg_workload import run_psql_script
 
 EXAMPLE_FLEET = REPO_ROOT / "data" / "fleet.example.toml"
 PASSWORD = "Sekr3tPassw0rd"
@@ -92,14 +92,7 @@ def test_setup_sql_from_a_dsn_applied_with_psql_lets_the_example_login_snapshot(
     assert f"server_version_num {version}" in script
     assert "pg_stat_statements not installed in database postgres" in script
     assert "CREATE EXTENSION /* pg-regression-radar */ IF NOT EXISTS pg_stat_statements" in script
-    applied = subprocess.run(
-        ["/usr/bin/psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", server.dsn],
-        input=script,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    applied = run_psql_script(server.dsn, script)
     assert applied.returncode == 0, applied.stderr
 
     code, out, err = run_radar("--lake", lake, "--fleet-file", str(fleet_file), "snapshot", capsys=capsys)
