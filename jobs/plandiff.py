@@ -505,29 +505,43 @@ NO_PLAN_NEVER_TRIED = "No plan captured: none tried."
 plans come only from auto_explain logs (--auto-explain). Short: it stands in a table column."""
 
 
-def why_no_plan(
-    capture_log: pl.LazyFrame | pl.DataFrame | None, instance: str | None, queryids: set[int]
-) -> str:
-    """ "No plan captured" with its reason: the latest plan_capture_log attempt for the query (any of its
-    queryids) on that instance, e.g. "UPDATE needs write privilege to be EXPLAINed (generic_explain
-    refused at 21:34:02 UTC)"; when there is none, that no capture was tried (issue 21: the reason was only
-    in plan_capture_log)."""
-    if capture_log is None or instance is None or not queryids:
-        return NO_PLAN_NEVER_TRIED
+def latest_capture_attempts(
+    capture_log: pl.LazyFrame | pl.DataFrame | None, wanted: set[tuple[str, int]]
+) -> dict[tuple[str, int], dict[str, Any]] | str:
+    """The latest plan_capture_log attempt of each wanted (instance, queryid), read in one pass over the log
+    (only the queries without plans are wanted); a one-line reason when the log cannot be read (the reason
+    is a courtesy: never the diffs' end)."""
+    if capture_log is None or not wanted:
+        return {}
+    instances = sorted({i for i, _ in wanted})
+    queryids = sorted({q for _, q in wanted})
     try:
         latest = (
             capture_log.lazy()
-            .filter((pl.col("instance") == instance) & pl.col("queryid").is_in(sorted(queryids)))
-            .sort("captured_at", descending=True)
-            .head(1)
+            .filter(pl.col("instance").is_in(instances) & pl.col("queryid").is_in(queryids))
+            .sort("captured_at", descending=True, nulls_last=True)
+            .unique(["instance", "queryid"], keep="first", maintain_order=True)
             .collect()
         )
-    except (pl.exceptions.PolarsError, OSError) as exc:  # the reason is a courtesy: never the diff's end
+    except (pl.exceptions.PolarsError, OSError) as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
-        return f"No plan captured (plan_capture_log could not be read: {first})."
-    if latest.height == 0:
+        return f"plan_capture_log could not be read: {first}"
+    return {(r["instance"], r["queryid"]): r for r in latest.iter_rows(named=True)}
+
+
+def why_no_plan(
+    attempts: dict[tuple[str, int], dict[str, Any]] | str, instance: str | None, queryids: set[int]
+) -> str:
+    """ "No plan captured" with its reason: the latest attempt (``latest_capture_attempts``) for the query
+    (any of its queryids) on that instance, e.g. "UPDATE needs write privilege to be EXPLAINed
+    (generic_explain refused, last tried ...)"; when there is none, that no capture was tried (issue 21:
+    the reason was only in plan_capture_log)."""
+    if isinstance(attempts, str):
+        return f"No plan captured ({attempts})."
+    mine = [attempts[(instance, q)] for q in queryids if (instance, q) in attempts]
+    if not mine:
         return NO_PLAN_NEVER_TRIED
-    attempt = latest.row(0, named=True)
+    attempt = max(mine, key=lambda r: (r["captured_at"] is not None, r["captured_at"] or 0))
     reason = " ".join(str(attempt.get("reason") or "no reason recorded").split())
     when = attempt["captured_at"]
     stamp = f"{when:%Y-%m-%d %H:%M:%S} UTC" if when is not None else "an unknown time"
@@ -574,7 +588,8 @@ def plan_diffs_for_regressions(
         for snap in snaps.select([c for c in cols if c in snaps.columns]).to_dicts():
             by_key.setdefault((snap["instance"], snap["queryid"]), []).append(snap)
     out = []
-    for reg in detected.to_dicts():
+    records = detected.to_dicts()
+    for reg in records:
         mine = [
             s
             for qid in _queryid_set(reg)
@@ -582,10 +597,7 @@ def plan_diffs_for_regressions(
             if _same_database(reg, s)
         ]
         try:
-            row = _diff_row(reg, mine, config)
-            if row["diff_status"] == "no_plans":
-                row["plan_diff_summary"] = why_no_plan(capture_log, reg.get("instance"), _queryid_set(reg))
-            out.append(with_analyze_note(row, mine, analyses, analyze_window))
+            out.append(with_analyze_note(_diff_row(reg, mine, config), mine, analyses, analyze_window))
         except Exception as exc:  # one bad plan must not lose the other regressions' diffs
             out.append(
                 {
@@ -597,6 +609,12 @@ def plan_diffs_for_regressions(
                     "plan_diff_summary": f"Plan diff failed for queryid {reg.get('queryid')}: {exc}",
                 }
             )
+    # Why a query has no plan: its latest capture attempts, read once for every such finding.
+    unplanned = [(i, reg) for i, reg in enumerate(records) if out[i]["diff_status"] == "no_plans"]
+    wanted = {(reg["instance"], q) for _, reg in unplanned for q in _queryid_set(reg) if reg.get("instance")}
+    attempts = latest_capture_attempts(capture_log, wanted) if unplanned else {}
+    for i, reg in unplanned:
+        out[i]["plan_diff_summary"] = why_no_plan(attempts, reg.get("instance"), _queryid_set(reg))
     return pl.DataFrame(out, schema=PLAN_DIFFS.polars_schema)
 
 

@@ -3,13 +3,12 @@ reports a runless materialization of the asset it produced, so the UI shows when
 written instead of "Never materialized".
 
 The CLI (jobs/cli.py, which never imports dagster at its top) imports this module lazily, only when a
-Dagster instance is configured (``DAGSTER_HOME`` set), and turns any error into one warning line: telling
-Dagster is never a reason for a collection to fail.
+Dagster instance is there (``DAGSTER_HOME``, else the ``./.dagster_home`` of `make dev`), and turns any
+error into one warning line: telling Dagster is never a reason for a collection to fail.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,6 @@ from orchestration.partitions import (
     register_collection_days,
 )
 
-DAGSTER_HOME_ENV = "DAGSTER_HOME"
 PARTITIONED_ASSETS = frozenset({"query_samples"})
 """Assets partitioned by ``collection_days``: their event names the day's partition."""
 SHARDED_ASSETS = frozenset({"statement_snapshots", "plan_snapshots", "query_samples", *DETECTION_ASSETS})
@@ -45,11 +43,6 @@ def cli_partitions(asset: str, days: Sequence[str], shard_count: int = SHARD_COU
         for day in daily
         for key in shard_keys(shard_count)
     ]
-
-
-def dagster_configured() -> bool:
-    """A Dagster instance to report to: ``DAGSTER_HOME`` names a folder."""
-    return bool(os.environ.get(DAGSTER_HOME_ENV, "").strip())
 
 
 def _metadata_value(value: Any) -> Any:
@@ -95,4 +88,4 @@ def report_cli_materializations(
             target.dispose()
 
 
-__all__ = ["COLLECTION_DAYS", "dagster_configured", "report_cli_materializations"]
+__all__ = ["COLLECTION_DAYS", "report_cli_materializations"]
