@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test test-slow test-soak test-store-plans test-browser test-contention lint bench dev clean fmt config-reference
+.PHONY: venv demo test test-unit test-slow test-soak test-store-plans test-browser test-contention lint bench dev clean fmt config-reference
 
 venv: $(STAMP)
 
@@ -17,8 +17,12 @@ demo: venv
 	$(BIN)/radar demo
 
 # The pg_store_plans tier is separate (it needs root, Debian packages and a C build): see test-store-plans.
-# The slowest end-to-end tests (about 15-50 s each, `slow` marker) are their own tier, so that
-# `make test` stays under 10 minutes; CI runs both (.ci/run).
+# The inner loop: tests/unit (no server, no network, no Dagster run, no browser, no object store).
+test-unit: venv
+	$(BIN)/pytest -q tests/unit
+
+# The slowest end-to-end tests (about 9-50 s each, `slow` marker) are their own tier, so that `make test`
+# stays under 10 minutes on a 2-core machine with a CPU-bound process beside it; CI runs both (.ci/run).
 test: venv
 	$(BIN)/pytest -q -m "not store_plans and not contention_mix and not slow and not browser and not soak"
 
@@ -28,29 +32,33 @@ test-slow: venv
 # The soak test: the README's cron loop (snapshot, detect, alerts as separate processes) on two embedded
 # servers under pgbench for about 11 minutes, a key dropped at a deploy, one unannounced, both restored.
 test-soak: venv
-	$(BIN)/pytest -q -rs -s -m soak tests/test_soak_pg.py
+	$(BIN)/pytest -q -rs -s -m soak tests/integration/local/test_soak_pg.py
 
-# Real-server contention scenarios whose outcome varies with the host's load (tests/test_detection_pg.py:
-# 3 failures in 5 fresh-clone CI runs on the shared 2-core machine; tests/test_contention_pg.py's index
+# Real-server contention scenarios whose outcome varies with the host's load
+# (tests/integration/detect/test_detection_pg.py: 3 failures in 5 fresh-clone CI runs on the shared 2-core
+# machine; tests/integration/detect/test_contention_pg.py's index
 # drop: 1 in 3 runs during issue 14's last session): run on their own, not in CI.
 test-contention: venv
-	$(BIN)/pytest -q -rs -m contention_mix tests/test_detection_pg.py tests/test_contention_pg.py
+	$(BIN)/pytest -q -rs -m contention_mix tests/integration/detect/test_detection_pg.py tests/integration/detect/test_contention_pg.py
 
 # Installs Debian's PostgreSQL 15 + pg_store_plans 1.9 when missing (prints SKIP and exits 0 when it
 # cannot), then runs the tier; its tests skip with the installer's reason when the extension is absent.
 test-store-plans: venv
 	tests/tiers/store_plans/install.sh
-	$(BIN)/pytest -q -m store_plans tests/test_store_plans_real.py
+	$(BIN)/pytest -q -m store_plans tests/integration/plans/test_store_plans_real.py
 
 # Installs Debian's chromium when missing (prints SKIP and exits 0 when it cannot), then renders the HTML
 # weekly report headless; the screenshot lands in .bench/screenshots/weekly_report.png.
 test-browser: venv
 	tests/tiers/browser/install.sh
-	$(BIN)/pytest -q -rs -m browser tests/test_weekly_browser.py
+	$(BIN)/pytest -q -rs -m browser tests/integration/publish/test_weekly_browser.py
 
+# The layers of jobs/ (pyproject.toml [tool.importlinter]) and no file-level import cycle in jobs/ or orchestration/.
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports --no-cache
+	$(BIN)/python .ci/import_cycles.py
 
 # The README's configuration reference and data/radar.example.toml, regenerated from the config classes (a test checks it is current).
 config-reference: venv

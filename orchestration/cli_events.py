@@ -2,7 +2,7 @@
 reports a runless materialization of the asset it produced, so the UI shows when the data was last
 written instead of "Never materialized".
 
-The CLI (jobs/cli.py, which never imports dagster at its top) imports this module lazily, only when a
+The CLI (jobs/cli/main.py, which never imports dagster at its top) imports this module lazily, only when a
 Dagster instance is there (``DAGSTER_HOME``, else the ``./.dagster_home`` of `make dev`), and turns any
 error into one warning line: telling Dagster is never a reason for a collection to fail.
 """
@@ -15,8 +15,8 @@ from typing import Any
 
 import dagster as dg
 
-from jobs.analysis import DETECTION_ASSETS
 from jobs.collect.shards import shard_keys
+from jobs.pipeline.detection import DETECTION_ASSETS
 from orchestration.partitions import (
     COLLECTION_DAYS,
     DAY_DIMENSION,

@@ -2,7 +2,7 @@
 
 import dagster as dg
 
-from jobs.analysis import DETECTION_ASSETS
+from jobs.pipeline.detection import DETECTION_ASSETS
 from orchestration.assets.regressions import CANDIDATES_ASSET
 from orchestration.partitions import SHARD_COUNT
 
@@ -17,7 +17,7 @@ FLEET_ASSETS = (
     "execution_drift",  # and its checks; drift_sample_baselines is anchored by hand, never scheduled
 )
 if SHARD_COUNT > 1:
-    # Sharded detection (jobs.detect.sharded): the schedule starts phase 1 per shard, the shard analysis
+    # Sharded detection (jobs.pipeline.sharded): the schedule starts phase 1 per shard, the shard analysis
     # sensor phase 2 per shard once every shard recorded its candidates, then the fleet-wide assets.
     analysis_job = dg.define_asset_job("analysis_job", selection=dg.AssetSelection.assets(CANDIDATES_ASSET))
     shard_analysis_job = dg.define_asset_job(

@@ -16,7 +16,7 @@ from typing import Any
 import dagster as dg
 
 from jobs.collect.shards import shard_index, shard_key, shard_keys
-from jobs.storage import LakePath, lake_path
+from jobs.lake.storage import LakePath, lake_path
 from orchestration.run_config import definitions_settings
 
 COLLECTION_DAYS = "collection_days"

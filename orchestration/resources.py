@@ -10,10 +10,13 @@ from pathlib import Path
 
 import dagster as dg
 
-from jobs.config import AlertsConfig, ConfigError, DeploysSettings, FleetConfig, LakeSettings, ReportSettings
-from jobs.fleet import EmbeddedFleet
+from jobs.alerts.config import AlertsConfig
+from jobs.collect.fleet import FleetConfig
+from jobs.config.sections import DeploysSettings, LakeSettings, ReportSettings
+from jobs.errors import ConfigError
+from jobs.lake.storage import LakePath, lake_path
+from jobs.local.embedded import EmbeddedFleet
 from jobs.redaction import install_log_scrubber
-from jobs.storage import LakePath, lake_path
 
 
 class LakeResource(dg.ConfigurableResource):

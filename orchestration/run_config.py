@@ -21,17 +21,10 @@ from typing import Any
 import dagster as dg
 import pydantic
 
-from jobs.config import (
-    CONFIG_ENV,
-    ConfigError,
-    LoadedSettings,
-    RadarSettings,
-    build_section,
-    load_settings,
-    section_to_plain,
-)
+from jobs.config.loader import CONFIG_ENV, LoadedSettings, build_section, load_settings, section_to_plain
 from jobs.config.reference import field_docs  # the reference's text of each key
-from jobs.config.sections import SECRET_KEYS
+from jobs.config.sections import SECRET_KEYS, RadarSettings
+from jobs.errors import ConfigError
 
 
 @functools.cache

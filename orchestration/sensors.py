@@ -10,7 +10,7 @@ import dagster as dg
 
 from jobs.collect.deploys import inbox_state_key
 from jobs.collect.shards import shard_keys
-from jobs.detect.sharded import analysis_round, latest_candidate_runs
+from jobs.pipeline.sharded import analysis_round, latest_candidate_runs
 from orchestration.jobs import deploy_job, fleet_analysis_job, shard_analysis_job
 from orchestration.partitions import SHARD_COUNT
 from orchestration.resources import DeployInboxResource, LakeResource
@@ -33,7 +33,7 @@ def deploy_inbox_sensor(
 def build_shard_analysis_sensor(
     shard_count: int, wait_s: float, shard_job: Any, fleet_job: Any
 ) -> dg.SensorDefinition:
-    """Phase 2 of the sharded detection (jobs.detect.sharded.analysis_round decides when), one run per
+    """Phase 2 of the sharded detection (jobs.pipeline.sharded.analysis_round decides when), one run per
     shard tagged with the round; once every run of the round has finished (failed ones too: a shard's
     failure stops no other), the fleet-wide assets (alerts, drift) in one run."""
 

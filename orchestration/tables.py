@@ -6,7 +6,7 @@ from typing import Any
 import dagster as dg
 import polars as pl
 
-from jobs.lake import incidents_since
+from jobs.lake.io import incidents_since
 from jobs.publish.markdown import CellFormat, markdown_table
 
 
@@ -17,7 +17,8 @@ def table_metadata(frame: pl.DataFrame, formats: Mapping[str, CellFormat] | None
 
 
 def lake_incident_metadata(mark: int, log: Any = None) -> dict[str, Any]:
-    """The lake files this run quarantined or skipped (jobs.lake.LakeIncident), each logged as a warning."""
+    """The lake files this run quarantined or skipped (jobs.lake.io.LakeIncident), each logged as a
+    warning."""
     incidents = incidents_since(mark)
     for incident in incidents:
         if log is not None:

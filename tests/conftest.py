@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import sys
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -11,18 +12,57 @@ from pathlib import Path
 import pytest
 from hypothesis import settings as hypothesis_settings
 
-from jobs.fleet import EmbeddedFleet
-from jobs.storage import ObjectPath
+from jobs.lake.objectpath import ObjectPath
+from jobs.local.embedded import EmbeddedFleet
 
 # Property tests draw their examples from a fixed seed (each test's own): the same examples on every run
 # and in CI, so a red property test is reproducible and a green one does not turn red by chance.
 hypothesis_settings.register_profile("radar", derandomize=True)
 hypothesis_settings.load_profile("radar")
 
+SERVER_FIXTURES = frozenset({"fleet_factory", "pg_fleet"})
+"""Fixtures that start embedded PostgreSQL servers: a test whose fixture closure holds one is a server
+test."""
+TIERS = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test that uses a server fixture (directly or through another fixture) ``postgres`` and
+    every test under tests/integration ``integration``; a test under tests/unit that uses a server fixture
+    is an error, so the unit tier stays server-free."""
+    misplaced = []
+    for item in items:
+        uses_server = bool(SERVER_FIXTURES & set(getattr(item, "fixturenames", ())))
+        if uses_server:
+            item.add_marker(pytest.mark.postgres)
+        path = Path(str(item.path)).resolve()
+        if path.is_relative_to(TIERS / "integration"):
+            item.add_marker(pytest.mark.integration)
+        elif uses_server and path.is_relative_to(TIERS / "unit"):
+            misplaced.append(item.nodeid)
+    if misplaced:
+        raise pytest.UsageError(f"tests/unit must not start servers; move to tests/integration: {misplaced}")
+
+
 # Clusters live outside pytest's tmp_path: its 0700 parents are not traversable by the service user.
 CLUSTER_BASE = Path(tempfile.gettempdir()) / "prr-tests"
 
 FleetFactory = Callable[..., EmbeddedFleet]
+
+
+@pytest.fixture(autouse=True)
+def _log_scrubber_dsns_of_this_test_only() -> Iterator[None]:
+    """The log scrubber's DSNs are process-wide (a radar process serves one fleet), so a test's DSNs would
+    mask later tests' messages: the secrets corpus holds ``password='Ub4lQzXy dbname=db``, whose
+    4-character fragments include "name". Each test ends with the DSNs it found."""
+    loaded = sys.modules.get("jobs.redaction")
+    before = set(loaded._LOG_DSNS) if loaded else set()
+    yield
+    loaded = sys.modules.get("jobs.redaction")
+    if loaded is not None:
+        with loaded._LOCK:
+            loaded._LOG_DSNS.clear()
+            loaded._LOG_DSNS.update(before)
 
 
 @pytest.fixture(scope="session")
@@ -56,7 +96,7 @@ def pg_fleet(fleet_factory: FleetFactory) -> EmbeddedFleet:
 @pytest.fixture(scope="session")
 def s3_environment() -> Iterator[dict[str, str]]:
     """A local S3-compatible server (moto) for the session, the environment pointed at it."""
-    from tests.object_store import s3_server
+    from tests.support.object_store import s3_server
 
     with s3_server() as env:
         yield env
@@ -65,7 +105,7 @@ def s3_environment() -> Iterator[dict[str, str]]:
 @pytest.fixture
 def s3_lake(s3_environment: dict[str, str]) -> ObjectPath:
     """A lake root in a fresh bucket of the local S3 server: ``s3://radar-<id>/lake``."""
-    from tests.object_store import new_bucket
+    from tests.support.object_store import new_bucket
 
     return new_bucket()
 

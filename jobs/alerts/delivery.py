@@ -44,7 +44,8 @@ RETRY_AFTER_STATUSES = frozenset({429, 503})  # the answers whose Retry-After he
 
 
 class RetrySettings(Protocol):
-    """What the retry loop reads; ``jobs.config.AlertsConfig`` has these fields (their docs are there)."""
+    """What the retry loop reads; ``jobs.alerts.config.AlertsConfig`` has these fields (their docs are
+    there)."""
 
     max_attempts: int
     backoff_initial_s: float

@@ -20,9 +20,9 @@ from typing import Any
 import jsonschema
 import polars as pl
 
-from jobs.collect.texts import storable_query_text
 from jobs.detect.findings import OPEN
 from jobs.drift.scorer import METRICS
+from jobs.query.texts import storable_query_text
 
 CONTRACT = Path(__file__).parent.parent / "contracts" / "regression_alert.schema.json"
 
@@ -57,7 +57,7 @@ def alert_payloads(
 ) -> list[dict[str, Any]]:
     """Pure: one valid payload per finding (latest state, the `findings` view) with a state to alert;
     ``drift_flags`` the query's latest per-execution drift flag per metric when ``findings`` carries them
-    (jobs.publish.drift.with_drift_flags), else null.
+    (jobs.drift.finding_flags.with_drift_flags), else null.
 
     ``sent``: per finding_id, the states already alerted (to the sink at hand), in onset order."""
     out = []

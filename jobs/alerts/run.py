@@ -30,19 +30,21 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from jobs import lake
 from jobs.alerts.delivery import DEAD, DELIVERED, Outcome
-from jobs.alerts.drift import cleared_since, drift_alert_payloads
+from jobs.alerts.drift_payloads import cleared_since, drift_alert_payloads
 from jobs.alerts.payloads import alert_payloads
 from jobs.alerts.sinks import AlertSink, sinks_from_settings
+from jobs.detect.evidence import EvidenceCutoffs
 from jobs.detect.findings import OPEN, latest_states
-from jobs.evidence import EvidenceCutoffs
-from jobs.publish.drift import latest_execution_drift, with_drift_flags
+from jobs.drift.finding_flags import latest_execution_drift, with_drift_flags
+from jobs.lake import io as lake
+from jobs.lake import locks
 from jobs.redaction import scrub
-from jobs.schemas import ALERT_DEAD_LETTERS, ALERTS_SENT, EXECUTION_DRIFT, FINDING_STATES, QUERY_TEXTS
+from jobs.schemas.analysed import ALERT_DEAD_LETTERS, ALERTS_SENT, EXECUTION_DRIFT, FINDING_STATES
+from jobs.schemas.collected import QUERY_TEXTS
 
 if TYPE_CHECKING:
-    from jobs.config import AlertsConfig
+    from jobs.alerts.config import AlertsConfig
 
 ALERTS_LOCK = "alerts"
 ALL_SINKS = ""  # the ledger key of rows written before per-sink bookkeeping: every sink had them
@@ -402,14 +404,14 @@ def send_new_alerts(
     send_resolved: bool = True,
     retry_dead_letters: bool = False,
     dead_letter_file: Path | None = None,
-    lake_config: lake.LakeConfig | None = None,
+    lake_config: locks.LakeConfig | None = None,
 ) -> AlertReport:
     """Send each sink every alert (finding, state) it has not accepted, nor dead-lettered (unless
     ``retry_dead_letters``); record per sink what it accepted and what it refused for good."""
     report = AlertReport()
     if not sinks:
         return report
-    with lake.exclusive_lock(lake_root, ALERTS_LOCK, lake_config):
+    with locks.exclusive_lock(lake_root, ALERTS_LOCK, lake_config):
         findings = read_findings(lake_root)
         latest_drift, drift, drift_texts = read_execution_drift(lake_root)
         if latest_drift.height:
@@ -455,7 +457,7 @@ def send_alerts(
     now: datetime | None = None,
     sleep: Callable[[float], None] = time.sleep,
     rng: random.Random | None = None,
-    lake_config: lake.LakeConfig | None = None,
+    lake_config: locks.LakeConfig | None = None,
     cutoffs: EvidenceCutoffs = EvidenceCutoffs(),
 ) -> AlertReport:
     """``send_new_alerts`` to the sinks [alerts] names (webhook URLs read from ``env`` now); ``cutoffs``:

@@ -30,10 +30,10 @@ from jobs.alerts.delivery import (
     origin,
 )
 from jobs.alerts.slack import slack_message
-from jobs.evidence import EvidenceCutoffs
+from jobs.detect.evidence import EvidenceCutoffs
 
 if TYPE_CHECKING:
-    from jobs.config import AlertsConfig
+    from jobs.alerts.config import AlertsConfig
 
 FILE, SLACK, WEBHOOK = "file", "slack", "webhook"
 

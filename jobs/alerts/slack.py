@@ -19,7 +19,7 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
-from jobs.evidence import EvidenceCutoffs, evidence_words
+from jobs.detect.evidence import EvidenceCutoffs, evidence_words
 
 HEADER_MAX = 150
 SECTION_TEXT_MAX = 3000
@@ -90,7 +90,7 @@ def before_after(before_ms: float, after_ms: float) -> str:
 
 
 def confidence(p_value: float, analysis: str, cutoffs: EvidenceCutoffs = EvidenceCutoffs()) -> str:
-    """The p-value in ``jobs.evidence``'s words (the weekly report's too): how unlikely the step is as
+    """The p-value in ``jobs.detect.evidence``'s words (the weekly report's too): how unlikely the step is as
     chance (the adjusted p for unannounced)."""
     shown = "p < 0.001" if p_value < 0.001 else f"p = {p_value:.2g}"
     adjusted = ", adjusted for the series searched" if analysis == "unannounced" else ""

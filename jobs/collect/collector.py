@@ -29,7 +29,7 @@ from typing import Any
 
 import polars as pl
 
-from jobs import lake
+from jobs.collect.fleet import CollectorConfig, FleetConfig, InstanceConfig
 from jobs.collect.session import (
     RolePrivileges,
     Watchdog,
@@ -37,10 +37,11 @@ from jobs.collect.session import (
     open_session,
     save_privileges,
 )
-from jobs.collect.texts import is_explain_text, is_radar_text, storable_query_text
-from jobs.config import CollectorConfig, FleetConfig, InstanceConfig
+from jobs.lake import io as lake
+from jobs.lake import locks
+from jobs.query.texts import is_explain_text, is_radar_text, storable_query_text
 from jobs.redaction import scrub
-from jobs.schemas import QUERY_TEXTS, SNAPSHOT_RUNS, STATEMENT_SNAPSHOTS
+from jobs.schemas.collected import QUERY_TEXTS, SNAPSHOT_RUNS, STATEMENT_SNAPSHOTS
 from jobs.sqlfiles import load_sql
 
 # Extension version -> SQL file mapping its columns onto the canonical names (sql/postgres/).
@@ -377,7 +378,7 @@ def _failure(
 ) -> InstanceResult:
     captured_at = datetime.now(UTC)
     files = []
-    with contextlib.suppress(lake.LakeError, OSError):
+    with contextlib.suppress(locks.LakeError, OSError):
         files.append(write_failed_run(lake_root, instance, captured_at, message, phase))
     return InstanceResult(
         instance=instance,

@@ -35,8 +35,8 @@ from typing import Any
 
 import polars as pl
 
-from jobs.lake import read_table, write_table
-from jobs.schemas import DEPLOY_EVENTS
+from jobs.lake.io import read_table, write_table
+from jobs.schemas.collected import DEPLOY_EVENTS
 
 DEFAULT_INBOX = Path("data/deploys")
 FLEET_WORDS = frozenset({"", "*", "fleet"})

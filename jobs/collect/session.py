@@ -34,8 +34,8 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
 
-from jobs.config import CollectorConfig
-from jobs.storage import LakePath, lake_path, write_atomically
+from jobs.collect.fleet import CollectorConfig
+from jobs.lake.storage import LakePath, lake_path, write_atomically
 
 UNTRACKED_OPTION = "-c pg_stat_statements.track=none"
 PHASES: tuple[str, ...] = ("connect", "identity", "statements", "texts", "write")

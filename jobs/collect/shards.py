@@ -13,7 +13,8 @@ import hashlib
 from collections.abc import Iterable
 from dataclasses import replace
 
-from jobs.config.fleet import ConfigError, FleetConfig
+from jobs.collect.fleet import FleetConfig
+from jobs.errors import ConfigError
 
 SHARD_PREFIX = "shard-"
 MAX_SHARDS = 1024

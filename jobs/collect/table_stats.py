@@ -30,8 +30,8 @@ import polars as pl
 import psycopg
 from psycopg.conninfo import make_conninfo
 
-from jobs import lake
 from jobs.collect.collector import FleetSnapshotResult
+from jobs.collect.fleet import CollectorConfig, FleetConfig, InstanceConfig
 from jobs.collect.session import (
     MIN_CONNECT_TIMEOUT_S,
     DeadlineExceeded,
@@ -39,9 +39,9 @@ from jobs.collect.session import (
     connection_kwargs,
     load_privileges,
 )
-from jobs.config import CollectorConfig, FleetConfig, InstanceConfig
+from jobs.lake import io as lake
 from jobs.redaction import scrub
-from jobs.schemas import STATEMENT_SNAPSHOTS, TABLE_STATS_SNAPSHOTS
+from jobs.schemas.collected import STATEMENT_SNAPSHOTS, TABLE_STATS_SNAPSHOTS
 from jobs.sqlfiles import load_sql
 
 MIN_SERVER_VERSION_NUM = 130000

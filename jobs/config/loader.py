@@ -4,8 +4,7 @@ Every layer is checked on its own, so an error names where the bad value came fr
 key, the environment variable, the flag) and, for an unknown key, the closest valid one. A layer's values
 are converted to the field's type (durations are strings with a unit: "30m", "90s", "2h", "7d", "250ms");
 then each section is built by its config class, whose own checks (ranges, relations between keys) run too.
-``LoadedSettings.sources`` says for every key where its value came from (``radar config show``).
-"""
+``LoadedSettings.sources`` says for every key where its value came from (``radar config show``)."""
 
 from __future__ import annotations
 
@@ -21,9 +20,11 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
+from jobs.collect.fleet import CollectorConfig, FleetConfig, closest, read_toml
 from jobs.config.flags import Override
-from jobs.config.fleet import CollectorConfig, ConfigError, FleetConfig, closest, read_toml
 from jobs.config.sections import SECRET_KEYS, RadarSettings
+from jobs.durations import format_duration, parse_duration
+from jobs.errors import ConfigError
 
 DEFAULT_CONFIG_FILE = Path("data/radar.toml")
 CONFIG_ENV = "RADAR_CONFIG"
@@ -83,36 +84,6 @@ def dotted(key: Key) -> str:
 def where(key: Key) -> str:
     """``[detector.changepoint] max_p_value``: how a key is written in the file."""
     return f"[{dotted(key[:-1])}] {key[-1]}" if len(key) > 1 else key[0]
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Durations and values
-# ---------------------------------------------------------------------------------------------------------
-
-_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|min|s|m|h|d)")
-
-
-def parse_duration(text: str, label: str) -> timedelta:
-    """ "30m", "1h30m", "90s", "250ms", "7d" -> timedelta; anything else is a ConfigError naming ``label``."""
-    compact = text.strip().lower()
-    if not compact or _DURATION.sub("", compact).strip():
-        raise ConfigError(
-            f'{label}: {text!r} is not a duration (write e.g. "30m", "90s", "2h", "7d", "250ms")'
-        )
-    seconds = sum(float(n) * _DURATION_UNITS[unit] for n, unit in _DURATION.findall(compact))
-    return timedelta(seconds=seconds)
-
-
-def format_duration(value: timedelta) -> str:
-    """The shortest exact unit form: 1800 s -> "30m", 7 days -> "7d", 0.25 s -> "250ms"."""
-    total_ms = round(value.total_seconds() * 1000)
-    if total_ms == 0:
-        return "0s"
-    for unit, scale in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000)):
-        if total_ms % scale == 0:
-            return f"{total_ms // scale}{unit}"
-    return f"{total_ms}ms"
 
 
 def _type_name(tp: Any) -> str:

@@ -1,7 +1,7 @@
 """The configuration reference (README) and a commented example file, generated from the config classes.
 
 The text of each key is the docstring under its field (or the comment on its line), so the reference
-cannot drift from the code; ``tests/test_config_file.py`` checks the README's copy is current.
+cannot drift from the code; ``tests/unit/config/test_config_file.py`` checks the README's copy is current.
 """
 
 from __future__ import annotations

@@ -3,30 +3,29 @@
 Each table is the config class of the code it tunes, so a key is the field that code reads, with its
 default and its validation; a section that needs more than that class (where output goes, whether plans
 are captured) is a subclass adding those fields. Everything imported here is stdlib-only or the lake's
-writer module, so loading the file costs no numpy or scipy.
-"""
+writer module, so loading the file costs no numpy or scipy."""
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, TypeVar
 
 from jobs.collect.deploys import DeployInboxConfig
-from jobs.config.fleet import CollectorConfig, ConfigError
+from jobs.collect.fleet import CollectorConfig
 from jobs.detect.config import FindingsConfig, RegressionConfig, SampleConfig, ScopeConfig
 from jobs.drift.config import DriftConfig
+from jobs.errors import ConfigError
 from jobs.gate.config import GateConfig
-from jobs.lake import LakeConfig
+from jobs.lake.locks import LakeConfig
 from jobs.plans.config import AutoExplainConfig, PlanCaptureConfig, PlanDiffConfig
-from jobs.weekly_config import WeeklyReportConfig
-
-T = TypeVar("T")
+from jobs.publish.config import WeeklyReportConfig
 
 if TYPE_CHECKING:
-    from jobs.analysis import DetectionConfig
-    from jobs.collect.cycle import CycleConfig
+    from jobs.pipeline.collection import CycleConfig
+    from jobs.pipeline.detection import DetectionConfig
+from jobs.alerts.config import AlertsConfig
+
+T = TypeVar("T")
 
 
 def as_base(base: type[T], section: object) -> T:
@@ -96,60 +95,6 @@ class DeploysSettings(DeployInboxConfig):
 
 
 @dataclass(frozen=True)
-class AlertsConfig:
-    """[alerts]: where alerts go and how hard delivery is tried."""
-
-    file: str = "data/alerts.jsonl"
-    """JSONL sink: one line per finding alert (and per update), each written once."""
-    dead_letter_file: str = "data/alerts.dead-letter.jsonl"
-    """One line per alert a sink refused for good or did not take within max_attempts, naming why."""
-    slack_webhook_url: str = ""
-    """Slack incoming-webhook URL (a secret: prefer the environment variable named by slack_webhook_env;
-    never printed)."""
-    slack_webhook_env: str = "RADAR_SLACK_WEBHOOK"
-    """Environment variable holding the Slack incoming-webhook URL, read when alerts are sent."""
-    webhook_url: str = ""
-    """Generic JSON webhook URL (regression_alert.schema.json payloads; a secret, never printed)."""
-    webhook_env: str = "RADAR_ALERT_WEBHOOK"
-    """Environment variable holding the generic webhook URL, read when alerts are sent."""
-    send_resolved: bool = True
-    """Also send one update when a finding recovers or is superseded."""
-    max_attempts: int = 5
-    """Attempts per alert per sink in one run before it is dead-lettered."""
-    backoff_initial_s: float = 1.0
-    """Delay before the first retry."""
-    backoff_multiplier: float = 2.0
-    """Each further retry waits this many times longer..."""
-    backoff_max_s: float = 30.0
-    """...but never longer than this."""
-    jitter: float = 0.5
-    """Fraction of each delay drawn at random (0 = exact exponential delays)."""
-    max_retry_after_s: float = 60.0
-    """A Retry-After longer than this is not waited for: the alert is dead-lettered instead."""
-    timeout_s: float = 10.0
-    """HTTP timeout of one delivery attempt."""
-
-    def __post_init__(self) -> None:
-        if self.max_attempts < 1:
-            raise ConfigError("[alerts] max_attempts must be >= 1")
-        if self.backoff_multiplier < 1.0:
-            raise ConfigError("[alerts] backoff_multiplier must be >= 1")
-        if not 0.0 <= self.jitter <= 1.0:
-            raise ConfigError("[alerts] jitter must be between 0 and 1")
-        if self.timeout_s <= 0:
-            raise ConfigError("[alerts] timeout_s must be > 0")
-
-    def resolved_slack_url(self, env: Mapping[str, str] | None = None) -> str:
-        """The Slack URL: the file's, else the environment variable's, else "" (no Slack sink)."""
-        source = os.environ if env is None else env
-        return self.slack_webhook_url or source.get(self.slack_webhook_env, "")
-
-    def resolved_webhook_url(self, env: Mapping[str, str] | None = None) -> str:
-        source = os.environ if env is None else env
-        return self.webhook_url or source.get(self.webhook_env, "")
-
-
-@dataclass(frozen=True)
 class ScheduleSettings:
     """[schedules]: when Dagster's schedules start their jobs (cron expressions, UTC), and over how many
     shards (separate runs) the fleet is split."""
@@ -171,7 +116,7 @@ class ScheduleSettings:
     instance's shard is a stable hash of its name (jobs.collect.shards). 1: one run covers the whole fleet,
     the assets are not partitioned by shard. Changing it moves instances between shards (nothing is lost:
     the lake is keyed by instance). Above 1 the detection also runs per shard, in two phases
-    (jobs.detect.sharded): the analysis schedule starts each shard's detection_candidates, and the shard
+    (jobs.pipeline.sharded): the analysis schedule starts each shard's detection_candidates, and the shard
     analysis sensor starts every shard's detection once all of them are recorded."""
     shard_wait_s: float = 600.0
     """Sharded detection: how long after the first shard recorded its candidates the others are waited
@@ -236,7 +181,7 @@ class RadarSettings:
 
     def detection_config(self, *, incremental: bool = True, rebuild_samples: bool = True) -> DetectionConfig:
         """The detector's config from [samples], [detector], [plans.diff] and [lake]."""
-        from jobs.analysis import DetectionConfig
+        from jobs.pipeline.detection import DetectionConfig
 
         return DetectionConfig(
             samples=self.samples,
@@ -264,7 +209,7 @@ class RadarSettings:
         """One collection cycle's config from [plans], and [samples] when ``collector`` (the effective
         [collector], e.g. the fleet file's with this file's keys on top; else this file's) says
         samples_on_collect."""
-        from jobs.collect.cycle import CycleConfig
+        from jobs.pipeline.collection import CycleConfig
 
         return CycleConfig(
             capture_plans=self.plans.capture_plans,

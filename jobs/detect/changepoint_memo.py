@@ -1,4 +1,4 @@
-"""Change points found once per shard pass: phase 1 of a sharded detection (jobs.detect.sharded) runs the
+"""Change points found once per shard pass: phase 1 of a sharded detection (jobs.pipeline.sharded) runs the
 unannounced change-point searches to learn its candidates; phase 2 runs the same searches on the same
 series. The search is the pass's most expensive step and a pure function of its inputs, so phase 1 keeps
 what it found keyed by a digest of those inputs (the series' values and lengths, the change-point
@@ -6,7 +6,7 @@ settings) and phase 2 takes it from there instead of searching again; different 
 in between, a setting changed) give another key, and that call is searched afresh.
 
 Pure but for the dictionary it fills; the lake rows (table ``changepoint_memo``) are made and read by
-jobs.detect.sharded.
+jobs.pipeline.sharded.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """The detector's thresholds (samples, change points, series identity, contention, findings, scope,
 the regression rules): stdlib-only, so the config file loader and the CLI import them without numpy or scipy.
 
-Each class is re-exported by the module that uses it (``jobs.regressions.RegressionConfig`` etc.).
-"""
+Each class is re-exported by the module that uses it (``jobs.detect.config.RegressionConfig`` etc.)."""
 
 from __future__ import annotations
 
@@ -11,6 +10,7 @@ from datetime import timedelta
 from typing import Literal
 
 from jobs.detect.work_config import ResourceConfig
+from jobs.query.config import IdentityConfig
 
 _EXACT_RANK_LIMIT = 64  # C(64, 32) < 2^63: the exact Mann-Whitney null counts fit int64
 
@@ -71,22 +71,6 @@ class SampleConfig:
 
 
 @dataclass(frozen=True)
-class IdentityConfig:
-    """What makes one series (``RegressionConfig.identity``)."""
-
-    split_users: bool = False
-    """Users of one database are one series (the default) or one series each."""
-    rotation_overlap_intervals: int = 2
-    """Two queryids of one fingerprint whose sample spans overlap by more than this many of the instance's
-    intervals run side by side (two series); up to this many, one succeeded the other (one series): the
-    interval of a deploy can hold calls of both the old and the new queryid."""
-
-    def __post_init__(self) -> None:
-        if self.rotation_overlap_intervals < 0:
-            raise ValueError("identity.rotation_overlap_intervals must be >= 0")
-
-
-@dataclass(frozen=True)
 class ContentionConfig:
     """Every threshold of the contention step; reached as ``RegressionConfig.contention``."""
 
@@ -115,7 +99,8 @@ class ContentionConfig:
     this (or its work per call changed)... CPU contention slows long queries more than short ones (more
     preemptions): on a real server the heaviest light query (26 ms) went ×4.0 while the common shift was
     ×2.45, an excess of 1.64 with no change of its own; a lost index went ×630. On 740 labelled synthetic
-    episodes (each series slowed common^U(0.5, 1.5), noise 5-25%; tests/test_contention.py), episodes
+    episodes (each series slowed common^U(0.5, 1.5), noise 5-25%;
+    tests/integration/detect/test_contention.py), episodes
     reporting a contention-only query: 2.0 → 20, 2.5 → 1, 3.0 → 0; latency-only regressions of ×3-20 on
     top kept: 2.5 → 312 of 318, 3.0 → 306 of 318 (work-changed ones are kept by their work)."""
     spread_factor: float = 2.0
@@ -204,13 +189,13 @@ class RegressionConfig:
     """...but never less than this."""
     attribution_slack_samples: int = 1
     """Attribution: a deploy up to this many sample intervals after a change point still counts as "at or
-    before" it (jobs.regressions.attribute_to_deploys): detected_change_at is the start of the first
+    before" it (jobs.detect.attribution.attribute_to_deploys): detected_change_at is the start of the first
     new-regime interval, so a deploy inside that interval explains it, and at an interval boundary the
     change point lands one sample early about as often as on time."""
     p_value_threshold: float = 0.05
     """Stage 2: Welch's p below this is a detection."""
     settle_step_boundary: bool = True
-    """Both analyses: where a step's two levels meet is settled (jobs.regressions.settle_boundary) so that
+    """Both analyses: where a step's two levels meet is settled (jobs.detect.segments.settle_boundary) so that
     the levels and the onset do not move between runs: old-regime samples a change point found early
     (fewer than min_segment new samples yet) left in "after" move back to "before", and the sample whose
     interval holds the step (its mean mixes both regimes) is in neither level; the onset is the start of
@@ -222,7 +207,7 @@ class RegressionConfig:
     mixed_noise_z: float = 3.0
     """...or within this many standard deviations of that side's noise (robust: 1.4826 MAD, at least
     1.2533 x the mean absolute deviation), whichever is larger: a small, noisy step's samples are near
-    both levels, so nothing moves (jobs.regressions.settle_boundary)."""
+    both levels, so nothing moves (jobs.detect.segments.settle_boundary)."""
     min_samples_per_side: int = 5
     """Fewer samples than this on either side of the deploy is insufficient data (>= min_segment)."""
     min_added_load_ms_per_s: float = 10.0
@@ -257,7 +242,7 @@ class RegressionConfig:
     contention: ContentionConfig = field(default_factory=ContentionConfig)
     """Contention vs regression (jobs.detect.contention): when the instance slowed as a whole."""
     identity: IdentityConfig = field(default_factory=IdentityConfig)
-    """Which samples make one series (jobs.detect.identity): users split or merged, how much two
+    """Which samples make one series (jobs.query.identity): users split or merged, how much two
     queryids of one fingerprint may overlap and still be one query's succession."""
 
     def tolerance(self) -> timedelta:

@@ -42,12 +42,12 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
-from jobs.detect.config import ContentionConfig as ContentionConfig
-from jobs.detect.identity import IdentityConfig
-from jobs.schemas import INSTANCE_SLOWDOWNS
+from jobs.detect.config import ContentionConfig
+from jobs.query.config import IdentityConfig
+from jobs.schemas.analysed import INSTANCE_SLOWDOWNS
 
 if TYPE_CHECKING:
-    from jobs.regressions import RegressionConfig
+    from jobs.detect.config import RegressionConfig
 
 PLAN_OR_WORK = "plan_or_work"
 CONTENTION = "contention"
@@ -163,7 +163,7 @@ SHIFT_COLUMNS = {
 def series_shifts(series: pl.DataFrame, moments: pl.DataFrame, config: ContentionConfig) -> pl.DataFrame:
     """Per (moment, series of its instance): log latency ratio over the nearest samples on each side.
 
-    ``series``: merged interval series (jobs.regressions.merge_intervals over ``SERIES_KEY``) with
+    ``series``: merged interval series (jobs.query.series.merge_intervals over ``SERIES_KEY``) with
     ``queryid`` (the latest of the series) and ``fingerprint``; ``moments``: moments_of output.
     """
     if series.height == 0 or moments.height == 0:
@@ -378,10 +378,10 @@ def separate_contention(
     ``work_changed``, Boolean, null = not measured); ``samples``/``texts``: the frames the detector was
     given; ``config``: a ContentionConfig, or a RegressionConfig (its ``contention``). Rows keep their order.
     """
-    # Imported here: jobs.regressions imports this module for ContentionConfig (RegressionConfig field).
-    from jobs.regressions import (
-        DETECTED,
-        NO_REGRESSION,
+    # Imported here: jobs.detect.deploy_analysis imports this module for ContentionConfig (RegressionConfig
+    # field).
+    from jobs.detect.verdicts import DETECTED, NO_REGRESSION
+    from jobs.query.series import (
         SERIES_KEY,
         RegressionInputError,
         fingerprinted_samples,

@@ -38,17 +38,13 @@ from datetime import datetime, timedelta
 import numpy as np
 import polars as pl
 
-from jobs.detect.config import FindingsConfig as FindingsConfig
-from jobs.detect.identity import series_owner
-from jobs.regressions import (
-    ATTRIBUTED_ELSEWHERE,
-    DETECTED,
-    SERIES_KEY,
-    RegressionConfig,
-    immaterial,
-    merge_intervals,
-)
-from jobs.schemas import FINDING_STATES
+from jobs.detect.attribution import ATTRIBUTED_ELSEWHERE
+from jobs.detect.config import FindingsConfig, RegressionConfig
+from jobs.detect.segments import immaterial
+from jobs.detect.verdicts import DETECTED
+from jobs.query.identity import series_owner
+from jobs.query.series import SERIES_KEY, merge_intervals
+from jobs.schemas.analysed import FINDING_STATES
 
 OPEN = "open"
 RECOVERED = "recovered"
@@ -193,7 +189,7 @@ def update_findings(
 
     ``previous``: the latest state per finding (``latest_states``); ``rows``: this run's latency analysis
     rows of both analyses (every status: an examined row that is not a detection tells what was
-    re-examined); ``intervals``: sample interval per instance (``jobs.regressions.sample_intervals``);
+    re-examined); ``intervals``: sample interval per instance (``jobs.query.series.sample_intervals``);
     ``points``: (instance, series, interval_start, value, calls, interval_seconds) of open findings'
     series after their change (``recovery_points``), for the recovery re-check; None skips it;
     ``regression``: the detector's thresholds (what remains of a recovered step is below them). Same

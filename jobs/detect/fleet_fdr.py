@@ -2,7 +2,7 @@
 
 A whole-fleet run adjusts the p-values of every candidate step (latency, and work per call) of the call
 together. A sharded fleet (issue 14) runs the detection in one pass per shard, so one shard's call holds
-only its candidates; the fleet-wide step is two-phase (``jobs.detect.sharded``): each shard first records
+only its candidates; the fleet-wide step is two-phase (``jobs.pipeline.sharded``): each shard first records
 its candidates' p-values, then each shard's verdicts adjust its own candidates among *every* shard's
 (``FleetFdr``). BH-adjusted p-values depend only on the multiset of p-values tested together, so with the
 same candidates this gives every candidate the adjusted p (and verdict) a single run over the fleet gives.

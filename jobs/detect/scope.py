@@ -32,14 +32,16 @@ from datetime import UTC, datetime
 
 import polars as pl
 
-from jobs import lake
 from jobs.collect.deploys import deploys_for_instances
-from jobs.detect.config import ScopeConfig as ScopeConfig
+from jobs.detect.config import RegressionConfig, ScopeConfig
 from jobs.detect.findings import run_id_for
-from jobs.detect.identity import attach_fingerprints, fingerprint_texts
-from jobs.regressions import SERIES_KEY, RegressionConfig, fingerprinted_samples, merge_intervals
-from jobs.schemas import ANALYSED_DEPLOYS, ANALYSIS_RUNS, QUERY_SAMPLES
-from jobs.storage import LakePath, lake_path
+from jobs.lake import io as lake
+from jobs.lake import locks
+from jobs.lake.storage import LakePath, lake_path
+from jobs.query.identity import attach_fingerprints, fingerprint_texts
+from jobs.query.series import SERIES_KEY, fingerprinted_samples, merge_intervals
+from jobs.schemas.analysed import ANALYSED_DEPLOYS, ANALYSIS_RUNS
+from jobs.schemas.collected import QUERY_SAMPLES
 
 _STAMP_LENGTH = len("20261129T120000000000Z")
 
@@ -304,7 +306,7 @@ def seen_deploy_ids(lake_root: LakePath, shard: str | None = None) -> set[str]:
 
 @dataclass(frozen=True)
 class ShardOfRun:
-    """Which instances a shard's pass analyses (jobs.detect.sharded)."""
+    """Which instances a shard's pass analyses (jobs.pipeline.sharded)."""
 
     label: str
     """``shard-k of n``."""
@@ -364,7 +366,7 @@ def plan_run(
 
 
 def commit_run(
-    lake_root: LakePath, state: RunState, examined: pl.DataFrame, config: lake.LakeConfig | None = None
+    lake_root: LakePath, state: RunState, examined: pl.DataFrame, config: locks.LakeConfig | None = None
 ) -> list[LakePath]:
     """Write the run state, last (after the analysis rows): the deploys first seen, then the per-instance
     watermarks. A run that dies before this leaves the previous state, so the next run re-examines the

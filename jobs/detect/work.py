@@ -7,7 +7,8 @@ unchanged, all (deploy, instance, query, metric) series in one batch:
 Deploy analysis (``detect_resource_regressions``), per (deploy, instance, query, metric) in its window:
   stage 0  naive pre/post means per call: after/before below ``ResourceConfig.ratio_threshold`` →
            below_ratio_threshold; after - before below the metric's absolute floor → below_absolute_floor;
-  stage 1  the change point nearest the deploy (``jobs.regressions._changepoint_and_welch``, the latency
+  stage 1  the change point nearest the deploy (``jobs.detect.deploy_analysis._changepoint_and_welch``, the
+  latency
            detector's own function, called with the per-call work as the series value): none →
            no_significant_change_point, too far from the deploy → change_point_outside_tolerance;
   stage 2  Welch on the segments around it; the ratio and floor gates again on those segment means (the
@@ -32,29 +33,29 @@ import numpy as np
 import polars as pl
 
 from jobs.detect.changepoint_memo import ChangePointMemo
-from jobs.detect.fleet_fdr import FdrAdjust, within_call
-from jobs.detect.scope import AnalysisScope
-from jobs.detect.work_config import WORK_METRIC_BY_NAME, WORK_METRICS, ResourceConfig, WorkMetric
-from jobs.regressions import (
+from jobs.detect.config import RegressionConfig
+from jobs.detect.deploy_analysis import (
     DEPLOY_SERIES_KEY,
-    DETECTED,
-    INSUFFICIENT_DATA,
-    NO_REGRESSION,
-    SERIES_KEY,
-    RegressionConfig,
-    RegressionInputError,
     _changepoint_and_welch,
-    analysed_columns,
-    consecutive_segment_tests,
-    fingerprinted_samples,
-    merge_intervals,
     scoped_deploy_windows,
-    scoped_history_points,
-    series_identity,
     stage_one_reasons,
     unannounced_columns,
 )
-from jobs.schemas import RESOURCE_REGRESSIONS
+from jobs.detect.fleet_fdr import FdrAdjust, within_call
+from jobs.detect.scope import AnalysisScope
+from jobs.detect.segments import consecutive_segment_tests
+from jobs.detect.unannounced import scoped_history_points
+from jobs.detect.verdicts import DETECTED, INSUFFICIENT_DATA, NO_REGRESSION
+from jobs.detect.work_config import WORK_METRIC_BY_NAME, WORK_METRICS, ResourceConfig, WorkMetric
+from jobs.query.series import (
+    SERIES_KEY,
+    RegressionInputError,
+    analysed_columns,
+    fingerprinted_samples,
+    merge_intervals,
+    series_identity,
+)
+from jobs.schemas.analysed import RESOURCE_REGRESSIONS
 
 __all__ = [
     "WORK_METRICS",
@@ -104,7 +105,8 @@ def _work_sums(points: pl.DataFrame) -> tuple[pl.DataFrame, tuple[str, ...]]:
 
 
 def _check_work_values(frame: pl.DataFrame) -> None:
-    """Work deltas are finite and >= 0 (jobs.samples drops intervals where a counter went backwards)."""
+    """Work deltas are finite and >= 0 (jobs.detect.samples drops intervals where a counter went
+    backwards)."""
     for column in WORK_COLUMNS:
         value = pl.col(column).cast(pl.Float64)
         bad = frame.filter(value.is_not_null() & ~(value.is_finite() & (value >= 0)))
@@ -113,7 +115,7 @@ def _check_work_values(frame: pl.DataFrame) -> None:
             raise RegressionInputError(
                 f"samples: instance {row['instance']} queryid {row['queryid']} at {row['interval_end']}: "
                 f"{column} = {row[column]}; work deltas must be finite and >= 0 (build samples with "
-                "jobs.samples)"
+                "jobs.detect.samples)"
             )
 
 
@@ -122,7 +124,7 @@ def work_per_call(
 ) -> pl.DataFrame:
     """One row per (keys, metric, interval_end): ``value`` = Σ metric / Σ calls of the merged interval.
 
-    ``series_samples``: fingerprinted samples (``jobs.regressions.fingerprinted_samples``), already cut to
+    ``series_samples``: fingerprinted samples (``jobs.query.series.fingerprinted_samples``), already cut to
     the analysed window, with ``keys`` naming a series. Also per row: ``latency_ms`` (Σ exec / Σ calls),
     ``tracking`` (Σ of the metric's tracking counter, 0 where its columns are null: not tracked) and
     ``position`` (0-based index of the interval in its series, the detector's ``changepoint_index`` scale).
@@ -266,7 +268,8 @@ def detect_resource_regressions(
 ) -> pl.DataFrame:
     """resource_regressions rows: the deploy analysis, then (``unannounced``) the unannounced one.
 
-    Same inputs as ``jobs.regressions.detect_regressions``, and the same ``scope`` (None = everything):
+    Same inputs as ``jobs.detect.deploy_analysis.detect_regressions``, and the same ``scope`` (None =
+    everything):
     the deploys and series it re-examines, and its unannounced series. Pure and deterministic.
     """
     frames = [deploy_resource_regressions(samples, texts, deploys, config, scope)]

@@ -24,10 +24,11 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from jobs import lake
 from jobs.drift.clock import as_utc
 from jobs.drift.config import SampleDriftConfig
-from jobs.schemas import DRIFT_SAMPLE_BASELINES, EXECUTION_SAMPLES
+from jobs.lake import io as lake
+from jobs.schemas.analysed import DRIFT_SAMPLE_BASELINES
+from jobs.schemas.collected import EXECUTION_SAMPLES
 
 SAMPLE_METRICS: dict[str, str] = {"latency": "latency_ms", "cost": "total_cost", "cardinality": "cardinality"}
 """Each drift metric and the execution_samples column it is read from."""

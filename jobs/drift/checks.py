@@ -21,11 +21,15 @@ from datetime import datetime, timedelta
 
 import polars as pl
 
-from jobs.config.loader import format_duration
 from jobs.drift.clock import as_utc
 from jobs.drift.config import DriftConfig
-from jobs.drift.execution import NO_BASELINE, UNSCORED_REASONS
 from jobs.drift.scorer import BLOCK, INSUFFICIENT_SAMPLES
+from jobs.durations import format_duration
+
+NO_BASELINE = "no_baseline"
+"""Reason of a candidate pair that has no anchored baseline (flag WARN: never a silent PASS)."""
+UNSCORED_REASONS = (INSUFFICIENT_SAMPLES, NO_BASELINE)
+"""Reasons of rows whose flag is not a verdict on the distributions."""
 
 STALE_BASELINE = "stale_baseline"
 DEGENERATE_SAMPLES = "degenerate_samples"

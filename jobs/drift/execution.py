@@ -22,21 +22,24 @@ from typing import Any
 
 import polars as pl
 
-from jobs import lake
-from jobs.drift.baselines import PAIR_KEY, load_sample_baselines, long_samples, read_execution_samples
-from jobs.drift.baselines import select_baselines as select_baselines
+from jobs.drift.baselines import (
+    PAIR_KEY,
+    load_sample_baselines,
+    long_samples,
+    read_execution_samples,
+    select_baselines,
+)
+from jobs.drift.checks import NO_BASELINE, UNSCORED_REASONS
 from jobs.drift.clock import as_utc
 from jobs.drift.config import DriftConfig
 from jobs.drift.scorer import INSUFFICIENT_SAMPLES, OUTPUT_SCHEMA, WARN, score_drift, shard_expr
-from jobs.schemas import EXECUTION_DRIFT, TABLE_STATS_SNAPSHOTS
+from jobs.lake import io as lake
+from jobs.schemas.analysed import EXECUTION_DRIFT
+from jobs.schemas.collected import TABLE_STATS_SNAPSHOTS
 
-NO_BASELINE = "no_baseline"
-"""Reason of a candidate pair that has no anchored baseline (flag WARN: never a silent PASS)."""
 INSTANCE_WIDE_LATENCY = "instance_wide_latency"
 """Reason of a latency flag downgraded to WARN: most of the instance's queries moved together, their plans
 did not (``SampleDriftConfig.instance_shift_share``)."""
-UNSCORED_REASONS = (INSUFFICIENT_SAMPLES, NO_BASELINE)
-"""Reasons of rows whose flag is not a verdict on the distributions."""
 FLAG_ORDER = {"PASS": 0, "WARN": 1, "BLOCK": 2}
 
 

@@ -35,16 +35,12 @@ import numpy as np
 import polars as pl
 from scipy import stats
 
-from jobs import lake
 from jobs.drift.clock import as_utc
-from jobs.drift.config import DriftConfig as DriftConfig
-from jobs.regressions import (
-    SERIES_KEY,
-    fingerprinted_samples,
-    merge_intervals,
-    series_identity,
-)
-from jobs.schemas import DRIFT_BASELINES, LATENCY_DRIFT, QUERY_SAMPLES, QUERY_TEXTS
+from jobs.drift.config import DriftConfig
+from jobs.lake import io as lake
+from jobs.query.series import SERIES_KEY, fingerprinted_samples, merge_intervals, series_identity
+from jobs.schemas.analysed import DRIFT_BASELINES, LATENCY_DRIFT
+from jobs.schemas.collected import QUERY_SAMPLES, QUERY_TEXTS
 
 DRIFT = "drift"
 WATCH = "watch"

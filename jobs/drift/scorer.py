@@ -46,7 +46,6 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from jobs.drift.config import PROFILES as PROFILES
 from jobs.drift.config import DriftScoreConfig
 
 PASS = "PASS"

@@ -5,6 +5,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Literal, get_args
 
+# The one home of the gate's levels (the lowest module of the gate: every engine and the cycle judgement
+# use these); their order is verdict.SEVERITY.
+PASS, WARN, BLOCK, INCONCLUSIVE = "PASS", "WARN", "BLOCK", "INCONCLUSIVE"
+
 OutlierMethod = Literal["tukey", "mad", "none"]
 # The design's rules (jobs/gate/rules.py), each selectable by name.
 Aggregation = Literal["minimum", "mean", "mean_minus_std", "normal_fit", "p50", "p95"]

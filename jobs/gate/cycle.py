@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from jobs.gate.config import GateConfig
+from jobs.gate.config import BLOCK, PASS, WARN, GateConfig
 from jobs.gate.rules import (
     IMPROVEMENT,
     REGRESSION,
@@ -44,7 +44,6 @@ from jobs.gate.selection import (
     select_cycle,
 )
 from jobs.gate.stats import widen_for_few_clusters
-from jobs.gate.verdict import BLOCK, PASS, WARN
 
 WALLCLOCK = "wallclock"
 MEASUREMENTS: tuple[str, ...] = (

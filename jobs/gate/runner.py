@@ -21,9 +21,9 @@ import psycopg
 from psycopg import RawCursor
 
 from jobs.drift.config import DriftScoreConfig
-from jobs.gate.config import GateConfig
+from jobs.gate.config import BLOCK, INCONCLUSIVE, GateConfig
 from jobs.gate.cycle import MeasurementComparison, tail_verdict
-from jobs.gate.drift import gate_drift, gate_query_hash
+from jobs.gate.drift_flags import gate_drift, gate_query_hash
 from jobs.gate.stats import (
     ALL_FAILED,
     MAX_ROUNDS,
@@ -34,8 +34,6 @@ from jobs.gate.stats import (
     settle_reason,
 )
 from jobs.gate.verdict import (
-    BLOCK,
-    INCONCLUSIVE,
     GateReport,
     PlanComparison,
     QueryResult,
@@ -45,7 +43,7 @@ from jobs.gate.verdict import (
     worst,
 )
 from jobs.gate.workload import GateQuery, GateWorkload, load_workload
-from jobs.plandiff import diff_plans
+from jobs.plans.diff import diff_plans
 from jobs.plans.shape import PlanFormatError, plan_root, plan_shape_hash
 from jobs.redaction import redact_dsn, scrub
 from jobs.sqlfiles import load_sql

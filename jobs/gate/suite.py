@@ -24,13 +24,10 @@ from typing import Any
 import numpy as np
 
 from jobs.drift.config import DriftScoreConfig
-from jobs.gate.config import GateConfig
+from jobs.gate.config import BLOCK, INCONCLUSIVE, PASS, WARN, GateConfig
 from jobs.gate.cycle import (
-    BLOCK,
-    PASS,
     TAIL,
     WALLCLOCK,
-    WARN,
     MeasurementComparison,
     SelectedMeasurement,
     blocks_needed,
@@ -43,14 +40,14 @@ from jobs.gate.cycle import (
     select_measurement,
     tail_verdict,
 )
-from jobs.gate.drift import GateDrift, gate_drift, gate_query_hash
+from jobs.gate.drift_flags import GateDrift, gate_drift, gate_query_hash
 from jobs.gate.measure import CandidateFailure, MemoryReading, ServerFacts, StatementCounters, TargetSession
 from jobs.gate.rules import first_rule_to_fire
 from jobs.gate.runner import GateError
 from jobs.gate.scenario import Scenario, ScenarioSuite
 from jobs.gate.selection import Asymmetry, CycleResult, cycle_order, estimate_asymmetry, probe_cycles
-from jobs.gate.verdict import INCONCLUSIVE, SEVERITY, worst
-from jobs.plandiff import diff_plans
+from jobs.gate.verdict import SEVERITY, worst
+from jobs.plans.diff import diff_plans
 from jobs.plans.shape import PlanFormatError, plan_root, plan_shape_hash
 from jobs.redaction import redact_dsn
 

@@ -261,8 +261,8 @@ def render_suite_report(report: SuiteReport) -> str:
 
 
 def gate_results_frame(report: SuiteReport) -> pl.DataFrame:
-    """The lake's ``gate_results`` rows of one run (jobs/schemas.py GATE_RESULTS)."""
-    from jobs.schemas import GATE_RESULTS
+    """The lake's ``gate_results`` rows of one run (jobs/schemas/analysed.py GATE_RESULTS)."""
+    from jobs.schemas.analysed import GATE_RESULTS
 
     started = datetime.fromisoformat(report.started_at).astimezone(UTC)
     rows = [
@@ -303,7 +303,7 @@ def gate_results_frame(report: SuiteReport) -> pl.DataFrame:
 
 def write_gate_results(root: Path, report: SuiteReport) -> Path:
     """One Parquet file per run under gate_results/date=YYYY-MM-DD (atomic; earlier runs untouched)."""
-    from jobs.lake import stem_for, write_table
+    from jobs.lake.io import stem_for, write_table
 
     frame = gate_results_frame(report)
     started = datetime.fromisoformat(report.started_at).astimezone(UTC)

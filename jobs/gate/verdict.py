@@ -11,15 +11,13 @@ from typing import TYPE_CHECKING, Any
 
 import jsonschema
 
-from jobs.gate.config import GateConfig
-from jobs.gate.drift import GateDrift
+from jobs.gate.config import BLOCK, INCONCLUSIVE, PASS, WARN, GateConfig
+from jobs.gate.drift_flags import GateDrift
 from jobs.gate.stats import LatencyComparison
 
-if TYPE_CHECKING:  # cycle.py takes its levels from here
+if TYPE_CHECKING:
     from jobs.gate.cycle import MeasurementComparison
 
-# The one home of the gate's levels and their order (both engines and the cycle judgement use these).
-PASS, WARN, BLOCK, INCONCLUSIVE = "PASS", "WARN", "BLOCK", "INCONCLUSIVE"
 SEVERITY = {PASS: 0, WARN: 1, INCONCLUSIVE: 2, BLOCK: 3}
 CONTRACT = Path(__file__).resolve().parent.parent / "contracts" / "gate_report.schema.json"
 
@@ -70,7 +68,7 @@ class QueryResult:
     plan: PlanComparison | None = None
     error: str | None = None
     drift: GateDrift | None = None
-    """Informational: the drift scorer's flag of this query's per-execution latencies (jobs.gate.drift);
+    """Informational: the drift scorer's flag of this query's per-execution latencies (jobs.gate.drift_flags);
     it never changes ``verdict``."""
     tail: MeasurementComparison | None = None
     """The tail check: mean latency of every measured call (nothing filtered); cycle.tail_verdict."""

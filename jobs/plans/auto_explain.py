@@ -39,16 +39,9 @@ from typing import Any
 
 import polars as pl
 
-from jobs.collect.texts import (
-    check_query_text_mode,
-    is_explain_text,
-    is_radar_text,
-    redact_plan,
-    redact_query_parameters,
-)
-from jobs.detect.identity import fingerprint_text
-from jobs.lake import partition_dir, scan_files, stem_for, with_recovery, write_table
-from jobs.plans.config import AutoExplainConfig as AutoExplainConfig
+from jobs.lake.io import partition_dir, scan_files, stem_for, with_recovery, write_table
+from jobs.lake.storage import LakePath, lake_path, write_atomically
+from jobs.plans.config import AutoExplainConfig
 from jobs.plans.execution_samples import (
     SAMPLE_KEY,
     execution_sample_row,
@@ -57,8 +50,15 @@ from jobs.plans.execution_samples import (
 )
 from jobs.plans.history import snapshot_stem, store_snapshot_rows
 from jobs.plans.shape import PlanFormatError, plan_facts, plan_root, plan_shape_hash
-from jobs.schemas import EXECUTION_SAMPLES, PLAN_SNAPSHOTS
-from jobs.storage import LakePath, lake_path, write_atomically
+from jobs.query.identity import fingerprint_text
+from jobs.query.texts import (
+    check_query_text_mode,
+    is_explain_text,
+    is_radar_text,
+    redact_plan,
+    redact_query_parameters,
+)
+from jobs.schemas.collected import EXECUTION_SAMPLES, PLAN_SNAPSHOTS
 
 SOURCE_AUTO_EXPLAIN = "auto_explain"
 _PLAN_MARK = b"  plan:\\n"

@@ -24,9 +24,8 @@ from typing import Any
 import polars as pl
 import psycopg
 
-from jobs.collect.texts import is_radar_text, redact_plan
-from jobs.lake import stem_for, write_table
-from jobs.plans.config import PlanCaptureConfig as PlanCaptureConfig
+from jobs.lake.io import stem_for, write_table
+from jobs.plans.config import PlanCaptureConfig
 from jobs.plans.generic import ExplainFailed, classify_statement
 from jobs.plans.history import SnapshotWrite, snapshot_stem, store_snapshot_rows
 from jobs.plans.safety import (
@@ -38,8 +37,9 @@ from jobs.plans.safety import (
 )
 from jobs.plans.shape import PlanFormatError, plan_facts, plan_root
 from jobs.plans.store_plans import StorePlansGate, read_store_plans, store_plans_gate
+from jobs.query.texts import is_radar_text, redact_plan
 from jobs.redaction import scrub
-from jobs.schemas import PLAN_CAPTURE_LOG, PLAN_SNAPSHOTS
+from jobs.schemas.collected import PLAN_CAPTURE_LOG, PLAN_SNAPSHOTS
 from jobs.sqlfiles import load_sql
 
 log = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """Plan capture, auto_explain ingest and plan diff thresholds: stdlib-only, so the config file loader and
 the CLI import them without psycopg or polars. Re-exported by jobs.plans.capture, jobs.plans.auto_explain
-and jobs.plandiff.
+and jobs.plans.diff.
 """
 
 from __future__ import annotations
@@ -136,7 +136,7 @@ class AutoExplainConfig:
     """Distinct plan shapes kept per query (older shapes beyond this are dropped from the history)."""
     query_text: str = "normalized"
     """Literal values never reach the lake: "normalized" keeps parameter names and redacted expressions,
-    "withheld" keeps no parameter and no expression text (jobs.collect.texts)."""
+    "withheld" keeps no parameter and no expression text (jobs.query.texts)."""
     fingerprint_bytes: int = 4096
     """The first this-many bytes of a log file identify it across rotations."""
     execution_samples: bool = True

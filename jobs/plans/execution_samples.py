@@ -18,7 +18,7 @@ becomes one sample of three metrics:
 
 The row's identity is the jsonlog record's ``(session_id, line_num)`` (with the instance): re-reading a log
 after a crash yields the same keys, and the writer drops keys the lake already holds (``new_samples``).
-The query is identified by the fingerprint of its text (``jobs.detect.identity.fingerprint_text``: literals
+The query is identified by the fingerprint of its text (``jobs.query.identity.fingerprint_text``: literals
 do not change it, so the logged text with its constants fingerprints like pg_stat_statements' normalized
 one), else by ``qid:<queryid>``; ``query_hash`` is ``jobs.drift.scorer.query_hash`` of that fingerprint.
 The query text itself is never stored.
@@ -36,10 +36,10 @@ from typing import Any
 
 import polars as pl
 
-from jobs.detect.identity import fingerprint_text
 from jobs.drift.scorer import query_hash
 from jobs.plans.shape import node_label, walk_nodes
-from jobs.schemas import EXECUTION_SAMPLES
+from jobs.query.identity import fingerprint_text
+from jobs.schemas.collected import EXECUTION_SAMPLES
 
 SAMPLE_KEY: tuple[str, ...] = ("session_id", "line_num")
 ROW_FLOOR = 1.0

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import polars as pl
 
-from jobs.lake import read_file, read_table, stem_for, usable_files, write_table
-from jobs.schemas import PLAN_SNAPSHOTS
+from jobs.lake.io import read_file, read_table, stem_for, usable_files, write_table
+from jobs.schemas.collected import PLAN_SNAPSHOTS
 
 HISTORY_KEY: tuple[str, ...] = ("instance", "queryid", "source")
 

@@ -13,11 +13,13 @@ from pathlib import Path
 
 import polars as pl
 
-from jobs import lake
-from jobs.plandiff import PlanDiff, PlanDiffConfig, diff_plans
+from jobs.lake import io as lake
+from jobs.plans.config import PlanDiffConfig
+from jobs.plans.diff import PlanDiff, diff_plans
 from jobs.plans.history import HISTORY_KEY
 from jobs.plans.shape import PlanFormatError
-from jobs.schemas import PLAN_DIFFS, PLAN_SNAPSHOTS, QUERY_TEXTS
+from jobs.schemas.analysed import PLAN_DIFFS
+from jobs.schemas.collected import PLAN_SNAPSHOTS, QUERY_TEXTS
 
 FIRST_SHAPE = "first plan stored"
 _QUERYID = re.compile(r"^-?[0-9]{1,20}$")

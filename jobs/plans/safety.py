@@ -33,15 +33,15 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg import sql
 
-from jobs.config import redact_dsn
 from jobs.plans.config import EXPLAIN_MODE_HELPER, EXPLAIN_MODE_SESSION
 from jobs.plans.generic import ExplainFailed, explain_generic, explain_via_helper
+from jobs.redaction import redact_dsn
 from jobs.sqlfiles import load_sql
 
 log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
-    from jobs.plans.capture import PlanCaptureConfig
+    from jobs.plans.config import PlanCaptureConfig
 
 
 # Superuser-only settings the capture wants for its own sessions, with the value it wants: tracking off

@@ -3,7 +3,7 @@
 Pure: it renders the texts in ``sql/postgres/setup_*.sql`` for one server version, role names and the
 databases to install the helper in. The result is a list of steps, each run once per server (``cluster``)
 or once per database; :func:`setup_script` joins them into one psql script (``\\connect`` between
-databases), and :meth:`jobs.fleet.EmbeddedServer.bootstrap` runs the same steps on a local fleet. One
+databases), and :meth:`jobs.local.embedded.EmbeddedServer.bootstrap` runs the same steps on a local fleet. One
 edge, :func:`read_setup_facts`, reads the version (and whether pg_stat_statements is installed) from the
 server itself for ``radar setup-sql --dsn``.
 

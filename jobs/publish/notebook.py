@@ -17,10 +17,10 @@ from typing import Any
 import polars as pl
 
 import jobs
-from jobs import lake
-from jobs.plandiff import plan_diff_rows
+from jobs.lake import io as lake
+from jobs.plans.diff import plan_diff_rows
 from jobs.plans.shape import PlanFormatError, node_label, plan_root
-from jobs.schemas import TABLES
+from jobs.schemas.registry import TABLES
 
 LAKE_ENV = "RADAR_LAKE"
 # Under the repository root, in this order: the lake `make demo` writes, then the CLI's default lake.
@@ -221,7 +221,7 @@ def queryid_list(finding: Mapping[str, Any]) -> list[int]:
 
 def before_after(series: pl.DataFrame, change_at: datetime) -> pl.DataFrame:
     """Intervals, calls and the call-weighted mean, p50 and p95 of the interval means on each side of the
-    change: the step in numbers (``series`` from jobs.report.regression_series)."""
+    change: the step in numbers (``series`` from jobs.publish.plots.regression_series)."""
     change_at = change_at.astimezone(UTC)  # DuckDB hands out Etc/UTC, the lake's polars frames UTC
     side = pl.when(pl.col("interval_end") <= change_at).then(pl.lit("before")).otherwise(pl.lit("after"))
     return (
@@ -317,8 +317,8 @@ def plan_outline(plan_json: str | None) -> str:
 
 
 def plan_diff_table(plan_diff: str | None) -> pl.DataFrame:
-    """The stored plan diff (jobs.plandiff JSON) as (what, before, after) rows of the parts that changed:
-    the weekly report's rows (jobs.plandiff.plan_diff_rows), as a dataframe."""
+    """The stored plan diff (jobs.plans.diff JSON) as (what, before, after) rows of the parts that changed:
+    the weekly report's rows (jobs.plans.diff.plan_diff_rows), as a dataframe."""
     schema = {"what": pl.String, "before": pl.String, "after": pl.String}
     return pl.DataFrame(plan_diff_rows(plan_diff), schema=schema, orient="row")
 

@@ -13,15 +13,15 @@ from typing import Any
 
 import jinja2
 
-from jobs.publish.drift import drift_flags_text
-from jobs.weekly import (
-    WeeklyReportConfig,
-    WeeklySummary,
-    _ms,
+from jobs.drift.finding_flags import drift_flags_text
+from jobs.plans.diff import plan_diff_rows
+from jobs.publish.config import WeeklyReportConfig
+from jobs.publish.weekly_summary import WeeklySummary
+from jobs.publish.weekly_words import (
     confidence_words,
     headline,
+    in_ms,
     moment_words,
-    plan_diff_rows,
     query_ids_words,
     regression_words,
     severity,
@@ -57,7 +57,7 @@ def _finding(
         "database": row.get("database"),
         "query": " ".join(str(row.get("query") or "").split()),
         "words": regression_words(row),
-        "levels": f"{_ms(row.get('before_mean_ms'))} → {_ms(row.get('after_mean_ms'))} per call",
+        "levels": f"{in_ms(row.get('before_mean_ms'))} → {in_ms(row.get('after_mean_ms'))} per call",
         "severity": severity(row, config),
         "status": row["status"],
         "status_words": status_words(row),
@@ -82,7 +82,7 @@ def render_html(
     later: dict[int, list[str]] | None = None,
 ) -> str:
     """Pure: the page; ``images`` maps a regression's row number to its plot as a data URI, ``later`` to
-    the later steps of its series in words (jobs.weekly.later_step_words)."""
+    the later steps of its series in words (jobs.publish.weekly_words.later_step_words)."""
     config = config or WeeklyReportConfig()
     later = later or {}
     shown = summary.regressions.head(config.max_regressions)
@@ -110,7 +110,7 @@ def render_html(
             gates=list(summary.gates.iter_rows(named=True)),
             deploys=list(summary.deploys.iter_rows(named=True)),
             health=list(summary.fleet_health.iter_rows(named=True)),
-            ms=_ms,
+            ms=in_ms,
             moment=moment_words,
             last_day=summary.end.date().fromordinal(summary.end.date().toordinal() - 1),
         )

@@ -6,7 +6,7 @@ import dataclasses
 
 import dagster as dg
 
-from jobs.alerts import send_alerts
+from jobs.alerts.run import send_alerts
 from jobs.alerts.sinks import SLACK, WEBHOOK
 from orchestration.resources import AlertResource, LakeResource
 from orchestration.run_config import definitions_settings, section_config, section_from_config

@@ -9,19 +9,18 @@ import polars as pl
 import pydantic
 
 from jobs.collect.deploys import DeployError, parse_timestamp
-from jobs.drift import run_drift
 from jobs.drift.baselines import BaselineError, anchor_sample_baselines
-from jobs.drift.checks import DEGENERATE_SAMPLES, STALE_BASELINE, DriftCheck
+from jobs.drift.checks import DEGENERATE_SAMPLES, NO_BASELINE, STALE_BASELINE, DriftCheck
 from jobs.drift.execution import (
-    NO_BASELINE,
     check_lake,
     counts_by_metric,
     degenerate_count,
     flag_counts,
     run_execution_drift,
 )
+from jobs.drift.interval import run_drift
 from jobs.drift.scorer import INSUFFICIENT_SAMPLES
-from jobs.lake import incident_mark
+from jobs.lake.io import incident_mark
 from orchestration.resources import LakeResource
 from orchestration.run_config import section_config, section_from_config
 from orchestration.tables import lake_incident_metadata, table_metadata

@@ -2,8 +2,8 @@
 
 import dagster as dg
 
-from jobs.compaction import compact_lake
-from jobs.lake import incident_mark
+from jobs.lake.compaction import compact_lake
+from jobs.lake.io import incident_mark
 from orchestration.resources import LakeResource
 from orchestration.run_config import section_config, section_from_config
 from orchestration.tables import lake_incident_metadata

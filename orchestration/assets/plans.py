@@ -3,8 +3,8 @@ snapshot job; its run config's capture_plans / ingest_auto_explain, off by defau
 
 import dagster as dg
 
-from jobs.collect.cycle import capture_fleet_plans, latest_snapshot_times
 from jobs.collect.shards import fleet_of_shards
+from jobs.pipeline.collection import capture_fleet_plans, latest_snapshot_times
 from orchestration.freshness import COLLECTION_OWNERS, SNAPSHOT_FRESHNESS
 from orchestration.partitions import SHARD_COUNT, run_shards, shard_label, shard_partitions
 from orchestration.resources import FleetResource, LakeResource

@@ -1,6 +1,6 @@
 """performance_regressions, resource_regressions, instance_slowdowns, plan_diffs and findings: one detection
 pass over the whole fleet, or with [schedules] shard_count above 1 one pass per shard in two phases
-(jobs.detect.sharded): detection_candidates per shard, then these assets per shard, their unannounced
+(jobs.pipeline.sharded): detection_candidates per shard, then these assets per shard, their unannounced
 candidates adjusted among every shard's."""
 
 from collections.abc import Iterator
@@ -9,12 +9,13 @@ import dagster as dg
 import polars as pl
 import pydantic
 
-from jobs import lake as lake_io
-from jobs.analysis import DetectionOutcome, run_detection
 from jobs.collect.shards import shard_key
 from jobs.detect.findings import FINDING_STATUSES
-from jobs.detect.sharded import record_shard_candidates, run_shard_detection
-from jobs.regressions import DETECTED, SERIES_KEY
+from jobs.detect.verdicts import DETECTED
+from jobs.lake import io as lake_io
+from jobs.pipeline.detection import DetectionOutcome, run_detection
+from jobs.pipeline.sharded import record_shard_candidates, run_shard_detection
+from jobs.query.series import SERIES_KEY
 from orchestration.partitions import SHARD_COUNT, run_shards, shard_partitions
 from orchestration.resources import LakeResource
 from orchestration.run_config import section_config, settings_from_config
@@ -198,7 +199,7 @@ def _analysis_results(outcome: DetectionOutcome, extra: dict[str, object]) -> It
 
 
 def build_detection_candidates(shard_count: int) -> dg.AssetsDefinition:
-    """Phase 1 of a shard's detection pass (jobs.detect.sharded): its unannounced candidates' p-values."""
+    """Phase 1 of a shard's detection pass (jobs.pipeline.sharded): its unannounced candidates' p-values."""
 
     @dg.asset(
         name=CANDIDATES_ASSET,

@@ -2,7 +2,8 @@
 
 import dagster as dg
 
-from jobs.weekly import iso_week, write_weekly_report
+from jobs.publish.weekly import write_weekly_report
+from jobs.publish.weekly_summary import iso_week
 from orchestration.resources import LakeResource, ReportResource
 from orchestration.run_config import section_config, section_from_config
 

@@ -6,8 +6,8 @@ from datetime import date
 import dagster as dg
 
 from jobs.collect.shards import names_in_shards
-from jobs.lake import incident_mark
-from jobs.samples import lake_instances, run_samples_job, run_samples_per_instance
+from jobs.detect.samples_job import lake_instances, run_samples_job, run_samples_per_instance
+from jobs.lake.io import incident_mark
 from orchestration.freshness import COLLECTION_OWNERS, SAMPLES_FRESHNESS
 from orchestration.partitions import SHARD_COUNT, run_days, run_shards, samples_partitions, shard_label
 from orchestration.resources import LakeResource

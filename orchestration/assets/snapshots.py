@@ -9,7 +9,7 @@ import polars as pl
 from jobs.collect.collector import snapshot_fleet
 from jobs.collect.shards import fleet_of_shards
 from jobs.collect.table_stats import table_stats_after_snapshot
-from jobs.lake import incident_mark
+from jobs.lake.io import incident_mark
 from orchestration.freshness import COLLECTION_OWNERS, SNAPSHOT_FRESHNESS
 from orchestration.partitions import (
     SHARD_COUNT,

@@ -1,4 +1,4 @@
--- Template for one lake table's view (filled in by jobs/duckdb_views.py from jobs/schemas.py):
+-- Template for one lake table's view (filled in by jobs/lake/views.py from jobs/schemas/analysed.py):
 -- hive partitions pruned by folder, files of different versions merged by column name. The files are a quoted
 -- glob, or a list of the good files when a bad one could not be moved to the quarantine.
 CREATE OR REPLACE VIEW {table} AS

@@ -1,5 +1,5 @@
 -- Views over the per-execution drift stage (issue 11). Base views execution_drift, drift_sample_baselines,
--- execution_samples and table_stats_snapshots come from the schema catalogue (jobs/schemas.py).
+-- execution_samples and table_stats_snapshots come from the schema catalogue (jobs/schemas/analysed.py).
 
 -- The latest scoring of each (instance, query_hash, metric): its flag PASS | WARN | BLOCK and reason. Rows
 -- with reason insufficient_samples (fewer than [drift.score] min_samples on a side) are kept: a WARN, shown.

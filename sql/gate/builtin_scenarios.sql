@@ -1,5 +1,5 @@
 -- Built-in gate scenarios (jobs.gate.scenario.builtin_suite; the format is documented in that module).
--- Every statement carries the radar's marker after its first keyword (jobs/collect/texts.py), so a
+-- Every statement carries the radar's marker after its first keyword (jobs/query/texts.py), so a
 -- radar that also monitors a gate target recognises these statements as its own.
 -- The data is deterministic (generate_series arithmetic, no random()): 10,000 customers with exactly
 -- 20 orders each (200,000 orders, scattered over the table), and an events table for the write burst.

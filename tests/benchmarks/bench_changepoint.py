@@ -1,4 +1,4 @@
-"""Change point benchmark: accuracy, speed and real-data F1 of jobs.changepoint next to its peers.
+"""Change point benchmark: accuracy, speed and real-data F1 of jobs.detect.changepoint next to its peers.
 
 One run, one generated data set (fixed seed, hash checked): 1,000 labeled series (n = 60/240/1000, half
 with a +10..100% step, lognormal noise, spikes in a third). Peers (MongoDB's signal-processing-algorithms
@@ -21,14 +21,14 @@ from pathlib import Path
 
 import numpy as np
 
-from jobs.changepoint import (
-    ChangePointConfig,
+from jobs.detect.changepoint import (
     benjamini_hochberg,
     change_point_arrays,
-    energy_statistics,
     most_significant_change_points,
     segment_change_points,
 )
+from jobs.detect.config import ChangePointConfig
+from jobs.detect.energy import energy_statistics
 from tests.benchmarks.cp_data import (
     LENGTHS,
     MULTI_STEP_PATTERNS,

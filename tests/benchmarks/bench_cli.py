@@ -36,13 +36,13 @@ def commands(base: Path) -> dict[str, tuple[list[str], int]]:
     lake = str(base / "lake")
     return {
         "python -c pass": ([py, "-c", "pass"], 0),
-        "radar --help": ([py, "-m", "jobs.cli", "--help"], 0),
-        "radar snapshot --help": ([py, "-m", "jobs.cli", "snapshot", "--help"], 0),
+        "radar --help": ([py, "-m", "jobs.cli.main", "--help"], 0),
+        "radar snapshot --help": ([py, "-m", "jobs.cli.main", "snapshot", "--help"], 0),
         "radar snapshot (unreachable instance)": (
             [
                 py,
                 "-m",
-                "jobs.cli",
+                "jobs.cli.main",
                 "--lake",
                 lake,
                 "--fleet-file",

@@ -18,8 +18,8 @@ import psycopg
 from psycopg.types.numeric import Int4
 
 from jobs.collect.collector import snapshot_fleet
-from jobs.config import FleetConfig
-from jobs.fleet import EmbeddedFleet
+from jobs.collect.fleet import FleetConfig
+from jobs.local.embedded import EmbeddedFleet
 from tests.benchmarks.common import fresh_bench_folder
 
 TABLES = 50

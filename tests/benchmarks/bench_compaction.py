@@ -16,9 +16,10 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from jobs import duckdb_views, lake
-from jobs.compaction import compact_lake
-from jobs.samples import run_samples_job
+from jobs.detect.samples_job import run_samples_job
+from jobs.lake import io as lake
+from jobs.lake import views as duckdb_views
+from jobs.lake.compaction import compact_lake
 from tests.benchmarks.common import fresh_bench_folder
 
 SNAPSHOTS = 1440

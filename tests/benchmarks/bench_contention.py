@@ -3,7 +3,7 @@
 One generated, labelled fleet (tests/benchmarks/contention_data.py, fixed seed, hash checked): instances
 with contention episodes (most queries slower together, at a deploy or unannounced), true regressions
 inside such episodes and on quiet instances, and quiet instances. The whole pure pipeline
-(``jobs.analysis.detect_from_frames``, no plan snapshots) runs once; reported:
+(``jobs.pipeline.detection.detect_from_frames``, no plan snapshots) runs once; reported:
 
 - the share of contention episodes in which at least one query that is not a true regression is
   reported as a query regression (deploy or unannounced analysis; goal <= 1%),
@@ -27,8 +27,8 @@ from typing import Any
 
 import polars as pl
 
-from jobs.analysis import DetectionConfig, detect_from_frames
-from jobs.schemas import PLAN_SNAPSHOTS
+from jobs.pipeline.detection import DetectionConfig, detect_from_frames
+from jobs.schemas.collected import PLAN_SNAPSHOTS
 from tests.benchmarks.contention_data import (
     CONTENTION,
     CONTENTION_REGRESSION,
@@ -39,7 +39,7 @@ from tests.benchmarks.contention_data import (
     frames_hash,
     generate,
 )
-from tests.detection_frames import Frames, as_frames
+from tests.support.detection_frames import Frames, as_frames
 
 QUICK = os.environ.get("CONTENTION_BENCH_QUICK") == "1"
 RESULTS = Path(__file__).resolve().parents[2] / ".bench" / "results" / "contention.json"

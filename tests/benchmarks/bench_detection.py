@@ -63,42 +63,43 @@ NOT_AVAILABLE = "incremental mode not available in this build"
 # analyses. A function is wrapped in every listed module that calls it by a global name; absent names are
 # skipped (the code under test may have moved them).
 PROFILED_STEPS: tuple[tuple[str, str], ...] = (
-    ("jobs.analysis", "run_samples_job"),
-    ("jobs.analysis", "read_inputs"),
-    ("jobs.analysis", "read_inputs_in_scope"),
-    ("jobs.analysis", "plan_run"),
-    ("jobs.analysis", "read_scoped_samples"),
-    ("jobs.analysis", "commit_run"),
-    ("jobs.analysis", "detect_regressions"),
-    ("jobs.analysis", "detect_unannounced_regressions"),
-    ("jobs.analysis", "attach_work_evidence"),
-    ("jobs.analysis", "detect_resource_regressions"),
-    ("jobs.analysis", "separate_contention"),
-    ("jobs.analysis", "plan_diffs_for_regressions"),
-    ("jobs.analysis", "write_run_table"),
+    ("jobs.pipeline.detection", "run_samples_job"),
+    ("jobs.pipeline.detection", "read_inputs"),
+    ("jobs.pipeline.detection", "read_inputs_in_scope"),
+    ("jobs.pipeline.detection", "plan_run"),
+    ("jobs.pipeline.detection", "read_scoped_samples"),
+    ("jobs.pipeline.detection", "commit_run"),
+    ("jobs.pipeline.detection", "detect_regressions"),
+    ("jobs.pipeline.detection", "detect_unannounced_regressions"),
+    ("jobs.pipeline.detection", "attach_work_evidence"),
+    ("jobs.pipeline.detection", "detect_resource_regressions"),
+    ("jobs.pipeline.detection", "separate_contention"),
+    ("jobs.pipeline.detection", "plan_diffs_for_regressions"),
+    ("jobs.pipeline.detection", "write_run_table"),
     ("jobs.detect.work", "deploy_resource_regressions"),
     ("jobs.detect.work", "unannounced_resource_regressions"),
-    ("jobs.regressions", "fingerprinted_samples"),
+    ("jobs.detect.deploy_analysis", "fingerprinted_samples"),
+    ("jobs.detect.unannounced", "fingerprinted_samples"),
     ("jobs.detect.work", "fingerprinted_samples"),
     ("jobs.detect.contention", "fingerprinted_samples"),
-    ("jobs.regressions", "deploy_window_points"),
+    ("jobs.detect.deploy_analysis", "deploy_window_points"),
     ("jobs.detect.work", "deploy_window_points"),
-    ("jobs.regressions", "_changepoint_and_welch"),
+    ("jobs.detect.deploy_analysis", "_changepoint_and_welch"),
     ("jobs.detect.work", "_changepoint_and_welch"),
-    ("jobs.regressions", "consecutive_segment_tests"),
+    ("jobs.detect.unannounced", "consecutive_segment_tests"),
     ("jobs.detect.work", "consecutive_segment_tests"),
 )
 
 
 def incremental_supported() -> bool:
-    from jobs.analysis import DetectionConfig
+    from jobs.pipeline.detection import DetectionConfig
 
     return "incremental" in {f.name for f in dataclasses.fields(DetectionConfig)}
 
 
 def detection_config(incremental: bool) -> Any:
     """DetectionConfig with ``incremental`` set when this build has the field (full runs only otherwise)."""
-    from jobs.analysis import DetectionConfig
+    from jobs.pipeline.detection import DetectionConfig
 
     if incremental_supported():
         return DetectionConfig(incremental=incremental)  # type: ignore[call-arg]
@@ -214,7 +215,7 @@ def _profiled(steps: list[dict[str, Any]], sampler: RssSampler) -> Callable[[], 
 
 def measured_run(lake_root: str, now_iso: str, incremental: bool, profile: bool) -> dict[str, Any]:
     """One run_detection in this (fresh) process: wall s, peak RSS MiB, what it found, the step profile."""
-    from jobs.analysis import run_detection
+    from jobs.pipeline.detection import run_detection
 
     config = detection_config(incremental)
     steps: list[dict[str, Any]] = []

@@ -30,7 +30,8 @@ import polars as pl
 from scipy.spatial.distance import jensenshannon
 from scipy.stats import wasserstein_distance
 
-from jobs.drift import DriftConfig, drift_from_samples, drift_kernel, drift_verdicts
+from jobs.drift.config import DriftConfig
+from jobs.drift.interval import drift_from_samples, drift_kernel, drift_verdicts
 
 RESULTS = Path(".bench/results")
 SEED = 20261129

@@ -34,16 +34,16 @@ import polars as pl
 import psycopg
 from psycopg.types.numeric import Int4
 
-from jobs.detect.identity import fingerprint_text
 from jobs.drift.baselines import baseline_rows
 from jobs.drift.config import DriftConfig, SampleDriftConfig
 from jobs.drift.execution import score_execution_drift
 from jobs.drift.scorer import query_hash
-from jobs.fleet import EmbeddedFleet
-from jobs.lake import scan_table
+from jobs.lake.io import scan_table
+from jobs.local.embedded import EmbeddedFleet
 from jobs.plans.auto_explain import ingest_auto_explain_logs
 from jobs.plans.config import AutoExplainSamplerConfig
-from tests.pg_workload import CpuNeighbour, server_clock
+from jobs.query.identity import fingerprint_text
+from tests.support.pg_workload import CpuNeighbour, server_clock
 
 RESULTS = Path(".bench/results")
 ROUNDS = int(os.environ.get("RADAR_BENCH_DRIFT_CONTENTION_ROUNDS", "3"))

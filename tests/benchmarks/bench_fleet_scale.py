@@ -21,7 +21,7 @@ crash of the benchmark or of the machine's other work. Legs, per lake backend (s
 - samples: ``run_samples_job(mode="rebuild")`` over the whole lake (it replaces the shard's samples too);
 - detection: ``run_detection(incremental=False, rebuild_samples=False)``, one full pass, over lakes of the
   first N instances (BENCH_FLEET_SCALE_DETECTION_INSTANCES, default 10,20), of shard 0's instances and of
-  the whole fleet, smallest first; then shard 0's sharded detection as Dagster runs it (jobs.detect.sharded:
+  the whole fleet, smallest first; then shard 0's sharded detection as Dagster runs it (jobs.pipeline.sharded:
   phase 1, its candidates; phase 2, its detection run), each phase its own leg, on the whole lake. The
   smaller lakes hold hard links to those instances' samples and texts, and every deploy. A
   detection leg whose peak RSS, projected linearly in instances from the detection legs already
@@ -50,8 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from jobs.collect.shards import names_in_shards
-from jobs.simulate import FleetShape
-from jobs.simulate.fleet import instance_name
+from jobs.local.simulate.simulated_fleet import FleetShape, instance_name
 
 BENCH_DIR = Path(".bench")
 RESULTS_DIR = BENCH_DIR / "results"
@@ -96,7 +95,7 @@ class LakeBackend:
 
 def _local_subset_lake(root: str, target: str, instances: list[str]) -> str:
     """A local lake of ``instances``' samples and texts (hard links, no copy) and every deploy event."""
-    from jobs.schemas import DEPLOY_EVENTS, QUERY_SAMPLES, QUERY_TEXTS
+    from jobs.schemas.collected import DEPLOY_EVENTS, QUERY_SAMPLES, QUERY_TEXTS
 
     source, dest = Path(root), Path(target)
     shutil.rmtree(dest, ignore_errors=True)
@@ -136,7 +135,7 @@ def _bytes_under(root: Path) -> int:
 
 
 def leg_write(fleet: FleetShape, root: str, fast: bool) -> dict[str, Any]:
-    from jobs.simulate import write_fleet
+    from jobs.local.simulate.writer import write_fleet
 
     shutil.rmtree(lake_arg(root), ignore_errors=True)
     report = write_fleet(lake_arg(root), fleet, fast=fast)
@@ -161,7 +160,8 @@ def leg_plain_write_parquet(fleet: FleetShape, root: str) -> dict[str, Any]:
 def leg_shard_samples(root: str, shard: int, shard_count: int) -> dict[str, Any]:
     """What Dagster's query_samples run of one shard does on a lake without samples yet."""
     from jobs.collect.shards import names_in_shards
-    from jobs.samples import SampleConfig, lake_instances, run_samples_per_instance
+    from jobs.detect.config import SampleConfig
+    from jobs.detect.samples_job import lake_instances, run_samples_per_instance
 
     names = names_in_shards(lake_instances(lake_arg(root)), [shard], shard_count)
     report = run_samples_per_instance(lake_arg(root), SampleConfig(), names, mode="append")
@@ -180,7 +180,7 @@ def _samples_figures(report: Any) -> dict[str, Any]:
 
 
 def leg_samples(root: str) -> dict[str, Any]:
-    from jobs.samples import run_samples_job
+    from jobs.detect.samples_job import run_samples_job
 
     report = run_samples_job(lake_arg(root), mode="rebuild")
     dropped = int(report.dropped_counts["count"].sum()) if report.dropped_counts.height else 0
@@ -189,10 +189,10 @@ def leg_samples(root: str) -> dict[str, Any]:
 
 def leg_detection(root: str, fleet: FleetShape) -> dict[str, Any]:
     """One full detection pass over the samples already in the lake (the samples leg's work not redone)."""
-    from jobs.analysis import DetectionConfig, run_detection
-    from jobs.lake import read_table
-    from jobs.regressions import DETECTED
-    from jobs.schemas import QUERY_SAMPLES
+    from jobs.detect.verdicts import DETECTED
+    from jobs.lake.io import read_table
+    from jobs.pipeline.detection import DetectionConfig, run_detection
+    from jobs.schemas.collected import QUERY_SAMPLES
 
     sample_rows = read_table(lake_arg(root), QUERY_SAMPLES, lambda f: f.select("queryid")).height
     config = DetectionConfig(incremental=False, rebuild_samples=False)
@@ -214,17 +214,17 @@ def leg_detection(root: str, fleet: FleetShape) -> dict[str, Any]:
 
 
 def leg_shard_detection(root: str, fleet: FleetShape, shard_count: int, phase: int) -> dict[str, Any]:
-    """One phase of shard 0's sharded detection pass (jobs.detect.sharded) on the whole lake, full: phase 1
+    """One phase of shard 0's sharded detection pass (jobs.pipeline.sharded) on the whole lake, full: phase 1
     records its candidates and change points, phase 2 is its detection run reusing them (the other shards'
     candidates are not recorded here: their count does not change the pass's cost, and without them its
     verdicts are the shard's own full pass's, which the summary compares)."""
     import polars as pl
 
-    from jobs.analysis import DetectionConfig
-    from jobs.detect.sharded import record_shard_candidates, run_shard_detection, shard_instances
-    from jobs.lake import read_table
-    from jobs.regressions import DETECTED
-    from jobs.schemas import QUERY_SAMPLES
+    from jobs.detect.verdicts import DETECTED
+    from jobs.lake.io import read_table
+    from jobs.pipeline.detection import DetectionConfig
+    from jobs.pipeline.sharded import record_shard_candidates, run_shard_detection, shard_instances
+    from jobs.schemas.collected import QUERY_SAMPLES
 
     names = list(shard_instances(lake_arg(root), 0, shard_count))
     rows = read_table(

@@ -5,7 +5,8 @@ rows, one file per snapshot per instance as the collector writes them); shrink o
 RADAR_BENCH_SIM_INSTANCES, RADAR_BENCH_SIM_STATEMENTS, RADAR_BENCH_SIM_MINUTES. Contenders, each in a fresh
 process (its peak RSS is its own), all on the same generated rows:
 
-- generation only (``jobs.simulate.simulate_fleet``, every snapshot sliced, nothing written);
+- generation only (``jobs.local.simulate.simulated_fleet.simulate_fleet``, every snapshot sliced, nothing
+written);
 - ``write_fleet(fast=True)``: the collector's bytes and names, conformed once per instance, no fsync;
 - peer: plain ``pl.DataFrame.write_parquet`` (zstd) of the same per-snapshot frames into the same layout
   (no schema metadata, no temp file and rename);
@@ -28,7 +29,7 @@ from typing import Any
 
 import polars as pl
 
-from jobs.simulate import FleetShape
+from jobs.local.simulate.simulated_fleet import FleetShape
 
 BENCH_DIR = Path(".bench")
 RESULTS = BENCH_DIR / "results" / "fleet_sim.json"
@@ -55,7 +56,7 @@ def _bytes_under(root: Path) -> int:
 
 
 def run_generate(fleet: FleetShape) -> dict[str, Any]:
-    from jobs.simulate import simulate_fleet
+    from jobs.local.simulate.simulated_fleet import simulate_fleet
 
     started = time.perf_counter()
     rows = 0
@@ -66,7 +67,7 @@ def run_generate(fleet: FleetShape) -> dict[str, Any]:
 
 
 def run_write(fleet: FleetShape, out: str, fast: bool) -> dict[str, Any]:
-    from jobs.simulate import write_fleet
+    from jobs.local.simulate.writer import write_fleet
 
     shutil.rmtree(out, ignore_errors=True)
     report = write_fleet(Path(out), fleet, fast=fast)
@@ -81,7 +82,7 @@ def run_write(fleet: FleetShape, out: str, fast: bool) -> dict[str, Any]:
 
 def run_plain_polars(fleet: FleetShape, out: str) -> dict[str, Any]:
     from jobs.collect.collector import snapshot_stem
-    from jobs.simulate import simulate_fleet
+    from jobs.local.simulate.simulated_fleet import simulate_fleet
 
     shutil.rmtree(out, ignore_errors=True)
     started = time.perf_counter()
@@ -112,7 +113,7 @@ def run_plain_polars(fleet: FleetShape, out: str) -> dict[str, Any]:
 
 
 def run_samples(root: str, out: str) -> dict[str, Any]:
-    from jobs.samples import run_samples_job
+    from jobs.detect.samples_job import run_samples_job
 
     shutil.rmtree(out, ignore_errors=True)
     report = run_samples_job(Path(root), out_root=Path(out), mode="rebuild")

@@ -27,8 +27,11 @@ from pathlib import Path
 
 import psycopg
 
-from jobs.fleet import EmbeddedFleet
-from jobs.gate import BLOCK, GateConfig, GateReport, parse_workload, run_gate_workload
+from jobs.gate.config import BLOCK, GateConfig
+from jobs.gate.runner import run_gate_workload
+from jobs.gate.verdict import GateReport
+from jobs.gate.workload import parse_workload
+from jobs.local.embedded import EmbeddedFleet
 from tests.benchmarks.common import fresh_bench_folder
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"

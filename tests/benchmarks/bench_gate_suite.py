@@ -33,12 +33,12 @@ from typing import Any
 import numpy as np
 import psycopg
 
-from jobs.fleet import EmbeddedFleet
-from jobs.gate.config import GateConfig
+from jobs.gate.config import BLOCK, GateConfig
 from jobs.gate.cycle import WALLCLOCK, compare_samples, tail_verdict
 from jobs.gate.scenario import ScenarioSuite, load_scenarios
 from jobs.gate.suite import SuiteReport, run_scenario_gate
-from jobs.gate.verdict import BLOCK, worst
+from jobs.gate.verdict import worst
+from jobs.local.embedded import EmbeddedFleet
 from tests.benchmarks.common import fresh_bench_folder
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"

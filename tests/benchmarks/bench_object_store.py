@@ -22,7 +22,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from jobs.simulate import FleetShape
+from jobs.local.simulate.simulated_fleet import FleetShape
 
 BENCH_DIR = Path(".bench")
 RESULTS = BENCH_DIR / "results" / "object_store.json"
@@ -46,11 +46,12 @@ def run_pipeline(root_text: str, fleet: FleetShape) -> dict[str, Any]:
     detection pass, one DuckDB view query; wall time of each and the process's peak RSS."""
     import logging
 
-    from jobs.analysis import DetectionConfig, run_detection
-    from jobs.duckdb_views import query
-    from jobs.samples import SampleConfig, run_samples_job
-    from jobs.simulate import write_fleet
-    from jobs.storage import lake_path
+    from jobs.detect.config import SampleConfig
+    from jobs.detect.samples_job import run_samples_job
+    from jobs.lake.storage import lake_path
+    from jobs.lake.views import query
+    from jobs.local.simulate.writer import write_fleet
+    from jobs.pipeline.detection import DetectionConfig, run_detection
 
     logging.disable(logging.WARNING)
     root = lake_path(root_text)
@@ -80,7 +81,7 @@ def in_fresh_process(function: Any, *args: Any) -> dict[str, Any]:
 
 
 def main() -> None:
-    from tests.object_store import new_bucket, s3_server
+    from tests.support.object_store import new_bucket, s3_server
 
     fleet = shape()
     local = BENCH_DIR / "object-store" / "lake"

@@ -24,7 +24,7 @@ import polars as pl
 import psycopg
 from psycopg.types.numeric import Int4
 
-from jobs.fleet import EmbeddedFleet, postgres_bin_dir
+from jobs.local.embedded import EmbeddedFleet, postgres_bin_dir
 from jobs.plans.auto_explain import ingest_auto_explain_logs
 from jobs.plans.capture import capture_plans, select_plan_candidates, write_plan_snapshots
 from tests.benchmarks.common import fresh_bench_folder

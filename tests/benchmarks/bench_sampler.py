@@ -21,7 +21,7 @@ from pathlib import Path
 
 import psycopg
 
-from jobs.fleet import EmbeddedFleet, postgres_bin_dir
+from jobs.local.embedded import EmbeddedFleet, postgres_bin_dir
 from jobs.plans.config import AutoExplainSamplerConfig
 
 ROUNDS = 2

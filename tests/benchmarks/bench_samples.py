@@ -6,7 +6,8 @@ is generated with numpy into the hive layout, one compacted file per (instance, 
 and a few entries are re-created (stats_since changes), so the invalid-delta paths run too.
 
 Contenders, each in a fresh process so its peak RSS is its own:
-- ``jobs.samples.run_samples_job`` (polars, one instance at a time, writes query_samples to Parquet);
+- ``jobs.detect.samples_job.run_samples_job`` (polars, one instance at a time, writes query_samples to
+Parquet);
 - peer: DuckDB 2 (2 threads) doing the same LAG-based deltas and validity checks in one SQL statement over
   the same files, writing the valid samples to Parquet (it does not count drops by reason).
 Sizes can be shrunk for a quick look: RADAR_BENCH_INSTANCES, RADAR_BENCH_STATEMENTS, RADAR_BENCH_SNAPSHOTS.
@@ -27,8 +28,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from jobs.lake import write_table
-from jobs.schemas import SAMPLE_DELTAS, SNAPSHOT_RUNS, STATEMENT_SNAPSHOTS
+from jobs.lake.io import write_table
+from jobs.schemas.collected import SAMPLE_DELTAS, SNAPSHOT_RUNS, STATEMENT_SNAPSHOTS
 
 BENCH_DIR = Path(".bench")
 RESULTS = BENCH_DIR / "results" / "samples.json"
@@ -147,7 +148,7 @@ def build_lake(root: Path, instances: int, statements: int, snapshots: int) -> f
 
 
 def run_polars(root: str, out: str) -> dict[str, Any]:
-    from jobs.samples import run_samples_job
+    from jobs.detect.samples_job import run_samples_job
 
     shutil.rmtree(out, ignore_errors=True)
     report = run_samples_job(Path(root), out_root=Path(out))
@@ -250,13 +251,15 @@ def main() -> None:
     os.sync()  # flush the generated files now, so neither contender's fsyncs wait for them
     out = BENCH_DIR / "samples-out"
     results = {
-        "polars (jobs.samples.run_samples_job)": in_fresh_process(run_polars, str(root), str(out / "polars")),
+        "polars (jobs.detect.samples_job.run_samples_job)": in_fresh_process(
+            run_polars, str(root), str(out / "polars")
+        ),
         "duckdb 2 (window LAG SQL, peer)": in_fresh_process(
             run_duckdb, str(root.resolve()), str((out / "duckdb").resolve())
         ),
     }
     shutil.rmtree(out, ignore_errors=True)
-    ours = results["polars (jobs.samples.run_samples_job)"]
+    ours = results["polars (jobs.detect.samples_job.run_samples_job)"]
     peer = results["duckdb 2 (window LAG SQL, peer)"]
     print(
         f"lake: {instances} instances x {statements} statements x {snapshots} snapshots "

@@ -18,8 +18,9 @@ from pathlib import Path
 import polars as pl
 import pyarrow.parquet as pq
 
-from jobs import duckdb_views, lake
-from jobs.schemas import FINDING_STATES
+from jobs.lake import io as lake
+from jobs.lake import views as duckdb_views
+from jobs.schemas.analysed import FINDING_STATES
 from tests.benchmarks.common import fresh_bench_folder
 
 FILES = 3000

@@ -29,7 +29,8 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import polars as pl
 
-from jobs.schemas import DEPLOY_EVENTS, QUERY_SAMPLES, SAMPLE_DELTAS, UTC_TS
+from jobs.schemas.collected import DEPLOY_EVENTS, QUERY_SAMPLES, SAMPLE_DELTAS
+from jobs.schemas.table import UTC_TS
 
 START = datetime(2026, 11, 2, 8, 0, tzinfo=UTC)
 STEP = timedelta(minutes=1)

@@ -1,7 +1,7 @@
 """A generated lake for the detection benchmark: N instances x Q queries of one-minute snapshots over D
 days, a few hundred instance-scoped deploys, a few true regressions at some of them.
 
-Written as the collector writes it (``jobs.lake.write_table`` with the ``jobs.schemas`` tables):
+Written as the collector writes it (``jobs.lake.io.write_table`` with the ``jobs.schemas.analysed`` tables):
 statement_snapshots (cumulative counters), snapshot_runs, query_texts and deploy_events, partitioned by
 instance and date, so the samples job and ``run_detection`` do all the real work. History files are one
 compacted file per (instance, date) (what compaction leaves); the 15 "new" minutes after the history are
@@ -27,9 +27,9 @@ import numpy as np
 import polars as pl
 
 from jobs.collect.deploys import DeployEvent, write_deploy_events
-from jobs.lake import stem_for, write_table
-from jobs.schemas import QUERY_TEXTS, SNAPSHOT_RUNS, STATEMENT_SNAPSHOTS
-from jobs.simulate.fleet import query_text  # one home of the generated statement texts
+from jobs.lake.io import stem_for, write_table
+from jobs.local.simulate.simulated_fleet import query_text  # one home of the generated statement texts
+from jobs.schemas.collected import QUERY_TEXTS, SNAPSHOT_RUNS, STATEMENT_SNAPSHOTS
 
 START = datetime(2026, 11, 1, 0, 0, tzinfo=UTC)
 STEP = timedelta(minutes=1)

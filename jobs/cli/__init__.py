@@ -1,0 +1,1 @@
+"""`radar`: the command line, one module per command group; ``main`` dispatches."""

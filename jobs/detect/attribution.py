@@ -1,0 +1,144 @@
+"""Which deploy a detected change belongs to, when several deploys' windows see the same change."""
+
+from __future__ import annotations
+
+from datetime import UTC as UTC_ZONE
+from datetime import datetime, timedelta
+
+import polars as pl
+
+from jobs.collect.deploys import deploys_for_instances
+from jobs.detect.config import RegressionConfig
+from jobs.detect.verdicts import DETECTED, NO_REGRESSION
+from jobs.query.series import SERIES_KEY
+
+# ---------------------------------------------------------------------------------------------------------
+# Attribution: which deploy a deploy-analysis change point is blamed on (issue 9)
+
+ATTRIBUTED_ELSEWHERE = "attributed_to_other_deploy"
+
+
+def _deploy_label(version: str | None, deployed_at: datetime) -> str:
+    return f"{version} at {deployed_at.astimezone(UTC_ZONE).strftime('%Y-%m-%dT%H:%M:%SZ')}"
+
+
+def attribute_to_deploys(
+    rows: pl.DataFrame,
+    deploys: pl.DataFrame,
+    intervals: dict[str, timedelta],
+    config: RegressionConfig = RegressionConfig(),
+) -> pl.DataFrame:
+    """Deploy-analysis rows with each detected change point blamed on one deploy and the others listed.
+
+    Each deploy's window is analysed on its own, so one step is often detected at every deploy within the
+    tolerance of it (two deploys 5 minutes apart: both). The rule: a change point is attributed to the
+    latest deploy at or before it within the tolerance; ``other_deploys`` lists the other candidate causes
+    (the instance's other deploys within the tolerance at or before it) and ``deploys_after`` the ones
+    after it (a restore, say: mentioned, never a cause). "At or before" has ``attribution_slack_samples``
+    (1) sample intervals of slack (the instance's median interval): ``detected_change_at`` is the start of
+    the first new-regime interval, so a deploy inside that interval explains it (deployed_at <=
+    detected_change_at + slack; at the boundary too, as the change point of a step at an interval
+    boundary often lands one sample early). When no deploy lies at or before the change (the change point
+    landed early by more than a sample), the nearest deploy within the tolerance is blamed, as the
+    per-deploy analysis did.
+
+    A detected row whose own deploy is not the one blamed becomes ``no_regression`` with reason
+    ``attributed_to_other_deploy``; when the blamed deploy's own row of that series is not a detection
+    (its post window not filled yet, say), the detection moves to the blamed deploy's row (deploy columns
+    replaced, the analysed window kept in window_start/window_end). Pure and deterministic.
+    """
+    nulls = [pl.lit(None, dtype=pl.String).alias(c) for c in ("other_deploys", "deploys_after")]
+    if rows.height == 0:
+        return rows.with_columns(nulls)
+    keys = list(SERIES_KEY)
+    tolerance = config.tolerance()
+    targets = deploys_for_instances(deploys, rows["instance"].unique().to_list()) if deploys.height else None
+    by_instance: dict[str, list[dict]] = {}
+    if targets is not None:
+        for deploy in targets.iter_rows(named=True):
+            by_instance.setdefault(deploy["instance"], []).append(deploy)
+    table = rows.with_columns(nulls)
+    is_detected = pl.col("status") == DETECTED
+    # Only detected rows become Python records (a fleet's deploy analysis has millions of rows).
+    records = table.filter(is_detected).to_dicts()
+    if not records:
+        return table
+    key_of = {(r["deploy_id"], *(r[k] for k in keys)): i for i, r in enumerate(records)}
+    # Per detected row: (the deploy blamed, the other deploys within the tolerance).
+    blamed: dict[int, tuple[dict, list[dict]]] = {}
+    # Per detected row: the moment after which a deploy cannot have caused its change (with the slack).
+    latest_cause: dict[int, datetime] = {}
+    for i, record in enumerate(records):
+        change = record["detected_change_at"]
+        near = sorted(
+            (
+                d
+                for d in by_instance.get(record["instance"], [])
+                if abs(d["deployed_at"] - change) <= tolerance
+            ),
+            key=lambda d: (d["deployed_at"], d["deploy_id"]),
+        )
+        if not near:  # the row's own deploy always is (stage 1); a deploys frame without it: leave it
+            continue
+        slack = intervals.get(record["instance"], timedelta(0)) * config.attribution_slack_samples
+        latest_cause[i] = change + slack
+        before = [d for d in near if d["deployed_at"] <= change + slack]
+        chosen = (
+            before[-1]
+            if before
+            else min(near, key=lambda d: (abs(d["deployed_at"] - change), d["deployed_at"]))
+        )
+        blamed[i] = (chosen, [d for d in near if d["deploy_id"] != chosen["deploy_id"]])
+
+    def deploys_text(deploys: list[dict]) -> str | None:
+        return ", ".join(_deploy_label(d["version"], d["deployed_at"]) for d in deploys) or None
+
+    def others_text(others: list[dict], i: int) -> dict[str, str | None]:
+        """The other candidate causes (at or before the change) and the deploys after it, apart: a
+        restore 8 minutes after a dropped key was listed as a candidate of the drop (issue 21)."""
+        return {
+            "other_deploys": deploys_text([d for d in others if d["deployed_at"] <= latest_cause[i]]),
+            "deploys_after": deploys_text([d for d in others if d["deployed_at"] > latest_cause[i]]),
+        }
+
+    # Per (blamed deploy, series) without its own detection: the moved detection nearest that deploy.
+    moved: dict[tuple, dict] = {}
+    for i in sorted(blamed):
+        record = records[i]
+        chosen, others = blamed[i]
+        if chosen["deploy_id"] == record["deploy_id"]:
+            record.update(others_text(others, i))
+            continue
+        key = (chosen["deploy_id"], *(record[k] for k in keys))
+        target = key_of.get(key)
+        if not (target in blamed and blamed[target][0]["deploy_id"] == records[target]["deploy_id"]):
+            candidate = {
+                **record,
+                "deploy_id": chosen["deploy_id"],
+                "deploy_version": chosen["version"],
+                "deployed_at": chosen["deployed_at"],
+                **others_text(others, i),
+            }
+            distance = abs(candidate["detected_change_at"] - chosen["deployed_at"])
+            current = moved.get(key)
+            if current is None or distance < abs(current["detected_change_at"] - chosen["deployed_at"]):
+                moved[key] = candidate
+        record["status"] = NO_REGRESSION
+        record["reason"] = ATTRIBUTED_ELSEWHERE
+        record["other_deploys"] = deploys_text([chosen])  # the deploy it is attributed to
+    # A moved detection takes the place of the blamed deploy's own row of that series (detected rows:
+    # in ``records``; any other row: dropped from the rest of the table).
+    for key, candidate in moved.items():
+        if key in key_of:
+            records[key_of[key]] = candidate
+        else:
+            records.append(candidate)
+    rest = table.filter(~is_detected)
+    if moved:
+        replaced = pl.DataFrame(
+            [dict(zip(["deploy_id", *keys], key, strict=True)) for key in moved if key not in key_of],
+            schema={c: table.schema[c] for c in ["deploy_id", *keys]},
+        )
+        rest = rest.join(replaced, on=["deploy_id", *keys], how="anti", nulls_equal=True)
+    out = pl.concat([rest, pl.DataFrame(records, schema=table.schema)])
+    return out.sort("deployed_at", "deploy_id", *keys, maintain_order=True)

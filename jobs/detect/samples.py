@@ -1,0 +1,341 @@
+"""Interval samples: per-interval deltas of pg_stat_statements counters between consecutive snapshots.
+
+A cumulative counter is only comparable within one server incarnation and one life of an entry, so every
+delta is checked before it becomes a sample. An invalid delta is dropped and counted by reason, never turned
+into a negative or huge sample. The work is vectorized polars: rows are sorted by entry and time, the
+predecessor of each row is the previous row of the same entry (a shift, not a per-query loop), and the
+instances are processed one at a time so memory stays bounded by the largest instance."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+import polars as pl
+
+from jobs.detect.config import SampleConfig
+from jobs.schemas.collected import (
+    QUERY_SAMPLES,
+    SAMPLE_DELTAS,
+    SAMPLE_FRONTIER,
+    STATEMENT_SNAPSHOTS,
+)
+
+ENTRY_KEY: tuple[str, ...] = ("instance", "dbid", "userid", "queryid", "toplevel")
+
+# Why a delta was dropped, in the order the checks are applied (a delta gets the first reason that holds).
+DROP_REASONS: tuple[str, ...] = (
+    "server_replaced",  # system_identifier changed: another server answers under this instance name
+    "server_restarted",  # postmaster start time changed: counters restarted from zero
+    "stats_reset",  # pg_stat_statements_info.stats_reset changed
+    "entry_recreated",  # stats_since changed: the entry was evicted (or reset) and made again
+    "clock_skew",  # server-clock interval <= 0, or the server-collector clock offset moved too much
+    "counter_decreased",  # any cumulative counter went down
+    "evicted_in_interval",  # dealloc grew (only when SampleConfig.drop_when_dealloc_grew)
+    "below_min_executions",  # valid, but fewer calls than SampleConfig.min_executions
+)
+
+_SNAPSHOT_COLUMNS: tuple[str, ...] = (
+    *ENTRY_KEY,
+    "captured_at",
+    "collector_clock",
+    "system_identifier",
+    "postmaster_start",
+    "stats_reset",
+    "stats_since",
+    *SAMPLE_DELTAS,
+)
+
+
+@dataclass(frozen=True)
+class SamplesResult:
+    """Samples in the ``query_samples`` schema plus ``instance``, and drop counts per (instance, reason)."""
+
+    samples: pl.DataFrame
+    dropped_counts: pl.DataFrame = field(
+        default_factory=lambda: pl.DataFrame(
+            schema={"instance": pl.String, "reason": pl.String, "count": pl.UInt32}
+        )
+    )
+    interval_counts: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=INTERVAL_COUNTS))
+    """Per (instance, interval_end, reason): entry intervals sampled (reason ``sampled``) or dropped; the
+    job sums them per day into ``collection_health`` (``collection_health_rows``)."""
+
+
+SAMPLED = "sampled"
+INTERVAL_COUNTS: dict[str, pl.DataType] = {
+    "instance": pl.String(),
+    "interval_end": pl.Datetime("us", "UTC"),
+    "reason": pl.String(),
+    "intervals": pl.Int64(),
+}
+
+
+def collection_health_rows(interval_counts: pl.DataFrame) -> pl.DataFrame:
+    """Pure: ``interval_counts`` (of one or more instances) summed per (instance, day, reason): the
+    collection_health rows, so "how many resets this week" is a sum in SQL, not a rerun of the job."""
+    return (
+        interval_counts.with_columns(pl.col("interval_end").dt.date().alias("day"))
+        .group_by("instance", "day", "reason")
+        .agg(
+            pl.col("intervals").sum(),
+            pl.col("interval_end").n_unique().cast(pl.Int64).alias("snapshots"),
+            pl.col("interval_end").min().alias("first_interval_end"),
+            pl.col("interval_end").max().alias("last_interval_end"),
+        )
+        .sort("instance", "day", "reason")
+    )
+
+
+class SamplesError(ValueError):
+    """Snapshot input cannot be differenced; the message names the instance and column."""
+
+
+def _check_columns(frame_columns: Iterable[str], needed: Iterable[str], what: str) -> None:
+    missing = sorted(set(needed) - set(frame_columns))
+    if missing:
+        raise SamplesError(f"{what}: missing columns {missing}")
+
+
+def _dealloc_per_snapshot(runs: pl.LazyFrame | pl.DataFrame) -> pl.LazyFrame:
+    """One dealloc value per (instance, captured_at) of the successful snapshot runs."""
+    lazy = runs.lazy()
+    _check_columns(lazy.collect_schema().names(), ("instance", "captured_at", "dealloc"), "snapshot_runs")
+    names = lazy.collect_schema().names()
+    if "status" in names:
+        lazy = lazy.filter(pl.col("status").fill_null("ok") == "ok")
+    return lazy.select("instance", "captured_at", "dealloc").unique(["instance", "captured_at"], keep="first")
+
+
+def _changed(column: str) -> pl.Expr:
+    """Null-safe inequality of a column and its predecessor (null to a value counts as a change)."""
+    return pl.col(column).ne_missing(pl.col(column).shift(1))
+
+
+def samples_from_snapshots(
+    snapshots: pl.LazyFrame | pl.DataFrame,
+    runs: pl.LazyFrame | pl.DataFrame | None,
+    config: SampleConfig = SampleConfig(),
+) -> SamplesResult:
+    """Difference consecutive snapshots of each entry into interval samples; pure, any number of instances.
+
+    ``snapshots`` carries the statement_snapshots columns plus ``instance``; ``runs`` the snapshot_runs
+    columns plus ``instance`` (only ``dealloc`` is used from it; None means eviction is unknown).
+    """
+    return samples_of_prepared(prepared_snapshots(snapshots, runs).collect(), config)
+
+
+def prepared_snapshots(
+    snapshots: pl.LazyFrame | pl.DataFrame, runs: pl.LazyFrame | pl.DataFrame | None
+) -> pl.LazyFrame:
+    """The snapshot columns the differencing needs (missing ones null) with each snapshot's ``dealloc``."""
+    lazy = snapshots.lazy()
+    names = lazy.collect_schema().names()
+    _check_columns(
+        names, ("instance", "captured_at", "dbid", "userid", "queryid", "calls"), "statement_snapshots"
+    )
+    selected = [
+        (pl.col(c) if c in names else pl.lit(None, dtype=_dtype_of(c))).alias(c) for c in _SNAPSHOT_COLUMNS
+    ]
+    lazy = lazy.filter(pl.col("queryid").is_not_null()).select(selected)
+    if "toplevel" not in names:
+        lazy = lazy.with_columns(pl.col("toplevel").fill_null(True))
+    if runs is not None:
+        return lazy.join(_dealloc_per_snapshot(runs), on=["instance", "captured_at"], how="left")
+    return lazy.with_columns(pl.lit(None, dtype=pl.Int64).alias("dealloc"))
+
+
+def samples_of_prepared(prepared: pl.DataFrame, config: SampleConfig) -> SamplesResult:
+    if prepared["instance"].n_unique() <= 1:  # the job's case: no partition copy
+        parts = [prepared] if prepared.height else []
+    else:
+        parts = [part for _, part in sorted(prepared.partition_by("instance", as_dict=True).items())]
+    results = [_instance_samples(part, config) for part in parts]
+    if not results:
+        return SamplesResult(samples=_finish_samples(_instance_samples(prepared, config)[0]))
+    samples = pl.concat([r[0] for r in results])
+    dropped = pl.concat([r[1] for r in results]).sort("instance", "reason")
+    counts = pl.concat([r[2] for r in results]).sort("instance", "interval_end", "reason")
+    return SamplesResult(samples=_finish_samples(samples), dropped_counts=dropped, interval_counts=counts)
+
+
+def _instance_samples(
+    frame: pl.DataFrame, config: SampleConfig
+) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """Valid deltas, drop counts and per-snapshot interval counts (INTERVAL_COUNTS) of one instance.
+
+    Why one instance at a time: the sort dominates the cost, and without the instance name in the key it
+    is about twice as fast; (dbid, userid) are OIDs (< 2^32), so they pack exactly into one UInt64 key.
+    """
+    packed = (pl.col("dbid").cast(pl.UInt64) * (1 << 32) + pl.col("userid").cast(pl.UInt64)).alias("_db_user")
+    # Snapshots are ordered as they were taken (the collector's clock), so a server clock that went
+    # backwards shows as a negative interval instead of silently reordering the snapshots.
+    taken = pl.coalesce("collector_clock", "captured_at").alias("_taken")
+    offset = ((pl.col("captured_at") - pl.col("collector_clock")).dt.total_microseconds() / 1e6).alias(
+        "_offset"
+    )
+    ordered = (
+        frame.lazy()
+        .with_columns(packed, taken, offset)
+        .sort(["queryid", "_db_user", "toplevel", "_taken", "captured_at"], nulls_last=True)
+    )
+    key = ("queryid", "_db_user", "toplevel")
+    same_entry = pl.all_horizontal([pl.col(k).eq_missing(pl.col(k).shift(1)) for k in key])
+    deltas = [(pl.col(c) - pl.col(c).shift(1)).alias(c) for c in SAMPLE_DELTAS]
+    decreased = pl.any_horizontal([(pl.col(c) < pl.col(c).shift(1)).fill_null(False) for c in SAMPLE_DELTAS])
+    evictions = (pl.col("dealloc") - pl.col("dealloc").shift(1)).alias("evictions")
+    reason = (
+        pl.when(_changed("system_identifier"))
+        .then(pl.lit("server_replaced"))
+        .when(_changed("postmaster_start"))
+        .then(pl.lit("server_restarted"))
+        .when(_changed("stats_reset"))
+        .then(pl.lit("stats_reset"))
+        .when(_changed("stats_since"))
+        .then(pl.lit("entry_recreated"))
+        .when(
+            (pl.col("captured_at") <= pl.col("captured_at").shift(1))
+            | ((pl.col("_offset") - pl.col("_offset").shift(1)).abs() > config.max_clock_skew_s).fill_null(
+                False
+            )
+        )
+        .then(pl.lit("clock_skew"))
+        .when(decreased)
+        .then(pl.lit("counter_decreased"))
+        .otherwise(pl.lit(None, dtype=pl.String))
+    )
+    if config.drop_when_dealloc_grew:
+        reason = (
+            pl.when(reason.is_null() & (evictions > 0)).then(pl.lit("evicted_in_interval")).otherwise(reason)
+        )
+    diffed = ordered.select(
+        pl.col("instance"),
+        pl.col("captured_at").shift(1).alias("interval_start"),
+        pl.col("captured_at").alias("interval_end"),
+        pl.col("userid"),
+        pl.col("dbid"),
+        pl.col("toplevel"),
+        pl.col("queryid"),
+        *deltas,
+        evictions,
+        reason.alias("drop_reason"),
+        same_entry.fill_null(False).alias("has_predecessor"),
+    ).filter(pl.col("has_predecessor"))
+    diffed = diffed.with_columns(
+        pl.when(pl.col("drop_reason").is_null() & (pl.col("calls") < config.min_executions))
+        .then(pl.lit("below_min_executions"))
+        .otherwise(pl.col("drop_reason"))
+        .alias("drop_reason")
+    )
+    out = diffed.collect()
+    dropped = (
+        out.filter(pl.col("drop_reason").is_not_null())
+        .group_by("instance", "drop_reason")
+        .agg(pl.len().cast(pl.UInt32).alias("count"))
+        .rename({"drop_reason": "reason"})
+    )
+    counts = (
+        out.group_by("instance", "interval_end", pl.col("drop_reason").fill_null(SAMPLED).alias("reason"))
+        .agg(pl.len().cast(pl.Int64).alias("intervals"))
+        .cast(INTERVAL_COUNTS)  # type: ignore[arg-type]
+    )
+    return out.filter(pl.col("drop_reason").is_null()), dropped, counts
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Append: the frontier (each entry's latest differenced snapshot row) is the only state a run needs.
+
+_TAKEN = pl.coalesce("collector_clock", "captured_at")
+_PREPARED_COLUMNS: tuple[str, ...] = (*_SNAPSHOT_COLUMNS, "dealloc")
+WATERMARKS: tuple[str, ...] = ("watermark_taken", "watermark_captured_at")
+
+
+def empty_frontier() -> pl.DataFrame:
+    """A frontier with no entry (no instance differenced yet), with ``instance``."""
+    return pl.DataFrame(schema=SAMPLE_FRONTIER.scan_schema())
+
+
+def frontier_of(
+    prepared: pl.DataFrame, keep: timedelta, previous: pl.DataFrame | None = None
+) -> pl.DataFrame:
+    """Each entry's latest snapshot row (in the differencing order: collector clock, then server clock) and
+    the instance's watermarks: the latest snapshot taken (``watermark_taken``) and the latest server clock
+    (``watermark_captured_at``), never behind ``previous``'s. Entries whose latest row was taken more than
+    ``keep`` before the watermark are left out: the entry has left pg_stat_statements (the collector
+    snapshots every entry every time), and the delta to its next appearance would span ``keep`` or more."""
+    rows = prepared.select(_PREPARED_COLUMNS).with_columns(_TAKEN.alias("_taken"))
+    marks = rows.group_by("instance").agg(
+        pl.col("_taken").max().alias("watermark_taken"),
+        pl.col("captured_at").max().alias("watermark_captured_at"),
+    )
+    if previous is not None and previous.height:
+        old = previous.group_by("instance").agg(pl.col(w).max() for w in WATERMARKS)
+        marks = (
+            pl.concat([marks, old], how="vertical_relaxed")
+            .group_by("instance")
+            .agg(pl.col(w).max() for w in WATERMARKS)
+        )
+    latest = (
+        rows.sort([*ENTRY_KEY, "_taken", "captured_at"], nulls_last=True)
+        .group_by(list(ENTRY_KEY), maintain_order=True)
+        .last()
+        .join(marks, on="instance", how="left")
+        .filter(pl.col("_taken") >= pl.col("watermark_taken") - keep)
+    )
+    schema = SAMPLE_FRONTIER.scan_schema()
+    return (
+        latest.with_columns(pl.lit(None, dtype=pl.String).alias("config_digest"))
+        .select(schema.names())
+        .cast(dict(schema))
+    )  # the digest is the writer's to set (write_frontier's caller)
+
+
+def append_samples(
+    frontier: pl.DataFrame,
+    snapshots: pl.LazyFrame | pl.DataFrame,
+    runs: pl.LazyFrame | pl.DataFrame | None,
+    config: SampleConfig = SampleConfig(),
+) -> tuple[SamplesResult, pl.DataFrame]:
+    """Samples of the snapshots taken after each instance's watermark, and the frontier after them; pure.
+
+    Each entry's first new snapshot is differenced against its frontier row, the rest against each other:
+    for snapshots taken in order, ``full(old + new) == full(old) + append(frontier_of(old), new)`` row for
+    row (the drop counts are those of the new intervals only). Snapshots taken at or before the watermark
+    are ignored (already differenced). An instance absent from ``frontier`` starts from nothing.
+    """
+    new = prepared_snapshots(snapshots, runs).collect()
+    if frontier.height:
+        marks = frontier.group_by("instance").agg(pl.col("watermark_taken").max())
+        new = (
+            new.join(marks, on="instance", how="left")
+            .filter(pl.col("watermark_taken").is_null() | (pl.col("watermark_taken") < _TAKEN))
+            .drop("watermark_taken")
+        )
+    base = frontier.select(_PREPARED_COLUMNS).cast(dict(new.schema))
+    combined = pl.concat([base, new.select(_PREPARED_COLUMNS)], how="vertical")
+    result = samples_of_prepared(combined, config)
+    if new.height == 0:
+        return result, frontier
+    return result, frontier_of(combined, config.frontier_keep, frontier)
+
+
+def _dtype_of(column: str) -> pl.DataType:
+    schema = STATEMENT_SNAPSHOTS.scan_schema()
+    return schema[column] if column in schema else pl.String()
+
+
+def _finish_samples(valid: pl.DataFrame) -> pl.DataFrame:
+    """Add the derived columns; rows stay ordered by instance, entry (queryid, dbid, userid) and time."""
+    calls = pl.col("calls").cast(pl.Float64)
+    plans = pl.col("plans").cast(pl.Float64)
+    # × 1e-6, not / 1e6: polars divides a column by a scalar as a multiplication by its inverse, but a
+    # one-row frame by true division, so a one-row append would differ from a rebuild in the last bit.
+    out = valid.with_columns(
+        ((pl.col("interval_end") - pl.col("interval_start")).dt.total_microseconds() * 1e-6).alias(
+            "interval_seconds"
+        ),
+        pl.when(calls > 0).then(pl.col("total_exec_time") / calls).alias("mean_exec_time"),
+        pl.when(plans > 0).then(pl.col("total_plan_time") / plans).alias("mean_plan_time"),
+    )
+    return out.select("instance", *QUERY_SAMPLES.column_names)

@@ -1,0 +1,180 @@
+"""Unannounced analysis: change points over a longer history with no deploy, every increase
+Welch-tested against its neighbouring segment, Benjamini-Hochberg adjusted across the fleet."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+import numpy as np
+import polars as pl
+
+from jobs.detect.changepoint_memo import ChangePointMemo
+from jobs.detect.config import RegressionConfig
+from jobs.detect.fleet_fdr import FdrAdjust, within_call
+from jobs.schemas.analysed import PERFORMANCE_REGRESSIONS
+
+if TYPE_CHECKING:  # scope imports this module's series building
+    from jobs.detect.scope import AnalysisScope
+from jobs.detect.deploy_analysis import empty_result, known_columns, unannounced_columns
+from jobs.detect.segments import calls_per_second, consecutive_segment_tests, immaterial
+from jobs.detect.verdicts import DETECTED, INSUFFICIENT_DATA, NO_REGRESSION
+from jobs.query.series import (
+    SERIES_KEY,
+    analysed_columns,
+    fingerprinted_samples,
+    merge_intervals,
+    series_identity,
+)
+
+
+def scoped_history_points(
+    samples: pl.DataFrame,
+    texts: pl.DataFrame,
+    config: RegressionConfig,
+    scope: AnalysisScope | None,
+    extra: tuple[str, ...] = (),
+) -> tuple[pl.DataFrame, datetime, datetime]:
+    """(identified samples of the last ``config.history`` of the series the scope searches, cut to what
+    the analysis reads plus ``extra``; the history's start; its end, the latest sample): the start both
+    unannounced analyses (latency and work per call) share."""
+    from jobs.detect.scope import series_in_scope
+
+    points = analysed_columns(fingerprinted_samples(samples, texts, config.identity), extra)
+    latest = points["interval_end"].max()
+    window_start = latest - config.history  # type: ignore[operator]
+    ends = points["interval_end"]
+    if ends.null_count() or ends.min() <= window_start:  # type: ignore[operator]
+        # Only when a sample is outside the history: a filter copies every row it keeps.
+        points = points.filter(pl.col("interval_end") > window_start)
+    points = series_in_scope(points, scope)
+    return points, window_start, latest  # type: ignore[return-value]
+
+
+def detect_unannounced_regressions(
+    samples: pl.DataFrame,
+    texts: pl.DataFrame,
+    config: RegressionConfig = RegressionConfig(),
+    scope: AnalysisScope | None = None,
+    fdr: FdrAdjust = within_call,
+    fleet_tests: int = 0,
+    memo: ChangePointMemo | None = None,
+) -> pl.DataFrame:
+    """One row per (instance, query) over the last ``config.history``: its strongest step up, if any.
+
+    ``scope`` (jobs.detect.scope): only its ``unannounced_series`` are searched (the series whose new
+    samples moved from their level); None = every series. The history ends at the latest sample given.
+    ``fdr``: how candidate p-values are adjusted (jobs.detect.fleet_fdr: within this call, or among every
+    shard's candidates; ``fleet_tests`` = how many other shards' candidates, for ``fdr_method``).
+    ``memo``: change points already found on the same series (jobs.detect.changepoint_memo).
+
+    Change points come from hierarchical E-divisive with Benjamini-Hochberg across every series of the
+    call at each round; each increase of at least ``latency_change_threshold`` is Welch-tested against
+    the segment before it, and those p-values are Benjamini-Hochberg adjusted across all candidates of
+    the fleet. Detected when the adjusted p is below ``fdr_q``; the output says so in ``fdr_method``.
+    """
+    if samples.height == 0:
+        return empty_result()
+    points, window_start, latest = scoped_history_points(samples, texts, config, scope)
+    if points.height == 0:
+        return empty_result()
+    keys = list(SERIES_KEY)
+    identity = series_identity(points, keys)
+    series = merge_intervals(points, keys)
+    groups = series.group_by(keys, maintain_order=True).agg(
+        pl.len().alias("size"), pl.col("interval_end").min().alias("first_end")
+    )
+    steps = consecutive_segment_tests(
+        series["value"].to_numpy().astype(np.float64),
+        groups["size"].to_numpy().astype(np.int64),
+        config.unannounced_changepoint,
+        max_change_points=config.max_change_points,
+        fdr_q=config.fdr_q,
+        memo=memo,
+        mixed_rule=config,
+    )
+    offsets, piece, piece_base, mean, welch = (
+        steps.offsets,
+        steps.piece,
+        steps.piece_base,
+        steps.mean,
+        steps.welch,
+    )
+    candidate_group, candidate_cp_p = steps.group, steps.changepoint_p_value
+    after_piece, last_piece = steps.after_piece, steps.last_piece
+    rate = calls_per_second(series, piece, int(piece_base[-1]) + 1)[after_piece]
+    added_load = (welch.after_mean - welch.before_mean) * rate
+    small = immaterial(welch.before_mean, welch.after_mean, rate, config)
+    first_new = steps.first_new
+    with np.errstate(divide="ignore", invalid="ignore"):
+        change = (welch.after_mean - welch.before_mean) / welch.before_mean
+        latest_change = (mean[last_piece] - welch.before_mean) / welch.before_mean
+    recovered = config.require_ongoing & ~(latest_change >= config.latency_change_threshold)
+    stepped_up = (change >= config.latency_change_threshold) & np.isfinite(welch.p)
+    candidate = stepped_up & ~small & ~recovered
+    adjusted = np.full(candidate.shape[0], np.nan)
+    if candidate.any():
+        adjusted[candidate] = fdr(welch.p[candidate])
+    detected = candidate & (adjusted < config.fdr_q)
+    tests = int(candidate.sum()) + fleet_tests
+    starts = series["interval_start"]
+    candidates = pl.DataFrame(
+        {
+            "group": candidate_group,
+            "changepoint_index": first_new,
+            "mixed_index": pl.Series([int(m) if m >= 0 else None for m in steps.mixed], dtype=pl.Int64),
+            "detected_change_at": pl.Series(
+                [starts[int(offsets[g] + i)] for g, i in zip(candidate_group, first_new, strict=True)],
+                dtype=pl.Datetime("us", "UTC"),
+            ),
+            "latency_change": change,
+            "changepoint_p_value": candidate_cp_p,
+            "before_mean_ms": welch.before_mean,
+            "after_mean_ms": welch.after_mean,
+            "before_count": welch.before_count,
+            "after_count": welch.after_count,
+            "t_statistic": welch.t,
+            "p_value": welch.p,
+            "p_adjusted": adjusted,
+            "added_load_ms_per_s": added_load,
+            "stepped_up": stepped_up,
+            "immaterial": stepped_up & small,
+            "recovered": stepped_up & ~small & recovered,
+            "candidate": candidate,
+            "detected": detected,
+        },
+        schema_overrides={"group": pl.Int64, "changepoint_index": pl.Int64, "mixed_index": pl.Int64},
+    )
+    # Per series: the detected step with the smallest adjusted p (ties: earliest), else the best candidate.
+    best = candidates.sort(
+        ["group", "detected", "candidate", "stepped_up", "p_adjusted", "changepoint_index"],
+        descending=[False, True, True, True, False, False],
+        nulls_last=True,
+    ).unique("group", keep="first", maintain_order=True)
+    base = groups.with_row_index("group").with_columns(pl.col("group").cast(pl.Int64))
+    result = base.join(best, on="group", how="left").join(identity, on=keys, how="left")
+    result = result.with_columns(
+        pl.when(pl.col("detected").fill_null(False))
+        .then(pl.lit(DETECTED))
+        .when(pl.col("size") < 2 * config.unannounced_changepoint.min_segment)
+        .then(pl.lit(INSUFFICIENT_DATA))
+        .otherwise(pl.lit(NO_REGRESSION))
+        .alias("status"),
+        pl.when(pl.col("detected").fill_null(False))
+        .then(pl.lit(DETECTED))
+        .when(pl.col("size") < 2 * config.unannounced_changepoint.min_segment)
+        .then(pl.lit("too_few_samples"))
+        .when(pl.col("changepoint_index").is_null())
+        .then(pl.lit("no_significant_change_point"))
+        .when(pl.col("immaterial"))
+        .then(pl.lit("below_materiality_threshold"))
+        .when(pl.col("recovered"))
+        .then(pl.lit("recovered"))
+        .when(~pl.col("candidate"))
+        .then(pl.lit("below_latency_change_threshold"))
+        .otherwise(pl.lit("not_significant_after_fdr"))
+        .alias("reason"),
+        (1.0 - pl.col("p_adjusted")).alias("confidence"),
+        *unannounced_columns(window_start, latest, config.fdr_q, tests),
+    )
+    return PERFORMANCE_REGRESSIONS.conform(result.select(known_columns(result))).sort(*SERIES_KEY)

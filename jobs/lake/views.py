@@ -1,0 +1,280 @@
+"""DuckDB views over the lake for ad-hoc SQL: one view per table, then the derived views in sql/duckdb/.
+
+Base views come from the same schema catalogue the writers use (jobs/schemas/analysed.py); a table with no
+file
+yet gets an empty view of the right types, so derived views and users' queries never fail on a young lake.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import duckdb
+import polars as pl
+
+from jobs.lake import io as lake
+from jobs.lake import locks
+from jobs.lake.objectpath import ObjectPath
+from jobs.lake.storage import LakePath, duckdb_filesystem, lake_path
+from jobs.schemas.registry import TABLES
+from jobs.schemas.table import TableSchema
+from jobs.sqlfiles import SQL_ROOT, load_sql
+
+BASE_TEMPLATE = "base_table_view"
+COLUMNS_TEMPLATE = "base_table_columns"
+T = TypeVar("T")
+
+
+def duckdb_type(dtype: pl.DataType) -> str:
+    """The DuckDB type for a polars type used in the lake schemas."""
+    if isinstance(dtype, pl.Datetime):
+        return "TIMESTAMPTZ" if dtype.time_zone else "TIMESTAMP"
+    if isinstance(dtype, pl.List):
+        return f"{duckdb_type(dtype.inner)}[]"
+    simple = {
+        pl.Int64: "BIGINT",
+        pl.Int32: "INTEGER",
+        pl.Float64: "DOUBLE",
+        pl.String: "VARCHAR",
+        pl.Boolean: "BOOLEAN",
+        pl.Date: "DATE",
+    }
+    for polars_type, name in simple.items():
+        if isinstance(dtype, polars_type):
+            return name
+    raise TypeError(f"no DuckDB type for polars {dtype}")
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _sql_string(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+@dataclass(frozen=True)
+class TableScan:
+    """The read_parquet arguments of one table's view: its files (a quoted glob or a list) and hive types."""
+
+    files: str
+    hive_types: str
+
+
+def table_scan(lake_root: LakePath, table: TableSchema) -> TableScan | None:
+    """The table's files after the lake's envelope check moved bad files to the quarantine (out of the
+    glob); when a bad file could not be moved, the good files listed. None: the table has no file yet.
+    On an object store the paths are full URIs, read through the filesystem ``connect`` registers."""
+    usable = lake.usable_files(lake_root, table)
+    if not usable:
+        return None
+    # Paths relative to the lake root (the session's file_search_path, set by connect() and printed first
+    # by `radar views`): a view definition names no machine's folder, so a saved database or a pasted
+    # script works wherever the lake is.
+    root = lake_path(lake_root).resolve()
+    prefix = f"{root}/" if isinstance(root, ObjectPath) else ""
+    if len(usable) == len(lake.table_files(lake_root, table)):
+        folders = "/".join(["*"] * len(table.partition_by))
+        files = _sql_string(f"{prefix}{table.name}/{folders}/*.parquet")
+    else:
+        names = [str(p.resolve().relative_to(root)) for p in usable]  # type: ignore[arg-type]
+        files = "[" + ", ".join(_sql_string(f"{prefix}{name}") for name in names) + "]"
+    hive_types = "{" + ", ".join(f"'{k}': 'VARCHAR'" for k in table.partition_by) + "}"
+    return TableScan(files=files, hive_types=hive_types)
+
+
+def base_view_sql(
+    lake_root: LakePath,
+    table: TableSchema,
+    scan: TableScan | None = None,
+    files_have: Collection[str] | None = None,
+) -> str:
+    """The table's view over ``scan`` (default: ``table_scan``). ``files_have``: the columns its files have
+    between them (None: assume every column); a schema column outside it is selected as a typed NULL."""
+    scan = scan or table_scan(lake_root, table)
+    schema = table.scan_schema()
+    if scan is None:
+        columns = ", ".join(f"CAST(NULL AS {duckdb_type(t)}) AS {_quote(n)}" for n, t in schema.items())
+        return f"CREATE OR REPLACE VIEW {table.name} AS SELECT {columns} WHERE false"
+    columns = ", ".join(
+        f"CAST({_quote(n) if files_have is None or n in files_have else 'NULL'} AS {duckdb_type(t)}) "
+        f"AS {_quote(n)}"
+        for n, t in schema.items()
+    )
+    return load_sql(BASE_TEMPLATE, "duckdb").format(
+        table=table.name, columns=columns, files=scan.files, hive_types=scan.hive_types
+    )
+
+
+def files_columns(conn: duckdb.DuckDBPyConnection, scan: TableScan) -> set[str]:
+    """The columns a table's files have between them (hive partition columns included): one DESCRIBE of
+    the union_by_name scan, which reads every file's footer."""
+    sql = load_sql(COLUMNS_TEMPLATE, "duckdb").format(files=scan.files, hive_types=scan.hive_types)
+    return {str(row[0]) for row in conn.execute(sql).fetchall()}
+
+
+def define_base_view(conn: duckdb.DuckDBPyConnection, lake_root: LakePath, table: TableSchema) -> str:
+    """Create the table's view on ``conn`` and return the statement that did.
+
+    The view over every schema column is tried first (no extra read: DuckDB reads the footers to bind it
+    anyway). Only when it names a column no file has (a lake written by an older radar: DuckDB's binder
+    rejects it) are the files' columns asked for, and the view made again with that column a typed NULL.
+    """
+    scan = table_scan(lake_root, table)
+    statement = base_view_sql(lake_root, table, scan)
+    try:
+        conn.execute(statement)
+        return statement
+    except duckdb.BinderException as exc:
+        if scan is None:
+            raise _view_error(table, exc) from exc
+        try:
+            have = files_columns(conn, scan)
+        except duckdb.Error as describe_exc:
+            raise _view_error(table, describe_exc) from describe_exc
+        if set(table.scan_schema().names()) <= have:  # not a missing column: DuckDB's own message
+            raise _view_error(table, exc) from exc
+    except duckdb.Error as exc:
+        raise locks.LakeError(f"DuckDB view failed: {exc}\n{statement[:400]}") from exc
+    statement = base_view_sql(lake_root, table, scan, have)
+    _execute_view(conn, statement)
+    return statement
+
+
+def _view_error(table: TableSchema, exc: duckdb.Error) -> locks.LakeError:
+    return locks.LakeError(f"DuckDB view {table.name} failed: {one_line(exc)}")
+
+
+def _execute_view(conn: duckdb.DuckDBPyConnection, statement: str) -> None:
+    try:
+        conn.execute(statement)
+    except duckdb.Error as exc:
+        raise locks.LakeError(f"DuckDB view failed: {exc}\n{statement[:400]}") from exc
+
+
+def search_path_sql(lake_root: LakePath, *also: LakePath) -> str:
+    """The statement that makes the views' relative paths resolve to ``lake_root`` (session-level: it is
+    not stored in the views, so the same definitions serve any copy of the lake); ``also``: more folders
+    searched after it (a comma-separated list in DuckDB: a folder whose name has a comma is left out)."""
+    folders = [str(lake_root), *(str(p) for p in also if "," not in str(p))]
+    return f"SET file_search_path = {_sql_string(','.join(folders))}"
+
+
+def derived_view_statements() -> list[str]:
+    """The statements of the views built on the base views (sql/duckdb/views_*.sql), in order."""
+    out: list[str] = []
+    for path in sorted((SQL_ROOT / "duckdb").glob("views_*.sql")):
+        text = path.read_text()
+        out += [s.strip() for s in text.split(";\n") if s.strip() and not _only_comments(s)]
+    return out
+
+
+def view_statements(lake_root: LakePath) -> list[str]:
+    """Every statement that defines the views, in order, as ``connect`` runs them on this lake (also what
+    `radar views` prints after the ``SET file_search_path`` line). No statement holds an absolute path:
+    file globs are relative to the lake root."""
+    conn, statements = _connect(lake_root, ":memory:")
+    conn.close()
+    return statements
+
+
+def _only_comments(sql: str) -> bool:
+    return all(not line.strip() or line.strip().startswith("--") for line in sql.splitlines())
+
+
+def connect(lake_root: LakePath, database: str = ":memory:") -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection with every lake view defined (an object-store lake read through obstore's
+    fsspec adapter, registered with the connection: the installed DuckDB has no object-store extension
+    and none is downloaded)."""
+    return _connect(lake_root, database)[0]
+
+
+def _connect(lake_root: LakePath, database: str) -> tuple[duckdb.DuckDBPyConnection, list[str]]:
+    """``connect``, and the statements that defined its views."""
+    conn = duckdb.connect(database)
+    try:
+        root = lake_path(lake_root).resolve()
+        filesystem = duckdb_filesystem(root)
+        if filesystem is not None:
+            conn.register_filesystem(filesystem)
+            conn.execute(search_path_sql(Path.cwd()))
+        else:
+            # The lake first (the views), then the working directory (a user's own read_csv('x.csv') works).
+            conn.execute(search_path_sql(root, Path.cwd()))
+        statements = [define_base_view(conn, lake_root, table) for table in TABLES.values()]
+        for statement in derived_view_statements():
+            _execute_view(conn, statement)
+            statements.append(statement)
+    except BaseException:
+        conn.close()
+        raise
+    return conn, statements
+
+
+# DuckDB errors a bad file can cause (a value that cannot be cast, a corrupt or vanished file).
+DATA_ERRORS: tuple[type[Exception], ...] = (
+    duckdb.ConversionException,
+    duckdb.InvalidInputException,
+    duckdb.IOException,
+)
+
+
+def one_line(exc: BaseException) -> str:
+    """DuckDB's message on one line: its caret line (``^^^^^``) dropped, the rest joined with " | "."""
+    lines = [line.strip() for line in str(exc).splitlines()]
+    return " | ".join(line for line in lines if line and set(line) != {"^"})
+
+
+@dataclass(frozen=True)
+class QueryRows:
+    """A query's result as DuckDB's own Python values (every type has one: INTERVAL is a timedelta,
+    DECIMAL a Decimal, UUID a UUID, BLOB bytes, LIST a list, STRUCT and MAP dicts, HUGEINT an int)."""
+
+    columns: list[str]
+    types: list[str]
+    rows: list[tuple[Any, ...]]
+
+
+def _run(lake_root: LakePath, sql: str, fetch: Callable[[duckdb.DuckDBPyRelation | None], T]) -> T:
+    """Run one query over the lake views and ``fetch`` its result.
+
+    On a data error the lake's files are read one by one, the bad ones quarantined, and the query run once
+    more; any other failure (a typo, an unknown column) is a LakeError with DuckDB's message on one line.
+    """
+    for attempt in range(2):
+        conn = connect(lake_root)
+        try:
+            return fetch(conn.sql(sql))
+        except DATA_ERRORS as exc:
+            mark = lake.incident_mark()
+            vanished = (
+                0 if attempt else sum(lake.find_unreadable_files(lake_root, t)[1] for t in TABLES.values())
+            )
+            if attempt or not (vanished or lake.incidents_since(mark)):
+                raise locks.LakeError(f"DuckDB query failed: {one_line(exc)}") from exc
+        except duckdb.Error as exc:
+            raise locks.LakeError(f"DuckDB query failed: {one_line(exc)}") from exc
+        finally:
+            conn.close()
+    raise AssertionError("unreachable")
+
+
+def query(lake_root: LakePath, sql: str) -> pl.DataFrame:
+    """One query over the lake views as a polars frame (for lake types; `radar sql` uses query_rows, which
+    prints any DuckDB type: polars cannot take an INTERVAL through arrow)."""
+    return _run(lake_root, sql, lambda result: result.pl() if result is not None else pl.DataFrame())
+
+
+def query_rows(lake_root: LakePath, sql: str) -> QueryRows:
+    """One query over the lake views as DuckDB's Python values (what `radar sql` prints); a statement with
+    no result (``SET``, ``CREATE VIEW``) gives no columns."""
+
+    def fetch(result: duckdb.DuckDBPyRelation | None) -> QueryRows:
+        if result is None:
+            return QueryRows([], [], [])
+        return QueryRows(list(result.columns), [str(t) for t in result.types], result.fetchall())
+
+    return _run(lake_root, sql, fetch)

@@ -1,0 +1,1 @@
+"""What runs on one machine for trying and testing: embedded servers, the demo, the simulator."""

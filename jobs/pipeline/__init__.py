@@ -1,0 +1,1 @@
+"""Runs that span stages: the collection cycle, the detection run, the sharded detection."""

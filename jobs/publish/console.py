@@ -1,0 +1,170 @@
+"""The detection's tables for people in a terminal (rich): findings, slowdowns, resource regressions."""
+
+from __future__ import annotations
+
+import polars as pl
+from rich.console import Console
+from rich.table import Table
+
+from jobs.detect.verdicts import DETECTED
+from jobs.drift.finding_flags import DRIFT_FLAG_COLUMNS, drift_flags_text, with_drift_flags
+from jobs.pipeline.detection import DetectionOutcome
+from jobs.query.series import SERIES_KEY
+
+# ---------------------------------------------------------------------------------------------------------
+# Rendering
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else (f"{value:.3f} ms" if value < 10 else f"{value:.1f} ms")
+
+
+def resource_table(frame: pl.DataFrame, title: str = "Resource regressions") -> Table:
+    """Detected resource regressions: e.g.: "temp blocks per call ×4.8 at deploy v42, latency +9%"."""
+    table = Table(title=title, show_lines=True)
+    for name in ("instance", "query", "regression", "began at", "p"):
+        table.add_column(name, overflow="fold")
+    for row in frame.to_dicts():
+        began = row.get("detected_change_at")
+        p_value = row.get("p_adjusted") if row.get("p_adjusted") is not None else row.get("p_value")
+        table.add_row(
+            str(row["instance"]),
+            str(row.get("query") or row.get("queryid"))[:90],
+            str(row.get("summary") or row.get("metric")),
+            began.strftime("%H:%M:%S") if began else "-",
+            f"{p_value:.2g}" if p_value is not None else "-",
+        )
+    return table
+
+
+def _kind_text(row: dict) -> str:
+    """plan_or_work, or both with how far the query's slowdown exceeds its instance's common one."""
+    kind = row.get("kind") or "-"
+    ratio, excess = row.get("instance_slowdown_ratio"), row.get("slowdown_excess")
+    if kind == "both" and ratio is not None:
+        excess_text = f", own ×{excess:.1f} of it" if excess is not None else ""
+        return f"both (instance ×{ratio:.2f}{excess_text})"
+    return str(kind)
+
+
+def slowdowns_table(frame: pl.DataFrame) -> Table:
+    table = Table(title="Instance slowdowns", show_lines=True)
+    for name in ("instance", "began at", "deploy", "queries", "median → max ratio", "calls/s", "summary"):
+        table.add_column(name, overflow="fold")
+    for row in frame.to_dicts():
+        began = row.get("began_at")
+        table.add_row(
+            str(row["instance"]),
+            began.strftime("%H:%M:%S") if began else "-",
+            str(row.get("deploy_version") or "unannounced"),
+            f"{row['queries']} of {row['series_compared']}",
+            f"×{row['median_ratio']:.2f} → ×{row['max_ratio']:.2f}",
+            f"{row['calls_per_s_before']:.1f} → {row['calls_per_s_after']:.1f}",
+            str(row.get("summary") or ""),
+        )
+    return table
+
+
+def _status_text(row: dict) -> str:
+    status = str(row["status"])
+    if status == "recovered" and row.get("recovered_at") is not None:
+        return (
+            f"recovered at {row['recovered_at'].strftime('%H:%M:%S')} (now {_ms(row.get('latest_mean_ms'))})"
+        )
+    if status == "superseded":
+        return f"superseded by {row.get('superseded_by')}"
+    return status
+
+
+def _deploy_text(row: dict) -> str:
+    if row.get("analysis") != "deploy":
+        return "unannounced"
+    others = f" (also near: {row['other_deploys']})" if row.get("other_deploys") else ""
+    later = f" (deployed after: {row['deploys_after']})" if row.get("deploys_after") else ""
+    return f"{row.get('deploy_version')}{others}{later}"
+
+
+def findings_table(frame: pl.DataFrame, title: str = "Findings") -> Table:
+    """Each finding once (jobs.detect.findings): the deploy blamed or unannounced, with its status; a
+    "drift" column with the latest per-execution drift flag per metric when ``frame`` has them
+    (jobs.drift.finding_flags.with_drift_flags; "–" where the query was not scored)."""
+    drifted = all(c in frame.columns for c in DRIFT_FLAG_COLUMNS)
+    table = Table(title=title, show_lines=True)
+    for name in (
+        "instance",
+        "query",
+        "status",
+        "before → after",
+        "began at",
+        "p",
+        "deploy",
+        "kind",
+        "plan change",
+        "work",
+        *(["drift"] if drifted else []),
+    ):
+        table.add_column(name, overflow="fold")
+    for row in frame.sort("onset", "finding_id").to_dicts():
+        began = row.get("detected_change_at")
+        table.add_row(
+            str(row["instance"]),
+            str(row.get("query") or row.get("queryid"))[:90],
+            _status_text(row),
+            f"{_ms(row.get('before_mean_ms'))} → {_ms(row.get('after_mean_ms'))}",
+            began.strftime("%H:%M:%S") if began else "-",
+            f"{row['p_value']:.2g}" if row.get("p_value") is not None else "-",
+            _deploy_text(row),
+            _kind_text(row),
+            str(row.get("plan_diff_summary") or "no plans captured"),
+            str(row.get("work_evidence") or "-"),
+            *([drift_flags_text(row)] if drifted else []),
+        )
+    return table
+
+
+def print_detection(
+    outcome: DetectionOutcome,
+    console: Console,
+    show_all: bool = False,
+    drift: pl.DataFrame | None = None,
+) -> None:
+    """The run as tables; ``drift`` (execution_drift rows): each finding's latest drift flags in a column
+    (none on a lake without drift scores: the table stays as narrow as before)."""
+    if outcome.settings_changed:
+        console.print(
+            "The analysis settings changed since the last run: every deploy and series re-examined."
+        )
+    shown = outcome.shown_findings
+    if drift is not None and drift.height:
+        shown = with_drift_flags(shown, drift)
+    if shown.height:
+        console.print(findings_table(shown, "Findings (open, or changed by this run)"))
+    else:
+        console.print("No open regression, and no finding changed.")
+    resources = outcome.resource_detected
+    if resources.height:
+        # The unannounced analysis often finds a deploy's step again: show each (query, metric, time) once.
+        shown = resources.sort(pl.col("analysis") != "deploy", maintain_order=True).unique(
+            [*SERIES_KEY, "metric", "detected_change_at"], keep="first", maintain_order=True
+        )
+        console.print(resource_table(shown))
+    else:
+        console.print("No resource regression (work per call) found.")
+    if outcome.instance_slowdowns.height:
+        console.print(slowdowns_table(outcome.instance_slowdowns))
+    for label, frame in (
+        ("at deploys", outcome.regressions),
+        ("unannounced", outcome.unannounced),
+        ("for work per call", outcome.resource_regressions),
+    ):
+        rejected = frame.filter(pl.col("status") != DETECTED)
+        if not rejected.height:
+            continue
+        counts = rejected.group_by("status", "reason").len().sort("len", "reason", descending=[True, False])
+        console.print(f"{rejected.height} series analysed {label} and not reported:")
+        for row in counts.head(8).iter_rows(named=True):
+            console.print(f"  {row['len']:>4} × {row['status']}: {row['reason']}")
+        if show_all:
+            for row in rejected.iter_rows(named=True):
+                metric = f" [{row['metric']}]" if row.get("metric") else ""
+                console.print(f"       {row['instance']}: {str(row['query'])[:70]}{metric} → {row['reason']}")

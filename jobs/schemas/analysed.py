@@ -1,0 +1,543 @@
+"""Tables the analyses write: regressions, findings, alerts, drift, gate results, runs."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from jobs.schemas.table import UTC_TS, Column, TableSchema
+
+# Which analysis run wrote a row (issue 9): every analysis-row table carries both, filled by run_detection.
+RUN_COLUMNS: tuple[Column, ...] = (
+    Column("run_id", pl.String(), "the analysis run: computed_at as %Y%m%dT%H%M%S%fZ"),
+    Column("computed_at", UTC_TS, "when the analysis run ran (its `now`)"),
+)
+
+# Columns that mean the same in every per-series finding table (performance_regressions: latency;
+# resource_regressions: work per call), spliced into each at its own place (the column order is the lake's).
+# Which finding: the analysis, the merged query series, the deploy (null for the unannounced analysis).
+FINDING_COLUMNS: tuple[Column, ...] = (
+    Column("analysis", pl.String(), "deploy | unannounced"),
+    Column("instance", pl.String()),
+    Column("queryid", pl.Int64(), "the queryid of the query that most recently received a sample"),
+    Column("queryids", pl.String(), "every queryid merged into this series, comma separated, sorted"),
+    Column("fingerprint", pl.String()),
+    Column(
+        "series",
+        pl.String(),
+        "the series (jobs.query.identity): '<dbid>:<fingerprint>', ':<first queryid>' appended for a "
+        "query running side by side with another of the same fingerprint",
+    ),
+    Column("dbid", pl.Int64(), "the series' database oid"),
+    Column("database", pl.String(), "its datname when the collector stored one with the texts, else null"),
+    Column("query", pl.String(), "the text of ``queryid``"),
+    Column("deploy_id", pl.String()),
+    Column("deploy_version", pl.String()),
+    Column("deployed_at", UTC_TS),
+)
+# The verdict and the window the change was looked for in.
+VERDICT_COLUMNS: tuple[Column, ...] = (
+    Column("status", pl.String(), "detected | no_regression | insufficient_data"),
+    Column("reason", pl.String()),
+    Column("window_start", UTC_TS),
+    Column("window_end", UTC_TS),
+)
+# The change point that splits the series into a before and an after segment.
+CHANGE_POINT_COLUMNS: tuple[Column, ...] = (
+    Column("changepoint_index", pl.Int64(), "first sample of the new regime in the merged series"),
+    Column("detected_change_at", UTC_TS, "start of the first interval of the new regime"),
+    Column("changepoint_p_value", pl.Float64()),
+    Column(
+        "mixed_index",
+        pl.Int64(),
+        "the sample just before changepoint_index whose interval holds the step (its mean mixes both "
+        "regimes): in neither level; null: none (jobs.detect.segments.settle_boundary)",
+    ),
+)
+# The Welch test of the before segment against the after segment.
+SEGMENT_TEST_COLUMNS: tuple[Column, ...] = (
+    Column("before_count", pl.Int64()),
+    Column("after_count", pl.Int64()),
+    Column("t_statistic", pl.Float64(), "Welch (unequal variances, ddof = 1)"),
+    Column("p_value", pl.Float64()),
+    Column("p_adjusted", pl.Float64(), "Benjamini-Hochberg adjusted p (unannounced analysis)"),
+)
+
+PERFORMANCE_REGRESSIONS = TableSchema(
+    name="performance_regressions",
+    description="One row per analysed (instance, series) per analysis: detected or why not.",
+    partition_by=("date",),
+    primary_key=("analysis", "deploy_id", "instance", "series"),
+    columns=(
+        *FINDING_COLUMNS,
+        *VERDICT_COLUMNS,
+        Column("latency_change", pl.Float64(), "stage 0: (post mean - pre mean) / pre mean"),
+        *CHANGE_POINT_COLUMNS,
+        Column("before_mean_ms", pl.Float64()),
+        Column("after_mean_ms", pl.Float64()),
+        *SEGMENT_TEST_COLUMNS,
+        Column("confidence", pl.Float64(), "1 - p (1 - adjusted p for the unannounced analysis)"),
+        Column("fdr_method", pl.String(), "false discovery control applied, if any"),
+        Column(
+            "added_load_ms_per_s", pl.Float64(), "(after - before mean) x calls/s after: execution time added"
+        ),
+        Column(
+            "recovered_at",
+            UTC_TS,
+            "deploy analysis: a later change point after which latency is back within the threshold",
+        ),
+        Column("latest_mean_ms", pl.Float64(), "deploy analysis: mean after the window's last change point"),
+        Column(
+            "work_changed",
+            pl.Boolean(),
+            "some per-call work measure changed at the change point by the resource thresholds (ratio and "
+            "floor); null when not computed (not detected, no change point)",
+        ),
+        Column(
+            "work_evidence",
+            pl.String(),
+            "per-call work before vs after the change point ('shared blocks per call ×74, rows unchanged')",
+        ),
+        Column(
+            "kind",
+            pl.String(),
+            "plan_or_work | contention | both (jobs.detect.contention); null for rows never detected",
+        ),
+        Column(
+            "instance_slowdown_ratio",
+            pl.Float64(),
+            "median latency ratio (after/before) of the instance's other queries then; null: no episode",
+        ),
+        Column(
+            "slowdown_excess", pl.Float64(), "this query's latency ratio / the common ratio of the others"
+        ),
+        Column(
+            "other_deploys",
+            pl.String(),
+            "deploy analysis: the other candidate causes, deploys within the tolerance at or before the "
+            "change ('v1 at 2026-11-29T12:00:00Z, ...'); the row's deploy is the latest of them "
+            "(jobs.detect.attribution.attribute_to_deploys)",
+        ),
+        Column(
+            "deploys_after",
+            pl.String(),
+            "deploy analysis: deploys within the tolerance after the change ('v813-restore-pkey at ...'): "
+            "mentioned (a restore, say), never a candidate cause",
+        ),
+        *RUN_COLUMNS,
+    ),
+)
+
+RESOURCE_REGRESSIONS = TableSchema(
+    name="resource_regressions",
+    description=(
+        "One row per analysed (analysis, deploy, instance, series, work metric): did the query's "
+        "work per call (temp blocks, shared blocks, rows, WAL bytes, planning time) step up, or why not."
+    ),
+    partition_by=("date",),
+    primary_key=("analysis", "deploy_id", "instance", "series", "metric"),
+    columns=(
+        *FINDING_COLUMNS,
+        Column("metric", pl.String(), "temp_blocks | shared_blocks | rows | wal_bytes | plan_ms"),
+        Column("unit", pl.String(), "blocks | rows | bytes | ms (per call)"),
+        *VERDICT_COLUMNS,
+        Column("naive_ratio", pl.Float64(), "stage 0: post / pre mean per call around the deploy"),
+        *CHANGE_POINT_COLUMNS,
+        Column("before_per_call", pl.Float64(), "mean work per call of the segment before the change point"),
+        Column("after_per_call", pl.Float64(), "... and of the segment from it on"),
+        Column("ratio", pl.Float64(), "after_per_call / before_per_call (inf when before is 0)"),
+        *SEGMENT_TEST_COLUMNS,
+        Column("fdr_method", pl.String(), "false discovery control applied, if any"),
+        Column("latency_before_ms", pl.Float64(), "mean latency of the same before segment"),
+        Column("latency_after_ms", pl.Float64(), "... and of the same after segment"),
+        Column("latency_change", pl.Float64(), "latency_after_ms / latency_before_ms - 1"),
+        Column("summary", pl.String(), "e.g. 'temp blocks per call ×4.8 at deploy v42, latency +9%'"),
+        *RUN_COLUMNS,
+    ),
+)
+
+INSTANCE_SLOWDOWNS = TableSchema(
+    name="instance_slowdowns",
+    description="One row per episode: many queries of one instance slowed together at one moment.",
+    partition_by=("date",),
+    primary_key=("analysis", "deploy_id", "instance", "began_at"),
+    columns=(
+        Column("instance", pl.String()),
+        Column("analysis", pl.String(), "deploy | unannounced: which analysis' moment was tested"),
+        Column("deploy_id", pl.String(), "the deploy at which the instance slowed (null: unannounced)"),
+        Column("deploy_version", pl.String()),
+        Column(
+            "began_at", UTC_TS, "the moment tested: the deploy, or the median change time of the findings"
+        ),
+        Column("queries", pl.Int64(), "how many series slowed together (ratio >= 1 + shift threshold)"),
+        Column("series_compared", pl.Int64(), "series of the instance with enough samples on both sides"),
+        Column("queryids", pl.String(), "queryids of the slowed series, comma separated, sorted"),
+        Column("fingerprints", pl.String(), "fingerprints of the slowed series, comma separated, sorted"),
+        Column(
+            "median_ratio", pl.Float64(), "median latency ratio (after/before) over every series compared"
+        ),
+        Column("max_ratio", pl.Float64()),
+        Column(
+            "work_unchanged",
+            pl.Boolean(),
+            "no finding of the episode changed its work per call (null: work not measured)",
+        ),
+        Column("findings_suppressed", pl.Int64(), "detected findings reported as this episode instead"),
+        Column("calls_per_s_before", pl.Float64(), "calls per second of the compared series, summed"),
+        Column("calls_per_s_after", pl.Float64()),
+        Column("summary", pl.String()),
+        *RUN_COLUMNS,
+    ),
+)
+
+PLAN_DIFFS = TableSchema(
+    name="plan_diffs",
+    description="One row per detected regression: the plan before vs after detected_change_at.",
+    partition_by=("date",),
+    primary_key=("instance", "series", "detected_change_at"),
+    columns=(
+        Column("instance", pl.String()),
+        Column("queryid", pl.Int64()),
+        Column("fingerprint", pl.String()),
+        Column("series", pl.String(), "the regression's series (jobs.query.identity)"),
+        Column("dbid", pl.Int64()),
+        Column("database", pl.String()),
+        Column("detected_change_at", UTC_TS),
+        Column(
+            "diff_status",
+            pl.String(),
+            "changed | cost_changed (same shape) | unchanged | no_before | no_new_shape | no_plans"
+            " | no_change_time",
+        ),
+        Column("before_captured_at", UTC_TS),
+        Column("after_captured_at", UTC_TS),
+        Column("before_source", pl.String()),
+        Column("after_source", pl.String()),
+        Column("before_shape_hash", pl.String()),
+        Column("after_shape_hash", pl.String()),
+        Column("plan_diff_summary", pl.String(), "short human summary"),
+        Column("plan_diff", pl.String(), "structured diff as JSON"),
+        *RUN_COLUMNS,
+    ),
+)
+
+# ---------------------------------------------------------------------------------------------------------
+# Findings (issue 9: jobs/detect/findings.py): one regression, one finding, with a lifecycle
+
+FINDING_STATES = TableSchema(
+    name="finding_states",
+    description=(
+        "Append-only: one row each time a finding (instance, series, onset) opens or changes (status, "
+        "levels, attribution, plan diff); the DuckDB view `findings` shows the latest row per finding_id."
+    ),
+    partition_by=("date",),
+    primary_key=("finding_id", "run_id"),
+    columns=(
+        Column("finding_id", pl.String(), "stable hash of (instance, series, onset)"),
+        *RUN_COLUMNS,
+        Column("status", pl.String(), "open | recovered | superseded"),
+        Column("instance", pl.String()),
+        Column("series", pl.String(), "the series key after the instance (jobs.query.series.SERIES_KEY)"),
+        Column("database", pl.String(), "datname when known"),
+        Column("fingerprint", pl.String()),
+        Column("queryid", pl.Int64(), "the queryid of the query that most recently received a sample"),
+        Column("queryids", pl.String()),
+        Column("query", pl.String()),
+        Column("onset", UTC_TS, "the change time when the finding opened; identity, never updated"),
+        Column("detected_change_at", UTC_TS, "the latest run's change time (within the onset tolerance)"),
+        Column("analysis", pl.String(), "deploy | unannounced: the analysis the finding is attributed to"),
+        Column("deploy_id", pl.String(), "the deploy blamed (latest at or before the change); null: none"),
+        Column("deploy_version", pl.String()),
+        Column("deployed_at", UTC_TS),
+        Column("other_deploys", pl.String(), "other candidate deploys: within the tolerance, at or before"),
+        Column("deploys_after", pl.String(), "deploys within the tolerance after the change (not causes)"),
+        Column("before_mean_ms", pl.Float64(), "latest level before the step"),
+        Column("after_mean_ms", pl.Float64(), "latest level after the step"),
+        Column(
+            "latest_mean_ms",
+            pl.Float64(),
+            "the level now: the deploy analysis' mean after the window's last change point, or the median "
+            "interval latency since the series came back (recovery re-check)",
+        ),
+        Column("p_value", pl.Float64(), "Welch's p (the adjusted p for an unannounced finding)"),
+        Column("added_load_ms_per_s", pl.Float64()),
+        Column("kind", pl.String(), "plan_or_work | both (jobs.detect.contention)"),
+        Column("instance_slowdown_ratio", pl.Float64(), "kind both: the instance's common slowdown"),
+        Column("slowdown_excess", pl.Float64(), "kind both: this query's ratio / the common one"),
+        Column("work_evidence", pl.String()),
+        Column("plan_diff_summary", pl.String()),
+        Column("recovered_at", UTC_TS, "when the series returned to its old level (status recovered)"),
+        Column("superseded_by", pl.String(), "finding_id that replaced this one (status superseded)"),
+        Column("opened_at", UTC_TS, "computed_at of the run that opened the finding"),
+        Column("change", pl.String(), "what this row records: opened | updated | recovered | superseded"),
+    ),
+)
+
+# ---------------------------------------------------------------------------------------------------------
+# Alerts (jobs/alerts.py)
+
+ALERTS_SENT = TableSchema(
+    name="alerts_sent",
+    description="One row per alert a sink accepted (per sink since issue 10): what was sent, when, where; a "
+    "sink is never sent an alert it accepted. At most one per (finding_id, state, sink): one first alert and "
+    "one update per finding. Rows without `sink` (before issue 10) were accepted by every sink of their run.",
+    partition_by=("date",),
+    primary_key=("alert_id", "sink"),
+    columns=(
+        Column("alert_id", pl.String(), "hash of (finding_id, state)"),
+        Column("sent_at", UTC_TS),
+        Column("instance", pl.String()),
+        Column("queryid", pl.Int64()),
+        Column(
+            "sinks",
+            pl.String(),
+            "the sink as shown, e.g. 'slack https://hooks.slack.com' (a webhook shows only its scheme and "
+            "host; before issue 10: every sink of the run, comma-separated)",
+        ),
+        Column("finding_id", pl.String(), "the finding alerted (findings.finding_id)"),
+        Column("state", pl.String(), "open (the first alert) | recovered | superseded (the one update)"),
+        Column("sink", pl.String(), "file | slack | webhook: the sink that accepted it (null: every sink)"),
+        Column("attempts", pl.Int64(), "attempts this run took (retries included)"),
+    ),
+)
+
+ALERT_DEAD_LETTERS = TableSchema(
+    name="alert_dead_letters",
+    description="One row per alert a sink refused for good (a 4xx other than 429) or that ran out of "
+    "attempts: the alert is not sent to that sink again (`radar alerts --retry-dead-letters` does).",
+    partition_by=("date",),
+    primary_key=("alert_id", "sink", "dead_lettered_at"),
+    columns=(
+        Column("alert_id", pl.String(), "hash of (finding_id, state)"),
+        Column("dead_lettered_at", UTC_TS),
+        Column("sink", pl.String(), "file | slack | webhook"),
+        Column("sink_name", pl.String(), "the sink as shown (a webhook: only its scheme and host)"),
+        Column("finding_id", pl.String()),
+        Column("state", pl.String(), "open | recovered | superseded"),
+        Column("instance", pl.String()),
+        Column("queryid", pl.Int64()),
+        Column("attempts", pl.Int64(), "attempts made before giving up"),
+        Column("last_status", pl.Int64(), "the last HTTP status; null: no answer (network error, timeout)"),
+        Column("reason", pl.String(), "why, e.g. 'permanent failure: HTTP 400 no_text' (never the URL)"),
+    ),
+)
+
+# ---------------------------------------------------------------------------------------------------------
+# Latency distribution drift (jobs/drift/interval.py)
+
+DRIFT_BASELINES = TableSchema(
+    name="drift_baselines",
+    description="Anchored baseline windows for drift: a known-good period per instance or fleet-wide.",
+    partition_by=("date",),
+    primary_key=("baseline_id",),
+    columns=(
+        Column("baseline_id", pl.String(), "stable hash of (instance, fingerprint, window, label)"),
+        Column("instance", pl.String(), "null = every instance of the fleet"),
+        Column("fingerprint", pl.String(), "null = every query"),
+        Column("window_start", UTC_TS, "samples with interval_end > window_start..."),
+        Column("window_end", UTC_TS, "...and <= window_end"),
+        Column("label", pl.String()),
+        Column("created_at", UTC_TS),
+    ),
+)
+
+LATENCY_DRIFT = TableSchema(
+    name="latency_drift",
+    description="One row per (instance, query) per drift run: current window against its baseline.",
+    partition_by=("date",),
+    primary_key=("current_end", "instance", "series"),
+    columns=(
+        Column("instance", pl.String()),
+        Column("fingerprint", pl.String()),
+        Column("series", pl.String(), "the series (jobs.query.identity)"),
+        Column("dbid", pl.Int64()),
+        Column("database", pl.String()),
+        Column("queryid", pl.Int64(), "the queryid that most recently received a sample"),
+        Column("queryids", pl.String(), "every queryid merged into this series, comma separated, sorted"),
+        Column("query", pl.String()),
+        Column("baseline_source", pl.String(), "anchored | default"),
+        Column("baseline_id", pl.String(), "drift_baselines.baseline_id when anchored"),
+        Column("baseline_label", pl.String()),
+        Column("baseline_start", UTC_TS),
+        Column("baseline_end", UTC_TS),
+        Column("current_start", UTC_TS),
+        Column("current_end", UTC_TS, "the run's as-of time (its date is the partition)"),
+        Column("baseline_count", pl.Int64(), "intervals in the baseline window"),
+        Column("current_count", pl.Int64(), "intervals in the current window"),
+        Column("baseline_calls", pl.Int64()),
+        Column("current_calls", pl.Int64()),
+        Column("baseline_mean_ms", pl.Float64(), "calls-weighted mean latency"),
+        Column("current_mean_ms", pl.Float64()),
+        Column("baseline_p50_ms", pl.Float64(), "calls-weighted quantiles of the interval mean latency"),
+        Column("baseline_p95_ms", pl.Float64()),
+        Column("current_p50_ms", pl.Float64()),
+        Column("current_p95_ms", pl.Float64()),
+        Column("js", pl.Float64(), "Jensen-Shannon distance, base 2 (0..1)"),
+        Column("psi", pl.Float64(), "population stability index, epsilon-smoothed"),
+        Column("wasserstein", pl.Float64(), "Wasserstein-1 between the log latency distributions"),
+        Column("tail_p_value", pl.Float64(), "exact exceedance test: current intervals above baseline tail"),
+        Column("added_load_ms_per_s", pl.Float64(), "(current - baseline mean) x current calls/s"),
+        Column("status", pl.String(), "drift | watch | improved | no_drift | insufficient_data"),
+        Column("reason", pl.String()),
+    ),
+)
+
+DRIFT_SAMPLE_BASELINES = TableSchema(
+    name="drift_sample_baselines",
+    description=(
+        "Anchored per-execution baselines: explicit rows per (baseline_version, instance, query_hash, "
+        "metric), never a rolling window; a re-anchor writes a new version."
+    ),
+    partition_by=("date",),
+    primary_key=("baseline_version", "instance", "query_hash", "metric"),
+    columns=(
+        Column("baseline_version", pl.String(), "non-empty label, e.g. 'v812' or '2026-12-01T10:00Z'"),
+        Column("instance", pl.String()),
+        Column("query_hash", pl.String()),
+        Column("metric", pl.String(), "cost | latency | cardinality"),
+        Column("fingerprint", pl.String()),
+        Column("queryid", pl.Int64(), "the queryid seen most often in the window"),
+        Column("window_start", UTC_TS, "execution samples with logged_at > window_start..."),
+        Column("window_end", UTC_TS, "...and <= window_end"),
+        Column("n_window", pl.Int64(), "samples in the window"),
+        Column("samples", pl.List(pl.Float64()), "the kept samples (at most max_baseline_samples, seeded)"),
+        Column("created_at", UTC_TS, "the anchor's time (its date is the partition)"),
+    ),
+)
+
+EXECUTION_DRIFT = TableSchema(
+    name="execution_drift",
+    description="One row per (instance, query_hash, metric) per scoring run: the scorer's DriftScore.",
+    partition_by=("date",),
+    primary_key=("scored_at", "instance", "query_hash", "metric"),
+    columns=(
+        Column("scored_at", UTC_TS, "the run's as-of time (its date is the partition)"),
+        Column("instance", pl.String()),
+        Column("query_hash", pl.String()),
+        Column("metric", pl.String(), "cost | latency | cardinality"),
+        Column("fingerprint", pl.String()),
+        Column("queryid", pl.Int64()),
+        Column("baseline_version", pl.String()),
+        Column("window_start", UTC_TS, "candidate: samples logged in (window_start, window_end]"),
+        Column("window_end", UTC_TS),
+        Column("shard", pl.Int64(), "int(query_hash[-8:], 16) % shard_count"),
+        Column("n_baseline", pl.Int64()),
+        Column("n_candidate", pl.Int64()),
+        Column("js", pl.Float64(), "Jensen-Shannon divergence, base 2, in [0, 1]: the drift score"),
+        Column("psi", pl.Float64(), "population stability index (natural log; p = candidate)"),
+        Column("wasserstein", pl.Float64(), "W1 of the raw samples in the metric's unit (metadata)"),
+        Column("flag", pl.String(), "PASS | WARN | BLOCK"),
+        Column("reason", pl.String(), "insufficient_samples | js_block | psi_block | ... | within_bands"),
+        Column("psi_data_quality", pl.Boolean(), "PSI > psi_data_quality: the flag fell back to JS"),
+        Column("profile", pl.String(), "calibrated | design"),
+        Column("js_noise", pl.Float64(), "calibrated: the pair's null quantile of JS"),
+        Column("psi_noise", pl.Float64(), "calibrated: the pair's null quantile of PSI"),
+    ),
+)
+
+GATE_RESULTS = TableSchema(
+    name="gate_results",
+    description="One row per (gate run, scenario, measurement) of `radar gate --scenarios --lake-write`: the "
+    "selected cycle's comparison, asymmetry-corrected where calibrated.",
+    partition_by=("date",),
+    primary_key=("run_started_at", "scenario", "measurement"),
+    columns=(
+        Column("run_started_at", UTC_TS, "the gate run's start (its date is the partition)"),
+        Column("source", pl.String(), "the scenario file or builtin suite"),
+        Column("baseline", pl.String(), "baseline DSN, password redacted"),
+        Column("candidate", pl.String(), "candidate DSN, password redacted"),
+        Column("baseline_version", pl.Int64(), "server_version_num"),
+        Column("candidate_version", pl.Int64(), "server_version_num"),
+        Column("run_verdict", pl.String(), "PASS | WARN | BLOCK | INCONCLUSIVE"),
+        Column("scenario", pl.String()),
+        Column("scenario_verdict", pl.String(), "PASS | WARN | BLOCK | INCONCLUSIVE | NOT_RUN"),
+        Column("measurement", pl.String(), "wallclock | wallclock_mean | memory | rss | temp_blocks | ..."),
+        Column("unit", pl.String(), "ms | bytes | blocks"),
+        Column("baseline_value", pl.Float64(), "the baseline's aggregate (per execution)"),
+        Column("candidate_value", pl.Float64(), "the candidate's aggregate (per execution)"),
+        Column("threshold", pl.Float64(), "relative threshold t (strong regression at 2t)"),
+        Column("ratio", pl.Float64(), "candidate / baseline, corrected by the asymmetry when applied"),
+        Column("ci_low", pl.Float64()),
+        Column("ci_high", pl.Float64()),
+        Column("raw_ratio", pl.Float64(), "the selected cycle's ratio before any correction"),
+        Column("kind", pl.String(), "regression | strong_regression | improvement | unchanged"),
+        Column("verdict", pl.String(), "PASS | WARN | BLOCK"),
+        Column("cycles", pl.Int64()),
+        Column("regressed_cycles", pl.Int64()),
+        Column("measurements_baseline", pl.Int64(), "measurements of the selected cycle"),
+        Column("measurements_candidate", pl.Int64()),
+        Column("stopped_by_baseline", pl.String(), "the termination rule that stopped the target"),
+        Column("stopped_by_candidate", pl.String()),
+        Column("calibration_mode", pl.String(), "off | probe | aa"),
+        Column("correction", pl.String(), "what the calibration changed, in words"),
+    ),
+)
+
+ANALYSIS_RUNS = TableSchema(
+    name="analysis_runs",
+    description="One row per (detection run, instance): the query_samples watermark the run analysed up to.",
+    partition_by=("date",),
+    primary_key=("run_id", "instance"),
+    columns=(
+        Column("run_id", pl.String(), "computed_at formatted %Y%m%dT%H%M%S%fZ"),
+        Column("computed_at", UTC_TS, "the run's time (its date is the partition)"),
+        Column("instance", pl.String()),
+        Column("samples_watermark", UTC_TS, "latest query_samples interval_end of the instance the run saw"),
+        Column("mode", pl.String(), "full | incremental"),
+        Column("deploys_examined", pl.Int64(), "deploys of the instance whose window the run re-examined"),
+        Column("series_examined", pl.Int64(), "series of the instance the unannounced analysis searched"),
+        Column(
+            "config_digest",
+            pl.String(),
+            "hash of the analysis settings the run used (jobs.detect.scope.analysis_config_digest); a run "
+            "whose settings differ from the last run's is a full run (null in runs before issue 10)",
+        ),
+    ),
+)
+
+ANALYSED_DEPLOYS = TableSchema(
+    name="analysed_deploys",
+    description="One row per deploy marker the first time a detection run saw it (later runs know it).",
+    partition_by=("date",),
+    primary_key=("deploy_id",),
+    columns=(
+        Column("deploy_id", pl.String()),
+        Column("run_id", pl.String()),
+        Column("computed_at", UTC_TS, "the run's time (its date is the partition)"),
+        Column(
+            "shard",
+            pl.String(),
+            "the shard whose pass saw it (`shard-k of n`); null: a whole-fleet run (seen on every instance)",
+        ),
+    ),
+)
+
+FDR_CANDIDATES = TableSchema(
+    name="fdr_candidates",
+    description="The p-values of one shard pass's unannounced candidate steps (the first phase of a sharded "
+    "detection, jobs.pipeline.sharded): each shard's verdicts adjust its own among every shard's latest.",
+    partition_by=("shard",),
+    primary_key=("run_id", "family", "position"),
+    columns=(
+        Column("run_id", pl.String(), "the pass's time formatted %Y%m%dT%H%M%S%fZ"),
+        Column("computed_at", UTC_TS, "the pass's time"),
+        Column("shard_count", pl.Int64(), "the shard count the fleet was split with"),
+        Column("family", pl.String(), "latency | resource: each adjusted among its own family"),
+        Column("position", pl.Int64(), "the candidate's position in its family (a key only)"),
+        Column("p_value", pl.Float64(), "Welch p-value of the candidate step"),
+    ),
+)
+
+CHANGEPOINT_MEMO = TableSchema(
+    name="changepoint_memo",
+    description="The change points one shard pass's phase 1 found (jobs.detect.changepoint_memo), keyed by "
+    "a digest of the searched series: its phase 2 reuses them instead of searching the same series again.",
+    partition_by=("shard",),
+    primary_key=("run_id", "key", "series"),
+    columns=(
+        Column("run_id", pl.String(), "the phase 1 pass (the same as its fdr_candidates file)"),
+        Column("key", pl.String(), "SHA-256 of the searched values, series lengths and settings"),
+        Column("series", pl.Int64(), "the series' position in the call"),
+        Column("cuts", pl.List(pl.Int64()), "first index of each new regime, sorted"),
+        Column("p_values", pl.List(pl.Float64()), "each change point's p-value, in the search's order"),
+    ),
+)

@@ -1,0 +1,63 @@
+"""What a table shape is: columns with types, partitions, keys; ``SCHEMA_VERSION``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import polars as pl
+
+SCHEMA_VERSION = 1
+
+UTC_TS = pl.Datetime("us", "UTC")
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    dtype: pl.DataType
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class TableSchema:
+    """A lake table: its columns, its hive partition keys, and the columns that identify a row."""
+
+    name: str
+    columns: tuple[Column, ...]
+    partition_by: tuple[str, ...] = ("instance", "date")
+    primary_key: tuple[str, ...] = ()
+    description: str = ""
+    partition_dtypes: dict[str, pl.DataType] = field(default_factory=dict)
+
+    @property
+    def polars_schema(self) -> pl.Schema:
+        return pl.Schema({c.name: c.dtype for c in self.columns})
+
+    @property
+    def column_names(self) -> list[str]:
+        return [c.name for c in self.columns]
+
+    def scan_schema(self) -> pl.Schema:
+        """File columns plus the hive partition columns, as a scan returns them."""
+        extra = {key: self.partition_dtypes.get(key, pl.String()) for key in self.partition_by}
+        return pl.Schema({**extra, **dict(self.polars_schema)})
+
+    def columns_of(self, frame: pl.DataFrame) -> list[str]:
+        """This table's columns that ``frame`` has, in table order (a step later in the pipeline may fill
+        the others; ``conform`` makes them null)."""
+        return [c for c in self.column_names if c in frame.columns]
+
+    def conform(self, frame: pl.DataFrame) -> pl.DataFrame:
+        """Cast to the schema: missing columns become null (never zero), unknown columns are an error."""
+        unknown = [c for c in frame.columns if c not in self.polars_schema and c not in self.partition_by]
+        if unknown:
+            raise ValueError(f"table {self.name}: unknown columns {unknown}")
+        return frame.select(
+            [
+                (pl.col(c.name) if c.name in frame.columns else pl.lit(None)).cast(c.dtype).alias(c.name)
+                for c in self.columns
+            ]
+        )
+
+    def empty(self) -> pl.DataFrame:
+        return pl.DataFrame(schema=self.polars_schema)

@@ -1,0 +1,1 @@
+"""Tests on real parts: embedded PostgreSQL servers, Dagster materializations, a browser, a local S3."""

@@ -1,0 +1,235 @@
+"""`radar snapshot --capture-plans --auto-explain` and `radar plans` against a real PostgreSQL 18 server."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg.types.numeric import Int4
+
+from jobs.cli.main import main
+from jobs.lake import io as lake
+from jobs.local.embedded import EmbeddedFleet
+from tests.conftest import FleetFactory
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture(scope="module")
+def plans_fleet(fleet_factory: FleetFactory) -> EmbeddedFleet:
+    fleet = fleet_factory(
+        ["cli"], {"auto_explain.log_min_duration": "0", "pg_stat_statements.track": "'all'"}
+    )
+    with psycopg.connect(fleet.server("cli").dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE items (id int, sku int)")
+        conn.execute("INSERT INTO items SELECT g, g FROM generate_series(1, 20000) g")
+        conn.execute("CREATE INDEX items_sku_idx ON items (sku); ANALYZE items")
+    return fleet
+
+
+def run_json(capsys: pytest.CaptureFixture[str], *args: str, code: int = 0) -> list[dict[str, Any]]:
+    capsys.readouterr()
+    assert main(list(args)) == code
+    captured = capsys.readouterr()
+    return json.loads(captured.out)
+
+
+def test_snapshot_capture_plans_then_plans_shows_the_history_and_the_change(
+    plans_fleet: EmbeddedFleet, lake_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fleet_file = tmp_path / "fleet.toml"
+    fleet_file.write_text(plans_fleet.fleet_config_toml())
+    common = ["--lake", str(lake_root), "--fleet-file", str(fleet_file)]
+    dsn = plans_fleet.server("cli").dsn
+    with psycopg.connect(dsn) as conn:
+        conn.execute("SELECT id FROM items WHERE sku = %s", (Int4(7),))
+    rows = run_json(capsys, *common, "snapshot", "--capture-plans", "--auto-explain", "--format", "json")
+    assert [r["instance"] for r in rows] == ["cli"] and rows[0]["status"] == "ok"
+    plans = lake.read_table(lake_root, "plan_snapshots")
+    assert rows[0]["plans_captured"] == plans.filter(plans["source"] == "generic_explain").height > 0
+    assert rows[0]["auto_explain_records"] >= 1  # the SELECT above, logged by auto_explain
+    assert "auto_explain" in set(plans["source"])
+
+    history = run_json(capsys, *common, "plans", "from items where sku", "--format", "json")
+    generic = [r for r in history if r["source"] == "generic_explain"]
+    assert len(generic) == 1 and generic[0]["root_node"] == "Index Scan"
+    assert generic[0]["change_summary"] == "first plan stored"
+    stored = plans.filter(
+        (plans["source"] == "generic_explain") & (plans["queryid"] == int(generic[0]["queryid"]))
+    )
+    assert generic[0]["shape_hash"] == stored["shape_hash"][0]
+    assert datetime.fromisoformat(generic[0]["captured_at"]) == stored["captured_at"][0]
+
+    # The index goes: the next cycle stores a second shape and `radar plans` says what changed.
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("DROP INDEX items_sku_idx")
+        conn.execute("SELECT id FROM items WHERE sku = %s", (Int4(8),))
+    assert main([*common, "snapshot", "--capture-plans"]) == 0
+    history = run_json(
+        capsys, *common, "plans", generic[0]["queryid"], "--format", "json", "--source", "generic_explain"
+    )
+    assert [r["root_node"] for r in history] == ["Index Scan", "Seq Scan"]
+    assert "-items_sku_idx" in history[1]["change_summary"]
+    capsys.readouterr()
+    assert main([*common, "plans", generic[0]["queryid"]]) == 0
+    out = capsys.readouterr().out
+    assert "last change: Plan changed: Index Scan using items_sku_idx on items" in out
+
+    # Nothing matches: exit 1, said on stderr, stdout still an empty JSON array.
+    assert run_json(capsys, *common, "plans", "no such query text", "--format", "json", code=1) == []
+
+
+def test_snapshot_without_capture_plans_writes_no_plans(
+    plans_fleet: EmbeddedFleet, lake_root: Path, tmp_path: Path
+) -> None:
+    fleet_file = tmp_path / "fleet.toml"
+    fleet_file.write_text(plans_fleet.fleet_config_toml())
+    assert main(["--lake", str(lake_root), "--fleet-file", str(fleet_file), "snapshot"]) == 0
+    assert lake.read_table(lake_root, "snapshot_runs").height == 1
+    assert lake.read_table(lake_root, "plan_snapshots").height == 0
+
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+
+
+@pytest.fixture(scope="module")
+def gate_server(fleet_factory: FleetFactory) -> Any:
+    """One server: ``gate_base`` with the gate schema, ``gate_noindex`` the same without the index."""
+    server = fleet_factory(["gatecli"]).server("gatecli")
+    schema = (FIXTURES / "gate_schema.sql").read_text()
+    with psycopg.connect(server.dsn, autocommit=True) as conn:
+        conn.execute("CREATE DATABASE gate_base")
+        conn.execute("CREATE DATABASE gate_noindex")
+    for database in ("gate_base", "gate_noindex"):
+        with psycopg.connect(server.dsn_for(database), autocommit=True) as conn:
+            conn.execute("CREATE EXTENSION pg_stat_statements")
+            conn.execute(schema)
+    with psycopg.connect(server.dsn_for("gate_noindex"), autocommit=True) as conn:
+        conn.execute("DROP INDEX gate_orders_customer_id_idx")
+    return server
+
+
+def test_gate_json_is_the_report_contract_and_takes_the_gate_settings(
+    gate_server: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import jsonschema
+
+    from jobs.gate.verdict import gate_report_contract
+
+    config = tmp_path / "radar.toml"
+    config.write_text("[gate]\nmax_rounds = 40\nseed = 7\n")
+    args = [
+        "--config",
+        str(config),
+        "gate",
+        "--baseline",
+        gate_server.dsn_for("gate_base"),
+        "--candidate",
+        gate_server.dsn_for("gate_noindex"),
+        "--workload",
+        str(FIXTURES / "gate_workload.toml"),
+        "--max-seconds",
+        "20",
+    ]
+    capsys.readouterr()
+    code = main([*args, "--format", "json"])
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
+    jsonschema.validate(report, gate_report_contract())
+    assert code == report["exit_code"] == 2 and report["verdict"] == "BLOCK"
+    assert report["config"]["max_rounds"] == 40 and report["config"]["seed"] == 7  # from the file
+    assert report["config"]["max_seconds"] == 20.0  # from the flag
+    assert "postgres" not in captured.out.split('"baseline"')[0]  # the report object only, no banner
+    # CSV: one row per query of the workload.
+    assert main([*args, "--format", "csv"]) == 2
+    parsed = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert [r["name"] for r in parsed] == [q["name"] for q in report["queries"]]
+    assert {r["verdict_of_run"] for r in parsed} == {"BLOCK"}
+    # The gate could not run: exit 3, the reason on stderr, stdout empty (nothing to parse by mistake).
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[[queries]]\nname = "two"\nsql = "select 1; drop table gate_orders"\n')
+    bad_args = ["gate", "--baseline", gate_server.dsn, "--candidate", gate_server.dsn, "--workload", str(bad)]
+    assert main([*bad_args, "--format", "json"]) == 3
+    captured = capsys.readouterr()
+    assert captured.out == "" and "gate could not run" in captured.err
+
+
+def test_a_running_embedded_fleet_is_used_only_with_embedded(
+    plans_fleet: EmbeddedFleet,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.chdir(tmp_path)  # no data/fleet.toml here; an embedded fleet runs at plans_fleet.root
+    lake_root = tmp_path / "lake"
+    args = ["--lake", str(lake_root), "--embedded-root", str(plans_fleet.root)]
+    assert main([*args, "snapshot"]) == 2
+    assert "no fleet: data/fleet.toml does not exist" in capsys.readouterr().out
+    assert not lake_root.exists()  # nothing was snapshotted instead
+    assert main([*args, "snapshot", "--embedded"]) == 0
+    assert lake.read_table(lake_root, "snapshot_runs")["instance"].to_list() == ["cli"]
+
+
+def test_fleet_up_with_the_sampler_runs_auto_explain_as_a_sampler(tmp_path: Path) -> None:
+    """`radar fleet up --sampler`: the servers log every sampled execution ([plans.auto_explain.sampler]),
+    so per-execution drift can be tried on the embedded fleet; `fleet down --destroy` removes them."""
+    import shutil
+    import uuid
+
+    from tests.conftest import CLUSTER_BASE
+
+    CLUSTER_BASE.mkdir(parents=True, exist_ok=True)
+    CLUSTER_BASE.chmod(0o755)
+    root = CLUSTER_BASE / f"cli-sampler-{uuid.uuid4().hex[:8]}"
+    config = tmp_path / "radar.toml"
+    config.write_text("[plans.auto_explain.sampler]\nsample_rate = 0.25\n")
+    try:
+        assert (
+            main(
+                [
+                    "--config",
+                    str(config),
+                    "--embedded-root",
+                    str(root),
+                    "fleet",
+                    "up",
+                    "--sampler",
+                    "--names",
+                    "smp",
+                ]
+            )
+            == 0
+        )
+        fleet = EmbeddedFleet.load(root)
+        assert fleet is not None
+        with psycopg.connect(fleet.server("smp").dsn) as conn:
+            shown = {
+                name: conn.execute(f"SHOW {name}").fetchone()[0]  # type: ignore[index]
+                for name in (
+                    "auto_explain.sample_rate",
+                    "auto_explain.log_min_duration",
+                    "auto_explain.log_analyze",
+                    "auto_explain.log_timing",
+                    "auto_explain.log_format",
+                )
+            }
+        assert shown == {
+            "auto_explain.sample_rate": "0.25",
+            "auto_explain.log_min_duration": "0",
+            "auto_explain.log_analyze": "on",
+            "auto_explain.log_timing": "off",
+            "auto_explain.log_format": "json",
+        }
+        assert main(["--embedded-root", str(root), "fleet", "down", "--destroy"]) == 0
+        assert EmbeddedFleet.load(root) is None
+    finally:
+        leftover = EmbeddedFleet.load(root)
+        if leftover is not None:
+            leftover.destroy()
+        shutil.rmtree(root, ignore_errors=True)

@@ -1,0 +1,73 @@
+"""The deploy-window gather (binary search per instance) gives exactly what a join and filter gives."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import polars as pl
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from jobs.detect.deploy_analysis import points_in_windows
+
+T0 = datetime(2026, 11, 30, tzinfo=UTC)
+TS = pl.Datetime("us", "UTC")
+
+
+def by_join(points: pl.DataFrame, targets: pl.DataFrame) -> pl.DataFrame:
+    return points.join(targets, on="instance", how="inner").filter(
+        (pl.col("interval_end") > pl.col("window_start")) & (pl.col("interval_end") <= pl.col("window_end"))
+    )
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    samples=st.lists(st.tuples(st.sampled_from("abc"), st.integers(0, 90), st.integers(0, 5)), max_size=60),
+    windows=st.lists(
+        st.tuples(st.sampled_from("abcd"), st.integers(-10, 90), st.integers(0, 40)), max_size=8
+    ),
+)
+def test_the_gather_equals_a_join_and_filter(
+    samples: list[tuple[str, int, int]], windows: list[tuple[str, int, int]]
+) -> None:
+    points = pl.DataFrame(
+        {
+            "instance": [s[0] for s in samples],
+            "interval_end": [T0 + timedelta(minutes=s[1]) for s in samples],
+            "queryid": [s[2] for s in samples],
+        },
+        schema={"instance": pl.String, "interval_end": TS, "queryid": pl.Int64},
+    )
+    targets = pl.DataFrame(
+        {
+            "deploy_id": [f"d{i}" for i in range(len(windows))],
+            "instance": [w[0] for w in windows],
+            "window_start": [T0 + timedelta(minutes=w[1]) for w in windows],
+            "window_end": [T0 + timedelta(minutes=w[1] + w[2]) for w in windows],
+        },
+        schema={"deploy_id": pl.String, "instance": pl.String, "window_start": TS, "window_end": TS},
+    )
+    got = points_in_windows(points, targets)
+    want = by_join(points, targets)
+    assert got.columns == want.columns
+    assert got.sort(got.columns).equals(want.sort(want.columns))
+    # Deterministic order: targets in order, then the points in their input order.
+    assert got["deploy_id"].to_list() == sorted(got["deploy_id"].to_list(), key=lambda d: int(d[1:]))
+
+
+def test_a_window_holding_nothing_and_an_instance_without_samples() -> None:
+    points = pl.DataFrame(
+        {"instance": ["a", "a"], "interval_end": [T0, T0 + timedelta(minutes=5)]},
+        schema={"instance": pl.String, "interval_end": TS},
+    )
+    targets = pl.DataFrame(
+        {
+            "deploy_id": ["x", "y", "z"],
+            "instance": ["a", "b", "a"],
+            "window_start": [T0 + timedelta(minutes=10), T0, T0 - timedelta(minutes=1)],
+            "window_end": [T0 + timedelta(minutes=20), T0 + timedelta(minutes=9), T0],
+        },
+        schema={"deploy_id": pl.String, "instance": pl.String, "window_start": TS, "window_end": TS},
+    )
+    got = points_in_windows(points, targets)
+    assert got["deploy_id"].to_list() == ["z"] and got["interval_end"].to_list() == [T0]
