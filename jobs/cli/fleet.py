@@ -15,9 +15,6 @@ from jobs.cli.common import (
     status,
 )
 
-# ---------------------------------------------------------------------------------------------------------
-# Commands
-
 
 def cmd_fleet(args: argparse.Namespace) -> int:
     import polars as pl

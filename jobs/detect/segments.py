@@ -263,7 +263,7 @@ def recovery_after_step(
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Unannounced analysis
+# Consecutive segments: the tests of the unannounced analysis (and of work regressions)
 
 
 @dataclass(frozen=True)

@@ -8,9 +8,4 @@ DETECTED = "detected"
 NO_REGRESSION = "no_regression"
 INSUFFICIENT_DATA = "insufficient_data"
 
-
-# ---------------------------------------------------------------------------------------------------------
-# Deploy-aware analysis
-
-
 FINDING_KEY = [*SERIES_KEY, "detected_change_at"]

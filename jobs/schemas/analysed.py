@@ -273,7 +273,7 @@ FINDING_STATES = TableSchema(
 )
 
 # ---------------------------------------------------------------------------------------------------------
-# Alerts (jobs/alerts.py)
+# Alerts (jobs/alerts/)
 
 ALERTS_SENT = TableSchema(
     name="alerts_sent",

@@ -133,7 +133,7 @@ QUERY_TEXTS = TableSchema(
 )
 
 # ---------------------------------------------------------------------------------------------------------
-# Interval samples, deploy events, regressions (issue 3: jobs/detect/samples.py, deploys.py, regressions.py)
+# Interval samples and deploy events (issue 3: jobs/detect/samples.py, jobs/collect/deploys.py)
 
 # The counters differenced into samples: every cumulative counter up to WAL (not JIT or parallel workers).
 SAMPLE_DELTAS: tuple[str, ...] = STATEMENT_COUNTERS[: STATEMENT_COUNTERS.index("wal_bytes") + 1]

@@ -36,7 +36,7 @@ from jobs.schemas.collected import (
 from jobs.schemas.table import TableSchema
 
 # ---------------------------------------------------------------------------------------------------------
-# Catalogue: every table above, by name. Add new tables above this line and to this tuple.
+# Catalogue: every table of jobs/schemas by name. A new table goes in its module and in this tuple.
 
 TABLES: dict[str, TableSchema] = {
     t.name: t
