@@ -21,6 +21,7 @@ CalibrationMode = Literal["off", "auto", "aa", "probe"]
 MemoryAggregation = Literal["minimum", "mean", "maximum"]
 UnreliableCalibration = Literal["carry", "ignore"]
 AaTiming = Literal["interleaved", "before"]
+VerdictRule = Literal["bounded", "design"]
 
 
 @dataclass(frozen=True)
@@ -198,8 +199,21 @@ class GateConfig:
     max_measurements: int = 60
     """`run_at_most`: a target stops after this many measurements in one cycle."""
     suite_max_seconds: float = 600.0
-    """Budget of a scenario run's measuring (every cycle and the calibration); scenarios not decided when it
-    is spent are INCONCLUSIVE (exit 4)."""
+    """Budget of the whole scenario run, counted from its start (connections, shared sections, calibration
+    and every cycle; checked between measurements, so one statement may overrun it by at most
+    statement_timeout_ms); scenarios not decided when it is spent are INCONCLUSIVE (exit 4)."""
+    verdict_rule: VerdictRule = "bounded"
+    """How a scenario's measurement is judged on the cycle the selection rule chose. bounded (the default):
+    by its CI (corrected where calibrated): BLOCK when the ratio is at or over 1 + 2t with the CI's lower
+    bound at or over 1 + t, WARN when the ratio is at or over 1 + t with the lower bound over 1, PASS only
+    when the upper bound is under 1 + t or the increase at the upper bound is under the measurement's
+    minimum; otherwise undecided: more measurements, then more cycles (up to max_cycles, within the
+    budget), then INCONCLUSIVE with the largest regression the data cannot rule out. design: the design's
+    rule exactly: the chosen cycle's thresholds decide and anything not a regression PASSes (a wide CI
+    too), targets stop when their rule fires or the CI is decisive, no extra cycles."""
+    max_cycles: int = 7
+    """Cycles an undecided scenario may run under the bounded verdict rule (each extra cycle runs every
+    undecided scenario, the order alternating); never fewer than the cycles setting."""
     stop_when_decided: bool = True
     """Stop the run once its verdict cannot change (a scenario BLOCKed in enough cycles for the selection
     rule): a decisive BLOCK does not wait for unaffected scenarios."""
@@ -239,6 +253,10 @@ class GateConfig:
             problems.append(f"selection must be median or best, got {self.selection!r}")
         if self.aa_timing not in get_args(AaTiming):
             problems.append(f"aa_timing must be interleaved or before, got {self.aa_timing!r}")
+        if self.verdict_rule not in get_args(VerdictRule):
+            problems.append(f"verdict_rule must be bounded or design, got {self.verdict_rule!r}")
+        if self.max_cycles < 1:
+            problems.append(f"max_cycles must be >= 1, got {self.max_cycles}")
         if self.calibration not in ("off", "auto", "aa", "probe"):
             problems.append(f"calibration must be off, auto, aa or probe, got {self.calibration!r}")
         if not self.calibration_max_half_width > 0:

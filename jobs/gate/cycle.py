@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from jobs.gate.config import BLOCK, PASS, WARN, GateConfig
+from jobs.gate.config import BLOCK, INCONCLUSIVE, PASS, WARN, GateConfig
 from jobs.gate.rules import (
     IMPROVEMENT,
     REGRESSION,
@@ -332,6 +332,13 @@ class SelectedMeasurement:
     correction: str
     regressed_cycles: int
     verdict: str
+    decided: bool = True
+    """verdict_rule = bounded: False while the CI straddles a threshold (the verdict is then INCONCLUSIVE);
+    the design rule always decides."""
+    decided_by: str = ""
+    """Which rule settled the verdict (:data:`BOUNDED_RULES`), or ``design_selection``."""
+    rules_out: float | None = None
+    """The CI's upper bound: the data rule out a regression larger than this ratio (None: unbounded)."""
 
 
 def select_measurement(
@@ -441,3 +448,78 @@ def blocks_needed(cycles: int, rule: str) -> int:
     """BLOCKed cycles after which the scenario's verdict is BLOCK whatever the remaining cycles say: the
     median (position (K - 1) // 2 by ratio) is then among them; the best rule needs every cycle."""
     return cycles if rule == "best" else cycles - (cycles - 1) // 2
+
+
+# The verdict bounded by its confidence (verdict_rule = bounded) --------------------------------------------
+
+# Why a bounded verdict is what it is.
+CI_OVER_STRONG = "ci_lower_over_threshold"  # BLOCK: ratio >= 1 + 2t, CI lower bound >= 1 + t
+CI_OVER_ONE = "ci_lower_over_one"  # WARN: ratio >= 1 + t, CI lower bound > 1
+CI_UNDER_THRESHOLD = "ci_upper_under_threshold"  # PASS: the CI's upper bound is under 1 + t
+IMMATERIAL = "immaterial"  # PASS: even at the CI's upper bound the increase is under the minimum
+UNDECIDED = "undecided"  # INCONCLUSIVE (so far): the CI straddles a threshold
+BOUNDED_RULES = (CI_OVER_STRONG, CI_OVER_ONE, CI_UNDER_THRESHOLD, IMMATERIAL, UNDECIDED)
+
+
+def bounded_level(
+    measurement: str, ratio: float, ci: tuple[float, float], baseline_value: float, config: GateConfig
+) -> tuple[str, str]:
+    """(verdict, rule) of a ratio and its CI, the verdict bounded by its confidence:
+
+    - BLOCK when the ratio is a strong regression (>= 1 + 2t) and the CI's lower bound is >= 1 + t;
+    - WARN when the ratio is a regression (>= 1 + t) and the CI's lower bound is > 1;
+    - PASS when the CI's upper bound is < 1 + t (the run rules out a regression at the threshold), or the
+      increase at the upper bound is under the measurement's minimum absolute increase (immaterial);
+    - else INCONCLUSIVE (undecided).
+
+    A WARN or BLOCK also needs the point increase to reach the minimum. Improvements never fail: a ratio
+    under 1 / (1 + t) with a CI reaching 1 + t is undecided, not a regression. The tail row uses
+    ``tail_mean_ratio`` for 1 + t and for the strong level (as :func:`tail_verdict`)."""
+    lo, hi = ci
+    if measurement == TAIL:
+        warn_at = strong_at = block_lo = config.tail_mean_ratio
+    else:
+        t = threshold_for(measurement, config)
+        warn_at, strong_at, block_lo = 1.0 + t, 1.0 + 2.0 * t, 1.0 + t
+    floor = min_increase_for(measurement, config)
+    # Counts and peaks are compared floored at the minimum (_floored_ratio): 0 -> 900 blocks is 900 more.
+    baseline_value = max(baseline_value, floor)
+    material = baseline_value * (ratio - 1.0) >= floor
+    if material and ratio >= strong_at and lo >= block_lo:
+        return BLOCK, CI_OVER_STRONG
+    if material and ratio >= warn_at and lo > 1.0:
+        return WARN, CI_OVER_ONE
+    if hi < warn_at:
+        return PASS, CI_UNDER_THRESHOLD
+    if baseline_value * (hi - 1.0) < floor:
+        return PASS, IMMATERIAL
+    return INCONCLUSIVE, UNDECIDED
+
+
+def judge_selected(design: SelectedMeasurement, config: GateConfig) -> SelectedMeasurement:
+    """verdict_rule = bounded: the design's selection (the cycle chosen by ``config.selection``, its ratio
+    and CI corrected by the asymmetry where one applies) judged by :func:`bounded_level` on that CI instead
+    of its point estimate. The median of K cycles keeps one slow stretch from deciding; the CI bound keeps
+    a noisy cycle from PASSing what it cannot rule out."""
+    chosen = design.chosen
+    verdict, rule = bounded_level(design.measurement, chosen.ratio, chosen.ci, chosen.baseline, config)
+    hi = chosen.ci[1]
+    return replace(
+        design,
+        chosen=replace(chosen, verdict=verdict),
+        verdict=verdict,
+        decided=rule != UNDECIDED,
+        decided_by=rule,
+        rules_out=hi if math.isfinite(hi) else None,
+    )
+
+
+def decided_in_cycle(comparison: MeasurementComparison, config: GateConfig) -> str | None:
+    """verdict_rule = bounded: the in-cycle stop of a wallclock comparison (as the verdict will see it):
+    ``decisive_block`` as :func:`decided_by_ci`, else ``decided_pass`` / ``decided_warn`` /
+    ``decided_block`` once :func:`bounded_level` decides it, else None (keep measuring)."""
+    if decided_by_ci(comparison) == "decisive_block":
+        return "decisive_block"
+    c = comparison
+    verdict, rule = bounded_level(c.measurement, c.ratio, c.ci, c.baseline, config)
+    return None if rule == UNDECIDED else f"decided_{verdict.lower()}"

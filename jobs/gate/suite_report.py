@@ -5,6 +5,7 @@ plain-text table for a CI log."""
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from datetime import UTC, datetime
 from functools import cache
 from pathlib import Path
@@ -14,7 +15,7 @@ import jsonschema
 import polars as pl
 
 from jobs.gate.measure import ServerFacts
-from jobs.gate.suite import ScenarioResult, SuiteReport
+from jobs.gate.suite import CycleRaw, ScenarioResult, SuiteReport
 
 CONTRACT = Path(__file__).resolve().parent.parent / "contracts" / "gate_suite_report.schema.json"
 KIND_LABEL = {
@@ -62,6 +63,9 @@ def scenario_rows(report: SuiteReport) -> list[dict[str, Any]]:
                     "stopped_by_baseline": None,
                     "stopped_by_candidate": None,
                     "correction": None,
+                    "decided": None,
+                    "decided_by": None,
+                    "rules_out": None,
                 }
             )
             continue
@@ -90,6 +94,9 @@ def scenario_rows(report: SuiteReport) -> list[dict[str, Any]]:
                     "stopped_by_baseline": cycle.stopped_by.get("baseline"),
                     "stopped_by_candidate": cycle.stopped_by.get("candidate"),
                     "correction": m.correction,
+                    "decided": m.decided,
+                    "decided_by": m.decided_by or "design_selection",
+                    "rules_out": _num(m.rules_out) if m.rules_out is not None else None,
                 }
             )
     return rows
@@ -147,12 +154,22 @@ def _scenario(s: ScenarioResult) -> dict[str, Any]:
                     }
                     for name, x in c.comparisons.items()
                 },
+                "raw": None if c.raw is None else raw_dict(c.raw),
             }
             for c in s.cycles
         ],
         "asymmetry": None if s.asymmetry is None else _asymmetry(s.asymmetry),
         "tail_asymmetry": None if s.tail_asymmetry is None else _asymmetry(s.tail_asymmetry),
         "drift": None if s.drift is None else s.drift.to_dict(),
+    }
+
+
+def raw_dict(raw: CycleRaw) -> dict[str, Any]:
+    """A cycle's raw measurements as JSON (read back by :func:`jobs.gate.replay.raw_from_dict`)."""
+    return {
+        "samples": {role: [float(v) for v in values] for role, values in raw.samples.items()},
+        "counters": {role: None if c is None else asdict(c) for role, c in raw.counters.items()},
+        "memory": {role: [list(r) for r in readings] for role, readings in raw.memory.items()},
     }
 
 
@@ -182,6 +199,8 @@ def suite_report_dict(report: SuiteReport) -> dict[str, Any]:
         "seconds": round(report.seconds, 3),
         "measure_seconds": round(report.measure_seconds, 3),
         "stop_reason": report.stop_reason,
+        "verdict_rule": report.config.verdict_rule,
+        "replay_of": report.replay_of,
         "servers": {"baseline": _facts(report.servers[0]), "candidate": _facts(report.servers[1])},
         "calibration": {
             "requested": cal.requested,
@@ -301,10 +320,47 @@ def gate_results_frame(report: SuiteReport) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=GATE_RESULTS.polars_schema)
 
 
-def write_gate_results(root: Path, report: SuiteReport) -> Path:
-    """One Parquet file per run under gate_results/date=YYYY-MM-DD (atomic; earlier runs untouched)."""
-    from jobs.lake.io import stem_for, write_table
+def run_id_of(report: SuiteReport) -> str:
+    """The run's id in the lake: its start as a sortable stem (``radar gate --replay RUN_ID``)."""
+    from jobs.lake.io import stem_for
 
-    frame = gate_results_frame(report)
+    return stem_for(datetime.fromisoformat(report.started_at).astimezone(UTC))
+
+
+def write_gate_results(root: Path, report: SuiteReport) -> Path:
+    """One Parquet file per run under gate_results/date=YYYY-MM-DD (the rows) and one under gate_runs (the
+    whole report with its raw measurements), atomic each; earlier runs untouched. Returns the rows' file."""
+    from jobs.lake.io import write_table
+    from jobs.schemas.analysed import GATE_RUNS
+
     started = datetime.fromisoformat(report.started_at).astimezone(UTC)
-    return write_table(root, "gate_results", frame, {"date": started.date().isoformat()}, stem_for(started))
+    partition = {"date": started.date().isoformat()}
+    stem = run_id_of(report)
+    run = pl.DataFrame(
+        [
+            {
+                "run_id": stem,
+                "run_started_at": started,
+                "source": report.source,
+                "run_verdict": report.verdict,
+                "verdict_rule": report.config.verdict_rule,
+                "report_json": suite_report_json(report),
+            }
+        ],
+        schema=GATE_RUNS.polars_schema,
+    )
+    write_table(root, "gate_runs", run, partition, stem)
+    return write_table(root, "gate_results", gate_results_frame(report), partition, stem)
+
+
+def stored_run(root: Path, run_id: str) -> dict[str, Any] | None:
+    """The report JSON of run ``run_id`` from the lake's gate_runs, or None when there is no such run."""
+    from jobs.lake.io import read_table
+
+    runs = read_table(root, "gate_runs")
+    if runs.is_empty():
+        return None
+    found = runs.filter(pl.col("run_id") == run_id)
+    if found.is_empty():
+        return None
+    return json.loads(found["report_json"][0])

@@ -472,6 +472,23 @@ GATE_RESULTS = TableSchema(
     ),
 )
 
+GATE_RUNS = TableSchema(
+    name="gate_runs",
+    description="One row per gate run of `radar gate --lake-write`: its whole JSON report, raw "
+    "measurements included (every execution's time per cycle and side, counters, memory readings), so "
+    "`radar gate --replay RUN_ID` judges it again without a server.",
+    partition_by=("date",),
+    primary_key=("run_id",),
+    columns=(
+        Column("run_id", pl.String(), "the run's start as a sortable stem (YYYYMMDDTHHMMSSffffffZ)"),
+        Column("run_started_at", UTC_TS, "the gate run's start (its date is the partition)"),
+        Column("source", pl.String(), "the scenario file, workload file or builtin suite"),
+        Column("run_verdict", pl.String(), "PASS | WARN | BLOCK | INCONCLUSIVE"),
+        Column("verdict_rule", pl.String(), "bounded | design"),
+        Column("report_json", pl.String(), "the gate_suite_report.schema.json object of the run"),
+    ),
+)
+
 ANALYSIS_RUNS = TableSchema(
     name="analysis_runs",
     description="One row per (detection run, instance): the query_samples watermark the run analysed up to.",

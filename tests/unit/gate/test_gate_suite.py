@@ -4,6 +4,7 @@ its cycles (selection, plan renames, INCONCLUSIVE), the report's rows, JSON cont
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import jsonschema
 import pytest
@@ -99,11 +100,15 @@ def test_temp_blocks_regress_on_their_own() -> None:
     assert not [r for r in result.reasons if r.startswith("BLOCK: wallclock")]
 
 
-def test_a_cycle_cut_by_the_budget_is_inconclusive_unless_blocked() -> None:
-    cut = _judge(SCENARIO, [cycle(0, 1.0), cycle(1, 1.0, complete=False)], (), {}, CONFIG, [])
+def test_a_cycle_cut_by_the_budget_is_inconclusive_unless_blocked_by_the_design_rule() -> None:
+    design = replace(CONFIG, verdict_rule="design")
+    cut = _judge(SCENARIO, [cycle(0, 1.0), cycle(1, 1.0, complete=False)], (), {}, design, [])
     assert cut.verdict == INCONCLUSIVE
-    blocked = _judge(SCENARIO, [cycle(0, 1.5), cycle(1, 1.5, complete=False)], (), {}, CONFIG, [])
+    blocked = _judge(SCENARIO, [cycle(0, 1.5), cycle(1, 1.5, complete=False)], (), {}, design, [])
     assert blocked.verdict == BLOCK
+    # bounded: the cut cycle's measurements count, and the CI decides (here narrow: PASS is ruled in)
+    bounded = _judge(SCENARIO, [cycle(0, 1.0), cycle(1, 1.0, complete=False)], (), {}, CONFIG, [])
+    assert bounded.verdict == PASS and "the budget ran out inside a cycle" in bounded.notes
 
 
 def test_the_tail_row_is_corrected_by_its_own_asymmetry() -> None:
