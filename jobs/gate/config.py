@@ -171,8 +171,11 @@ class GateConfig:
     wallclock_threshold: float = 0.10
     """Wallclock of the measured part (between the @A and @B markers), client side."""
     memory_threshold: float = 0.20
-    """Backend memory: the peak of pg_backend_memory_contexts, and /proc smaps_rollup private memory of the
-    backend and its parallel workers when the server is local."""
+    """The backend's own memory: the peak of pg_backend_memory_contexts (memory), and its /proc smaps_rollup
+    private memory when the server is local (rss)."""
+    worker_memory_threshold: float = 0.50
+    """Private memory of the backend's parallel workers together (the design's second memory threshold, for
+    its worker processes; local servers only). The backend's own memory (memory, rss) has memory_threshold."""
     temp_blocks_threshold: float = 0.50
     """Temp blocks written per execution (pg_stat_statements): sorts and hashes spilling to disk."""
     shared_blocks_threshold: float = 0.50
@@ -298,8 +301,8 @@ class GateConfig:
     def _suite_problems(self) -> list[str]:
         problems = []
         for name in (
-            "wallclock_threshold", "memory_threshold", "temp_blocks_threshold", "shared_blocks_threshold",
-            "wal_bytes_threshold", "planning_threshold",
+            "wallclock_threshold", "memory_threshold", "worker_memory_threshold", "temp_blocks_threshold",
+            "shared_blocks_threshold", "wal_bytes_threshold", "planning_threshold",
         ):  # fmt: skip
             if not getattr(self, name) > 0:
                 problems.append(f"{name} must be > 0, got {getattr(self, name)}")

@@ -17,8 +17,10 @@ What one ``TargetSession`` measures (the engine, jobs/gate/suite.py, decides how
   portal is still open (the executor's sort and hash memory is alive until the portal closes) minus the
   sum read just before; the maximum over the statements. (b) when the server is on this host: the
   backend's and its parallel workers' /proc/<pid>/smaps_rollup polled every ``POLL_INTERVAL_S`` during
-  one normal execution of the benchmark; the peak of ``Anonymous`` memory (private heap: palloc'd blocks
-  malloc'd by the backend) minus the backend's reading before. ``Private_*`` is not used: a shared-buffer
+  one normal execution of the benchmark (writes too); the backend's peak of ``Anonymous`` memory
+  (private heap: palloc'd blocks malloc'd by the backend) minus its reading before (``rss``), and the
+  peak of its parallel workers' together (``worker_rss``: the design's memory of the worker processes,
+  with its own threshold). ``Private_*`` is not used: a shared-buffer
   page only this backend has touched counts as private there, so a sequential scan grows it with no
   allocation at all (seen on PostgreSQL 18.6: +3 MB Private_Dirty, +0 Anonymous for a 300,000-row scan).
 
@@ -150,13 +152,14 @@ class StatementCounters:
 
 @dataclass(frozen=True)
 class MemoryReading:
-    context_bytes: (
-        float | None
-    )  # pg_backend_memory_contexts growth with the cursor open (max over statements)
-    rss_bytes: (
-        float | None
-    )  # peak Anonymous memory (smaps_rollup) of backend + parallel workers, minus before
+    context_bytes: float | None
+    """pg_backend_memory_contexts growth with the cursor open (max over statements): the backend's own."""
+    rss_bytes: float | None
+    """Peak Anonymous memory (smaps_rollup) of the backend during one execution, minus its reading before."""
     note: str | None
+    worker_bytes: float | None = None
+    """Peak Anonymous memory of the backend's parallel workers together (0 when none ran); the design's
+    memory of the worker processes, with its own threshold."""
 
 
 def parse_smaps_rollup(text: str) -> dict[str, int]:
@@ -218,6 +221,9 @@ class _Poller:
     backend_pid: int
     monitor: Conn
     peak: int = 0
+    """The backend's own peak."""
+    worker_peak: int = 0
+    """The parallel workers' peak, summed over the workers alive at one poll."""
     error: str | None = None
     stop: threading.Event = field(default_factory=threading.Event)
 
@@ -233,8 +239,8 @@ class _Poller:
                     self.error = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
                     workers = []
             rounds += 1
-            total = sum(_smaps_bytes(pid) or 0 for pid in (self.backend_pid, *workers))
-            self.peak = max(self.peak, total)
+            self.peak = max(self.peak, _smaps_bytes(self.backend_pid) or 0)
+            self.worker_peak = max(self.worker_peak, sum(_smaps_bytes(pid) or 0 for pid in workers))
             self.stop.wait(POLL_INTERVAL_S)
 
 
@@ -537,7 +543,7 @@ class TargetSession:
     def memory_execution(self, scenario: Scenario, params: tuple[object, ...]) -> MemoryReading:
         """One extra untimed execution that reads memory (see the module docstring)."""
         notes: list[str] = []
-        rss_bytes = None
+        rss_bytes = worker_bytes = None
         if not self._facts.local_proc:
             notes.append(f"the {self.role} server is not on this host: no /proc reading")
         else:
@@ -545,9 +551,9 @@ class TargetSession:
             # the first big free), so on a backend that already ran the statement the peak is no higher
             # than the reading before (seen on PostgreSQL 18.6: 0 bytes for a 12 MB sort).
             self.reconnect()
-            rss_bytes = self._rss_reading(scenario, params, notes)
+            rss_bytes, worker_bytes = self._rss_reading(scenario, params, notes)
         context_bytes = self._context_reading(scenario, params, notes)
-        return MemoryReading(context_bytes, rss_bytes, "; ".join(notes) or None)
+        return MemoryReading(context_bytes, rss_bytes, "; ".join(notes) or None, worker_bytes)
 
     def _context_reading(
         self, scenario: Scenario, params: tuple[object, ...], notes: list[str]
@@ -580,12 +586,16 @@ class TargetSession:
             best = growth if best is None else max(best, growth)
         return best
 
-    def _rss_reading(self, scenario: Scenario, params: tuple[object, ...], notes: list[str]) -> float | None:
+    def _rss_reading(
+        self, scenario: Scenario, params: tuple[object, ...], notes: list[str]
+    ) -> tuple[float | None, float | None]:
+        """(the backend's peak growth, its parallel workers' peak) during one execution of the benchmark
+        (writes too: the whole benchmark runs, as measured)."""
         pid = self.conn.info.backend_pid
         start = _smaps_bytes(pid)
         if start is None:
             notes.append(f"/proc/{pid}/smaps_rollup unreadable")
-            return None
+            return None, None
         try:
             monitor = psycopg.connect(
                 self.dsn,
@@ -596,7 +606,7 @@ class TargetSession:
             )
         except psycopg.Error as exc:
             notes.append(f"no monitor session for the parallel workers: {self._message(exc)}")
-            return None
+            return None, None
         poller = _Poller(pid, monitor, peak=start)
         thread = threading.Thread(target=poller.run, name=f"gate-smaps-{self.role}", daemon=True)
         try:
@@ -610,7 +620,8 @@ class TargetSession:
         peak = max(poller.peak, final or 0)
         if poller.error is not None:
             notes.append(f"parallel workers not followed: {scrub(poller.error, self.dsn)}")
-        return float(max(0, peak - start))
+            return float(max(0, peak - start)), None
+        return float(max(0, peak - start)), float(poller.worker_peak)
 
     def probe(self) -> float:
         """Seconds of the fixed CPU + IO probe (sql/postgres/gate_probe.sql), client side."""

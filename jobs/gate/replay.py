@@ -88,9 +88,7 @@ def _raw(value: Any, where: str) -> CycleRaw:
         return CycleRaw(
             samples={role: tuple(float(v) for v in values) for role, values in value["samples"].items()},
             counters={role: _counters(c) for role, c in value["counters"].items()},
-            memory={
-                role: tuple((r[0], r[1]) for r in readings) for role, readings in value["memory"].items()
-            },
+            memory={role: tuple(tuple(r) for r in readings) for role, readings in value["memory"].items()},
         )
     except (KeyError, TypeError, ValueError, IndexError) as exc:
         raise ReplayError(f"{where}: raw: malformed ({type(exc).__name__}: {exc})") from None

@@ -32,6 +32,7 @@ from jobs.gate.cycle import (
     MeasurementComparison,
     SelectedMeasurement,
     blocks_needed,
+    compare_readings,
     compare_samples,
     compare_values,
     corrected_for_stop,
@@ -94,8 +95,9 @@ class CycleRaw:
     """Per role (baseline, candidate, calibration): ms of the measured part per execution, in order."""
     counters: dict[str, StatementCounters | None]
     """Per role: pg_stat_statements deltas per execution over the cycle (None: not readable)."""
-    memory: dict[str, tuple[tuple[float | None, float | None], ...]]
-    """Per role: the memory readings, (memory-context growth, private memory growth) bytes each."""
+    memory: dict[str, tuple[tuple[float | None, ...], ...]]
+    """Per role: the memory readings, (memory-context growth, the backend's private memory growth, its
+    parallel workers' private memory) bytes each."""
 
 
 @dataclass(frozen=True)
@@ -636,7 +638,7 @@ class _Run:
                 for role in (BASELINE, CANDIDATE)
             },
             memory={
-                role: tuple((r.context_bytes, r.rss_bytes) for r in readings)
+                role: tuple((r.context_bytes, r.rss_bytes, r.worker_bytes) for r in readings)
                 for role, readings in memory.items()
             },
         )
@@ -757,11 +759,9 @@ def _per_execution(
     )
 
 
-def _memory_value(readings: Sequence[float | None], how: str) -> float | None:
-    values = [r for r in readings if r is not None]
-    if not values:
-        return None
-    return float({"minimum": min, "maximum": max}.get(how, lambda v: sum(v) / len(v))(values))
+def _readings(readings: Sequence[Sequence[float | None]], index: int) -> list[float]:
+    """One kind of memory reading of a side (reports written before worker memory have 2-tuples)."""
+    return [float(r[index]) for r in readings if len(r) > index and r[index] is not None]
 
 
 def cycle_comparisons(
@@ -786,11 +786,11 @@ def cycle_comparisons(
         out["wal_bytes"] = compare_values("wal_bytes", pb.wal_bytes, pc.wal_bytes, config)
         if pb.plans > 0 and pc.plans > 0:
             out["planning"] = compare_values("planning", pb.plan_ms, pc.plan_ms, config)
-    for name, index in (("memory", 0), ("rss", 1)):
-        vb = _memory_value([r[index] for r in raw.memory.get(BASELINE, ())], config.memory_aggregation)
-        vc = _memory_value([r[index] for r in raw.memory.get(CANDIDATE, ())], config.memory_aggregation)
-        if vb is not None and vc is not None:
-            out[name] = compare_values(name, vb, vc, config, how=config.memory_aggregation)
+    for name, index in (("memory", 0), ("rss", 1), ("worker_rss", 2)):
+        vb = _readings(raw.memory.get(BASELINE, ()), index)
+        vc = _readings(raw.memory.get(CANDIDATE, ()), index)
+        if vb and vc:
+            out[name] = compare_readings(name, vb, vc, config, config.memory_aggregation)
     if CALIBRATION in raw.samples:
         calibration, corrected = _interleaved_comparisons(
             {role: list(v) for role, v in raw.samples.items()}, config, k

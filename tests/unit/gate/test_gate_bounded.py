@@ -211,3 +211,26 @@ def test_tail_verdict_is_unchanged_as_a_cycle_level_check() -> None:
     rng = np.random.default_rng(11)
     base = 1.0 + rng.normal(0, 0.01, 100)
     assert tail_verdict(base, 1.10 * base, CONFIG).verdict == PASS
+
+
+def test_memory_readings_carry_their_spread_into_the_verdict() -> None:
+    """Three readings a side. Allocator noise on identical databases (one reading x2.3 of another) is not
+    a regression: BLOCK needs every candidate reading over every baseline one by 1 + t; a bigger sort
+    whose every reading doubles is. The worker processes' memory has its own (design) threshold, 50%."""
+    from jobs.gate.cycle import compare_readings, judge_selected, select_measurement
+
+    mib = 2.0**20
+    noisy = compare_readings(
+        "rss", [3 * mib, 7 * mib, 4 * mib], [3.2 * mib, 3.1 * mib, 6.9 * mib], CONFIG, "minimum"
+    )
+    assert noisy.ci[0] < 1.0 < 1.2 < noisy.ci[1] and noisy.verdict == PASS
+    bounded = judge_selected(select_measurement("rss", [noisy] * 3, None, CONFIG), CONFIG)
+    assert bounded.verdict == INCONCLUSIVE and not bounded.decided
+    grown = compare_readings(
+        "rss", [8 * mib, 8.2 * mib, 8.1 * mib], [16 * mib, 16.5 * mib, 17 * mib], CONFIG, "minimum"
+    )
+    assert grown.verdict == BLOCK and grown.ci[0] == pytest.approx(16 / 8.2)
+    workers = compare_readings("worker_rss", [8 * mib] * 3, [11 * mib] * 3, CONFIG, "minimum")
+    assert workers.threshold == 0.5 and workers.verdict == PASS  # +37.5%: under the workers' 50%
+    small = compare_readings("rss", [0.1 * mib] * 3, [0.4 * mib] * 3, CONFIG, "minimum")
+    assert small.verdict == PASS  # x4 of 0.1 MiB: under the 1 MiB minimum increase
