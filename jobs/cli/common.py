@@ -22,6 +22,8 @@ DEFAULT_EMBEDDED_ROOT = Path(tempfile.gettempdir()) / "pg-regression-radar" / "f
 EXIT_LOCKED = 75  # EX_TEMPFAIL: another run holds a lake lock; try again later
 EXIT_USAGE = 2
 EXIT_INTERNAL = 70  # EX_SOFTWARE: a bug in radar (an exception nothing expected); never a verdict's code
+EXIT_GATE_USAGE = 64
+"""EX_USAGE for `radar gate`: a bad flag, value or config file (its 2 is BLOCK, its 1 WARN)."""
 EXIT_SERVER_UNREADABLE = 3  # setup-sql --dsn: like the gate's "could not run" (an unreachable database)
 TABLE_MAX_ROWS = 40
 """Rows a table shows by default (`--max-rows`); JSON and CSV print every row unless --max-rows is given."""
@@ -189,8 +191,9 @@ def _flag_overrides(args: argparse.Namespace) -> list[Any]:
         ("inbox", "deploys.inbox", str),
         ("max_file_bytes", "deploys.max_file_bytes", int),
         ("max_events_per_file", "deploys.max_events_per_file", int),
-        ("max_seconds", "gate.max_seconds", float),
         ("suite_max_seconds", "gate.suite_max_seconds", float),
+        ("max_cycles", "gate.max_cycles", int),
+        ("verdict_rule", "gate.verdict_rule", str),
         ("seed", "gate.seed", int),
         ("sample_filter", "gate.sample_filter", str),
         ("aggregation", "gate.aggregation", str),
@@ -217,7 +220,9 @@ def _flag_overrides(args: argparse.Namespace) -> list[Any]:
         try:
             number = float(value)
         except ValueError:
-            raise SystemExit(
+            from jobs.errors import ConfigError
+
+            raise ConfigError(
                 f"radar gate: --threshold {item!r}: expected NAME=RATIO, e.g. wallclock=0.10"
             ) from None
         found.append(Override(key, number, f"flag --threshold {item}"))
@@ -234,23 +239,23 @@ def _flag_overrides(args: argparse.Namespace) -> list[Any]:
     return found
 
 
+def command_line_overrides(args: argparse.Namespace) -> list[Any]:
+    """Every setting this command line sets: design flags, the other flags and --set, in that order."""
+    from jobs.config.flags import overrides_from_args
+    from jobs.config.loader import setting_override
+
+    assignments = [*(getattr(args, "set_before", None) or []), *(getattr(args, "set_after", None) or [])]
+    return [*overrides_from_args(args), *_flag_overrides(args), *(setting_override(a) for a in assignments)]
+
+
 def loaded_settings(args: argparse.Namespace) -> Any:
     """jobs.config.loader.LoadedSettings: defaults < --config file (or RADAR_CONFIG, or data/radar.toml) < env
     RADAR_<SECTION>__<KEY> < flags. Loaded once per run."""
     cached = getattr(args, "_loaded_settings", None)
     if cached is None:
-        from jobs.config.flags import overrides_from_args
-        from jobs.config.loader import load_settings, setting_override
+        from jobs.config.loader import load_settings
 
-        assignments = [*(getattr(args, "set_before", None) or []), *(getattr(args, "set_after", None) or [])]
-        cached = load_settings(
-            getattr(args, "config", None),
-            overrides=[
-                *overrides_from_args(args),
-                *_flag_overrides(args),
-                *(setting_override(a) for a in assignments),
-            ],
-        )
+        cached = load_settings(getattr(args, "config", None), overrides=command_line_overrides(args))
         args._loaded_settings = cached
     return cached
 

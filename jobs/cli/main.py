@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     pass
 from jobs.cli.common import (
+    EXIT_GATE_USAGE,
     EXIT_INTERNAL,
     EXIT_LOCKED,
     EXIT_USAGE,
@@ -113,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_LOCKED
         if _is_error(exc, "ConfigError") or isinstance(exc, ValueError | RuntimeError | FileNotFoundError):
             say(args, f"[red]error:[/red] {escaped(_scrubbed(str(exc)))}")
-            return EXIT_USAGE
+            # the gate's 2 is BLOCK: its usage and config errors have their own code
+            return EXIT_GATE_USAGE if args.command == "gate" else EXIT_USAGE
         return internal_error(args, exc)
     finally:
         print_lake_incidents(mark, args)

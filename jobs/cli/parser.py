@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import textwrap
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 if TYPE_CHECKING:
     pass
@@ -13,6 +14,7 @@ from jobs.cli.common import (
     DEFAULT_EMBEDDED_ROOT,
     DEFAULT_FLEET_FILE,
     DEFAULT_LAKE,
+    EXIT_GATE_USAGE,
     EXIT_SERVER_UNREADABLE,
     SQL_CELL_WIDTH,
     TABLE_MAX_ROWS,
@@ -78,11 +80,16 @@ EXIT_CODES = {
     ),
     "gate": _exit_codes(
         "gate",
-        "0  PASS (or WARN with --no-fail-on-warn)",
-        "1  WARN",
-        "2  BLOCK (a bad flag or config file also exits 2: it prints no verdict)",
-        "3  the gate could not run (unreachable database, bad workload or scenario file)",
-        "4  INCONCLUSIVE (--scenarios: the budget ran out before the verdict was decided)",
+        "0   PASS (or WARN with --no-fail-on-warn): the run rules the regression out",
+        "1   WARN",
+        "2   BLOCK",
+        "3   the gate could not run: an unreachable database, a scenario that fails on the baseline or",
+        "    crashes (a Python scenario that raises or never calls mark), a file that does not load, a",
+        "    stored run that cannot be replayed; it prints no verdict",
+        "4   INCONCLUSIVE: a measurement still undecided when the cycles or the budget ran out (the report",
+        "    says which regression it could not rule out)",
+        "64  a bad flag, flag value or config file (EX_USAGE); it prints no verdict",
+        "70  a bug in radar (EX_SOFTWARE)",
     ),
     "drift": _exit_codes(
         "drift",
@@ -194,6 +201,8 @@ def _command(
         epilog=EXIT_CODES[name],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    if name == "gate":
+        parser.usage_exit = EXIT_GATE_USAGE  # type: ignore[attr-defined]
     _global_options(parser, in_subcommand=True)
     chosen = getattr(sub, "_radar_command", ALL_COMMANDS)
     parser._radar_full = chosen in (ALL_COMMANDS, name)  # type: ignore[attr-defined]
@@ -234,14 +243,27 @@ DETECTOR_FLAGS = ("window_minutes", "min_executions", "latency_threshold", "chan
 ALL_DESIGN_FLAGS = (*DETECTOR_FLAGS, "capture_plans", "auto_explain")
 
 
+class RadarParser(argparse.ArgumentParser):
+    """argparse with the usage error's exit code set per command: 2 as argparse has it, except for commands
+    whose 2 is a verdict (the gate's BLOCK), which use EX_USAGE (64)."""
+
+    usage_exit = 2
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(self.usage_exit, f"{self.prog}: error: {message}\n")
+
+
 def build_parser(command: str | None = ALL_COMMANDS) -> argparse.ArgumentParser:
     """The parser; ``command``: the one whose design flags to add (ALL_COMMANDS: every command's, None:
     none, for the top-level help)."""
-    parser = argparse.ArgumentParser(
+    parser = RadarParser(
         prog="radar",
         description=__doc__.splitlines()[0],
         epilog="Every command documents its exit codes in `radar COMMAND --help`.",
     )
+    if command == "gate":
+        parser.usage_exit = EXIT_GATE_USAGE  # an unknown flag of `radar gate` is reported by this parser
     _global_options(parser, in_subcommand=False)
     sub = parser.add_subparsers(dest="command", required=True)
     sub._radar_command = command  # type: ignore[attr-defined]
@@ -379,21 +401,29 @@ def build_parser(command: str | None = ALL_COMMANDS) -> argparse.ArgumentParser:
     gate = _command(
         sub,
         "gate",
-        "PASS / WARN / BLOCK: a workload on a baseline vs a candidate database",
+        "PASS / WARN / BLOCK / INCONCLUSIVE: a scenario suite on a baseline vs a candidate database",
         formats=True,
-        description="PASS / WARN / BLOCK: a workload on a baseline vs a candidate database. --format json "
-        "prints the report object of jobs/contracts/gate_report.schema.json; csv one row per query.",
+        description="PASS / WARN / BLOCK / INCONCLUSIVE: a scenario suite (a scenario file, a workload file "
+        "or the built-in suite) measured in cycles on a baseline and a candidate database, every verdict "
+        "bounded by its confidence; or a stored run judged again (--replay). --format json prints the "
+        "object of jobs/contracts/gate_suite_report.schema.json; csv one row per scenario and measurement.",
     )
-    gate.add_argument("--baseline", required=True, help="DSN of the database with the current schema")
-    gate.add_argument("--candidate", required=True, help="DSN of the database with the change applied")
-    source = gate.add_mutually_exclusive_group(required=True)
+    gate.add_argument("--baseline", help="DSN of the database with the current schema")
+    gate.add_argument("--candidate", help="DSN of the database with the change applied")
+    source = gate.add_mutually_exclusive_group()
     source.add_argument(
-        "--workload", help="workload TOML (see tests/fixtures/gate_workload.toml): the paired-rounds engine"
+        "--workload", help="workload TOML (see tests/fixtures/gate_workload.toml): one scenario per query"
     )
     source.add_argument(
         "--scenarios",
-        help="scenario file (.sql, .toml workload, .py) or builtin[:name,...]: the cycles engine with "
-        "memory, temp/shared blocks, WAL and planning measured and the servers calibrated",
+        help="scenario file (.sql, .toml workload, .py) or builtin[:name,...]: memory, temp/shared blocks, "
+        "WAL and planning measured beside wallclock",
+    )
+    source.add_argument(
+        "--replay",
+        metavar="RUN",
+        help="judge a stored run again without a server: a report file (--json) or a run_id of the lake's "
+        "gate_runs; the flags and --set given change its stored configuration",
     )
     gate.add_argument(
         "--calibration-dsn", help="calibration aa: a copy of the baseline database on the candidate's server"
@@ -405,6 +435,14 @@ def build_parser(command: str | None = ALL_COMMANDS) -> argparse.ArgumentParser:
         help="[gate] aa_timing: the copy measured inside every cycle (default) or A/A cycles before them",
     )
     gate.add_argument("--cycles", type=int, help="[gate] cycles (default 3)")
+    gate.add_argument(
+        "--max-cycles", type=int, help="[gate] max_cycles: cycles an undecided scenario may run (default 7)"
+    )
+    gate.add_argument(
+        "--verdict-rule",
+        choices=["bounded", "design"],
+        help="[gate] verdict_rule: bounded by the CI (default) or the design's rule",
+    )
     gate.add_argument("--selection", choices=["median", "best"], help="[gate] selection")
     gate.add_argument("--seed", type=int, help="[gate] seed")
     gate.add_argument(
@@ -422,24 +460,25 @@ def build_parser(command: str | None = ALL_COMMANDS) -> argparse.ArgumentParser:
         "--threshold",
         action="append",
         metavar="NAME=RATIO",
-        help="a measurement's relative threshold, repeatable: wallclock, memory, temp_blocks, "
+        help="a measurement's relative threshold, repeatable: wallclock, memory, worker_memory, temp_blocks, "
         "shared_blocks, wal_bytes, planning (e.g. --threshold memory=0.3)",
     )
     gate.add_argument(
         "--lake-write",
         action="store_true",
-        help="--scenarios: append the run's rows to the lake's gate_results table ([lake] root or --lake)",
+        help="append the run's rows to the lake's gate_results and the whole report (raw measurements "
+        "included) to gate_runs ([lake] root or --lake)",
     )
-    gate.add_argument(
-        "--suite-max-seconds", type=float, default=None, help="[gate] suite_max_seconds (scenarios budget)"
-    )
-    gate.add_argument("--json", help="also write the JSON report (gate_report.schema.json) here")
     gate.add_argument(
         "--max-seconds",
+        "--suite-max-seconds",
+        dest="suite_max_seconds",
         type=float,
         default=None,
-        help="measurement budget (default: [gate] max_seconds, 120)",
+        help="the whole run's budget, from its start ([gate] suite_max_seconds, 600); what is undecided "
+        "when it is spent is INCONCLUSIVE",
     )
+    gate.add_argument("--json", help="also write the JSON report (gate_suite_report.schema.json) here")
     gate.add_argument("--no-fail-on-warn", action="store_true", help="exit 0 on WARN")
     gate.set_defaults(func=cmd_gate)
 

@@ -5,6 +5,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Literal, get_args
 
+
+class GateError(RuntimeError):
+    """The gate could not measure: a database unreachable, a scenario failing on the baseline or broken."""
+
+
 # The one home of the gate's levels (the lowest module of the gate: every engine and the cycle judgement
 # use these); their order is verdict.SEVERITY.
 PASS, WARN, BLOCK, INCONCLUSIVE = "PASS", "WARN", "BLOCK", "INCONCLUSIVE"
@@ -32,57 +37,33 @@ class GateConfig:
     seed: int = 20261129
     # Measurement. Warm-up calls fill caches and trigger psycopg's auto-prepare; they are discarded.
     warmup_calls: int = 10
-    # Calls per side per round for the heaviest query (lighter ones get their weight's share, at least 1).
+    # A workload file's heaviest query runs this many times per measurement (its scenario's repeat); the
+    # others their weight's share, at least 1.
     calls_per_round: int = 20
-    # Fresh connections (new server backends) every this many rounds, each warmed with this many
-    # discarded calls per query. On a busy host a backend that the scheduler keeps on a contended core
-    # is slower for as long as it lives: measured on identical databases, one connection per side for a
-    # whole run gave ratios of 0.7x-1.5x. New backends per round turn that into between-round variance,
-    # which the round-level bootstrap sees.
+    # Fresh connections (new server backends) every this many measurements, each warmed with this many
+    # discarded executions. On a busy host a backend that the scheduler keeps on a contended core is
+    # slower for as long as it lives: measured on identical databases, one connection per side for a
+    # whole run gave ratios of 0.7x-1.5x. New backends turn that into between-measurement variance, which
+    # the bootstrap sees.
     reconnect_every_rounds: int = 1
     reconnect_warmup_calls: int = 1
     statement_timeout_ms: int = 30_000
     connect_timeout_s: int = 10
-    # Statistical termination: stop once every query is settled (its p50-ratio CI is within
-    # ±target_precision of the estimate, or it cannot straddle a verdict threshold any more), but never
-    # before min_rounds and never after max_rounds rounds or max_seconds of measuring.
-    target_precision: float = 0.05
-    min_rounds: int = 10
-    max_rounds: int = 200
-    max_seconds: float = 120.0
-    # The stop rule is checked at min_rounds, then each time the rounds grew by this fraction (a
-    # group-sequential schedule: fewer looks, less optional-stopping bias, less bootstrap time).
+    # Under the bounded verdict rule a cycle's decision is looked at once the design's rules fired, then
+    # each time the measurements grew by this fraction (a group-sequential schedule: fewer looks, less
+    # optional-stopping bias, less bootstrap time).
     recheck_growth: float = 0.2
-    # Confidence intervals: seeded percentile bootstrap of the ratio of medians (and of p95s).
+    # Confidence intervals: seeded percentile bootstrap of the ratio of the aggregates.
     confidence: float = 0.95
     bootstrap_resamples: int = 1000
-    # Outliers (per query, per side): Tukey fences at k x IQR (3 = "far out"), or |x - median| > z x MAD.
+    # Outliers (the `fences` filter, per side): Tukey fences at k x IQR (3 = "far out"), or
+    # |x - median| > z x MAD.
     outlier_method: OutlierMethod = "tukey"
     tukey_k: float = 3.0
     mad_z: float = 5.0
-    # Latency thresholds (client-side). BLOCK needs the CI *lower bound* at or over the block ratio
-    # (precision first); WARN needs the estimate at or over the warn ratio and the CI lower bound over
-    # warn_min_ci_lower (the slowdown is real, not noise).
-    p50_warn_ratio: float = 1.10
-    p50_block_ratio: float = 1.25
-    p95_warn_ratio: float = 1.25
-    p95_block_ratio: float = 1.50
-    warn_min_ci_lower: float = 1.05
-    # A latency verdict also needs the median to grow by this much: sub-10-microsecond moves are noise
+    # A wallclock verdict also needs the aggregate to grow by this much: sub-20-microsecond moves are noise
     # of the client, the network and the scheduler, not a regression worth stopping a deploy for.
     min_latency_increase_ms: float = 0.02
-    # With pg_stat_statements on both sides, a client-side latency WARN/BLOCK also needs the server's
-    # mean execution time per call to have grown by this ratio; otherwise the slowdown is the client's,
-    # the network's or the scheduler's (a 0.06 ms client round trip of a 0.004 ms query), and it is
-    # reported as unconfirmed instead. Planning time is not in the server's execution time.
-    server_confirm_ratio: float = 1.05
-    # pg_stat_statements (when installed): shared blocks (hit + read) per call.
-    buffers_warn_ratio: float = 1.5
-    buffers_block_ratio: float = 2.0
-    # ...and the increase must be at least this many blocks per call (2 -> 4 blocks is not a regression).
-    buffers_min_increase: float = 8.0
-    # Rows per call differing by more than this fraction: the candidate returns other results -> WARN.
-    rows_change_warn: float = 0.01
     # A different plan shape (EXPLAIN with the first parameter set) is at least a WARN.
     plan_change_warns: bool = True
     # Exit code of a WARN: 1 fails the CI step; set False to let WARN pass (exit 0).
@@ -91,28 +72,24 @@ class GateConfig:
     """How one measurement's samples become one number (jobs/gate/rules.py `aggregate`): `minimum`, `mean`,
     `mean_minus_std` (mean - aggregation_std_multiple x std), `normal_fit` (the mean of the normal fitted
     by maximum likelihood; its std is reported with it), `p50` or `p95` (point estimates; their ratio CIs
-    come from the round-level bootstrap). Read by the scenario engine (--scenarios); the paired-rounds
-    engine compares p50 and p95."""
+    come from the bootstrap)."""
     aggregation_std_multiple: float = 1.0
     """N in the `mean_minus_std` aggregation (mean - N x std, population std of the samples)."""
     sample_filter: SampleFilter = "fences"
     """Filter of one target's samples: `none`, `drop_first` (the first measurement), `running_mean_sigma`
     (once 3 values are kept, drop each value above the kept values' mean + running_filter_sigmas x their
     population std) or `fences` (outlier_method with tukey_k / mad_z). The tail-sensitive mean ratio
-    (tail_mean_ratio) is taken on unfiltered samples whatever the filter. Read by the scenario engine
-    (--scenarios); the paired-rounds engine filters with outlier_method."""
+    (tail_mean_ratio) is taken on unfiltered samples whatever the filter."""
     running_filter_sigmas: float = 1.0
     """The `running_mean_sigma` filter drops a value above mean + this many population stds of the values
     kept before it."""
     tail_mean_ratio: float = 1.25
     """Tail-sensitive check, never filtered: candidate / baseline mean of the unfiltered samples (the total
     time per call) at or over this ratio is flagged, so a heavier tail under the same median is caught. As
-    the p50 block ratio: a mean is noisier than a median, and a 10%-of-calls slow mode at 12x moves it 2x.
-    Both engines judge it."""
+    a wallclock BLOCK at 2t: a mean is noisier than a median; a 10%-of-calls slow mode at 12x moves it 2x."""
     termination_rules: tuple[str, ...] = TERMINATION_RULES
     """Per-target termination rules in the order they are checked; the first that fires stops the target
-    and is reported: `normal_overlap`, `probability_for_minimum`, `run_at_most` (max_measurements). Read by
-    the scenario engine (--scenarios); the paired-rounds engine stops on its CI rules."""
+    and is reported: `normal_overlap`, `probability_for_minimum`, `run_at_most` (max_measurements)."""
     overlap_threshold: float = 0.99
     """`normal_overlap` fires when the overlap coefficient of the normals fitted to the first n-1 and to all
     n measurements is at or over this: one more measurement moved the fitted distribution by under 1% of
@@ -225,22 +202,12 @@ class GateConfig:
         problems = []
         if not 0 < self.confidence < 1:
             problems.append(f"confidence must be in (0, 1), got {self.confidence}")
-        if self.target_precision <= 0:
-            problems.append(f"target_precision must be > 0, got {self.target_precision}")
-        if self.min_rounds < 1 or self.max_rounds < self.min_rounds:
-            problems.append(f"need 1 <= min_rounds <= max_rounds, got {self.min_rounds}, {self.max_rounds}")
         if self.calls_per_round < 1 or self.warmup_calls < 0 or self.reconnect_warmup_calls < 0:
             problems.append("calls_per_round must be >= 1, warmup_calls and reconnect_warmup_calls >= 0")
         if self.reconnect_every_rounds < 1:
             problems.append(f"reconnect_every_rounds must be >= 1, got {self.reconnect_every_rounds}")
         if self.outlier_method not in ("tukey", "mad", "none"):
             problems.append(f"outlier_method must be tukey, mad or none, got {self.outlier_method!r}")
-        if not 1 <= self.p50_warn_ratio <= self.p50_block_ratio:
-            problems.append("need 1 <= p50_warn_ratio <= p50_block_ratio")
-        if not 1 <= self.p95_warn_ratio <= self.p95_block_ratio:
-            problems.append("need 1 <= p95_warn_ratio <= p95_block_ratio")
-        if not 1 <= self.buffers_warn_ratio <= self.buffers_block_ratio:
-            problems.append("need 1 <= buffers_warn_ratio <= buffers_block_ratio")
         if self.bootstrap_resamples < 100:
             problems.append(f"bootstrap_resamples must be >= 100, got {self.bootstrap_resamples}")
         problems += self._rule_problems()

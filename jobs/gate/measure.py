@@ -61,8 +61,7 @@ from pglast.parser import parse_sql as parse_sql_raw
 from psycopg import RawCursor
 from psycopg.pq import TransactionStatus
 
-from jobs.gate.config import GateConfig
-from jobs.gate.runner import GateError
+from jobs.gate.config import GateConfig, GateError
 from jobs.gate.scenario import Scenario, ScenarioStatement, ScenarioSuite
 from jobs.gate.workload import placeholder_numbers
 from jobs.redaction import redact_dsn, scrub
@@ -517,6 +516,13 @@ class TargetSession:
         for _ in range(max(1, scenario.repeat)):
             with self._guarded(scenario, scenario.line, "benchmark()"):
                 benchmark(self.conn, params, mark)
+        if total == 0:
+            # The scenario's own bug, whichever side runs it: no verdict, never a 0 ms measurement (it
+            # ended in a ZeroDivisionError, exit 1 = WARN).
+            raise GateError(
+                f"scenario {scenario.name!r} ({scenario.source}): benchmark() never called mark('A') and "
+                "then mark('B'): nothing was timed"
+            )
         return total
 
     def counters(self, scenario: Scenario) -> StatementCounters | None:

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from jobs.drift.config import DriftScoreConfig
-from jobs.gate.config import BLOCK, INCONCLUSIVE, PASS, WARN, GateConfig
+from jobs.gate.config import BLOCK, INCONCLUSIVE, PASS, WARN, GateConfig, GateError
 from jobs.gate.cycle import (
     TAIL,
     WALLCLOCK,
@@ -47,7 +47,6 @@ from jobs.gate.cycle import (
 from jobs.gate.drift_flags import GateDrift, gate_drift, gate_query_hash
 from jobs.gate.measure import CandidateFailure, MemoryReading, ServerFacts, StatementCounters, TargetSession
 from jobs.gate.rules import RUN_AT_MOST, first_rule_to_fire
-from jobs.gate.runner import GateError
 from jobs.gate.scenario import Scenario, ScenarioSuite
 from jobs.gate.selection import (
     Asymmetry,

@@ -1,46 +1,68 @@
-"""A gate report built from two arrays of timings, for the gate's pure tests."""
+"""Inline scenario gate runs for the pure tests: cycles from raw samples, a report around them."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
-from jobs.gate.config import PASS, GateConfig
-from jobs.gate.stats import (
-    ALL_SETTLED,
-    compare_latencies,
-    settle_reason,
+from jobs.gate.config import GateConfig
+from jobs.gate.measure import ServerFacts
+from jobs.gate.scenario import Scenario, ScenarioStatement
+from jobs.gate.suite import (
+    CalibrationReport,
+    CycleRaw,
+    ScenarioCycle,
+    SuiteReport,
+    cycle_comparisons,
+    judge_scenario,
+    run_verdict,
 )
-from jobs.gate.verdict import (
-    GateReport,
-    PlanComparison,
-    QueryResult,
-    SideStatements,
-    Termination,
-)
 
-CONFIG = GateConfig()
+CONFIG = GateConfig(calibration="off")
+SCENARIO = Scenario(name="lookup", benchmark=(ScenarioStatement("SELECT 1", True, 1, True, True),))
 
 
-def latencies(n: int, median_ms: float, sigma: float, seed: int) -> np.ndarray:
-    """Lognormal latencies around ``median_ms`` (client latencies are right-skewed)."""
-    return np.random.default_rng(seed).lognormal(np.log(median_ms), sigma, n)
-
-
-def _report(verdict: str, config: GateConfig = CONFIG) -> GateReport:
-    comparison = compare_latencies(latencies(100, 1.0, 0.1, 1), latencies(100, 1.3, 0.1, 2), config)
-    query = QueryResult(
-        name="q",
-        sql="SELECT 1",
-        weight=1.0,
-        verdict=verdict,
-        reasons=(f"{verdict}: because",) if verdict != PASS else (),
-        latency=comparison,
-        settled_by=settle_reason(comparison, config),
-        baseline_statements=SideStatements(10, 3.0, 1.0, 0.1),
-        candidate_statements=SideStatements(10, 3.0, 1.0, 0.1),
-        plan=PlanComparison("a" * 16, "a" * 16, False, "Plan shape unchanged (Result)."),
+def raw_cycle(k: int, base: np.ndarray, cand: np.ndarray) -> ScenarioCycle:
+    raw = CycleRaw(
+        samples={"baseline": tuple(base), "candidate": tuple(cand)},
+        counters={"baseline": None, "candidate": None},
+        memory={"baseline": (), "candidate": ()},
     )
-    termination = Termination(ALL_SETTLED, 5, 0.2, ("q",), ())
-    return GateReport(
-        verdict, (query,), termination, config, "host=h", "host=h", "w.toml", "2026-11-29T16:00:00+00:00", 0.3
+    comparisons, calibration, corrected = cycle_comparisons(raw, CONFIG, k)
+    n = {"baseline": len(base), "candidate": len(cand)}
+    return ScenarioCycle(k, "baseline", n, {}, comparisons, True, calibration, corrected, raw)
+
+
+def noisy_cycles(config: GateConfig, sigma: float, factor: float, seed: int = 1) -> list[ScenarioCycle]:
+    """Three cycles of 25 lognormal measurements a side (sigma per measurement), the candidate x factor."""
+    rng = np.random.default_rng(seed)
+    return [
+        raw_cycle(
+            k,
+            np.exp(rng.normal(0.0, sigma, 25)),
+            factor * np.exp(rng.normal(0.0, sigma, 25)),
+        )
+        for k in range(3)
+    ]
+
+
+FACTS = ServerFacts("baseline", "PostgreSQL 18", 180000, None, "127.0.0.1:5432", (), None, False, True, False)
+
+
+def suite_report(cycles: list[ScenarioCycle], config: GateConfig) -> SuiteReport:
+    result = judge_scenario(SCENARIO, cycles, (), {}, config)
+    return SuiteReport(
+        verdict=run_verdict([result], "complete", config),
+        scenarios=(result,),
+        calibration=CalibrationReport("off", "off", None, note="not calibrated (one server)"),
+        servers=(FACTS, replace(FACTS, role="candidate")),
+        config=config,
+        baseline="postgresql://u:***@h/db",
+        candidate="postgresql://u:***@h/db2",
+        source="inline.sql",
+        started_at="2026-12-05T10:00:00+00:00",
+        seconds=1.0,
+        measure_seconds=1.0,
+        stop_reason="complete",
     )

@@ -115,49 +115,92 @@ def gate_server(fleet_factory: FleetFactory) -> Any:
     return server
 
 
-def test_gate_json_is_the_report_contract_and_takes_the_gate_settings(
+def test_gate_workload_runs_the_scenario_engine_with_every_flag_and_exit_codes_that_cannot_be_confused(
     gate_server: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """One engine: a workload file is a scenario suite, and the cycle, threshold, calibration and lake flags
+    apply to it. The stored run is judged again by --replay, from the file and from the lake. Usage errors
+    exit 64, a gate that could not run 3: never 1 (WARN) or 2 (BLOCK) without a verdict."""
     import jsonschema
 
-    from jobs.gate.verdict import gate_report_contract
+    from jobs.gate.suite_report import gate_suite_contract
 
     config = tmp_path / "radar.toml"
-    config.write_text("[gate]\nmax_rounds = 40\nseed = 7\n")
+    config.write_text("[gate]\nmax_measurements = 15\nseed = 7\n")
+    lake_root = tmp_path / "lake"
+    stored = tmp_path / "gate.json"
     args = [
-        "--config",
-        str(config),
-        "gate",
-        "--baseline",
-        gate_server.dsn_for("gate_base"),
-        "--candidate",
-        gate_server.dsn_for("gate_noindex"),
-        "--workload",
-        str(FIXTURES / "gate_workload.toml"),
-        "--max-seconds",
-        "20",
-    ]
+        "--config", str(config), "--lake", str(lake_root), "gate",
+        "--baseline", gate_server.dsn_for("gate_base"), "--candidate", gate_server.dsn_for("gate_noindex"),
+        "--workload", str(FIXTURES / "gate_workload.toml"), "--cycles", "2", "--max-seconds", "90",
+        "--threshold", "memory=0.3", "--calibration", "off", "--filter", "drop_first",
+    ]  # fmt: skip
     capsys.readouterr()
-    code = main([*args, "--format", "json"])
+    code = main([*args, "--format", "json", "--json", str(stored), "--lake-write"])
     captured = capsys.readouterr()
     report = json.loads(captured.out)
-    jsonschema.validate(report, gate_report_contract())
+    jsonschema.validate(report, gate_suite_contract())
     assert code == report["exit_code"] == 2 and report["verdict"] == "BLOCK"
-    assert report["config"]["max_rounds"] == 40 and report["config"]["seed"] == 7  # from the file
-    assert report["config"]["max_seconds"] == 20.0  # from the flag
-    assert "postgres" not in captured.out.split('"baseline"')[0]  # the report object only, no banner
-    # CSV: one row per query of the workload.
-    assert main([*args, "--format", "csv"]) == 2
+    cfg = report["config"]
+    assert (cfg["max_measurements"], cfg["seed"]) == (15, 7)  # from the file
+    assert (cfg["cycles"], cfg["suite_max_seconds"], cfg["memory_threshold"]) == (2, 90.0, 0.3)  # flags
+    assert (cfg["calibration"], cfg["sample_filter"]) == ("off", "drop_first")
+    assert {s["name"] for s in report["scenarios"]} == {
+        "orders_by_customer",
+        "customer_by_id",
+        "recent_orders_by_status",
+    }
+    assert (
+        report["source"].endswith("gate_workload.toml")
+        and "postgres" not in captured.out.split('"baseline"')[0]
+    )
+    # CSV: one row per scenario and measurement.
+    assert main([*args, "--format", "csv", "--max-cycles", "2"]) == 2
     parsed = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
-    assert [r["name"] for r in parsed] == [q["name"] for q in report["queries"]]
-    assert {r["verdict_of_run"] for r in parsed} == {"BLOCK"}
+    assert {r["scenario"] for r in parsed} == {s["name"] for s in report["scenarios"]}
+    # Replay: the stored report judged again without a server; a looser threshold changes the verdict of
+    # the scenario that regressed on wallclock only if every measurement allows it, so check the figures.
+    assert main(["gate", "--replay", str(stored), "--format", "json"]) == 2
+    again = json.loads(capsys.readouterr().out)
+    assert again["replay_of"] == str(stored) and again["verdict"] == "BLOCK"
+    assert [r["ratio"] for r in again["rows"]] == [r["ratio"] for r in report["rows"]]
+    assert main(["gate", "--replay", str(stored), "--verdict-rule", "design", "--format", "json"]) == 2
+    assert json.loads(capsys.readouterr().out)["config"]["verdict_rule"] == "design"
+    from jobs.lake.io import read_table
+
+    run_id = read_table(lake_root, "gate_runs")["run_id"][0]
+    assert main(["--lake", str(lake_root), "gate", "--replay", run_id, "--format", "json"]) == 2
+    assert json.loads(capsys.readouterr().out)["replay_of"].endswith(f"run {run_id}")
+    # Usage errors: 64, no verdict printed.
+    for bad_usage in (
+        ["gate", "--replay", str(stored), "--baseline", gate_server.dsn],  # replay measures nothing
+        ["gate", "--baseline", gate_server.dsn, "--workload", str(FIXTURES / "gate_workload.toml")],
+        ["gate", "--bogus"],
+        [*args, "--cycles", "many"],
+        [*args, "--threshold", "memory=lots"],
+        ["--set", "gate.cycles=0", *args[4:]],
+    ):
+        try:
+            code = main([*bad_usage, "--format", "json"])
+        except SystemExit as exc:  # argparse's own errors end the process, as `radar` does
+            code = int(exc.code or 0)
+        assert code == 64, bad_usage
+        assert capsys.readouterr().out == ""
     # The gate could not run: exit 3, the reason on stderr, stdout empty (nothing to parse by mistake).
     bad = tmp_path / "bad.toml"
     bad.write_text('[[queries]]\nname = "two"\nsql = "select 1; drop table gate_orders"\n')
-    bad_args = ["gate", "--baseline", gate_server.dsn, "--candidate", gate_server.dsn, "--workload", str(bad)]
-    assert main([*bad_args, "--format", "json"]) == 3
-    captured = capsys.readouterr()
-    assert captured.out == "" and "gate could not run" in captured.err
+    no_mark = tmp_path / "no_mark.py"
+    no_mark.write_text(
+        "SCENARIOS = [{'name': 'forgot', 'benchmark': lambda conn, params, mark: conn.execute('SELECT 1')}]\n"
+    )
+    base = ["gate", "--baseline", gate_server.dsn, "--candidate", gate_server.dsn]
+    for bad_run in ([*base, "--workload", str(bad)], [*base, "--scenarios", str(no_mark)],
+                    ["gate", "--replay", str(tmp_path / "missing.json")]):  # fmt: skip
+        assert main([*bad_run, "--format", "json"]) == 3, bad_run
+        captured = capsys.readouterr()
+        assert captured.out == "" and "gate could not" in captured.err
+    assert main([*base, "--scenarios", str(no_mark)]) == 3
+    assert "never called mark('A')" in capsys.readouterr().out  # table format: messages on stdout
 
 
 def test_a_running_embedded_fleet_is_used_only_with_embedded(

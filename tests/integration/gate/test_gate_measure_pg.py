@@ -11,9 +11,8 @@ import pytest
 from psycopg.pq import TransactionStatus
 from psycopg.types.numeric import Int4
 
-from jobs.gate.config import GateConfig
+from jobs.gate.config import GateConfig, GateError
 from jobs.gate.measure import CandidateFailure, StatementCounters, TargetSession
-from jobs.gate.runner import GateError
 from jobs.gate.scenario import Scenario, ScenarioStatement, ScenarioSuite
 from tests.conftest import FleetFactory
 

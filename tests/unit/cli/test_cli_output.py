@@ -277,7 +277,7 @@ def test_config_show_says_where_each_value_came_from(
         "value": 0.3,
         "source": "flag --changepoint-tolerance",
     }
-    assert by_key["gate.max_seconds"]["source"] == "default"
+    assert by_key["gate.suite_max_seconds"]["source"] == "default"
     # The flag beats the file and the env.
     rows, _ = json_out(
         capsys,
@@ -304,7 +304,7 @@ def test_config_check_exits_0_valid_and_2_with_the_message(
     monkeypatch.delenv("RADAR_CONFIG", raising=False)
     monkeypatch.chdir(tmp_path)
     good = tmp_path / "good.toml"
-    good.write_text("[gate]\nmax_seconds = 30.0\n")
+    good.write_text("[gate]\nsuite_max_seconds = 30.0\n")
     assert radar("--config", str(good), "config", "check") == 0
     assert "configuration valid" in capsys.readouterr().out
     bad = tmp_path / "bad.toml"

@@ -10,7 +10,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from jobs.gate.config import BLOCK, INCONCLUSIVE, PASS, WARN, GateConfig
+from jobs.gate.config import BLOCK, INCONCLUSIVE, PASS, WARN
 from jobs.gate.cycle import (
     CI_OVER_ONE,
     CI_OVER_STRONG,
@@ -24,23 +24,12 @@ from jobs.gate.cycle import (
     decided_in_cycle,
     tail_verdict,
 )
-from jobs.gate.measure import ServerFacts
 from jobs.gate.replay import ReplayError, replay_report
-from jobs.gate.scenario import Scenario, ScenarioStatement
-from jobs.gate.suite import (
-    CalibrationReport,
-    CycleRaw,
-    ScenarioCycle,
-    SuiteReport,
-    cycle_comparisons,
-    judge_scenario,
-    run_verdict,
-)
+from jobs.gate.suite import judge_scenario, run_verdict
 from jobs.gate.suite_report import suite_report_dict
+from tests.support.gate_reports import CONFIG, SCENARIO, noisy_cycles, suite_report
 
-CONFIG = GateConfig(calibration="off")
 DESIGN = replace(CONFIG, verdict_rule="design")
-SCENARIO = Scenario(name="lookup", benchmark=(ScenarioStatement("SELECT 1", True, 1, True, True),))
 
 
 @pytest.mark.parametrize(
@@ -75,32 +64,8 @@ def test_bounded_level_of_counts_reads_the_floor_and_the_tail_its_own_ratio() ->
     assert bounded_level(TAIL, 1.10, (0.90, 1.40), 1.0, CONFIG)[0] == INCONCLUSIVE
 
 
-def _cycle(k: int, base: np.ndarray, cand: np.ndarray) -> ScenarioCycle:
-    raw = CycleRaw(
-        samples={"baseline": tuple(base), "candidate": tuple(cand)},
-        counters={"baseline": None, "candidate": None},
-        memory={"baseline": (), "candidate": ()},
-    )
-    comparisons, calibration, corrected = cycle_comparisons(raw, CONFIG, k)
-    n = {"baseline": len(base), "candidate": len(cand)}
-    return ScenarioCycle(k, "baseline", n, {}, comparisons, True, calibration, corrected, raw)
-
-
-def _noisy_cycles(config: GateConfig, sigma: float, factor: float, seed: int = 1) -> list[ScenarioCycle]:
-    """Three cycles of 25 lognormal measurements a side (sigma per measurement), the candidate x factor."""
-    rng = np.random.default_rng(seed)
-    return [
-        _cycle(
-            k,
-            np.exp(rng.normal(0.0, sigma, 25)),
-            factor * np.exp(rng.normal(0.0, sigma, 25)),
-        )
-        for k in range(3)
-    ]
-
-
 def test_a_quiet_identical_run_passes_with_the_bound_it_rules_out() -> None:
-    result = judge_scenario(SCENARIO, _noisy_cycles(CONFIG, 0.02, 1.0), (), {}, CONFIG)
+    result = judge_scenario(SCENARIO, noisy_cycles(CONFIG, 0.02, 1.0), (), {}, CONFIG)
     assert result.verdict == PASS, result.reasons
     wall = next(m for m in result.selected if m.measurement == WALLCLOCK)
     assert wall.decided and wall.decided_by == CI_UNDER_THRESHOLD
@@ -112,7 +77,7 @@ def test_a_noisy_run_is_inconclusive_and_says_what_it_could_hide() -> None:
     design's rule PASSes both (nothing over the threshold with a CI lower bound over 1); bounded says it
     cannot tell, and how large a regression it could not rule out."""
     for factor in (1.0, 1.2):
-        cycles = _noisy_cycles(CONFIG, 0.5, factor)
+        cycles = noisy_cycles(CONFIG, 0.5, factor)
         bounded = judge_scenario(SCENARIO, cycles, (), {}, CONFIG)
         assert bounded.verdict == INCONCLUSIVE, bounded.reasons
         wall = next(m for m in bounded.selected if m.measurement == WALLCLOCK)
@@ -125,7 +90,7 @@ def test_a_noisy_run_is_inconclusive_and_says_what_it_could_hide() -> None:
 
 
 def test_a_clear_regression_blocks_under_both_rules() -> None:
-    cycles = _noisy_cycles(CONFIG, 0.03, 1.5)
+    cycles = noisy_cycles(CONFIG, 0.03, 1.5)
     assert judge_scenario(SCENARIO, cycles, (), {}, CONFIG).verdict == BLOCK
     assert judge_scenario(SCENARIO, cycles, (), {}, DESIGN).verdict == BLOCK
 
@@ -136,7 +101,7 @@ def test_the_bounded_pass_rate_of_true_regressions_is_nil_where_the_design_rule_
     passes = {"bounded": {1.1: 0, 1.2: 0}, "design": {1.1: 0, 1.2: 0}}
     for seed in range(200):
         for factor in (1.1, 1.2):
-            cycles = _noisy_cycles(CONFIG, 0.3, factor, seed=seed)
+            cycles = noisy_cycles(CONFIG, 0.3, factor, seed=seed)
             for name, config in (("bounded", CONFIG), ("design", DESIGN)):
                 passes[name][factor] += judge_scenario(SCENARIO, cycles, (), {}, config).verdict == PASS
     assert passes["bounded"] == {1.1: 0, 1.2: 0}, passes
@@ -165,32 +130,11 @@ def test_the_run_verdict_orders_inconclusive_above_warn_and_under_block() -> Non
     assert run_verdict(results(PASS, PASS), "budget", DESIGN) == INCONCLUSIVE  # design: any spent budget
 
 
-FACTS = ServerFacts("baseline", "PostgreSQL 18", 180000, None, "127.0.0.1:5432", (), None, False, True, False)
-
-
-def _report(cycles: list[ScenarioCycle], config: GateConfig) -> SuiteReport:
-    result = judge_scenario(SCENARIO, cycles, (), {}, config)
-    return SuiteReport(
-        verdict=run_verdict([result], "complete", config),
-        scenarios=(result,),
-        calibration=CalibrationReport("off", "off", None, note="not calibrated (one server)"),
-        servers=(FACTS, replace(FACTS, role="candidate")),
-        config=config,
-        baseline="postgresql://u:***@h/db",
-        candidate="postgresql://u:***@h/db2",
-        source="inline.sql",
-        started_at="2026-12-05T10:00:00+00:00",
-        seconds=1.0,
-        measure_seconds=1.0,
-        stop_reason="complete",
-    )
-
-
 def test_a_stored_run_is_judged_again_with_other_thresholds_and_rules() -> None:
     """The report keeps every execution's time; replaying it with the same configuration gives the same
     verdict and figures, and with a wider threshold or the design rule a different, explained one."""
-    cycles = _noisy_cycles(CONFIG, 0.15, 1.16, seed=3)
-    stored = json.loads(json.dumps(suite_report_dict(_report(cycles, CONFIG))))
+    cycles = noisy_cycles(CONFIG, 0.15, 1.16, seed=3)
+    stored = json.loads(json.dumps(suite_report_dict(suite_report(cycles, CONFIG))))
     same = replay_report(stored, CONFIG, "run.json")
     assert same.verdict == stored["verdict"]
     assert same.replay_of == "run.json" and any("no server was measured" in n for n in same.notes)
@@ -201,7 +145,7 @@ def test_a_stored_run_is_judged_again_with_other_thresholds_and_rules() -> None:
 
 
 def test_a_run_without_raw_measurements_cannot_be_replayed() -> None:
-    stored = json.loads(json.dumps(suite_report_dict(_report(_noisy_cycles(CONFIG, 0.02, 1.0), CONFIG))))
+    stored = json.loads(json.dumps(suite_report_dict(suite_report(noisy_cycles(CONFIG, 0.02, 1.0), CONFIG))))
     del stored["scenarios"][0]["cycles"][1]["raw"]
     with pytest.raises(ReplayError, match=r"old\.json: scenario 'lookup' cycle 1: raw: missing"):
         replay_report(stored, CONFIG, "old.json")

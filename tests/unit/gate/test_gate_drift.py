@@ -8,15 +8,11 @@ import jsonschema
 import numpy as np
 import pytest
 
-from jobs.cli.gate import gate_query_rows
 from jobs.drift.config import DriftScoreConfig
 from jobs.drift.scorer import query_hash
 from jobs.gate.config import PASS
 from jobs.gate.drift_flags import gate_drift, gate_query_hash
-from jobs.gate.runner import per_execution_ms
-from jobs.gate.verdict import gate_report_contract, render_gate_report
 from jobs.query.identity import fingerprint_text
-from tests.support.gate_reports import _report
 
 SQL = "SELECT * FROM gate_orders WHERE customer_id = $1"
 
@@ -66,35 +62,23 @@ def test_two_names_of_one_statement_keep_their_own_samples() -> None:
     assert (flags["a"].flag, flags["b"].flag) == (PASS, "BLOCK")
 
 
-def test_rounds_are_flattened_to_ms() -> None:
-    rounds = {"q": {"baseline": [[1_000_000, 2_000_000], [3_000_000]], "candidate": [[4_000_000], []]}}
-    assert per_execution_ms(rounds) == {"q": ([1.0, 2.0, 3.0], [4.0])}
-
-
-def test_report_json_table_and_csv_carry_the_flag_and_the_verdict_stays() -> None:
-    flags = gate_drift({"q": (lognormal(400, 1.0, 3), bimodal(400, 4))}, {"q": gate_query_hash("SELECT 1")})
-    report = _report(PASS)
-    query = report.queries[0]
+def test_the_suite_report_carries_the_flag_and_the_verdict_stays() -> None:
+    """Drift is informational: a BLOCK flag of a scenario's per-execution times leaves its verdict alone, and
+    the JSON report (its contract), the table and the rows carry it."""
     from dataclasses import replace
 
-    report = replace(report, queries=(replace(query, drift=flags["q"]),))
-    payload = json.loads(report.to_json())
-    jsonschema.validate(payload, gate_report_contract())
-    drift = payload["queries"][0]["drift"]
-    assert (
-        drift["flag"] == "BLOCK"
-        and drift["metric"] == "latency"
-        and drift["js"] == pytest.approx(flags["q"].js)
+    from jobs.gate.suite_report import gate_suite_contract, render_suite_report, suite_report_dict
+    from tests.support.gate_reports import CONFIG, noisy_cycles, suite_report
+
+    report = suite_report(noisy_cycles(CONFIG, 0.02, 1.0), CONFIG)
+    flags = gate_drift(
+        {"lookup": (lognormal(400, 1.0, 3), bimodal(400, 4))}, {"lookup": gate_query_hash(SQL)}
     )
-    assert drift["query_hash"] == gate_query_hash("SELECT 1") and drift["n_candidate"] == 400
-    assert payload["verdict"] == PASS and report.exit_code == 0, "drift is informational (issue 12 decides)"
-    table = render_gate_report(report)
-    assert "drift (informational, not in the verdict): BLOCK" in table and "400 vs 400 calls" in table
-    row = gate_query_rows(payload).row(0, named=True)
-    assert (row["drift_flag"], row["verdict"]) == ("BLOCK", PASS)
-    unscored = json.loads(_report(PASS).to_json())
-    assert unscored["queries"][0]["drift"] is None
-    bad = json.loads(report.to_json())
-    bad["queries"][0]["drift"]["flag"] = "MAYBE"
-    with pytest.raises(jsonschema.ValidationError):
-        jsonschema.validate(bad, gate_report_contract())
+    (scenario,) = report.scenarios
+    report = replace(report, scenarios=(replace(scenario, drift=flags["lookup"]),))
+    payload = json.loads(json.dumps(suite_report_dict(report)))
+    jsonschema.validate(payload, gate_suite_contract())
+    drift = payload["scenarios"][0]["drift"]
+    assert drift["flag"] == "BLOCK" and drift["js"] == pytest.approx(flags["lookup"].js)
+    assert payload["verdict"] == PASS and report.exit_code == 0, "drift is informational"
+    assert "lookup" in render_suite_report(report)
