@@ -108,6 +108,11 @@ class GateConfig:
     cycle_order: CycleOrder = "abba"
     """Which side goes first in cycle i (0-based): abba = the baseline when i % 4 is 0 or 3 (AB, BA, BA, AB,
     ...); alternate = AB, BA, ...; baseline_first = AB every cycle."""
+    alternate_within_cycle: bool = True
+    """Inside a cycle, every odd measurement swaps the targets that would otherwise keep their places (the
+    two sides; with an interleaved copy, the candidate and the copy). With the copy always measured right
+    after the candidate, identical databases on a server shared with a busy neighbour read x1.13 (the
+    candidate against the copy, 1 run of the power benchmark). False: the design's order, one per cycle."""
     selection: CycleSelectionRule = "median"
     """The cycle that stands for a scenario: median (the cycle at (K - 1) // 2 by ascending ratio, the lower
     middle for even K) or best (the lowest-ratio cycle without a regression; regressed only if every cycle
@@ -135,6 +140,13 @@ class GateConfig:
     """An asymmetry whose CI half-width exceeds this fraction of it (0.10 = ±10%) is reported as unreliable
     (and then handled by calibration_unreliable). Below it the asymmetry's uncertainty is carried into the
     corrected ratio's CI."""
+    probe_model_uncertainty: float = 0.5
+    """How far the probe's asymmetry may be from a scenario's own (a relative factor: 0.5 = x1.5 either way),
+    added to the probe's own uncertainty (on the log scale, as a 95% half-width, in quadrature). The probe
+    times CPU and IO work, not the scenario: measured on this host with a busy neighbour beside the
+    candidate's server, a CPU-bound scan was x1.74 slower there while the probe read x2.03 (x0.86), and
+    short round trips x1.3-x1.8 while it read x0.90. Without it a confident probe hid a true x1.1 and made
+    a x1.3 read x1.17. 0 trusts the probe as measured."""
     calibration_unreliable: UnreliableCalibration = "carry"
     """An unreliable asymmetry: carry = applied all the same, its wide uncertainty carried into the corrected
     CI (a noisy pair of servers can then only show a regression larger than its noise); ignore = not
@@ -229,6 +241,8 @@ class GateConfig:
             problems.append(f"max_cycles must be >= 1, got {self.max_cycles}")
         if self.calibration not in ("off", "auto", "aa", "probe"):
             problems.append(f"calibration must be off, auto, aa or probe, got {self.calibration!r}")
+        if not self.probe_model_uncertainty >= 0:
+            problems.append(f"probe_model_uncertainty must be >= 0, got {self.probe_model_uncertainty}")
         if not self.calibration_max_half_width > 0:
             problems.append(f"calibration_max_half_width must be > 0, got {self.calibration_max_half_width}")
         problems += self._suite_problems()

@@ -227,6 +227,11 @@ def estimate_asymmetry(calibration: Sequence[CycleResult], method: str, config: 
     tail = 0.5 + config.confidence / 2.0
     q = float(stats.t.ppf(tail, n - 1)) if n >= 2 else float(stats.norm.ppf(tail))
     half = q * math.sqrt(variance)
+    model = ""
+    if method == "probe" and config.probe_model_uncertainty > 0:
+        # The probe is not the scenario: how far its asymmetry may be from a scenario's own is added.
+        half = math.hypot(half, math.log1p(config.probe_model_uncertainty))
+        model = f", with the probe's model uncertainty x{1 + config.probe_model_uncertainty:g}"
     ratio = math.exp(mean)
     ci = (ratio * math.exp(-half), ratio * math.exp(half))
     relative = (ci[1] - ci[0]) / 2.0 / ratio
@@ -237,7 +242,7 @@ def estimate_asymmetry(calibration: Sequence[CycleResult], method: str, config: 
         reliable, note = False, f"CI half-width ±{relative:.1%} over the limit ±{limit:.1%}"
     else:
         reliable, note = True, f"CI half-width ±{relative:.1%} within ±{limit:.1%}"
-    return Asymmetry(method, ratio, ci, half, n, reliable, f"{method} over {n} cycles: {note}")
+    return Asymmetry(method, ratio, ci, half, n, reliable, f"{method} over {n} cycles{model}: {note}")
 
 
 def probe_cycles(

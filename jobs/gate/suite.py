@@ -533,13 +533,19 @@ class _Run:
         With ``calib`` (interleaved A/A) every measurement also runs on the baseline's copy on the
         candidate's server: AB cycles in the order baseline, candidate, copy; BA cycles copy, candidate,
         baseline (every pair swaps between the two), and the CI stop judges the candidate against the
-        copy."""
+        copy. With ``alternate_within_cycle`` every odd measurement swaps the two targets that would
+        otherwise keep their places: the two sides (without a copy), or the candidate and the copy (with
+        one), so no target always runs right after the same one."""
         config = self.config
         base, other = pair
         if calib is None:
             order: tuple[TargetSession, ...] = (base, other) if first == BASELINE else (other, base)
         else:
             order = (base, other, calib) if first == BASELINE else (calib, other, base)
+        if calib is None:
+            swapped = order[::-1]
+        else:  # the candidate and the copy trade places; the baseline keeps the cycle's
+            swapped = (base, calib, other) if first == BASELINE else (other, calib, base)
         roles = {id(base): BASELINE, id(other): CANDIDATE}
         if calib is not None:
             roles[id(calib)] = CALIBRATION
@@ -568,7 +574,7 @@ class _Run:
             params = scenario.draw(self.rng)
             index = min(len(v) for v in samples.values())
             fresh = index > 0 and index % config.reconnect_every_rounds == 0
-            for session in order:
+            for session in swapped if (config.alternate_within_cycle and index % 2 == 1) else order:
                 role = roles[id(session)]
                 if role in stopped:
                     continue

@@ -19,8 +19,9 @@ raw measurements (``jobs.gate.replay``, no server): the same data, the two rules
 Criteria (issue 23): identical -> 0 BLOCK and <= 1 WARN; x1.3 -> never PASS and WARN or BLOCK in >= 95%;
 x1.1 -> never PASS; index drop -> BLOCK every run; false PASS (a PASS whose CI reaches the threshold) 0.
 
-``BENCH_GATE_POWER_RUNS`` (20), ``BENCH_GATE_POWER_PROFILES`` (aa,default), ``BENCH_GATE_POWER_CASES``
-(all), ``BENCH_GATE_POWER_MAX_SECONDS`` (120, the per-run budget).
+``BENCH_GATE_POWER_RUNS`` (20; ``BENCH_GATE_POWER_RUNS_<PROFILE>`` for one profile),
+``BENCH_GATE_POWER_PROFILES`` (aa,default), ``BENCH_GATE_POWER_CASES`` (all), ``BENCH_GATE_POWER_MAX_SECONDS``
+(120, the per-run budget).
 """
 
 from __future__ import annotations
@@ -55,6 +56,12 @@ CASES = {
     if name in os.environ.get("BENCH_GATE_POWER_CASES", ",".join(ALL_CASES)).split(",")
 }
 MAX_SECONDS = float(os.environ.get("BENCH_GATE_POWER_MAX_SECONDS", "120"))
+PROFILE_RUNS = {
+    p: int(os.environ[f"BENCH_GATE_POWER_RUNS_{p.upper()}"])
+    for p in PROFILES
+    if f"BENCH_GATE_POWER_RUNS_{p.upper()}" in os.environ
+}
+"""Fewer runs for one profile (``BENCH_GATE_POWER_RUNS_DEFAULT=5``): its runs are the first ones."""
 AFFECTED = {"identical": None, "x1.3": "facts_sum", "x1.1": "facts_sum", "index_drop": "by_customer"}
 FACT_ROWS = 100_000
 VERDICT_EXITS = {"PASS": 0, "WARN": 1, "BLOCK": 2, "INCONCLUSIVE": 4}
@@ -78,7 +85,9 @@ def _database(server: Any, name: str, facts: int = FACT_ROWS, index: bool = True
     with psycopg.connect(server.dsn, autocommit=True) as conn:
         conn.execute(f"CREATE DATABASE {name}")
     with psycopg.connect(server.dsn_for(name), autocommit=True) as conn:
-        conn.execute(_schema(facts, index))
+        for statement in _schema(facts, index).split(";\n"):  # VACUUM: not in a transaction block
+            if statement.strip():
+                conn.execute(statement)
     return server.dsn_for(name)
 
 
@@ -206,6 +215,8 @@ def main() -> None:
         for i in range(RUNS):  # cases and profiles interleaved, so the host's drift hits them alike
             for case in CASES:
                 for profile in PROFILES:
+                    if i >= PROFILE_RUNS.get(profile, RUNS):
+                        continue
                     got = one_run(case, profile, 5000 + i, dsns, cpus[0])
                     runs[profile][case].append(got)
                     said = got.get("verdict", got.get("error"))
