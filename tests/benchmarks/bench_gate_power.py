@@ -149,6 +149,12 @@ def one_run(case: str, profile: str, seed: int, dsns: dict[str, str], cpu: int) 
         keys = ("ratio", "ci_low", "ci_high", "raw_ratio", "verdict", "decided_by")
         out["wallclock"] = {k: row[k] for k in keys}
     out["calibration"] = report["calibration"]["mode"]
+    out["undecided"] = [
+        f"{r['scenario']}.{r['measurement']} x{r['ratio']:.3f} up to x{r['rules_out']:.3f}"
+        for r in report["rows"]
+        if r.get("decided") is False and r["rules_out"] is not None
+    ]
+    out["cycles"] = {s["name"]: len(s["cycles"]) for s in report["scenarios"]}
     if profile == "aa":  # the same measurements judged by the design's rule
         design_config = replace(stored_config(report, "run"), verdict_rule="design")
         design = replay_report(report, design_config, "run")
@@ -223,9 +229,13 @@ def main() -> None:
                     ratio = got.get("wallclock", {}).get("ratio")
                     print(
                         f"run {i + 1}/{RUNS} {case:>10} {profile:>7}: {said} exit {got['exit']} "
-                        f"{got['seconds']:.1f} s, ratio {ratio}",
+                        f"{got['seconds']:.1f} s, ratio {ratio}, cycles {got.get('cycles')}, "
+                        f"undecided {got.get('undecided')}",
                         flush=True,
                     )
+                    partial = RESULTS / "gate_power.partial.json"
+                    partial.parent.mkdir(parents=True, exist_ok=True)
+                    partial.write_text(json.dumps(runs, indent=1, default=str))
     finally:
         if hog is not None:
             hog.kill()

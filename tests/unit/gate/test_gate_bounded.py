@@ -178,3 +178,26 @@ def test_memory_readings_carry_their_spread_into_the_verdict() -> None:
     assert workers.threshold == 0.5 and workers.verdict == PASS  # +37.5%: under the workers' 50%
     small = compare_readings("rss", [0.1 * mib] * 3, [0.4 * mib] * 3, CONFIG, "minimum")
     assert small.verdict == PASS  # x4 of 0.1 MiB: under the 1 MiB minimum increase
+
+
+def test_a_confident_probe_cannot_hide_a_regression() -> None:
+    """Measured with a busy neighbour beside the candidate's server: the probe read x2.03 with a narrow
+    CI while the scan it should correct was x1.74 slower there, so a true x1.1 read x0.92 and PASSed. The
+    probe's model uncertainty (x1.5) makes that INCONCLUSIVE; at 0 it PASSes as before."""
+    from jobs.gate.selection import estimate_asymmetry, probe_cycles
+
+    probe_seconds = [0.100, 0.101, 0.099, 0.100, 0.100]
+    probe = estimate_asymmetry(
+        probe_cycles(probe_seconds, [2.03 * s for s in probe_seconds]), "probe", CONFIG
+    )
+    assert not probe.reliable and probe.ci[1] / probe.ratio > 1.45 and "model uncertainty" in probe.note
+    trusted_config = replace(CONFIG, probe_model_uncertainty=0.0)
+    trusted = estimate_asymmetry(
+        probe_cycles(probe_seconds, [2.03 * s for s in probe_seconds]), "probe", trusted_config
+    )
+    assert trusted.reliable
+    cycles = noisy_cycles(CONFIG, 0.02, 1.74 * 1.1)  # the scan: x1.74 from the server, x1.1 from the data
+    asymmetries = {WALLCLOCK: probe, TAIL: probe}
+    assert judge_scenario(SCENARIO, cycles, (), asymmetries, CONFIG).verdict == INCONCLUSIVE
+    trusting = {WALLCLOCK: trusted, TAIL: trusted}
+    assert judge_scenario(SCENARIO, cycles, (), trusting, trusted_config).verdict == PASS  # what it hid
