@@ -17,6 +17,7 @@ from jobs.cli.main import main
 from jobs.lake import io as lake
 from jobs.local.embedded import EmbeddedFleet
 from tests.conftest import FleetFactory
+from tests.support.gate_databases import gate_databases
 
 pytestmark = pytest.mark.postgres
 
@@ -102,16 +103,7 @@ FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 def gate_server(fleet_factory: FleetFactory) -> Any:
     """One server: ``gate_base`` with the gate schema, ``gate_noindex`` the same without the index."""
     server = fleet_factory(["gatecli"]).server("gatecli")
-    schema = (FIXTURES / "gate_schema.sql").read_text()
-    with psycopg.connect(server.dsn, autocommit=True) as conn:
-        conn.execute("CREATE DATABASE gate_base")
-        conn.execute("CREATE DATABASE gate_noindex")
-    for database in ("gate_base", "gate_noindex"):
-        with psycopg.connect(server.dsn_for(database), autocommit=True) as conn:
-            conn.execute("CREATE EXTENSION pg_stat_statements")
-            conn.execute(schema)
-    with psycopg.connect(server.dsn_for("gate_noindex"), autocommit=True) as conn:
-        conn.execute("DROP INDEX gate_orders_customer_id_idx")
+    gate_databases(server, "gate_base", "gate_noindex")
     return server
 
 

@@ -10,15 +10,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 
 from tests.conftest import FleetFactory
+from tests.support.gate_databases import gate_databases
 
 pytestmark = pytest.mark.postgres
 
 ROOT = Path(__file__).resolve().parents[3]
-FIXTURES = ROOT / "tests" / "fixtures"
 
 
 def readme_ci_example() -> str:
@@ -31,16 +30,7 @@ def readme_ci_example() -> str:
 @pytest.fixture(scope="module")
 def readme_server(fleet_factory: FleetFactory) -> Any:
     server = fleet_factory(["gatereadme"]).server("gatereadme")
-    schema = (FIXTURES / "gate_schema.sql").read_text()
-    with psycopg.connect(server.dsn, autocommit=True) as conn:
-        conn.execute("CREATE DATABASE readme_base")
-        conn.execute("CREATE DATABASE readme_noindex")
-    for database in ("readme_base", "readme_noindex"):
-        with psycopg.connect(server.dsn_for(database), autocommit=True) as conn:
-            conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
-            conn.execute(schema)
-    with psycopg.connect(server.dsn_for("readme_noindex"), autocommit=True) as conn:
-        conn.execute("DROP INDEX gate_orders_customer_id_idx")
+    gate_databases(server, "readme_base", "readme_noindex")
     return server
 
 
