@@ -1,14 +1,15 @@
 """The scenario gate: run a suite of scenarios on a baseline and a candidate database in K cycles (ABBA),
-each target measured until its termination rule fires, calibrated against the two servers' asymmetry,
-and judged per measurement (:mod:`jobs.gate.cycle`). The I/O is :class:`jobs.gate.measure.TargetSession`;
-everything here is the schedule.
+calibrated against the two servers' asymmetry, and judged per measurement (:mod:`jobs.gate.cycle`), every
+verdict bounded by its confidence unless ``verdict_rule = design``. The I/O is
+:class:`jobs.gate.measure.TargetSession`; everything here is the schedule.
 
-Order of work: the calibration first (it corrects every wallclock verdict), then scenario by scenario its
-K cycles back to back, so a scenario BLOCKed in enough cycles stops the run at once
-(``stop_when_decided``) instead of waiting for the unaffected ones. Inside a cycle, measurement i runs on
-both targets one after the other (the cycle's order first), with the same parameters, so a drift of the
-machine hits both alike; the A/B order flips between cycles (ABBA) so a side that is systematically
-measured second does not pay for it.
+Order of work: the calibration first (it corrects every wallclock verdict), then suite cycles: each cycle
+runs every scenario once, the suite's order reversed every other cycle, so one slow stretch of the host
+lands on one cycle of several scenarios rather than on every cycle of one; after the configured cycles,
+extra cycles of the scenarios still undecided (up to ``max_cycles``). A scenario whose BLOCK is decided
+stops the run (``stop_when_decided``). Inside a cycle, measurement i runs on every target one after the
+other with the same parameters, so a drift of the machine hits them alike; the first side flips between
+cycles (ABBA) and the targets that would keep their places swap every other measurement.
 """
 
 from __future__ import annotations
