@@ -103,7 +103,11 @@ def _gate_replay(args: argparse.Namespace, settings: Any) -> int:
                 )
             document, label = found, f"{root}/gate_runs run {args.replay}"
         config = _replay_config(args, stored_config(document, label), settings)
-        report = replay_report(document, config, label, settings.drift.score)
+        try:
+            report = replay_report(document, config, label, settings.drift.score)
+        except (KeyError, TypeError, IndexError, AttributeError) as exc:  # a hand-edited or foreign file
+            why = f"{type(exc).__name__}: {exc}"
+            raise ReplayError(f"{label}: not a report radar can replay ({why})") from None
     except ReplayError as exc:
         say(args, f"[red]gate could not replay:[/red] {escaped(str(exc))}")
         return EXIT_GATE_COULD_NOT_RUN

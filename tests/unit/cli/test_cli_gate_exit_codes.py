@@ -59,3 +59,25 @@ def test_gate_bad_config_file_exits_64(tmp_path: Path, capsys: pytest.CaptureFix
     removed.write_text("[gate]\nmax_rounds = 40\n")  # a key of the deleted paired-rounds engine
     assert exit_code(["--config", str(removed), *GATE, "--format", "json"]) == EXIT_GATE_USAGE
     assert "max_rounds" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[1, 2",  # not JSON
+        '{"kind": "something_else"}',
+        '{"kind": "gate_suite_report", "config": {"cycles": "x"}}',
+        '{"kind": "gate_suite_report", "config": {}, "scenarios": [{"name": "x", "verdict": "PASS", '
+        '"cycles": [{"cycle": 0, "raw": {"samples": {"baseline": [1, 2]}, "counters": {}, "memory": {}}}]}]}',
+    ],
+)
+def test_a_stored_run_that_cannot_be_replayed_exits_3(
+    text: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Reports are files people edit and send: a broken one is a gate that could not run, never a bug (70)
+    or a verdict."""
+    stored = tmp_path / "run.json"
+    stored.write_text(text)
+    assert exit_code(["gate", "--replay", str(stored), "--format", "json"]) == 3
+    captured = capsys.readouterr()
+    assert captured.out == "" and "gate could not replay" in captured.err
