@@ -202,9 +202,12 @@ def replay_report(
                     asymmetries[measurement] = stored_asymmetry
         scenario = Scenario(name=name, source=str(document.get("source", label)))
         results.append(judge_scenario(scenario, cycles, plans, asymmetries, config))
-    drift = gate_drift(
-        timings, {name: gate_query_hash(name) for name in timings}, drift_config or DriftScoreConfig()
-    )
+    # The live run hashed each scenario's SQL; the report keeps that hash with its drift flag.
+    stored_hashes = {
+        s.get("name"): (s.get("drift") or {}).get("query_hash") for s in document.get("scenarios") or []
+    }
+    hashes = {name: stored_hashes.get(name) or gate_query_hash(name) for name in timings}
+    drift = gate_drift(timings, hashes, drift_config or DriftScoreConfig())
     results = [replace(r, drift=drift.get(r.name)) for r in results]
     stop_reason = str(document.get("stop_reason", "complete"))
     servers = document.get("servers") or {}

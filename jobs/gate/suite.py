@@ -174,6 +174,8 @@ class SuiteReport:
     notes: tuple[str, ...] = field(default_factory=tuple)
     replay_of: str | None = None
     """``radar gate --replay``: the stored run judged again (nothing was measured)."""
+    warnings: tuple[str, ...] = ()
+    """The notes a CI log must show (two servers uncalibrated, an unreliable calibration): also in notes."""
 
     @property
     def exit_code(self) -> int:
@@ -231,6 +233,7 @@ def run_scenario_gate(
             measure_seconds=run.measure_seconds,
             stop_reason=run.stop_reason,
             notes=tuple(run.notes),
+            warnings=tuple(run.warnings),
         )
     finally:
         for session in sessions:
@@ -271,12 +274,18 @@ class _Run:
         self.measure_seconds = 0.0
         self.stop_reason = COMPLETE
         self.notes: list[str] = []
+        self.warnings: list[str] = []
         self.timings: dict[str, tuple[list[float], list[float]]] = {}
         self.facts: dict[str, ServerFacts] = {role: s.facts() for role, s in self.sides.items()}
         self.calibration = CalibrationReport(config.calibration, "off", None)
         for facts in self.facts.values():
             if facts.statements_note:
                 self.notes.append(facts.statements_note)
+
+    def warn(self, text: str) -> None:
+        """A note the operator must see in the CI log too (the CLI prints warnings on stderr)."""
+        self.notes.append(text)
+        self.warnings.append(text)
 
     # -- budget ---------------------------------------------------------------------------------------
     def spent(self) -> bool:
@@ -403,7 +412,7 @@ class _Run:
         if mode == "off":
             why = "one server" if requested == "auto" else "calibration off"
             if not base_facts.same_server(cand_facts):
-                self.notes.append(TWO_SERVERS_UNCALIBRATED)
+                self.warn(TWO_SERVERS_UNCALIBRATED)
             return CalibrationReport(requested, "off", None, note=f"not calibrated ({why})")
         if mode == "aa":
             return CalibrationReport(
@@ -430,7 +439,7 @@ class _Run:
             + _applied(asymmetry, config)
         )
         if not asymmetry.reliable:
-            self.notes.append(
+            self.warn(
                 f"the probe calibration is unreliable ({asymmetry.note}): "
                 + (
                     "its uncertainty is carried into every wallclock CI, so a verdict it cannot support is "
