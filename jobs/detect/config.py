@@ -114,7 +114,37 @@ class ContentionConfig:
     series often lands minutes off the step the others share (8-16 min seen in bench_contention), and
     judged alone at that moment it looked like a regression of its own. 0 turns this off."""
 
+    load_rule: bool = True
+    """Also judge a finding by the instance's load (jobs.detect.load): a latency-only step at a moment when
+    other statements brought at least ``min_load_rise`` of execution per second is contention unless its
+    slowdown exceeds what that load explains by ``load_excess_factor``. Works with any number of series,
+    including one; where the instance has enough compared series for the peer rule (``min_series``) and
+    they say this query slowed more than them, the peers decide. False: the peer rule alone (issue 8)."""
+    min_load_rise: float = 0.5
+    """Seconds of execution per wall-clock second the other statements must add (half a busy backend)."""
+    load_excess_factor: float = 1.5
+    """A finding inside a load episode is reported when its latency ratio / the explained ratio is above
+    this (the explained ratio is the processor-sharing bound; queries that are not wholly CPU-bound slow
+    less, and a query slowing 1.5× more than the bound has a cause of its own)."""
+    cores_when_unknown: float = 1.0
+    """CPUs assumed for an instance whose fleet file gives no ``cores``: 1 makes the load explain the most
+    (an unknown size never turns contention into a regression finding); set ``cores`` per instance."""
+    min_source_load: float = 0.05
+    """A statement is named among those that brought the load when its load rose by at least this (s/s)..."""
+    load_source_share: float = 0.1
+    """...and by at least this share of the instance's total rise..."""
+    max_load_sources: int = 3
+    """...at most this many, largest first."""
+
     def __post_init__(self) -> None:
+        if self.min_load_rise <= 0 or self.load_excess_factor < 1.0 or self.cores_when_unknown <= 0:
+            raise ValueError(
+                "contention: need min_load_rise > 0, load_excess_factor >= 1, cores_when_unknown > 0"
+            )
+        if self.min_source_load < 0 or not 0.0 <= self.load_source_share <= 1.0 or self.max_load_sources < 1:
+            raise ValueError(
+                "contention: need min_source_load >= 0, load_source_share in [0, 1], max_load_sources >= 1"
+            )
         if self.window_samples < self.min_samples_per_side or self.min_samples_per_side < 1:
             raise ValueError("contention: need window_samples >= min_samples_per_side >= 1")
         if self.min_series < 2 or self.min_shifted_series < 1:

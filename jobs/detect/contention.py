@@ -43,6 +43,14 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from jobs.detect.config import ContentionConfig
+from jobs.detect.load import (
+    LOAD_COLUMNS,
+    SERIES_LOAD_COLUMNS,
+    explained_ratio,
+    is_load_episode,
+    moment_loads,
+    worse_induced,
+)
 from jobs.query.config import IdentityConfig
 from jobs.schemas.analysed import INSTANCE_SLOWDOWNS
 
@@ -226,9 +234,17 @@ def _shifted(config: ContentionConfig) -> pl.Expr:
     return pl.col("log_ratio") >= math.log1p(config.shift_threshold)
 
 
-def instance_slowdowns(shifts: pl.DataFrame, moments: pl.DataFrame, config: ContentionConfig) -> pl.DataFrame:
+def instance_slowdowns(
+    shifts: pl.DataFrame,
+    moments: pl.DataFrame,
+    config: ContentionConfig,
+    loads: pl.DataFrame | None = None,
+    rises: pl.DataFrame | None = None,
+) -> pl.DataFrame:
     """Per moment with an episode: the INSTANCE_SLOWDOWNS row (without the findings' work evidence:
-    ``work_unchanged`` null, ``findings_suppressed`` 0; separate_contention fills them)."""
+    ``work_unchanged`` null, ``findings_suppressed`` 0; separate_contention fills them). An episode is a
+    peer episode (enough compared series slowed together) or a load episode (jobs.detect.load: other
+    statements brought load, and some measured series slowed), or both."""
     compared = shifts.filter(pl.col("compared"))
     shifted = _shifted(config)
     per_moment = compared.group_by("moment").agg(
@@ -241,13 +257,57 @@ def instance_slowdowns(shifts: pl.DataFrame, moments: pl.DataFrame, config: Cont
         pl.col("calls_per_s_before").sum(),
         pl.col("calls_per_s_after").sum(),
     )
-    episodes = per_moment.filter(
+    loads = loads if loads is not None else pl.DataFrame(schema=LOAD_COLUMNS)
+    rises = rises if rises is not None else pl.DataFrame(schema=SERIES_LOAD_COLUMNS)
+    # A load episode needs a slowed series whose slowdown the load of the *others* explains: a query
+    # whose own regression raised the instance's load is no load episode by itself.
+    own_brought, worse = pl.col("_own_brought"), pl.col("_worse_induced")
+    measured = (
+        shifts.filter(pl.col("measured"))
+        .select("moment", "series", pl.col("log_ratio").alias("own"))
+        .with_row_index("_key")
+    )
+    slowed = (
+        measured.join(_own_load(rises), on=["moment", "series"], how="left")
+        .join(worse_induced(measured, shifts, rises, config), on="_key", how="left")
+        .rename({"own": "log_ratio"})
+        .join(loads, on="moment", how="left")
+        .with_columns(
+            (shifted & is_load_episode(own_brought, worse, config)).alias("_by_load"),
+            explained_ratio(own_brought, worse, config).alias("_explained"),
+        )
+        .group_by("moment")
+        .agg(
+            pl.col("_by_load").any().alias("_load"),
+            pl.col("_explained").filter(pl.col("_by_load")).max().alias("load_explained_ratio"),
+            pl.col("log_ratio").max().exp().alias("_max_measured"),
+        )
+    )
+    peers = (
         (pl.col("series_compared") >= config.min_series)
         & (pl.col("queries") >= config.min_shifted_series)
         & (pl.col("queries") >= config.min_shifted_share * pl.col("series_compared"))
+    ).fill_null(False)
+    table = (
+        moments.join(per_moment, on="moment", how="left")
+        .join(slowed, on="moment", how="left")
+        .join(loads, on="moment", how="left")
+        .with_columns(peers.alias("_peers"), pl.col("_load").fill_null(False))
+        .with_columns(
+            pl.when(pl.col("_peers") & pl.col("_load"))
+            .then(pl.lit("peers+load"))
+            .when(pl.col("_peers"))
+            .then(pl.lit("peers"))
+            .when(pl.col("_load"))
+            .then(pl.lit("load"))
+            .otherwise(pl.lit(None, dtype=pl.String))
+            .alias("evidence")
+        )
     )
-    rows = moments.join(episodes, on="moment", how="inner").with_columns(
+    rows = table.filter(pl.col("evidence").is_not_null()).with_columns(
         pl.col("at").alias("began_at"),
+        pl.col("series_compared", "queries").fill_null(0),
+        pl.coalesce("max_ratio", "_max_measured").alias("max_ratio"),
         pl.lit(None, dtype=pl.Boolean).alias("work_unchanged"),
         pl.lit(0, dtype=pl.Int64).alias("findings_suppressed"),
         pl.lit(None, dtype=pl.String).alias("summary"),
@@ -255,12 +315,25 @@ def instance_slowdowns(shifts: pl.DataFrame, moments: pl.DataFrame, config: Cont
     return rows.select("moment", *INSTANCE_SLOWDOWNS.columns_of(rows)).sort("moment")
 
 
+def _own_load(rises: pl.DataFrame) -> pl.DataFrame:
+    """Per (moment, series): the load the series itself brought (left out of what explains its own
+    slowdown)."""
+    return rises.select("moment", "series", pl.col("brought").alias("_own_brought"))
+
+
 def _judged_at(
-    detected: pl.DataFrame, moment: str, shifts: pl.DataFrame, config: ContentionConfig
+    detected: pl.DataFrame,
+    moment: str,
+    shifts: pl.DataFrame,
+    config: ContentionConfig,
+    loads: pl.DataFrame,
+    rises: pl.DataFrame,
 ) -> pl.DataFrame:
     """Per detected finding (``_row``) at the moment in column ``moment``: its own log ratio, the
-    leave-one-out common shift of the other compared series, their spread and count, and whether its
-    own slowdown clearly exceeds the common one."""
+    leave-one-out common shift of the other compared series, their spread and count, whether its own
+    slowdown clearly exceeds the common one; and the load the other statements brought (jobs.detect.load):
+    whether it is a load episode for this finding, the slowdown it explains and whether the finding's
+    slowdown exceeds that by ``load_excess_factor``."""
     at = detected.select("_row", pl.col(moment).alias("moment"), "series")
     own = at.join(
         shifts.filter(pl.col("measured")).select("moment", "series", pl.col("log_ratio").alias("own")),
@@ -279,15 +352,49 @@ def _judged_at(
             ),
         )
     )
-    return own.join(others, on="_row", how="left").with_columns(
-        (
-            (pl.col("own") - pl.col("common"))
-            > pl.max_horizontal(
-                pl.lit(math.log(config.excess_factor)), config.spread_factor * pl.col("spread")
-            )
+    own_brought, worse = pl.col("_own_brought"), pl.col("_worse_induced")
+    keyed = own.with_columns(pl.col("_row").alias("_key"))
+    return (
+        own.join(others, on="_row", how="left")
+        .join(worse_induced(keyed, shifts, rises, config).rename({"_key": "_row"}), on="_row", how="left")
+        .join(
+            at.join(_own_load(rises), on=["moment", "series"]).select("_row", "_own_brought"),
+            on="_row",
+            how="left",
         )
-        .fill_null(False)
-        .alias("exceeds")
+        .join(loads, on="moment", how="left")
+        .with_columns(
+            (
+                (pl.col("own") - pl.col("common"))
+                > pl.max_horizontal(
+                    pl.lit(math.log(config.excess_factor)), config.spread_factor * pl.col("spread")
+                )
+            )
+            .fill_null(False)
+            .alias("exceeds"),
+            is_load_episode(own_brought, worse, config).alias("load_episode"),
+            explained_ratio(own_brought, worse, config).log().alias("explained"),
+        )
+        .with_columns(
+            ((pl.col("own") - pl.col("explained")) > math.log(config.load_excess_factor))
+            .fill_null(False)
+            .alias("exceeds_load"),
+            # Judged at a moment it was moved from (attach_to_nearby_episode): a clear excess, as for peers.
+            ((pl.col("own") - pl.col("explained").fill_null(0.0)) > math.log(config.excess_factor))
+            .fill_null(False)
+            .alias("exceeds_load_clearly"),
+        )
+        .select(
+            "_row",
+            "own",
+            "others",
+            "common",
+            "exceeds",
+            "load_episode",
+            "explained",
+            "exceeds_load",
+            "exceeds_load_clearly",
+        )
     )
 
 
@@ -348,16 +455,43 @@ def _summary() -> pl.Expr:
         .then(pl.lit("work per call changed for some"))
         .otherwise(pl.lit("work per call not measured"))
     )
+    cores = (
+        pl.when(pl.col("cores").is_not_null())
+        .then(pl.format(" on {} cores", pl.col("cores")))
+        .otherwise(pl.lit(" (cores unknown)"))
+    )
+    load = (
+        pl.when(pl.col("evidence").str.ends_with("load"))
+        .then(
+            pl.format(
+                "; load {} → {} s of execution per second{}, explains up to {}×{}",
+                pl.col("load_before").round(2),
+                pl.col("load_after").round(2),
+                cores,
+                pl.col("load_explained_ratio").round(2),
+                pl.when(pl.col("load_sources").is_not_null())
+                .then(
+                    pl.lit("; ")
+                    + pl.col("load_sources")
+                    + pl.lit(" since ")
+                    + pl.col("began_at").dt.strftime("%H:%M:%S")
+                )
+                .otherwise(pl.lit("")),
+            )
+        )
+        .otherwise(pl.lit(""))
+    )
     return pl.format(
-        "{} of {} queries on {} {}× slower{}; {}; calls/s {} → {}",
+        "{} of {} queries on {} {}× slower{}; {}; calls/s {} → {}{}",
         pl.col("queries"),
         pl.col("series_compared"),
         pl.col("instance"),
-        pl.col("median_ratio").round(2),
+        pl.coalesce(pl.col("median_ratio"), pl.col("max_ratio")).round(2),
         where,
         work,
-        pl.col("calls_per_s_before").round(1),
-        pl.col("calls_per_s_after").round(1),
+        pl.col("calls_per_s_before").fill_null(0.0).round(1),
+        pl.col("calls_per_s_after").fill_null(0.0).round(1),
+        load,
     )
 
 
@@ -370,13 +504,16 @@ def separate_contention(
     samples: pl.DataFrame,
     texts: pl.DataFrame,
     config: ContentionConfig | RegressionConfig = ContentionConfig(),
+    activity: pl.DataFrame | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(findings with kind, instance_slowdown_ratio, slowdown_excess and contention-only detections turned
     into no_regression / instance_slowdown; the INSTANCE_SLOWDOWNS rows of every episode).
 
     ``findings``: detect_regressions and/or detect_unannounced_regressions rows (optionally with
     ``work_changed``, Boolean, null = not measured); ``samples``/``texts``: the frames the detector was
-    given; ``config``: a ContentionConfig, or a RegressionConfig (its ``contention``). Rows keep their order.
+    given; ``config``: a ContentionConfig, or a RegressionConfig (its ``contention``); ``activity``:
+    activity_snapshots rows (the instance's active backends and cores; None: load from pg_stat_statements
+    alone). Rows keep their order.
     """
     # Imported here: jobs.detect.deploy_analysis imports this module for ContentionConfig (RegressionConfig
     # field).
@@ -416,54 +553,101 @@ def separate_contention(
     points = fingerprinted_samples(samples, texts, identity)
     keys = list(SERIES_KEY)
     series = merge_intervals(points, keys).join(
-        series_identity(points, keys).select(*keys, "queryid", "fingerprint"), on=keys, how="left"
+        series_identity(points, keys).select(*keys, "queryid", "fingerprint", "query"), on=keys, how="left"
     )
     shifts = series_shifts(series, moments, config)
-    episodes = instance_slowdowns(shifts, moments, config)
+    loads, rises = moment_loads(series, moments, config, activity)
 
-    tagged = attach_to_nearby_episode(tagged, moments, episodes, config)
-    detected = tagged.with_row_index("_row").filter(
-        (pl.col("status") == DETECTED) & pl.col("moment").is_not_null()
-    )
-    judged = (
-        _judged_at(detected, "moment", shifts, config)
-        .join(episodes.select("moment", pl.lit(True).alias("episode")), on="moment", how="left")
-        .with_columns(
-            # The episode is the instance's (its row counts every compared series); the finding is
-            # judged inside it against the others, so a row never says "3 of 5 slowed" while its
-            # findings are called regressions of their own for want of a third shifted neighbour.
-            (pl.col("episode").fill_null(False) & (pl.col("others").fill_null(0) >= 1)).alias("in_episode"),
+    def judge(loads: pl.DataFrame, rises: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+        """(episodes, findings tagged with their moment, per detected finding its judgement)."""
+        episodes = instance_slowdowns(shifts, moments, config, loads, rises)
+        tagged_at = attach_to_nearby_episode(tagged, moments, episodes, config)
+        detected = tagged_at.with_row_index("_row").filter(
+            (pl.col("status") == DETECTED) & pl.col("moment").is_not_null()
         )
-        # A finding moved to a nearby episode also exceeds when it clearly exceeds at its own moment: a
-        # query that lost its index minutes after a slowdown began is flat at the episode's moment.
-        .join(
-            _judged_at(detected, "_own_moment", shifts, config).select(
-                "_row", pl.col("exceeds").alias("_exceeds_own")
-            ),
-            on="_row",
-            how="left",
+        at_own = _judged_at(detected, "_own_moment", shifts, config, loads, rises).select(
+            "_row",
+            pl.col("exceeds").alias("_exceeds_own"),
+            pl.col("exceeds_load_clearly").alias("_exceeds_load_own"),
         )
-        .with_columns((pl.col("exceeds") | pl.col("_exceeds_own").fill_null(False)).alias("exceeds"))
-        .select("_row", "own", "common", "in_episode", "exceeds")
-    )
+        peer_moments = episodes.filter(pl.col("evidence").str.starts_with("peers")).select(
+            "moment", pl.lit(True).alias("_peer_episode")
+        )
+        moved = pl.col("moment") != pl.col("_own_moment")
+        judged = (
+            _judged_at(detected, "moment", shifts, config, loads, rises)
+            .join(detected.select("_row", "moment", "_own_moment"), on="_row", how="left")
+            .join(peer_moments, on="moment", how="left")
+            .join(at_own, on="_row", how="left")
+            .with_columns(
+                # The peer episode is the instance's (its row counts every compared series); the finding is
+                # judged inside it against the others, so a row never says "3 of 5 slowed" while its
+                # findings are called regressions of their own for want of a third shifted neighbour.
+                (pl.col("_peer_episode").fill_null(False) & (pl.col("others").fill_null(0) >= 1)).alias(
+                    "in_peers"
+                ),
+                # A finding moved to a nearby episode also exceeds when it clearly exceeds at its own
+                # moment: a query that lost its index minutes after a slowdown began is flat at the
+                # episode's moment.
+                (pl.col("exceeds") | (moved & pl.col("_exceeds_own").fill_null(False))).alias("exceeds"),
+                (pl.col("exceeds_load") | (moved & pl.col("_exceeds_load_own").fill_null(False))).alias(
+                    "exceeds_load"
+                ),
+            )
+            .with_columns(
+                (pl.col("in_peers") & ~pl.col("exceeds")).alias("peers_explain"),
+                (
+                    pl.col("load_episode")
+                    & ~pl.col("exceeds_load")
+                    # Enough peers that say this query slowed more than they did outweigh the load.
+                    & ~((pl.col("others").fill_null(0) >= config.min_series - 1) & pl.col("exceeds"))
+                ).alias("load_explains"),
+            )
+            .with_columns((pl.col("in_peers") | pl.col("load_episode")).alias("in_episode"))
+            .select(
+                "_row",
+                "own",
+                "common",
+                "explained",
+                "in_peers",
+                "in_episode",
+                "peers_explain",
+                "load_explains",
+            )
+        )
+        return episodes, tagged_at, judged
+
+    episodes, tagged_at, judged = judge(loads, rises)
+    tagged = tagged_at
     out = tagged.with_row_index("_row").join(judged, on="_row", how="left").sort("_row")
     is_detected = pl.col("status") == DETECTED
+    in_episode = pl.col("in_episode").fill_null(False)
+    explained = pl.col("peers_explain").fill_null(False) | pl.col("load_explains").fill_null(False)
     kind = (
         pl.when(~is_detected)
         .then(pl.col("kind"))
-        .when(~pl.col("in_episode").fill_null(False))
+        .when(~in_episode)
         .then(pl.lit(PLAN_OR_WORK))
-        .when(work_changed.fill_null(False) | pl.col("exceeds"))
-        .then(pl.lit(BOTH))
-        .otherwise(pl.lit(CONTENTION))
+        .when(~work_changed.fill_null(False) & explained)
+        .then(pl.lit(CONTENTION))
+        .otherwise(pl.lit(BOTH))
     )
-    out = out.with_columns(kind.alias("kind")).with_columns(
-        pl.when(is_detected & pl.col("in_episode").fill_null(False))
-        .then(pl.col("common").exp())
+    # The instance's slowdown the finding is measured against: its peers' common one inside a peer
+    # episode, else the slowdown the load explains.
+    baseline = (
+        pl.when(pl.col("in_peers").fill_null(False))
+        .then(pl.col("common"))
+        .when(in_episode)
+        .then(pl.col("explained"))
+        .otherwise(pl.col("common"))
+    )
+    out = out.with_columns(kind.alias("kind"), baseline.alias("_baseline")).with_columns(
+        pl.when(is_detected & in_episode)
+        .then(pl.col("_baseline").exp())
         .otherwise(pl.col("instance_slowdown_ratio"))
         .alias("instance_slowdown_ratio"),
-        pl.when(is_detected & pl.col("common").is_not_null())
-        .then((pl.col("own") - pl.col("common")).exp())
+        pl.when(is_detected & pl.col("_baseline").is_not_null())
+        .then((pl.col("own") - pl.col("_baseline")).exp())
         .otherwise(pl.col("slowdown_excess"))
         .alias("slowdown_excess"),
     )
@@ -504,7 +688,19 @@ def separate_contention(
         .alias("reason"),
     )
     return (
-        out.drop("_row", "moment", "_own_moment", "own", "common", "in_episode", "exceeds"),
+        out.drop(
+            "_row",
+            "moment",
+            "_own_moment",
+            "own",
+            "common",
+            "explained",
+            "in_peers",
+            "in_episode",
+            "peers_explain",
+            "load_explains",
+            "_baseline",
+        ),
         INSTANCE_SLOWDOWNS.conform(episodes.select(INSTANCE_SLOWDOWNS.columns_of(episodes))),
     )
 

@@ -162,6 +162,7 @@ def detect_from_frames(
     fleet: FleetFdr | None = None,
     memo: ChangePointMemo | None = None,
     capture_log: pl.LazyFrame | pl.DataFrame | None = None,
+    activity: pl.DataFrame | None = None,
 ) -> DetectionFrames:
     """Latency findings of both analyses with their work evidence, contention separated and plan diffs
     attached; resource regressions; instance slowdowns. ``scope``: what an incremental run re-examines
@@ -169,7 +170,9 @@ def detect_from_frames(
     names an ANALYZE of the query's tables shortly before the change (None: not looked for). ``fleet``:
     a shard's pass adjusts its unannounced candidates among every shard's (jobs.detect.fleet_fdr; None =
     among this call's). ``memo``: change points its phase 1 found (jobs.detect.changepoint_memo).
-    ``capture_log``: plan_capture_log rows, so a finding without plans says why (None: "not tried")."""
+    ``capture_log``: plan_capture_log rows, so a finding without plans says why (None: "not tried").
+    ``activity``: activity_snapshots rows, the instances' active backends and cores for the contention
+    step's load (None: load from pg_stat_statements alone, cores unknown)."""
     fleet = fleet or FleetFdr()
     # Identified once here; every step below reuses it (fingerprinted_samples passes identified frames).
     if samples.height:
@@ -201,6 +204,7 @@ def detect_from_frames(
         samples,
         texts,
         config.regression,  # its contention config, and the identity rules that named the findings' series
+        activity,
     )
     # One step, one deploy: the latest deploy at or before the change point, the others listed.
     regressions = attribute_to_deploys(

@@ -157,7 +157,7 @@ RESOURCE_REGRESSIONS = TableSchema(
 
 INSTANCE_SLOWDOWNS = TableSchema(
     name="instance_slowdowns",
-    description="One row per episode: many queries of one instance slowed together at one moment.",
+    description="One row per episode: an instance slowed at a moment (many queries, or load from others).",
     partition_by=("date",),
     primary_key=("analysis", "deploy_id", "instance", "began_at"),
     columns=(
@@ -184,6 +184,20 @@ INSTANCE_SLOWDOWNS = TableSchema(
         Column("findings_suppressed", pl.Int64(), "detected findings reported as this episode instead"),
         Column("calls_per_s_before", pl.Float64(), "calls per second of the compared series, summed"),
         Column("calls_per_s_after", pl.Float64()),
+        Column(
+            "evidence",
+            pl.String(),
+            "peers (several series slowed together) | load (other statements brought load) | peers+load",
+        ),
+        Column("load_before", pl.Float64(), "the instance's execution seconds per second before the moment"),
+        Column("load_after", pl.Float64(), "... and after it (jobs.detect.load)"),
+        Column(
+            "load_explained_ratio",
+            pl.Float64(),
+            "the slowdown the added load explains (processor sharing over the instance's cores)",
+        ),
+        Column("cores", pl.Int32(), "the instance's CPUs from the fleet file (null: unknown)"),
+        Column("load_sources", pl.String(), "the statements that brought the load: '+1.9 s/s from `…`'"),
         Column("summary", pl.String()),
         *RUN_COLUMNS,
     ),

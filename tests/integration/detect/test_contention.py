@@ -447,6 +447,13 @@ def test_every_threshold_is_a_config_field_with_its_default() -> None:
         "spread_factor": 2.0,
         "same_moment_within": timedelta(minutes=2),
         "attach_within": timedelta(minutes=15),
+        "load_rule": True,
+        "min_load_rise": 0.5,
+        "load_excess_factor": 1.5,
+        "cores_when_unknown": 1.0,
+        "min_source_load": 0.05,
+        "load_source_share": 0.1,
+        "max_load_sources": 3,
     }
     assert RegressionConfig().contention == ContentionConfig()
     for bad in ({"min_series": 1}, {"excess_factor": 1.0}, {"min_shifted_share": 0.0}, {"window_samples": 2}):

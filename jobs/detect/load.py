@@ -1,0 +1,317 @@
+"""The instance's load around a moment: how much execution other statements brought, and how much slowdown
+that load can explain.
+
+The peer rule of jobs.detect.contention needs several series of the instance to slow together; an
+instance with one to three statements has no peers to compare, yet the cause of its slowdown is often in
+the radar's own data: a neighbour's statement appears in pg_stat_statements at that moment and adds
+seconds of execution per second. This module measures that, per moment (a deploy, or the change time of
+unannounced findings) and instance, over the same ``window_samples`` snapshot intervals on each side the
+peer rule reads:
+
+  load of a series   execution seconds per wall-clock second (Σ Δtotal_exec_time / Σ interval seconds):
+                     the mean number of its statements executing at once (a series absent on a side has 0);
+  demand             the instance's load before, from every series; where the collector recorded
+                     pg_stat_activity (``activity_snapshots``), the mean number of active backends on a CPU
+                     (client backends with no wait event + parallel workers) when that is larger: a
+                     statement still running at the snapshot has not reached pg_stat_statements yet;
+  rise for a series  the other series' load after - before (leave the series itself out: a query's own
+                     regression must not explain itself), or the rise of the active count less its own
+                     rise when that is larger;
+  explained ratio    processor sharing: with C cores and D runnable statements each gets min(1, C/D) of a
+                     core, so a CPU-bound query slows by max(1, D_after/C) / max(1, D_before/C). C is the
+                     fleet file's ``cores`` of the instance where known, else ``cores_when_unknown`` (1:
+                     the most slowdown the load can explain, so an unknown instance size never turns
+                     contention into a regression finding).
+
+A load episode is a moment whose load rose by at least ``min_load_rise`` and whose explained ratio is at
+least 1 + ``shift_threshold``. The statements that brought the load are named with their rise.
+
+Pure: frames in, frames out.
+"""
+
+from __future__ import annotations
+
+import math
+
+import polars as pl
+
+from jobs.detect.config import ContentionConfig
+
+LOAD_COLUMNS = {
+    "moment": pl.Int64,
+    "load_before": pl.Float64,
+    "load_after": pl.Float64,
+    "brought": pl.Float64,
+    "activity_before": pl.Float64,
+    "activity_after": pl.Float64,
+    "cores": pl.Int32,
+    "load_sources": pl.String,
+}
+"""Per moment: the instance's load on each side (s of execution per s), what statements brought (more calls,
+new statements), the active backends on a CPU (null
+without activity rows), the fleet file's cores, and the statements that brought the load."""
+
+SERIES_LOAD_COLUMNS = {
+    "moment": pl.Int64,
+    "series": pl.String,
+    "load_rise": pl.Float64,
+    "brought": pl.Float64,
+    "induced": pl.Float64,
+}
+_QUERY_SHOWN = 60
+"""Characters of a statement's text in a load source."""
+
+
+def _sides(series: pl.DataFrame, moments: pl.DataFrame, config: ContentionConfig) -> pl.DataFrame:
+    """Per (moment, instance interval): its side and seconds, the ``window_samples`` nearest intervals on
+    each side of the moment (the instance's snapshot intervals: every series shares them)."""
+    reach = pl.duration(microseconds=config.max_window.total_seconds() * 1e6)
+    intervals = series.group_by("instance", "interval_end").agg(pl.col("interval_start").min())
+    near = (
+        intervals.join(moments.select("moment", "instance", "at"), on="instance")
+        .filter(
+            (pl.col("interval_end") > pl.col("at") - reach)
+            & (pl.col("interval_start") < pl.col("at") + reach)
+        )
+        .with_columns(
+            pl.when(pl.col("interval_end") <= pl.col("at"))
+            .then(pl.lit("before"))
+            .when(pl.col("interval_start") >= pl.col("at"))
+            .then(pl.lit("after"))
+            .otherwise(pl.lit(None, dtype=pl.String))
+            .alias("side"),
+            (pl.col("interval_end") - pl.col("at")).abs().alias("distance"),
+        )
+        .filter(pl.col("side").is_not_null())
+        .with_columns(pl.col("distance").rank("ordinal").over("moment", "side").alias("nearness"))
+        .filter(pl.col("nearness") <= config.window_samples)
+    )
+    return near.with_columns(
+        ((pl.col("interval_end") - pl.col("interval_start")).dt.total_microseconds() / 1e6).alias("seconds")
+    ).select("moment", "instance", "interval_start", "interval_end", "side", "seconds")
+
+
+def series_load_rises(series: pl.DataFrame, sides: pl.DataFrame) -> pl.DataFrame:
+    """Per (moment, series of its instance seen on either side): load before, after and the rise, with the
+    series' latest queryid and text."""
+    seconds = sides.group_by("moment", "side").agg(pl.col("seconds").sum())
+    seconds = seconds.pivot("side", index="moment", values="seconds")
+    for side in ("before", "after"):
+        if side not in seconds.columns:
+            seconds = seconds.with_columns(pl.lit(None, dtype=pl.Float64).alias(side))
+    has_query = "query" in series.columns
+    executed = (
+        series.join(
+            sides.select("moment", "instance", "interval_end", "side"), on=["instance", "interval_end"]
+        )
+        .group_by("moment", "series")
+        .agg(
+            (pl.col("total_exec_time").filter(pl.col("side") == "before").sum() / 1000.0).alias(
+                "_exec_before"
+            ),
+            (pl.col("total_exec_time").filter(pl.col("side") == "after").sum() / 1000.0).alias("_exec_after"),
+            pl.col("calls").filter(pl.col("side") == "before").sum().alias("_calls_before"),
+            pl.col("calls").filter(pl.col("side") == "after").sum().alias("_calls_after"),
+            pl.col("queryid").sort_by("interval_end").last(),
+            (pl.col("query").drop_nulls().last() if has_query else pl.lit(None, dtype=pl.String)).alias(
+                "query"
+            ),
+        )
+    )
+    return (
+        executed.join(seconds.rename({"before": "_s_before", "after": "_s_after"}), on="moment", how="left")
+        .with_columns(
+            (pl.col("_exec_before") / pl.col("_s_before")).fill_nan(None).fill_null(0.0).alias("load_before"),
+            (pl.col("_exec_after") / pl.col("_s_after")).fill_nan(None).fill_null(0.0).alias("load_after"),
+            (pl.col("_calls_before") / pl.col("_s_before"))
+            .fill_nan(None)
+            .fill_null(0.0)
+            .alias("_cps_before"),
+            (pl.col("_calls_after") / pl.col("_s_after")).fill_nan(None).fill_null(0.0).alias("_cps_after"),
+        )
+        .with_columns((pl.col("load_after") - pl.col("load_before")).alias("load_rise"))
+        .with_columns(
+            # Brought: more calls at the latency seen after (all of a new statement's load); induced: the
+            # rest, a statement's own latency rise, which is a consequence of contention, not a cause.
+            pl.when(pl.col("_calls_before") == 0)
+            .then(pl.col("load_after"))
+            .otherwise(
+                (pl.col("_cps_after") - pl.col("_cps_before"))
+                * (pl.col("_exec_after") / pl.col("_calls_after")).fill_nan(None).fill_null(0.0)
+            )
+            .alias("brought")
+        )
+        .with_columns((pl.col("load_rise") - pl.col("brought")).alias("induced"))
+        .drop("_exec_before", "_exec_after", "_s_before", "_s_after", "_calls_before", "_calls_after")
+        .drop("_cps_before", "_cps_after")
+        .sort("moment", "series")
+    )
+
+
+def _activity_means(activity: pl.DataFrame | None, sides: pl.DataFrame) -> pl.DataFrame:
+    """Per moment: mean active backends on a CPU on each side (snapshots inside each side's intervals) and
+    the instance's cores (latest known)."""
+    empty = pl.DataFrame(
+        schema={
+            "moment": pl.Int64,
+            "activity_before": pl.Float64,
+            "activity_after": pl.Float64,
+            "cores": pl.Int32,
+        }
+    )
+    if activity is None or activity.height == 0 or sides.height == 0:
+        return empty
+    spans = sides.group_by("moment", "instance", "side").agg(
+        pl.col("interval_start").min().alias("_from"), pl.col("interval_end").max().alias("_to")
+    )
+    on_cpu = pl.col("active_on_cpu").cast(pl.Float64) + pl.col("parallel_workers").fill_null(0).cast(
+        pl.Float64
+    )
+    inside = (
+        activity.select("instance", "captured_at", on_cpu.alias("_on_cpu"), pl.col("cores").cast(pl.Int32))
+        .join(spans, on="instance")
+        .filter((pl.col("captured_at") > pl.col("_from")) & (pl.col("captured_at") <= pl.col("_to")))
+    )
+    means = (
+        inside.group_by("moment", "side")
+        .agg(pl.col("_on_cpu").mean())
+        .pivot("side", index="moment", values="_on_cpu")
+    )
+    for side in ("before", "after"):
+        if side not in means.columns:
+            means = means.with_columns(pl.lit(None, dtype=pl.Float64).alias(side))
+    cores = (
+        activity.filter(pl.col("cores").is_not_null())
+        .sort("captured_at")
+        .group_by("instance")
+        .agg(pl.col("cores").last().cast(pl.Int32))
+        .join(sides.select("moment", "instance").unique(), on="instance")
+        .select("moment", "cores")
+    )
+    return (
+        means.rename({"before": "activity_before", "after": "activity_after"})
+        .join(cores, on="moment", how="full", coalesce=True)
+        .select(list(empty.columns))
+        .cast(dict(empty.schema))
+    )
+
+
+def _one_line(text: pl.Expr) -> pl.Expr:
+    """A statement's text on one line, shortened (texts are the fleet's: no control characters)."""
+    flat = text.fill_null("").str.replace_all(r"[\s\x00-\x1f\x7f]+", " ").str.strip_chars()
+    return (
+        pl.when(flat.str.len_chars() > _QUERY_SHOWN)
+        .then(flat.str.slice(0, _QUERY_SHOWN - 1) + "…")
+        .otherwise(flat)
+    )
+
+
+def _sources(rises: pl.DataFrame, config: ContentionConfig) -> pl.DataFrame:
+    """Per moment: the statements whose load rose most, as '+1.9 s/s from `SELECT …`; …'."""
+    total = pl.col("load_rise").clip(lower_bound=0).sum().over("moment")
+    named = (
+        rises.filter(
+            (pl.col("load_rise") >= config.min_source_load)
+            & (pl.col("load_rise") >= config.load_source_share * total)
+        )
+        .with_columns(pl.col("load_rise").rank("ordinal", descending=True).over("moment").alias("_rank"))
+        .filter(pl.col("_rank") <= config.max_load_sources)
+        .sort("moment", "_rank")
+        .with_columns(
+            pl.format(
+                "+{} s/s from `{}` (queryid {})",
+                pl.col("load_rise").round(2),
+                _one_line(pl.col("query")),
+                pl.col("queryid"),
+            ).alias("_source")
+        )
+    )
+    return named.group_by("moment").agg(pl.col("_source").str.join("; ").alias("load_sources"))
+
+
+def moment_loads(
+    series: pl.DataFrame,
+    moments: pl.DataFrame,
+    config: ContentionConfig,
+    activity: pl.DataFrame | None = None,
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(per moment: LOAD_COLUMNS; per (moment, series): SERIES_LOAD_COLUMNS and its load on each side).
+
+    ``series``: merged interval series with ``total_exec_time``, ``calls``, ``queryid`` and (optionally)
+    ``query``; ``moments``: jobs.detect.contention.moments_of output; ``activity``: activity_snapshots rows
+    or None."""
+    if series.height == 0 or moments.height == 0:
+        return pl.DataFrame(schema=LOAD_COLUMNS), pl.DataFrame(schema=SERIES_LOAD_COLUMNS)
+    sides = _sides(series, moments, config)
+    rises = series_load_rises(series, sides)
+    totals = rises.group_by("moment").agg(
+        pl.col("load_before").sum(), pl.col("load_after").sum(), pl.col("brought").sum()
+    )
+    loads = (
+        moments.select("moment")
+        .join(totals, on="moment", how="left")
+        .join(_activity_means(activity, sides), on="moment", how="left")
+        .join(
+            _sources(rises.with_columns(pl.col("brought").alias("load_rise")), config),
+            on="moment",
+            how="left",
+        )
+    )
+    return loads.select(list(LOAD_COLUMNS)).cast(LOAD_COLUMNS).sort("moment"), rises
+
+
+def worse_induced(
+    judged: pl.DataFrame, shifts: pl.DataFrame, rises: pl.DataFrame, config: ContentionConfig
+) -> pl.DataFrame:
+    """Per row of ``judged`` (``_key``, ``moment``, ``series``, ``own``): the latency-induced load of
+    the other series of its moment that slowed clearly more (by ``load_excess_factor``). One bad query's
+    CPU slows its neighbours, so its own latency rise is a cause for them; among series that slowed alike
+    it is only a consequence, and counting it would let several queries of one deploy explain each other."""
+    induced = shifts.filter(pl.col("measured")).select(
+        "moment", "series", pl.col("log_ratio").alias("_ratio")
+    )
+    induced = induced.join(rises.select("moment", "series", "induced"), on=["moment", "series"])
+    return (
+        judged.select("_key", "moment", "series", "own")
+        .join(induced, on="moment", suffix="_other")
+        .filter(
+            (pl.col("series") != pl.col("series_other"))
+            & (pl.col("_ratio") - pl.col("own").fill_null(0.0) > math.log(config.load_excess_factor))
+        )
+        .group_by("_key")
+        .agg(pl.col("induced").clip(lower_bound=0.0).sum().alias("_worse_induced"))
+    )
+
+
+def _others_rise(own_brought: pl.Expr, worse: pl.Expr) -> pl.Expr:
+    """The load the *other* statements brought (s/s) on a frame with LOAD_COLUMNS, for a series that
+    brought ``own_brought``: their new calls and statements, the latency-induced load ``worse`` of series
+    that slowed clearly more (worse_induced), and active backends that pg_stat_statements has not seen
+    complete (long-running statements)."""
+    statements = pl.col("brought") - own_brought.fill_null(0.0) + worse.fill_null(0.0)
+    unseen = (
+        (pl.col("activity_after") - pl.col("activity_before"))
+        - (pl.col("load_after") - pl.col("load_before"))
+    ).clip(lower_bound=0.0)
+    return statements + unseen.fill_null(0.0)
+
+
+def explained_ratio(own_brought: pl.Expr, worse: pl.Expr, config: ContentionConfig) -> pl.Expr:
+    """The slowdown the other statements' load explains (processor sharing), on a frame with LOAD_COLUMNS.
+    Null when the load was not measured."""
+    before = pl.max_horizontal(pl.col("load_before"), pl.col("activity_before"))
+    cores = pl.coalesce(pl.col("cores").cast(pl.Float64), pl.lit(float(config.cores_when_unknown)))
+    after = before + _others_rise(own_brought, worse)
+    saturation_before = pl.max_horizontal(pl.lit(1.0), before / cores)
+    saturation_after = pl.max_horizontal(pl.lit(1.0), after / cores)
+    return pl.when(pl.col("load_before").is_null()).then(None).otherwise(saturation_after / saturation_before)
+
+
+def is_load_episode(own_brought: pl.Expr, worse: pl.Expr, config: ContentionConfig) -> pl.Expr:
+    """The other statements brought enough load to explain a material slowdown (``load_rule`` on)."""
+    if not config.load_rule:
+        return pl.lit(False)
+    return (
+        (_others_rise(own_brought, worse) >= config.min_load_rise)
+        & (explained_ratio(own_brought, worse, config) >= 1.0 + config.shift_threshold)
+    ).fill_null(False)

@@ -1,0 +1,172 @@
+"""Contention judged by the instance's load (jobs.detect.load) on tiny inline series: instances of one to
+three statements, where the peer rule has no peers, and the rules that keep load from hiding regressions."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import numpy as np
+import polars as pl
+import pytest
+
+from jobs.detect.config import ContentionConfig, RegressionConfig
+from jobs.detect.contention import separate_contention
+from jobs.detect.deploy_analysis import detect_regressions
+from tests.integration.detect.test_contention import CONFIG, deploy_at
+from tests.support.lakes import SERIES_DEPLOY_AT, SERIES_STEP, series_samples, series_texts
+
+BEFORE, AFTER = 30, 60
+APP, NEIGHBOUR, OTHER = 100, 900, 101
+APP_TEXT = "select customer_id, sum(amount) from orders where id < $1 group by customer_id"
+NEIGHBOUR_TEXT = "select count(*) from generate_series($1, $2)"
+
+
+def app_series(
+    factor: float, *, queryid: int = APP, ms: float = 50.0, calls: int = 100, seed: int = 0
+) -> pl.DataFrame:
+    """``ms`` per call, ``calls`` per 10 s (0.5 s of execution per second at the defaults), ×factor from
+    the deploy on."""
+    rng = np.random.default_rng(seed)
+    values = np.concatenate(
+        [ms * rng.lognormal(0.0, 0.05, BEFORE), ms * factor * rng.lognormal(0.0, 0.05, AFTER)]
+    )
+    return series_samples(values, calls=calls, queryid=queryid, first=-BEFORE)
+
+
+def neighbour_series(load: float = 2.0) -> pl.DataFrame:
+    """A statement that appears at the deploy and runs ``load`` seconds of execution per second."""
+    calls = 40
+    ms = load * SERIES_STEP.total_seconds() * 1000.0 / calls
+    return series_samples(np.full(AFTER, ms), calls=calls, queryid=NEIGHBOUR, first=0)
+
+
+def texts() -> pl.DataFrame:
+    return series_texts(
+        [
+            ("alpha", APP, APP_TEXT),
+            ("alpha", OTHER, "select * from customers where id = $1"),
+            ("alpha", NEIGHBOUR, NEIGHBOUR_TEXT),
+        ]
+    )
+
+
+def judge(
+    samples: pl.DataFrame, config: ContentionConfig = ContentionConfig(), activity: pl.DataFrame | None = None
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    regression = RegressionConfig(
+        window_before=CONFIG.window_before, window_after=CONFIG.window_after, contention=config
+    )
+    found = detect_regressions(samples, texts(), deploy_at(), regression)
+    found = found.with_columns(pl.lit(False).alias("work_changed"))  # work per call unchanged
+    return separate_contention(found, samples, texts(), regression, activity)
+
+
+def row_of(frame: pl.DataFrame, queryid: int) -> dict:
+    return frame.filter(pl.col("queryid") == queryid).row(0, named=True)
+
+
+def activity(before: float, after: float, cores: int | None) -> pl.DataFrame:
+    """activity_snapshots rows every 10 s: ``before`` / ``after`` backends on a CPU."""
+    at = [SERIES_DEPLOY_AT + i * SERIES_STEP for i in range(-BEFORE, AFTER)]
+    on_cpu = [before if t <= SERIES_DEPLOY_AT else after for t in at]
+    return pl.DataFrame(
+        {
+            "instance": "alpha",
+            "captured_at": at,
+            "active_on_cpu": pl.Series(np.round(on_cpu).astype(np.int64)),
+            "parallel_workers": 0,
+            "cores": pl.Series([cores] * len(at), dtype=pl.Int32),
+        }
+    )
+
+
+def test_a_lone_query_slowed_by_a_neighbour_that_started_at_the_deploy_is_contention_naming_it() -> None:
+    samples = pl.concat([app_series(1.5), neighbour_series(2.0)])
+    out, slowdowns = judge(samples)
+    app = row_of(out, APP)
+    assert (app["status"], app["kind"], app["reason"]) == ("no_regression", "contention", "instance_slowdown")
+    # cores unknown: load 0.5 → 2.5 s/s explains up to ×2.5
+    assert app["instance_slowdown_ratio"] == pytest.approx(2.5, rel=0.05)
+    assert slowdowns.height == 1
+    episode = slowdowns.row(0, named=True)
+    assert episode["evidence"] == "load" and episode["findings_suppressed"] == 1
+    assert episode["load_before"] == pytest.approx(0.5, rel=0.05)
+    assert episode["load_after"] == pytest.approx(0.5 * 1.5 + 2.0, rel=0.05)
+    assert episode["cores"] is None
+    assert episode["load_sources"].startswith("+2.0 s/s from `select count(*) from generate_series")
+    assert f"(queryid {NEIGHBOUR})" in episode["load_sources"]
+    assert "s of execution per second (cores unknown)" in episode["summary"]
+
+
+def test_without_the_load_rule_the_same_slowdown_is_a_regression_finding() -> None:
+    samples = pl.concat([app_series(1.5), neighbour_series(2.0)])
+    out, slowdowns = judge(samples, ContentionConfig(load_rule=False))
+    assert (row_of(out, APP)["status"], row_of(out, APP)["kind"]) == ("detected", "plan_or_work")
+    assert slowdowns.height == 0
+
+
+def test_a_slowdown_beyond_what_the_load_explains_stays_a_regression() -> None:
+    samples = pl.concat([app_series(10.0), neighbour_series(2.0)])  # the index drop under the same load
+    out, _ = judge(samples)
+    app = row_of(out, APP)
+    assert (app["status"], app["kind"]) == ("detected", "both")
+    assert app["slowdown_excess"] == pytest.approx(10.0 / 2.5, rel=0.1)
+
+
+def test_a_query_whose_own_load_rose_is_not_explained_by_itself() -> None:
+    out, slowdowns = judge(app_series(3.0))  # alone: its own load went 0.5 → 1.5 s/s
+    assert (row_of(out, APP)["status"], row_of(out, APP)["kind"]) == ("detected", "plan_or_work")
+    assert slowdowns.height == 0
+
+
+def test_queries_that_slowed_alike_do_not_explain_each_other() -> None:
+    samples = pl.concat([app_series(2.0), app_series(2.0, queryid=OTHER, seed=1)])  # one deploy slowed both
+    out, slowdowns = judge(samples)
+    assert out.filter(pl.col("status") == "detected").height == 2
+    assert slowdowns.height == 0
+
+
+def test_one_bad_query_is_the_regression_and_the_neighbour_its_cpu_slowed_is_contention() -> None:
+    bad = app_series(10.0, ms=10.0, calls=1000)  # 1 → 10 s of execution per second
+    slowed = app_series(1.5, queryid=OTHER, seed=1)
+    out, slowdowns = judge(pl.concat([bad, slowed]))
+    assert (row_of(out, APP)["status"], row_of(out, APP)["kind"]) == ("detected", "plan_or_work")
+    assert (row_of(out, OTHER)["status"], row_of(out, OTHER)["kind"]) == ("no_regression", "contention")
+    assert slowdowns.height == 1 and slowdowns["findings_suppressed"].to_list() == [1]
+
+
+def test_known_cores_with_room_to_spare_explain_nothing() -> None:
+    samples = pl.concat([app_series(1.5), neighbour_series(2.0)])
+    out, slowdowns = judge(samples, activity=activity(0.0, 0.0, cores=8))
+    assert (row_of(out, APP)["status"], row_of(out, APP)["kind"]) == ("detected", "plan_or_work")
+    assert slowdowns.height == 0
+    # the same load on 2 cores: 0.5 → 2.5 runnable on 2 CPUs explains ×1.25, the query's ×1.5 is within
+    # load_excess_factor of that
+    out, slowdowns = judge(samples, activity=activity(0.0, 0.0, cores=2))
+    assert row_of(out, APP)["kind"] == "contention"
+    assert row_of(out, APP)["instance_slowdown_ratio"] == pytest.approx(1.25, rel=0.05)
+    assert slowdowns.row(0, named=True)["cores"] == 2
+
+
+def test_active_backends_pg_stat_statements_has_not_seen_complete_are_load() -> None:
+    # A neighbour whose statements run for minutes: no pg_stat_statements row yet, three backends on a CPU.
+    out, slowdowns = judge(app_series(1.5), activity=activity(1.0, 4.0, cores=None))
+    assert row_of(out, APP)["kind"] == "contention"
+    assert slowdowns.row(0, named=True)["evidence"] == "load"
+    out, _ = judge(app_series(1.5), activity=activity(1.0, 1.0, cores=None))
+    assert row_of(out, APP)["kind"] == "plan_or_work"
+
+
+def test_the_load_thresholds_are_used() -> None:
+    samples = pl.concat([app_series(1.5), neighbour_series(2.0)])
+    out, _ = judge(samples, ContentionConfig(min_load_rise=3.0))
+    assert row_of(out, APP)["kind"] == "plan_or_work"
+    out, _ = judge(samples, ContentionConfig(cores_when_unknown=4.0))  # 2.5 s/s on 4 CPUs: no slowdown
+    assert row_of(out, APP)["kind"] == "plan_or_work"
+    out, _ = judge(
+        pl.concat([app_series(3.0), neighbour_series(2.0)]), ContentionConfig(load_excess_factor=1.1)
+    )
+    assert row_of(out, APP)["kind"] == "both"
+    with pytest.raises(ValueError, match="min_load_rise"):
+        ContentionConfig(min_load_rise=0)
+    assert timedelta(0) < ContentionConfig().max_window
