@@ -122,6 +122,9 @@ class ContentionConfig:
     they say this query slowed more than them, the peers decide. False: the peer rule alone (issue 8)."""
     min_load_rise: float = 0.5
     """Seconds of execution per wall-clock second the other statements must add (half a busy backend)."""
+    load_window_samples: int = 20
+    """Snapshot intervals of the instance on each side of the moment over which load is measured (capped
+    by ``max_window``)."""
     load_excess_factor: float = 1.5
     """A finding inside a load episode is reported when its latency ratio / the explained ratio is above
     this (the explained ratio is the processor-sharing bound; queries that are not wholly CPU-bound slow
@@ -137,6 +140,8 @@ class ContentionConfig:
     """...at most this many, largest first."""
 
     def __post_init__(self) -> None:
+        if self.load_window_samples < 1:
+            raise ValueError("contention: load_window_samples must be >= 1")
         if self.min_load_rise <= 0 or self.load_excess_factor < 1.0 or self.cores_when_unknown <= 0:
             raise ValueError(
                 "contention: need min_load_rise > 0, load_excess_factor >= 1, cores_when_unknown > 0"

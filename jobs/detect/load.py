@@ -5,8 +5,9 @@ The peer rule of jobs.detect.contention needs several series of the instance to 
 instance with one to three statements has no peers to compare, yet the cause of its slowdown is often in
 the radar's own data: a neighbour's statement appears in pg_stat_statements at that moment and adds
 seconds of execution per second. This module measures that, per moment (a deploy, or the change time of
-unannounced findings) and instance, over the same ``window_samples`` snapshot intervals on each side the
-peer rule reads:
+unannounced findings) and instance, over the ``load_window_samples`` snapshot intervals nearest to it on
+each side (pg_stat_statements counts a statement when it completes, so a neighbour's long statements need
+a longer window than the peer rule's latency medians):
 
   load of a series   execution seconds per wall-clock second (Σ Δtotal_exec_time / Σ interval seconds):
                      the mean number of its statements executing at once (a series absent on a side has 0);
@@ -63,8 +64,8 @@ _QUERY_SHOWN = 60
 
 
 def _sides(series: pl.DataFrame, moments: pl.DataFrame, config: ContentionConfig) -> pl.DataFrame:
-    """Per (moment, instance interval): its side and seconds, the ``window_samples`` nearest intervals on
-    each side of the moment (the instance's snapshot intervals: every series shares them)."""
+    """Per (moment, instance interval): its side and seconds, the ``load_window_samples`` nearest intervals
+    on each side of the moment (the instance's snapshot intervals: every series shares them)."""
     reach = pl.duration(microseconds=config.max_window.total_seconds() * 1e6)
     intervals = series.group_by("instance", "interval_end").agg(pl.col("interval_start").min())
     near = (
@@ -84,7 +85,7 @@ def _sides(series: pl.DataFrame, moments: pl.DataFrame, config: ContentionConfig
         )
         .filter(pl.col("side").is_not_null())
         .with_columns(pl.col("distance").rank("ordinal").over("moment", "side").alias("nearness"))
-        .filter(pl.col("nearness") <= config.window_samples)
+        .filter(pl.col("nearness") <= config.load_window_samples)
     )
     return near.with_columns(
         ((pl.col("interval_end") - pl.col("interval_start")).dt.total_microseconds() / 1e6).alias("seconds")
@@ -131,12 +132,13 @@ def series_load_rises(series: pl.DataFrame, sides: pl.DataFrame) -> pl.DataFrame
         )
         .with_columns((pl.col("load_after") - pl.col("load_before")).alias("load_rise"))
         .with_columns(
-            # Brought: more calls at the latency seen after (all of a new statement's load); induced: the
-            # rest, a statement's own latency rise, which is a consequence of contention, not a cause.
+            # Brought: more calls, at the latency seen after (all of a new statement's load). Induced: the
+            # rest, a statement's own latency rise, a consequence of contention rather than a cause. Fewer
+            # calls free nothing here: a closed-loop client calls less *because* it slowed.
             pl.when(pl.col("_calls_before") == 0)
             .then(pl.col("load_after"))
             .otherwise(
-                (pl.col("_cps_after") - pl.col("_cps_before"))
+                (pl.col("_cps_after") - pl.col("_cps_before")).clip(lower_bound=0.0)
                 * (pl.col("_exec_after") / pl.col("_calls_after")).fill_nan(None).fill_null(0.0)
             )
             .alias("brought")
