@@ -5,6 +5,7 @@ from __future__ import annotations
 import polars as pl
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from jobs.detect.verdicts import DETECTED
 from jobs.drift.finding_flags import DRIFT_FLAG_COLUMNS, drift_flags_text, with_drift_flags
@@ -13,6 +14,16 @@ from jobs.query.series import SERIES_KEY
 
 # ---------------------------------------------------------------------------------------------------------
 # Rendering
+
+
+def _plain(value: object) -> Text:
+    """A cell from the fleet (query texts, identifiers, summaries naming them): shown as it is, never read
+    as rich markup ("[link=…]" in a quoted identifier stays text)."""
+    return Text(str(value))
+
+
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"×{value:.2f}"
 
 
 def _ms(value: float | None) -> str:
@@ -28,9 +39,9 @@ def resource_table(frame: pl.DataFrame, title: str = "Resource regressions") -> 
         began = row.get("detected_change_at")
         p_value = row.get("p_adjusted") if row.get("p_adjusted") is not None else row.get("p_value")
         table.add_row(
-            str(row["instance"]),
-            str(row.get("query") or row.get("queryid"))[:90],
-            str(row.get("summary") or row.get("metric")),
+            _plain(row["instance"]),
+            _plain(str(row.get("query") or row.get("queryid"))[:90]),
+            _plain(row.get("summary") or row.get("metric")),
             began.strftime("%H:%M:%S") if began else "-",
             f"{p_value:.2g}" if p_value is not None else "-",
         )
@@ -54,13 +65,13 @@ def slowdowns_table(frame: pl.DataFrame) -> Table:
     for row in frame.to_dicts():
         began = row.get("began_at")
         table.add_row(
-            str(row["instance"]),
+            _plain(row["instance"]),
             began.strftime("%H:%M:%S") if began else "-",
-            str(row.get("deploy_version") or "unannounced"),
+            _plain(row.get("deploy_version") or "unannounced"),
             f"{row['queries']} of {row['series_compared']}",
-            f"×{row['median_ratio']:.2f} → ×{row['max_ratio']:.2f}",
-            f"{row['calls_per_s_before']:.1f} → {row['calls_per_s_after']:.1f}",
-            str(row.get("summary") or ""),
+            f"{_ratio(row['median_ratio'])} → {_ratio(row['max_ratio'])}",
+            f"{row['calls_per_s_before'] or 0.0:.1f} → {row['calls_per_s_after'] or 0.0:.1f}",
+            _plain(row.get("summary") or ""),
         )
     return table
 
@@ -107,16 +118,16 @@ def findings_table(frame: pl.DataFrame, title: str = "Findings") -> Table:
     for row in frame.sort("onset", "finding_id").to_dicts():
         began = row.get("detected_change_at")
         table.add_row(
-            str(row["instance"]),
-            str(row.get("query") or row.get("queryid"))[:90],
+            _plain(row["instance"]),
+            _plain(str(row.get("query") or row.get("queryid"))[:90]),
             _status_text(row),
             f"{_ms(row.get('before_mean_ms'))} → {_ms(row.get('after_mean_ms'))}",
             began.strftime("%H:%M:%S") if began else "-",
             f"{row['p_value']:.2g}" if row.get("p_value") is not None else "-",
             _deploy_text(row),
             _kind_text(row),
-            str(row.get("plan_diff_summary") or "no plans captured"),
-            str(row.get("work_evidence") or "-"),
+            _plain(row.get("plan_diff_summary") or "no plans captured"),
+            _plain(row.get("work_evidence") or "-"),
             *([drift_flags_text(row)] if drifted else []),
         )
     return table
@@ -167,4 +178,8 @@ def print_detection(
         if show_all:
             for row in rejected.iter_rows(named=True):
                 metric = f" [{row['metric']}]" if row.get("metric") else ""
-                console.print(f"       {row['instance']}: {str(row['query'])[:70]}{metric} → {row['reason']}")
+                console.print(
+                    f"       {row['instance']}: {str(row['query'])[:70]}{metric} → {row['reason']}",
+                    markup=False,
+                    highlight=False,
+                )

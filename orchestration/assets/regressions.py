@@ -68,8 +68,8 @@ def _specs(shard_count: int) -> list[dg.AssetSpec]:
             deps=["query_samples", "deploy_events"],
             group_name="analyse",
             kinds={"polars", "parquet"},
-            description="Episodes of many queries of one instance slowing together (contention), reported "
-            "once instead of as query regressions.",
+            description="Episodes of one instance slowing at a moment (contention): many queries together, "
+            "or under load other statements brought; reported once instead of as query regressions.",
         ),
         dg.AssetSpec(
             "plan_diffs",

@@ -22,6 +22,7 @@ import json
 import os
 import platform
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -45,8 +46,9 @@ QUICK = os.environ.get("CONTENTION_BENCH_QUICK") == "1"
 RESULTS = Path(__file__).resolve().parents[2] / ".bench" / "results" / "contention.json"
 DATA_SEED = 20261201
 INSTANCES = 300
+SMALL_INSTANCES = 200
 # SHA-256 of the generated frames (numpy PCG64): a changed generator or numpy must not go unnoticed.
-EXPECTED_HASH = "185a6edd318a485b7ca2c59d45e522de8dafdec646b1829f24f9388727e8cab9"
+EXPECTED_HASH = "1b6c5da1b6ce7bb05b6ac8882d5ccc70871b0b085b013772552f266e0c87ade0"
 GOAL_EPISODES_REPORTED = 0.01
 
 
@@ -219,30 +221,107 @@ def print_report(report: dict[str, Any], seconds: float, shape: str) -> None:
             print(f"{key}: {r[key]}")
 
 
+def restricted(data: ContentionData, frames: Frames, small: bool) -> tuple[ContentionData, Frames]:
+    """The data and results of the small (1-3 series) or the large (8-30 series) instances only."""
+    truths = tuple(t for t in data.truths if t.small == small)
+    keep = pl.col("instance").is_in([t.instance for t in truths])
+
+    def only(frame: pl.DataFrame | None) -> pl.DataFrame | None:
+        return None if frame is None else frame.filter(keep) if frame.height else frame
+
+    return replace(data, truths=truths), replace(
+        frames,
+        regressions=only(frames.regressions),
+        unannounced=only(frames.unannounced),
+        resource_regressions=only(frames.resource_regressions),
+        instance_slowdowns=only(frames.instance_slowdowns),
+    )
+
+
+def headline(report: dict[str, Any]) -> dict[str, Any]:
+    """The figures of the before/after table."""
+    recall = report["recall"]
+
+    def found(label: str) -> str:
+        rows = [v for k, v in recall.items() if k.startswith(label)]
+        return f"{sum(r['found'] for r in rows)}/{sum(r['true'] for r in rows)}"
+
+    return {
+        "episodes with a false finding": (
+            f"{report['episodes_with_false_query_regression']}/{report['episodes']} "
+            f"({_fmt(report['share_episodes_with_false_query_regression']).strip()})"
+        ),
+        "false findings in episodes": report["false_query_regressions_in_episodes"],
+        "recall inside episodes": found("inside episodes"),
+        "recall on quiet instances": found("quiet instances"),
+        "quiet instances with a report": (
+            f"{report['quiet_instances_with_a_report']}/{report['quiet_instances']}"
+        ),
+        "precision": _fmt(report["precision"]).strip(),
+    }
+
+
+PROFILES = {
+    "peer rule only (before)": False,
+    "peer + load rule (after)": True,
+}
+"""``[detector.contention] load_rule``: the issue-8 step alone, and with the instance's load (issue 24)."""
+
+
 def main() -> None:
     instances = 40 if QUICK else INSTANCES
-    data = generate(instances, DATA_SEED)
+    small_instances = 40 if QUICK else SMALL_INSTANCES
+    data = generate(instances, DATA_SEED, small_instances=small_instances)
     digest = frames_hash(data)
     if not QUICK and digest != EXPECTED_HASH:
         raise RuntimeError(f"generated data changed: sha256 {digest} != {EXPECTED_HASH}")
     series = sum(len(t.series) for t in data.truths)
     print(
-        f"data: {instances} instances, {series} series, {data.samples.height} samples, seed {DATA_SEED}, "
-        f"sha256 {digest[:16]}..."
+        f"data: {instances} instances of 8-30 series and {small_instances} of 1-3 series "
+        f"({series} series, {data.samples.height} samples, seed {DATA_SEED}, sha256 {digest[:16]}...)"
     )
-    config = DetectionConfig()
-    started = time.perf_counter()
-    result = detect_from_frames(data.samples, data.texts, data.deploys, PLAN_SNAPSHOTS.empty(), config)
-    seconds = time.perf_counter() - started
-    frames = as_frames(result)
-    report = score(data, frames)
-    print_report(report, seconds, frames.shape)
+    results: dict[str, Any] = {}
+    table: list[tuple[str, str, dict[str, Any]]] = []
+    for profile, load_rule in PROFILES.items():
+        base = DetectionConfig()
+        config = replace(
+            base,
+            regression=replace(
+                base.regression, contention=replace(base.regression.contention, load_rule=load_rule)
+            ),
+        )
+        started = time.perf_counter()
+        result = detect_from_frames(
+            data.samples,
+            data.texts,
+            data.deploys,
+            PLAN_SNAPSHOTS.empty(),
+            config,
+            activity=data.activity if load_rule else None,
+        )
+        seconds = time.perf_counter() - started
+        frames = as_frames(result)
+        print(f"\n=== {profile} ===")
+        per_group: dict[str, Any] = {"seconds": seconds}
+        for group, small in (("8-30 series", False), ("1-3 series", True)):
+            part, part_frames = restricted(data, frames, small)
+            report = score(part, part_frames)
+            print(f"\n--- {group} ---")
+            print_report(report, seconds, frames.shape)
+            per_group[group] = report
+            table.append((profile, group, headline(report)))
+        results[profile] = per_group
+    print("\n" + "| profile | instances | " + " | ".join(table[0][2]) + " |")
+    print("|" + "---|" * (2 + len(table[0][2])))
+    for profile, group, row in table:
+        print(f"| {profile} | {group} | " + " | ".join(str(v) for v in row.values()) + " |")
     out = {
         "machine": platform.platform(),
         "cpus": os.cpu_count(),
         "quick": QUICK,
         "data": {
             "instances": instances,
+            "small_instances": small_instances,
             "series": series,
             "samples": data.samples.height,
             "seed": DATA_SEED,
@@ -252,10 +331,9 @@ def main() -> None:
                 for s in (CONTENTION, CONTENTION_REGRESSION, QUIET_REGRESSION, QUIET)
             },
         },
-        "result_shape": frames.shape,
-        "seconds": seconds,
         "goal_share_episodes_with_false_query_regression": GOAL_EPISODES_REPORTED,
-        **report,
+        "table": [{"profile": p, "instances": g, **row} for p, g, row in table],
+        "profiles": results,
     }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(out, indent=2, default=str))

@@ -111,6 +111,17 @@ class InstanceTruth:
     episode_ends_at: datetime | None
     """When the episode ends again (None: it lasts to the end of the data, or no episode)."""
     series: tuple[SeriesTruth, ...]
+    cores: int | None = None
+    """Small instances: the fleet file's cores (None: not given; the instance really has ``true_cores``)."""
+    true_cores: int | None = None
+    neighbours: tuple[int, ...] = ()
+    """Small instances: queryids of the neighbour's statements that appear at the change (not labelled)."""
+    neighbour_load: float | None = None
+    """Seconds of execution per second the neighbour brings."""
+
+    @property
+    def small(self) -> bool:
+        return self.true_cores is not None
 
     @property
     def episode(self) -> bool:
@@ -128,6 +139,8 @@ class ContentionData:
     texts: pl.DataFrame
     deploys: pl.DataFrame
     truths: tuple[InstanceTruth, ...]
+    activity: pl.DataFrame | None = None
+    """activity_snapshots rows of the small instances that have them (active backends on a CPU, cores)."""
 
 
 def _series_arrays(
@@ -140,11 +153,13 @@ def _series_arrays(
     calls_factor: float,
     blocks_factor: float,
     temp_after: float | None,
+    latency_ms: float | None = None,
+    calls_per_s: float | None = None,
 ) -> dict[str, np.ndarray]:
     """One series' per-interval deltas; ``factor``s apply from ``change`` (the first interval partly)."""
     n = INTERVALS
     latency = float(np.exp(rng.uniform(np.log(0.2), np.log(30.0))))
-    calls_per_s = float(np.exp(rng.uniform(np.log(2.0), np.log(200.0))))
+    drawn_calls = float(np.exp(rng.uniform(np.log(2.0), np.log(200.0))))
     sigma = rng.uniform(0.05, 0.25)
     work_sigma = rng.uniform(0.02, 0.08)
     blocks = float(np.exp(rng.uniform(np.log(3.0), np.log(500.0))))
@@ -153,6 +168,8 @@ def _series_arrays(
     writer = rng.random() < 0.3
     wal_per_call = rng.uniform(100.0, 2000.0) if writer else 0.0
     temp_before = rng.uniform(5.0, 40.0) if rng.random() < 0.1 else 0.0
+    latency = latency if latency_ms is None else latency_ms  # drawn either way: the same stream
+    calls_per_s = drawn_calls if calls_per_s is None else calls_per_s
 
     # Share of each interval in the new regime: 0 before, first_fraction in the first one, 1 after.
     regime = np.zeros(n)
@@ -195,8 +212,10 @@ def _series_arrays(
     return out
 
 
-def generate(instances: int = 300, seed: int = 20261201) -> ContentionData:
-    """``instances`` instances cycling over SCENARIO_CYCLE; deterministic for a seed."""
+def generate(instances: int = 300, seed: int = 20261201, small_instances: int = 0) -> ContentionData:
+    """``instances`` instances cycling over SCENARIO_CYCLE, then ``small_instances`` of one to three series
+    (small_instances_data); deterministic for a seed (the large instances are the same with or without
+    small ones)."""
     rng = np.random.default_rng(seed)
     ends = [START + (i + 1) * STEP for i in range(INTERVALS)]
     columns: dict[str, list[np.ndarray]] = {}
@@ -292,16 +311,206 @@ def generate(instances: int = 300, seed: int = 20261201) -> ContentionData:
                 series=tuple(series),
             )
         )
-    return ContentionData(
-        _samples_frame(columns, ends), _texts_frame(text_rows), _deploys_frame(deploy_rows), tuple(truths)
+    activity: list[dict[str, object]] = []
+    if small_instances:
+        small_rng = np.random.default_rng(seed + 1)
+        for number in range(instances, instances + small_instances):
+            truths.append(_small_instance(small_rng, number, columns, text_rows, deploy_rows, activity))
+    activity_frame = (
+        pl.DataFrame(
+            activity,
+            schema={
+                "instance": pl.String,
+                "captured_at": UTC_TS,
+                "active_on_cpu": pl.Int64,
+                "parallel_workers": pl.Int64,
+                "cores": pl.Int32,
+            },
+        )
+        if activity
+        else None
     )
+    return ContentionData(
+        _samples_frame(columns, ends),
+        _texts_frame(text_rows),
+        _deploys_frame(deploy_rows),
+        tuple(truths),
+        activity_frame,
+    )
+
+
+SMALL_CYCLE = SCENARIO_CYCLE
+"""Small instances cycle over the same scenarios; their episodes come from a neighbour's statements."""
+NEIGHBOUR_TEXTS = (
+    "select count(*) from generate_series(1, $1)",
+    "select md5(string_agg(x::text, $1)) from generate_series(1, $2) x",
+)
+
+
+def _small_instance(
+    rng: np.random.Generator,
+    number: int,
+    columns: dict[str, list[np.ndarray]],
+    text_rows: list[tuple[str, int, str]],
+    deploy_rows: list[dict[str, object]],
+    activity: list[dict[str, object]],
+) -> InstanceTruth:
+    """One to three application series; an episode is a neighbour (one or two new statements bringing
+    1-4 s of execution per second) that slows the CPU-bound part of every application query by processor
+    sharing over the instance's real cores (1-4). Half of the instances record activity_snapshots; half
+    of those give their cores in the fleet file."""
+    name = f"db{number:04d}"
+    scenario, at_deploy = SMALL_CYCLE[number % len(SMALL_CYCLE)]
+    count = int(rng.integers(1, 4))
+    pool = list(QUERY_TEXTS_POOL)
+    rng.shuffle(pool)
+    true_cores = int(rng.choice([1, 2, 4]))
+    has_activity = rng.random() < 0.5
+    cores = true_cores if has_activity and rng.random() < 0.5 else None
+    changed = scenario != QUIET
+    change = int(rng.integers(CHANGE_RANGE[0], CHANGE_RANGE[1] + 1)) if changed else None
+    if scenario == QUIET and at_deploy:
+        change_for_deploy: int | None = int(rng.integers(CHANGE_RANGE[0], CHANGE_RANGE[1] + 1))
+    else:
+        change_for_deploy = change if at_deploy else None
+    deploy_at = START + change_for_deploy * STEP if change_for_deploy is not None else None
+    first_fraction = 1.0 if at_deploy else float(rng.uniform(0.2, 1.0))
+    episode = scenario in (CONTENTION, CONTENTION_REGRESSION)
+    episode_end = None
+    if episode and change is not None and rng.random() < 0.25:
+        episode_end = change + int(rng.integers(15, 31))
+    # The application's load before (s/s) shared over its series, and the neighbour's.
+    app_load = float(rng.uniform(0.2, 1.5))
+    shares = rng.dirichlet(np.ones(count))
+    neighbour_load = float(rng.uniform(1.0, 4.0)) if episode else None
+    factor = None
+    if episode and neighbour_load is not None:
+        factor = max(1.0, (app_load + neighbour_load) / true_cores) / max(1.0, app_load / true_cores)
+    kind = (
+        str(rng.choice(REGRESSION_KINDS)) if scenario in (CONTENTION_REGRESSION, QUIET_REGRESSION) else None
+    )
+    culprit = int(rng.integers(0, count)) if kind else -1
+    series: list[SeriesTruth] = []
+    totals = np.zeros(INTERVALS)
+    for k in range(count):
+        queryid = number * 100 + k + 1
+        latency = float(np.exp(rng.uniform(np.log(5.0), np.log(100.0))))
+        calls_per_s = app_load * shares[k] * 1000.0 / latency
+        cpu_share = float(rng.uniform(0.6, 1.0))  # the part of its latency that is CPU
+        common = 1.0 + cpu_share * (factor - 1.0) * float(rng.lognormal(0.0, 0.1)) if factor else 1.0
+        latency_factor = common
+        calls_factor = common ** -rng.uniform(0.3, 0.8)
+        blocks_factor = 1.0
+        temp_after: float | None = None
+        if k == culprit:
+            if kind == INDEX_DROP:
+                latency_factor, blocks_factor = common * 20.0, 50.0
+            elif kind == LATENCY:
+                latency_factor = common * float(rng.uniform(3.0, 6.0))
+            else:
+                latency_factor, temp_after = (
+                    common * float(rng.uniform(2.5, 5.0)),
+                    float(rng.uniform(50, 500)),
+                )
+            calls_factor = latency_factor ** -rng.uniform(0.3, 0.8)
+        arrays = _series_arrays(
+            rng,
+            change=change if (factor or k == culprit) else None,
+            ends=episode_end if (factor and k != culprit) else None,
+            first_fraction=first_fraction,
+            latency_factor=latency_factor,
+            calls_factor=calls_factor,
+            blocks_factor=blocks_factor,
+            temp_after=temp_after,
+            latency_ms=latency,
+            calls_per_s=calls_per_s,
+        )
+        totals += arrays["total_exec_time"] / 60_000.0
+        _append(columns, arrays, queryid, number)
+        series.append(
+            SeriesTruth(queryid, pool[k], kind if k == culprit else None, bool(factor), latency_factor)
+        )
+        text_rows.append((name, queryid, pool[k]))
+    neighbours: list[int] = []
+    if neighbour_load is not None and change is not None:
+        statements = int(rng.integers(1, 3))
+        stop = episode_end if episode_end is not None else INTERVALS
+        for j in range(statements):
+            queryid = number * 100 + 50 + j
+            latency = float(np.exp(rng.uniform(np.log(200.0), np.log(2000.0))))
+            load = neighbour_load / statements
+            arrays = _series_arrays(
+                rng,
+                change=None,
+                ends=None,
+                first_fraction=1.0,
+                latency_factor=1.0,
+                calls_factor=1.0,
+                blocks_factor=1.0,
+                temp_after=None,
+                latency_ms=latency,
+                calls_per_s=load * 1000.0 / latency,
+            )
+            present = np.zeros(INTERVALS, dtype=bool)
+            present[change:stop] = True
+            arrays = {c: np.where(present, v, 0) for c, v in arrays.items()}
+            totals += arrays["total_exec_time"] / 60_000.0
+            _append(columns, arrays, queryid, number)
+            neighbours.append(queryid)
+            text_rows.append((name, queryid, NEIGHBOUR_TEXTS[j]))
+    if has_activity:
+        on_cpu = rng.poisson(totals)
+        for i in range(INTERVALS):
+            activity.append(
+                {
+                    "instance": name,
+                    "captured_at": START + (i + 1) * STEP,
+                    "active_on_cpu": int(on_cpu[i]),
+                    "parallel_workers": 0,
+                    "cores": cores,
+                }
+            )
+    if deploy_at is not None:
+        deploy_rows.append(
+            {
+                "deploy_id": f"d-{name}",
+                "version": f"v{number}",
+                "scope": "instance",
+                "instance": name,
+                "deployed_at": deploy_at,
+                "source": "bench",
+            }
+        )
+    return InstanceTruth(
+        instance=name,
+        scenario=scenario,
+        at_deploy=at_deploy,
+        deploy_at=deploy_at,
+        change_at=START + change * STEP if change is not None else None,
+        episode_factor=factor,
+        episode_ends_at=START + episode_end * STEP if episode_end is not None else None,
+        series=tuple(series),
+        cores=cores,
+        true_cores=true_cores,
+        neighbours=tuple(neighbours),
+        neighbour_load=neighbour_load,
+    )
+
+
+def _append(
+    columns: dict[str, list[np.ndarray]], arrays: dict[str, np.ndarray], queryid: int, number: int
+) -> None:
+    for column, values in arrays.items():
+        columns.setdefault(column, []).append(values)
+    columns.setdefault("queryid", []).append(np.full(INTERVALS, queryid, dtype=np.int64))
+    columns.setdefault("instance_number", []).append(np.full(INTERVALS, number, dtype=np.int64))
 
 
 def _samples_frame(columns: dict[str, list[np.ndarray]], ends: list[datetime]) -> pl.DataFrame:
     flat = {name: np.concatenate(parts) for name, parts in columns.items()}
     rows = flat["queryid"].shape[0]
     interval_end = pl.Series("interval_end", ends * (rows // INTERVALS), dtype=UTC_TS)
-    calls = flat["calls"]
+    calls = np.maximum(flat["calls"], 1)
     frame = pl.DataFrame(
         {
             "instance": pl.Series([f"db{n:04d}" for n in flat.pop("instance_number")], dtype=pl.String),
@@ -317,6 +526,7 @@ def _samples_frame(columns: dict[str, list[np.ndarray]], ends: list[datetime]) -
         }
     )
     missing = [c for c in SAMPLE_DELTAS if c not in frame.columns]
+    frame = frame.filter(pl.col("total_exec_time") > 0)  # a neighbour's statement before it appeared
     return pl.concat(
         [frame.select("instance"), QUERY_SAMPLES.conform(frame.drop("instance"))], how="horizontal"
     ).with_columns(*(pl.col(c).fill_null(0) for c in missing))

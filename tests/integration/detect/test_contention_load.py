@@ -170,3 +170,29 @@ def test_the_load_thresholds_are_used() -> None:
     with pytest.raises(ValueError, match="min_load_rise"):
         ContentionConfig(min_load_rise=0)
     assert timedelta(0) < ContentionConfig().max_window
+
+
+def test_the_terminal_shows_a_load_episode_and_its_statements_as_text_never_as_markup() -> None:
+    from rich.console import Console
+
+    from jobs.publish.console import slowdowns_table
+
+    hostile = 'select count(*) from "[link=https://evil.example]t[/link]" where x = $1'
+    samples = pl.concat([app_series(1.5), neighbour_series(2.0)])
+    texts_with_markup = texts().with_columns(
+        pl.when(pl.col("queryid") == NEIGHBOUR)
+        .then(pl.lit(hostile))
+        .otherwise(pl.col("query"))
+        .alias("query")
+    )
+    regression = RegressionConfig(window_before=CONFIG.window_before, window_after=CONFIG.window_after)
+    found = detect_regressions(samples, texts_with_markup, deploy_at(), regression)
+    _, slowdowns = separate_contention(found, samples, texts_with_markup, regression)
+    row = slowdowns.row(0, named=True)
+    assert "[link=https://evil.example]" in row["load_sources"]
+    one_query = slowdowns.with_columns(pl.lit(None, dtype=pl.Float64).alias("median_ratio"))  # none compared
+    console = Console(record=True, width=400, color_system=None)
+    console.print(slowdowns_table(one_query))
+    shown = console.export_text()
+    assert "[link=https://evil.example]t[/link]" in shown  # printed as the fleet wrote it
+    assert "- → ×1.5" in shown

@@ -1,17 +1,16 @@
 """Trust under load on a real PostgreSQL 18 server with a three-statement application (issue 24).
 
-An application runs three statements (an aggregate, an indexed lookup, a sort) while the collector snapshots
-every ~0.2 s. At a deploy, a CPU-heavy neighbour (two sessions looping a CPU-bound statement) starts. The
-instance has three series: too few for the peer rule, so only its load can tell contention from a
-regression. The server is pinned to one CPU where the OS allows (os.sched_setaffinity on the postmaster;
-its backends inherit it), so the neighbour's slowdown does not depend on how idle the host's other CPU
-is; the premise (the neighbour ran, the application's aggregate slowed enough for the latency detector
-alone to report it) is measured and asserted, not assumed.
+An application runs three statements (an aggregate, an indexed lookup, a sort) while the collector
+snapshots every ~0.2 s. At a deploy, a CPU-heavy neighbour (two sessions looping a CPU-bound statement)
+starts. The instance has three series: too few for the peer rule, so only its load can tell contention
+from a regression. The server is pinned to one CPU where the OS allows (pinned_to_one_cpu: its backends
+inherit it), so the neighbour's slowdown does not depend on how idle the host's other CPU is; the
+premise (the neighbour ran, the application's aggregate slowed enough for the latency detector alone to
+report it) is measured and asserted, not assumed.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import replace
@@ -37,7 +36,14 @@ from jobs.pipeline.detection import (
     run_detection,
 )
 from tests.conftest import FleetFactory
-from tests.support.pg_workload import CpuNeighbour, Workload, one_instance, setup_orders, snapshot_phase
+from tests.support.pg_workload import (
+    CpuNeighbour,
+    Workload,
+    one_instance,
+    pinned_to_one_cpu,
+    setup_orders,
+    snapshot_phase,
+)
 
 pytestmark = pytest.mark.postgres
 
@@ -57,24 +63,11 @@ APPLICATION = (AGGREGATE, LOOKUP, SORT)
 NEIGHBOUR_SESSIONS = 2
 
 
-def pin_to_one_cpu(fleet: EmbeddedFleet, name: str) -> int | None:
-    """The server's postmaster (and so every backend it forks from now on) on one CPU; None when the OS
-    does not allow it (then the test runs on whatever CPUs the server has)."""
-    if not hasattr(os, "sched_setaffinity"):
-        return None
-    pid = int((fleet.server(name).data_dir / "postmaster.pid").read_text().split()[0])
-    cpu = max(os.sched_getaffinity(0))
-    try:
-        os.sched_setaffinity(pid, {cpu})
-    except OSError:
-        return None
-    return cpu
-
-
 @pytest.fixture(scope="module")
 def small(fleet_factory: FleetFactory) -> Iterator[tuple[EmbeddedFleet, int | None]]:
     fleet = fleet_factory(["small"])
-    yield fleet, pin_to_one_cpu(fleet, "small")
+    with pinned_to_one_cpu(fleet.server("small").data_dir) as cpu:
+        yield fleet, cpu
 
 
 @pytest.fixture

@@ -148,3 +148,23 @@ def test_generation_is_deterministic_and_the_hash_sees_a_change(data: Contention
         data.truths,
     )
     assert frames_hash(changed) != frames_hash(data)
+
+
+def test_small_instances_have_a_neighbour_whose_load_slows_them_by_processor_sharing() -> None:
+    data = generate(10, seed=7, small_instances=30)
+    assert generate(10, seed=7).samples.equals(data.samples.filter(pl.col("instance") < "db0010"))
+    small = [t for t in data.truths if t.small]
+    assert len(small) == 30 and all(1 <= len(t.series) <= 3 for t in small)
+    assert data.activity is not None and set(data.activity["instance"]) <= {t.instance for t in small}
+    for t in small:
+        neighbour = data.samples.filter(pl.col("queryid").is_in(list(t.neighbours)))
+        if not t.episode:
+            assert neighbour.height == 0
+            continue
+        assert t.change_at is not None and t.neighbour_load is not None and t.true_cores is not None
+        assert neighbour["interval_start"].min() >= t.change_at  # it appears at the change
+        seconds = neighbour.group_by("interval_end").agg(pl.col("total_exec_time").sum() / 60_000.0)
+        assert seconds["total_exec_time"].median() == pytest.approx(t.neighbour_load, rel=0.2)
+        assert t.episode_factor is not None and t.episode_factor >= 1.0
+        contended = [s for s in t.series if s.regression is None]
+        assert all(s.latency_factor <= t.episode_factor * 1.5 for s in contended)
