@@ -121,33 +121,21 @@ def mix_rows(frames: Frames, version: str) -> pl.DataFrame:
 LIGHT_FRAGMENTS = ("radar_counter", "amount from radar_mix where id =")
 
 
-def assert_contended(mix: pl.DataFrame, pinned: bool) -> None:
-    """The premise: the neighbour slowed clearly more than half of the heavy mix (the series the contention
-    step compares: a median of at least 1 ms) by the detector's own threshold (stage 0, naive before/after
-    means), so the slowdown is instance-wide; on a busy shared host it sometimes is not.
+def clearly_contended(mix: pl.DataFrame) -> bool:
+    """Whether the neighbour slowed clearly more than half of the heavy mix (the series the peer rule
+    compares: a median of at least 1 ms) by the detector's own threshold (stage 0, naive before/after
+    means): more than two thirds. CI saw runs where 3 of 5 slowed, on the peer rule's own half-share line,
+    even with the server pinned to one CPU (the seven clients share one Python process).
 
-    "Clearly": more than two thirds. The step's own rule needs half of the compared series shifted, on
-    windows of samples next to the moment; a run where 3 of the 5 heavy queries slowed by naive means sits
-    on that line, and CI saw such runs go either way (a missed episode twice, once with each of two window
-    sizes, on lakes whose heavy mix slowed 3 of 5): the answer there is not the radar's to get right."""
+    Not a premise to skip on: whatever the neighbour did, no query of the mix may be reported (the peer
+    rule or the load the neighbour brought explains it); only the episode's own figures are asserted when
+    the slowdown was clearly instance-wide."""
     assert mix.height == len(MIX_HEAVY) + len(MIX_LIGHT), shown(mix)
     light = pl.any_horizontal(pl.col("query").str.contains(f, literal=True) for f in LIGHT_FRAGMENTS)
     heavy = mix.filter(~light)
     assert heavy.height == len(MIX_HEAVY), shown(heavy)
     slowed = heavy.filter(pl.col("latency_change") >= CONFIG.regression.latency_change_threshold)
-    if slowed.height * 3 <= heavy.height * 2:
-        # Pinned to one CPU the neighbour saturates the server whatever the host's other CPUs do: a
-        # premise that fails then is a failure of the test's setup, said as one.
-        assert not pinned, (
-            f"premise: pinned to one CPU, the neighbour slowed only {slowed.height} of {heavy.height}",
-            shown(heavy),
-        )
-        # Unpinned: the host was already saturated, the neighbour changed little, and there is no clear
-        # instance-wide slowdown to tell apart. Said, not silently passed.
-        pytest.skip(
-            f"premise not met on this host: the CPU neighbour slowed {slowed.height} of the "
-            f"{heavy.height} heavy queries (more than two thirds needed)"
-        )
+    return slowed.height * 3 > heavy.height * 2
 
 
 def slowdowns_at(frames: Frames, version: str) -> pl.DataFrame:
@@ -161,7 +149,7 @@ def slowdowns_at(frames: Frames, version: str) -> pl.DataFrame:
 def test_noop_deploy_with_a_cpu_heavy_neighbour_is_no_query_regression(
     pinned_alpha: tuple[str, FleetConfig, bool], lake_root: Path
 ) -> None:
-    dsn, config, pinned = pinned_alpha
+    dsn, config, _ = pinned_alpha
     setup_mix(dsn)
     with ExitStack() as stack:
         mixed_workload(stack, dsn, INDEXED)
@@ -172,18 +160,21 @@ def test_noop_deploy_with_a_cpu_heavy_neighbour_is_no_query_regression(
         snapshot_phase(config, lake_root, PHASE)
     assert neighbour.statements > 0
     frames = detect_lake(lake_root, CONFIG)
-    assert_contended(mix_rows(frames, "v5-noop"), pinned)
     assert frames.reported.height == 0, shown(frames.reported)
+    explained = pl.concat([frames.regressions, frames.unannounced], how="diagonal_relaxed").filter(
+        pl.col("reason") == "instance_slowdown"
+    )
+    if explained.height == 0:
+        # The latency detector found no step to explain: only possible when the mix barely slowed.
+        assert not clearly_contended(mix_rows(frames, "v5-noop")), shown(frames.regressions)
+        return
     # The slowdown is not swallowed: it is one instance-level finding, and the queries it explains say so.
     slowdowns = slowdowns_at(frames, "v5-noop")
     assert slowdowns.height >= 1, frames.instance_slowdowns
     episode = slowdowns.row(0, named=True)
-    assert episode["queries"] >= 3 and episode["work_unchanged"] is True, episode
-    assert episode["median_ratio"] > 1.2, episode
-    explained = pl.concat([frames.regressions, frames.unannounced], how="diagonal_relaxed").filter(
-        pl.col("reason") == "instance_slowdown"
-    )
-    assert explained.height >= 1, shown(frames.regressions)
+    assert episode["work_unchanged"] is True, episode
+    if clearly_contended(mix_rows(frames, "v5-noop")):
+        assert episode["queries"] >= 3 and episode["median_ratio"] > 1.2, episode
     assert (explained["kind"] == "contention").all() and (explained["status"] == "no_regression").all()
 
 
@@ -191,7 +182,7 @@ def test_noop_deploy_with_a_cpu_heavy_neighbour_is_no_query_regression(
 def test_index_drop_under_contention_is_the_only_query_regression(
     pinned_alpha: tuple[str, FleetConfig, bool], lake_root: Path
 ) -> None:
-    dsn, config, pinned = pinned_alpha
+    dsn, config, _ = pinned_alpha
     setup_mix(dsn)
     with ExitStack() as stack, psycopg.connect(dsn, autocommit=True) as conn:
         mixed_workload(stack, dsn, INDEXED)
@@ -202,7 +193,6 @@ def test_index_drop_under_contention_is_the_only_query_regression(
         neighbour.start()
         snapshot_phase(config, lake_root, PHASE)
     frames = detect_lake(lake_root, CONFIG)
-    assert_contended(mix_rows(frames, "v6-drop-index"), pinned)
     reported = frames.reported
     assert reported.height >= 1, shown(frames.regressions)
     others = reported.filter(~pl.col("query").str.contains("from radar_idx where", literal=True))
