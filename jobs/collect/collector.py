@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
+import psycopg
 
 from jobs.collect.fleet import CollectorConfig, FleetConfig, InstanceConfig
 from jobs.collect.session import (
@@ -41,7 +42,7 @@ from jobs.lake import io as lake
 from jobs.lake import locks
 from jobs.query.texts import is_explain_text, is_radar_text, storable_query_text
 from jobs.redaction import scrub
-from jobs.schemas.collected import QUERY_TEXTS, SNAPSHOT_RUNS, STATEMENT_SNAPSHOTS
+from jobs.schemas.collected import ACTIVITY_SNAPSHOTS, QUERY_TEXTS, SNAPSHOT_RUNS, STATEMENT_SNAPSHOTS
 from jobs.sqlfiles import load_sql
 
 # Extension version -> SQL file mapping its columns onto the canonical names (sql/postgres/).
@@ -80,6 +81,8 @@ class InstanceSnapshot:
     statements: pl.DataFrame
     texts: pl.DataFrame
     privileges: RolePrivileges | None = None
+    activity: pl.DataFrame | None = None
+    """The activity_snapshots row (None: not read, or the read failed: a warning says why)."""
 
 
 @dataclass
@@ -274,6 +277,9 @@ def read_instance_snapshot(
         statements_sql = statements_sql_for(version)
         dog.enter("statements")
         rows = conn.execute(statements_sql).fetchall()
+        activity_row, activity_warning = (
+            read_activity(conn, instance.name) if config.activity else (None, None)
+        )
         info = None
         if version not in ("1.8",):
             info = conn.execute(load_sql("statements_info")).fetchone()
@@ -315,6 +321,8 @@ def read_instance_snapshot(
     statements, explain_dropped, hidden = statements_frame(rows, identity, info, explain_ids)
     statements = statements.with_columns(pl.lit(collector_clock).cast(lake_ts()).alias("collector_clock"))
     warnings = health_warnings(identity, track_configured, hidden)
+    if activity_warning:
+        warnings.append(activity_warning)
     run = {
         "captured_at": captured_at,
         "collector_clock": collector_clock,
@@ -344,8 +352,40 @@ def read_instance_snapshot(
         "new_texts": texts.height,
         "server_ms": server_ms,
     }
-    snap = InstanceSnapshot(instance.name, captured_at, run, statements, texts, privileges=learned)
+    activity = None
+    if activity_row is not None:
+        activity = ACTIVITY_SNAPSHOTS.conform(
+            pl.DataFrame([{**activity_row, "captured_at": captured_at, "cores": instance.cores}])
+        )
+    snap = InstanceSnapshot(
+        instance.name, captured_at, run, statements, texts, privileges=learned, activity=activity
+    )
     return snap, server_ms
+
+
+def read_activity(conn: Any, instance: str) -> tuple[dict[str, Any] | None, str | None]:
+    """(the instance's sessions aggregated in one row, or None and why not). A failed read is a warning:
+    the statements already read must still reach the lake. Sessions whose state this role may not see
+    (no pg_read_all_stats) make the counts wrong, so none are recorded then."""
+    try:
+        row = conn.execute(load_sql("activity")).fetchone()
+    except psycopg.errors.QueryCanceled as exc:  # statement_timeout: said, not fatal
+        return None, f"activity not read: {type(exc).__name__}: {exc}".strip()
+    except (
+        psycopg.errors.InsufficientPrivilege,
+        psycopg.errors.UndefinedTable,
+        psycopg.errors.UndefinedColumn,
+    ) as exc:
+        return None, f"activity not read: {type(exc).__name__}: {exc}".strip()
+    if row is None:
+        return None, "activity not read: no row"
+    hidden = int(row.pop("hidden") or 0)
+    if hidden:
+        return (
+            None,
+            f"activity not recorded: {hidden} sessions hidden from this role ({INSUFFICIENT_PRIVILEGE_HINT})",
+        )
+    return dict(row), None
 
 
 def lake_ts() -> pl.DataType:
@@ -360,6 +400,8 @@ def write_instance_snapshot(lake_root: Path, snap: InstanceSnapshot) -> list[Pat
     if snap.texts.height:
         files.append(lake.write_table(lake_root, QUERY_TEXTS, snap.texts, parts, stem))
     files.append(lake.write_table(lake_root, STATEMENT_SNAPSHOTS, snap.statements, parts, stem))
+    if snap.activity is not None:
+        files.append(lake.write_table(lake_root, ACTIVITY_SNAPSHOTS, snap.activity, parts, stem))
     files.append(lake.write_table(lake_root, SNAPSHOT_RUNS, pl.DataFrame([snap.run]), parts, stem))
     return files
 

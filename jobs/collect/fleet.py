@@ -11,6 +11,7 @@ A fleet file is TOML::
     dsn_env = "ORDERS_DSN"    # or: dsn = "postgresql://radar@db1:5432/orders"
     tags = { env = "prod", team = "orders" }
     log_dir = "/mnt/logs/orders"  # optional: the server's jsonlog folder, for auto_explain plans
+    cores = 8                 # optional: the server's CPUs, so contention is judged on its real size
 
 Passwords belong in the environment (``dsn_env``) or ``~/.pgpass``; whatever the source, ``redact_dsn``
 (jobs.redaction) is the only form of a DSN that reaches logs, the lake or Dagster metadata."""
@@ -31,7 +32,8 @@ from jobs.redaction import redact_dsn
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 TOP_LEVEL_TABLES = ("collector", "instances")
-INSTANCE_KEYS = ("name", "dsn", "dsn_env", "tags", "log_dir")
+INSTANCE_KEYS = ("name", "dsn", "dsn_env", "tags", "log_dir", "cores")
+MAX_CORES = 4096
 
 
 def closest(word: str, choices: tuple[str, ...] | list[str]) -> str:
@@ -95,6 +97,10 @@ class CollectorConfig:
     then by name); the others are named as skipped."""
     table_stats_max_tables: int = 10_000
     """At most this many tables per database (the most recently analysed first)."""
+    activity: bool = True
+    """With each snapshot, also read pg_stat_activity once (one aggregated row: active backends, on a CPU,
+    waiting by kind) into activity_snapshots: the contention step's measure of the instance's load. A
+    failed read never fails the snapshot (a warning instead)."""
     samples_on_collect: bool = False
     """After each collection cycle of `radar snapshot`, append the per-interval samples of the instances it
     snapshotted (against each entry's previous snapshot, from the samples frontier), so the samples are
@@ -104,6 +110,8 @@ class CollectorConfig:
     def __post_init__(self) -> None:
         for item in fields(self):
             value = getattr(self, item.name)
+            if item.type in ("bool", bool) and not isinstance(value, bool):
+                raise ConfigError(f"[collector] {item.name} must be true or false, not {value!r}")
             if item.name in COLLECTOR_RANGES:
                 low, high = COLLECTOR_RANGES[item.name]
                 if isinstance(value, bool) or not isinstance(value, int):
@@ -140,6 +148,9 @@ class InstanceConfig:
     tags: dict[str, str] = field(default_factory=dict)
     log_dir: str | None = None
     """The server's jsonlog folder (a mounted or shipped copy for a remote server), for auto_explain plans."""
+    cores: int | None = None
+    """The server's CPUs, recorded with each snapshot's activity row: the contention step judges how much
+    slowdown added load explains on this many cores (jobs.detect.load; None: the most it could)."""
 
     def resolve_dsn(self) -> str:
         """The DSN to connect with; raises ConfigError naming the instance when it cannot be had."""
@@ -186,7 +197,16 @@ def _instance_from_entry(entry: object, label: str) -> InstanceConfig:
             f'{label}: tags must be a table of strings or numbers, e.g. tags = {{ env = "prod" }}'
         )
     tags = {str(k): str(v) for k, v in raw_tags.items()}
-    return InstanceConfig(name=name, dsn=dsn, dsn_env=dsn_env, tags=tags, log_dir=entry.get("log_dir"))
+    cores = entry.get("cores")
+    if cores is not None and (
+        isinstance(cores, bool) or not isinstance(cores, int) or not 1 <= cores <= MAX_CORES
+    ):
+        raise ConfigError(
+            f"{label}: cores must be a whole number of CPUs from 1 to {MAX_CORES}, not {cores!r}"
+        )
+    return InstanceConfig(
+        name=name, dsn=dsn, dsn_env=dsn_env, tags=tags, log_dir=entry.get("log_dir"), cores=cores
+    )
 
 
 def _collector_from_table(raw: object, source: str) -> CollectorConfig:

@@ -60,6 +60,7 @@ from jobs.schemas.analysed import (
     RESOURCE_REGRESSIONS,
 )
 from jobs.schemas.collected import (
+    ACTIVITY_SNAPSHOTS,
     PLAN_CAPTURE_LOG,
     PLAN_SNAPSHOTS,
     QUERY_SAMPLES,
@@ -268,6 +269,19 @@ def read_inputs_in_scope(
     return replace(state, scope=scoped.scope), scoped.samples, texts, deploys, plans
 
 
+def read_activity(lake_root: Path, samples: pl.DataFrame, shard: ShardOfRun | None = None) -> pl.DataFrame:
+    """The activity_snapshots rows of the samples' instances and time span (the contention step's load)."""
+    if samples.height == 0:
+        return ACTIVITY_SNAPSHOTS.empty()
+    since = samples["interval_start"].min()
+    only = of_instances(shard)
+    return lake.read_table(
+        lake_root,
+        ACTIVITY_SNAPSHOTS,
+        lambda frame: (only(frame) if only else frame).filter(pl.col("captured_at") >= since),
+    )
+
+
 def examined_per_instance(found: DetectionFrames) -> pl.DataFrame:
     """Per instance: how many deploys and unannounced series this run analysed (for ``analysis_runs``)."""
     deploys = found.regressions.group_by("instance").agg(
@@ -343,6 +357,7 @@ def run_detection(
         lake_root, config, computed_at, digest, shard
     )
     table_stats = lake.read_table(lake_root, TABLE_STATS_SNAPSHOTS, of_instances(shard))
+    activity = read_activity(lake_root, samples, shard)
     found = stamp_run(
         detect_from_frames(
             samples,
@@ -355,6 +370,7 @@ def run_detection(
             fleet,
             memo,
             capture_log=lake.scan_table(lake_root, PLAN_CAPTURE_LOG),
+            activity=activity,
         ),
         computed_at,
     )

@@ -84,6 +84,27 @@ STATEMENT_SNAPSHOTS = TableSchema(
     ),
 )
 
+ACTIVITY_SNAPSHOTS = TableSchema(
+    name="activity_snapshots",
+    description="One row per instance per snapshot: its sessions (pg_stat_activity), the instance's load.",
+    primary_key=("instance", "captured_at"),
+    columns=(
+        Column(
+            "captured_at", UTC_TS, "the snapshot's captured_at (joins statement_snapshots, snapshot_runs)"
+        ),
+        Column("backends", pl.Int64(), "client backends, the radar's own session left out"),
+        Column("active", pl.Int64(), "of them, running a statement (state 'active')"),
+        Column("active_on_cpu", pl.Int64(), "active with no wait event: on a CPU or waiting for one"),
+        Column("waiting_lock", pl.Int64(), "active, waiting on a heavyweight lock (wait_event_type Lock)"),
+        Column("waiting_lwlock", pl.Int64(), "active, waiting on an LWLock"),
+        Column("waiting_io", pl.Int64(), "active, waiting on IO"),
+        Column("waiting_other", pl.Int64(), "active, waiting on any other wait event type"),
+        Column("parallel_workers", pl.Int64(), "parallel workers running for some statement"),
+        Column("oldest_active_s", pl.Float64(), "age of the oldest running client statement (s; null: none)"),
+        Column("cores", pl.Int32(), "the instance's CPUs from the fleet file (null: not given)"),
+    ),
+)
+
 SNAPSHOT_RUNS = TableSchema(
     name="snapshot_runs",
     description="One row per instance per snapshot attempt, including failures: identity, info and counts.",

@@ -22,6 +22,7 @@ from jobs.schemas.analysed import (
     RESOURCE_REGRESSIONS,
 )
 from jobs.schemas.collected import (
+    ACTIVITY_SNAPSHOTS,
     COLLECTION_HEALTH,
     DEPLOY_EVENTS,
     EXECUTION_SAMPLES,
@@ -44,6 +45,7 @@ TABLES: dict[str, TableSchema] = {
     for t in (
         STATEMENT_SNAPSHOTS,
         SNAPSHOT_RUNS,
+        ACTIVITY_SNAPSHOTS,
         QUERY_TEXTS,
         QUERY_SAMPLES,
         DEPLOY_EVENTS,

@@ -29,7 +29,7 @@ from jobs.collect.fleet import FleetConfig
 from jobs.detect.samples import samples_from_snapshots
 from jobs.lake import io as lake
 from jobs.local.embedded import EmbeddedFleet, postgres_bin_dir
-from jobs.pipeline.detection import DetectionConfig, detect_from_frames
+from jobs.pipeline.detection import DetectionConfig, detect_from_frames, read_activity
 from jobs.schemas.collected import PLAN_SNAPSHOTS, QUERY_TEXTS, SNAPSHOT_RUNS, STATEMENT_SNAPSHOTS
 from tests.support.detection_frames import Frames, as_frames
 
@@ -240,7 +240,10 @@ def detect_lake(lake_root: Path, config: DetectionConfig) -> Frames:
     snapshots, runs, texts = lake_frames(lake_root)
     samples = samples_from_snapshots(snapshots, runs).samples
     deploys = load_deploy_events(lake_root)
-    return as_frames(detect_from_frames(samples, texts, deploys, PLAN_SNAPSHOTS.empty(), config))
+    activity = read_activity(lake_root, samples)
+    return as_frames(
+        detect_from_frames(samples, texts, deploys, PLAN_SNAPSHOTS.empty(), config, activity=activity)
+    )
 
 
 def setup_orders(dsn: str, table: str, *, index: bool, customer_type: str = "int") -> None:

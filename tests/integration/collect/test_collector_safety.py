@@ -341,7 +341,7 @@ def test_shutting_the_socket_from_another_thread_unblocks_the_reader(proxy: Free
 
 @pytest.mark.parametrize(
     ("freeze_after_ready", "phase"),
-    [(1, "identity"), (2, "statements"), (6, "texts")],
+    [(1, "identity"), (2, "statements"), (3, "statements"), (7, "texts")],  # 3: the activity read
 )
 def test_a_server_that_stops_answering_fails_within_the_deadline_naming_the_phase(
     gamma: EmbeddedServer, proxy: FreezingProxy, lake_root: Path, freeze_after_ready: int, phase: str
