@@ -42,6 +42,7 @@ from jobs.detect.attribution import ATTRIBUTED_ELSEWHERE
 from jobs.detect.config import FindingsConfig, RegressionConfig
 from jobs.detect.segments import immaterial
 from jobs.detect.verdicts import DETECTED
+from jobs.detect.work_findings import WORK, WORK_COLUMNS
 from jobs.query.identity import series_owner
 from jobs.query.series import SERIES_KEY, merge_intervals
 from jobs.schemas.analysed import FINDING_STATES
@@ -72,6 +73,7 @@ STEP_COLUMNS: tuple[str, ...] = (
     "slowdown_excess",
     "work_evidence",
     "plan_diff_summary",
+    *WORK_COLUMNS,
 )
 # What a run's step may change in a finding; a finding whose values of these did not change gets no row.
 # (p_value is the row's p_adjusted when it has one: set apart in _from_row.)
@@ -318,6 +320,8 @@ def _replacement(
     """The finding of the step the run found in place of ``finding``, if the run re-examined it: the same
     deploy's window of the series (a deploy finding), or the unannounced analysis of the series over a
     history holding the onset (an unannounced finding)."""
+    # A work step never replaces a latency finding, nor the reverse: they are different analyses.
+    examined = [r for r in examined if (r.get("kind") == WORK) == (finding.get("kind") == WORK)]
     if finding.get("analysis") == "deploy":
         rows = [
             r for r in examined if r["analysis"] == "deploy" and r.get("deploy_id") == finding["deploy_id"]
@@ -422,7 +426,8 @@ def _recheck_recovery(
     remains of the step is below the detector's latency change threshold, or immaterial)."""
     by_series = points.partition_by(["instance", "series"], as_dict=True, maintain_order=True)
     for finding in state.values():
-        if finding["status"] != OPEN:
+        # A work finding's latency may not have moved: its recovery is its own analysis' (a later step).
+        if finding["status"] != OPEN or finding.get("kind") == WORK:
             continue
         before, after = finding.get("before_mean_ms"), finding.get("after_mean_ms")
         series = by_series.get((finding["instance"], finding["series"]))

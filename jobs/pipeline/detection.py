@@ -45,6 +45,7 @@ from jobs.detect.scope import (
 from jobs.detect.unannounced import detect_unannounced_regressions
 from jobs.detect.verdicts import DETECTED
 from jobs.detect.work import attach_work_evidence, detect_resource_regressions
+from jobs.detect.work_findings import finding_rows_with_work
 from jobs.lake import io as lake
 from jobs.lake.locks import LakeConfig
 from jobs.plans.analyses import DEFAULT_WINDOW as ANALYZE_WINDOW
@@ -375,8 +376,12 @@ def run_detection(
         computed_at,
     )
     latency = pl.concat([found.regressions, found.unannounced], how="diagonal_relaxed")
+    # Work steps are findings too (kind work), or name the work change of the latency finding they share.
+    steps = finding_rows_with_work(
+        latency, found.resource_regressions, sample_intervals(samples), config.findings
+    )
     previous, changes = findings_of_run(
-        lake_root, latency, samples, texts, computed_at, config, None if shard is None else shard.instances
+        lake_root, steps, samples, texts, computed_at, config, None if shard is None else shard.instances
     )
     stem = state.stem
     files = [

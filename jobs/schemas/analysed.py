@@ -274,11 +274,16 @@ FINDING_STATES = TableSchema(
         ),
         Column("p_value", pl.Float64(), "Welch's p (the adjusted p for an unannounced finding)"),
         Column("added_load_ms_per_s", pl.Float64()),
-        Column("kind", pl.String(), "plan_or_work | both (jobs.detect.contention)"),
+        Column(
+            "kind", pl.String(), "plan_or_work | both (jobs.detect.contention) | work (work per call alone)"
+        ),
         Column("instance_slowdown_ratio", pl.Float64(), "kind both: the instance's common slowdown"),
         Column("slowdown_excess", pl.Float64(), "kind both: this query's ratio / the common one"),
         Column("work_evidence", pl.String()),
         Column("plan_diff_summary", pl.String()),
+        Column("work_metric", pl.String(), "the work per call metric that grew most at the step (if any)"),
+        Column("work_ratio", pl.Float64(), "its after / before per call (null: from 0)"),
+        Column("work_summary", pl.String(), "every metric's change, e.g. 'temp blocks per call 0 → 116 …'"),
         Column("recovered_at", UTC_TS, "when the series returned to its old level (status recovered)"),
         Column("superseded_by", pl.String(), "finding_id that replaced this one (status superseded)"),
         Column("opened_at", UTC_TS, "computed_at of the run that opened the finding"),

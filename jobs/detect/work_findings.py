@@ -1,0 +1,118 @@
+"""Work regressions are findings: a step up of a query's work per call (jobs.detect.work) opens a finding of
+kind ``work`` with the lifecycle of latency findings (jobs.detect.findings), unless a latency finding of
+the same series has the same step, which then names the work change too (one finding, not two).
+
+A ``work_mem`` cut that makes a sort spill multiplies its temp blocks per call while latency may barely
+move (or even fall as the load changes); such a regression costs the server disks and memory, and before
+this module it reached the resource-regression table only: no finding, alert or report line.
+
+Pure: frames in, frames out. ``finding_rows_with_work`` turns this run's latency analysis rows and
+resource-regression rows into the rows ``update_findings`` reads.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import timedelta
+
+import polars as pl
+
+from jobs.detect.config import FindingsConfig
+from jobs.detect.verdicts import DETECTED
+
+WORK = "work"
+"""The ``kind`` of a finding opened by a work-per-call step alone."""
+WORK_COLUMNS: dict[str, pl.DataType] = {
+    "work_metric": pl.String(),
+    "work_ratio": pl.Float64(),
+    "work_summary": pl.String(),
+}
+"""What a finding says of its work change: the metric that grew most, by how much (null: from 0), and
+every metric's summary ("temp blocks per call 0 → 116 at deploy v42, latency +10%")."""
+
+_STEP = ["analysis", "deploy_id", "instance", "series", "detected_change_at"]
+
+
+def work_steps(resources: pl.DataFrame) -> pl.DataFrame:
+    """Per detected work step (analysis, deploy, instance, series, change time): the metric with the
+    largest ratio, its ratio (null when its before was 0) and every metric's summary, and the step's
+    row of that metric (query, deploy, latency levels, p)."""
+    detected = resources.filter(pl.col("status") == DETECTED) if resources.height else resources
+    if detected.height == 0:
+        return detected.with_columns(
+            *(pl.lit(None, dtype=dtype).alias(name) for name, dtype in WORK_COLUMNS.items())
+        )
+    ranked = detected.with_columns(
+        pl.col("ratio").fill_nan(None).fill_null(math.inf).alias("_rank_ratio"),
+    ).sort(
+        [*_STEP, "_rank_ratio", "metric"], descending=[False] * len(_STEP) + [True, False], nulls_last=True
+    )
+    summaries = ranked.group_by(_STEP).agg(
+        pl.col("summary").drop_nulls().sort().str.join("; ").alias("work_summary")
+    )
+    first = ranked.unique(_STEP, keep="first", maintain_order=True)
+    return (
+        first.join(summaries, on=_STEP, how="left", nulls_equal=True)
+        .with_columns(
+            pl.col("metric").alias("work_metric"),
+            pl.when(pl.col("ratio").is_finite()).then(pl.col("ratio")).otherwise(None).alias("work_ratio"),
+        )
+        .drop("_rank_ratio")
+    )
+
+
+def finding_rows_with_work(
+    latency: pl.DataFrame,
+    resources: pl.DataFrame,
+    intervals: dict[str, timedelta],
+    config: FindingsConfig = FindingsConfig(),
+) -> pl.DataFrame:
+    """``latency`` (this run's latency analysis rows) with the work columns: filled on a detected row whose
+    series stepped in work within the onset tolerance of its change; plus one detected row of kind
+    ``work`` per work step no detected latency row has (latency levels from the same segments)."""
+    latency = latency.with_columns(
+        *(
+            pl.lit(None, dtype=dtype).alias(name)
+            for name, dtype in WORK_COLUMNS.items()
+            if name not in latency
+        )
+    )
+    steps = work_steps(resources)
+    if steps.height == 0:
+        return latency
+    tolerance_us = (
+        pl.col("instance").replace_strict(
+            {i: int(v / timedelta(microseconds=1)) for i, v in intervals.items()},
+            default=int(config.default_sample_interval / timedelta(microseconds=1)),
+            return_dtype=pl.Int64,
+        )
+        * config.onset_tolerance_samples
+    )
+    rows = latency.with_row_index("_row")
+    detected = rows.filter(pl.col("status") == DETECTED).select(
+        "_row", "instance", "series", "detected_change_at"
+    )
+    work = steps.with_row_index("_work")
+    pairs = (
+        detected.join(
+            work.select("_work", "instance", "series", pl.col("detected_change_at").alias("_work_at")),
+            on=["instance", "series"],
+        )
+        .with_columns((pl.col("detected_change_at") - pl.col("_work_at")).abs().alias("_distance"))
+        .filter(pl.col("_distance").dt.total_microseconds() <= tolerance_us)
+    )
+    # A latency row takes the nearest work step; a work step named by any latency row is that finding's.
+    nearest = pairs.sort("_row", "_distance", "_work").unique("_row", keep="first", maintain_order=True)
+    named = nearest.join(work.select("_work", *WORK_COLUMNS), on="_work").select("_row", *WORK_COLUMNS)
+    merged = rows.drop(*WORK_COLUMNS).join(named, on="_row", how="left").sort("_row").drop("_row")
+    alone = work.join(pairs.select("_work").unique(), on="_work", how="anti").drop("_work")
+    if alone.height == 0:
+        return merged
+    as_findings = alone.with_columns(
+        pl.lit(WORK).alias("kind"),
+        pl.col("latency_before_ms").alias("before_mean_ms"),
+        pl.col("latency_after_ms").alias("after_mean_ms"),
+        pl.col("work_summary").alias("work_evidence"),
+    )
+    keep = [c for c in merged.columns if c in as_findings.columns]
+    return pl.concat([merged, as_findings.select(keep)], how="diagonal_relaxed")
