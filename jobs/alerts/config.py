@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 from jobs.errors import ConfigError
 
+SEVERITIES = ("critical", "warning", "info")
+
 
 @dataclass(frozen=True)
 class AlertsConfig:
@@ -26,6 +28,11 @@ class AlertsConfig:
     """Generic JSON webhook URL (regression_alert.schema.json payloads; a secret, never printed)."""
     webhook_env: str = "RADAR_ALERT_WEBHOOK"
     """Environment variable holding the generic webhook URL, read when alerts are sent."""
+    severity: str = "critical"
+    """Severity of a latency regression's alert (critical | warning | info): the payload's ``severity``."""
+    work_severity: str = "warning"
+    """Severity of a work regression's alert (a finding of kind work: work per call grew, latency did not
+    regress), lower than a latency regression's by default."""
     send_resolved: bool = True
     """Also send one update when a finding recovers or is superseded."""
     max_attempts: int = 5
@@ -44,6 +51,11 @@ class AlertsConfig:
     """HTTP timeout of one delivery attempt."""
 
     def __post_init__(self) -> None:
+        for name in ("severity", "work_severity"):
+            if getattr(self, name) not in SEVERITIES:
+                raise ConfigError(
+                    f"[alerts] {name} must be one of {', '.join(SEVERITIES)}, not {getattr(self, name)!r}"
+                )
         if self.max_attempts < 1:
             raise ConfigError("[alerts] max_attempts must be >= 1")
         if self.backoff_multiplier < 1.0:

@@ -21,10 +21,13 @@ import jsonschema
 import polars as pl
 
 from jobs.detect.findings import OPEN
+from jobs.detect.work_findings import WORK
 from jobs.drift.scorer import METRICS
 from jobs.query.texts import storable_query_text
 
 CONTRACT = Path(__file__).parent.parent / "contracts" / "regression_alert.schema.json"
+WORK_REGRESSION = "work_regression"
+"""The payload ``kind`` of a finding of kind work (work per call grew; latency did not regress)."""
 
 
 @cache
@@ -53,13 +56,19 @@ def alert_state(status: str, sent_states: set[str], *, send_resolved: bool = Tru
 
 
 def alert_payloads(
-    findings: pl.DataFrame, sent: Mapping[str, set[str]], *, send_resolved: bool = True
+    findings: pl.DataFrame,
+    sent: Mapping[str, set[str]],
+    *,
+    send_resolved: bool = True,
+    severity: str = "critical",
+    work_severity: str = "warning",
 ) -> list[dict[str, Any]]:
     """Pure: one valid payload per finding (latest state, the `findings` view) with a state to alert;
     ``drift_flags`` the query's latest per-execution drift flag per metric when ``findings`` carries them
     (jobs.drift.finding_flags.with_drift_flags), else null.
 
-    ``sent``: per finding_id, the states already alerted (to the sink at hand), in onset order."""
+    ``sent``: per finding_id, the states already alerted (to the sink at hand), in onset order.
+    ``severity`` / ``work_severity``: of a latency finding's alert, and of a work finding's (kind work)."""
     out = []
     for row in findings.sort("onset", "finding_id").iter_rows(named=True):
         state = alert_state(row["status"], sent.get(row["finding_id"], set()), send_resolved=send_resolved)
@@ -69,7 +78,8 @@ def alert_payloads(
             "alert_id": alert_id(row["finding_id"], state),
             "finding_id": row["finding_id"],
             "state": state,
-            "kind": "performance_regression",
+            "kind": WORK_REGRESSION if row.get("kind") == WORK else "performance_regression",
+            "severity": work_severity if row.get("kind") == WORK else severity,
             "instance": row["instance"],
             "queryid": str(row["queryid"]),
             "fingerprint": row["fingerprint"] or "",
@@ -88,6 +98,15 @@ def alert_payloads(
             "plan_diff_summary": row.get("plan_diff_summary"),
             "recovered_at": row["recovered_at"].isoformat() if row.get("recovered_at") else None,
             "superseded_by": row.get("superseded_by"),
+            "work": (
+                {
+                    "metric": row["work_metric"],
+                    "ratio": row.get("work_ratio"),
+                    "summary": row.get("work_summary") or "",
+                }
+                if row.get("work_metric")
+                else None
+            ),
             "drift_flags": (
                 {metric: row.get(f"drift_{metric}") for metric in METRICS}
                 if f"drift_{METRICS[0]}" in row

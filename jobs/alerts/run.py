@@ -405,6 +405,8 @@ def send_new_alerts(
     retry_dead_letters: bool = False,
     dead_letter_file: Path | None = None,
     lake_config: locks.LakeConfig | None = None,
+    severity: str = "critical",
+    work_severity: str = "warning",
 ) -> AlertReport:
     """Send each sink every alert (finding, state) it has not accepted, nor dead-lettered (unless
     ``retry_dead_letters``); record per sink what it accepted and what it refused for good."""
@@ -431,9 +433,9 @@ def send_new_alerts(
                 delivered.get(ALL_SINKS, {}), delivered.get(sink.key, {}), dead.get(sink.key, {})
             )
             history = history_for(sink.key, delivered, over, used.get(sink.key, start))
-            payloads = alert_payloads(findings, handled, send_resolved=send_resolved) + drift_alert_payloads(
-                drift, handled, drift_texts, send_resolved=send_resolved
-            )
+            payloads = alert_payloads(
+                findings, handled, send_resolved=send_resolved, severity=severity, work_severity=work_severity
+            ) + drift_alert_payloads(drift, handled, drift_texts, send_resolved=send_resolved)
             skipped[sink.key] = sum(p["finding_id"] in history for p in payloads)
             plans.append((sink, [p for p in payloads if p["finding_id"] not in history]))
         report.pending = len({p["alert_id"] for _, payloads in plans for p in payloads})
@@ -467,6 +469,8 @@ def send_alerts(
         sinks_from_settings(alerts, env, sleep=sleep, rng=rng, cutoffs=cutoffs),
         now,
         send_resolved=alerts.send_resolved,
+        severity=alerts.severity,
+        work_severity=alerts.work_severity,
         retry_dead_letters=retry_dead_letters,
         dead_letter_file=Path(alerts.dead_letter_file) if alerts.dead_letter_file else None,
         lake_config=lake_config,

@@ -146,14 +146,19 @@ def _open_message(payload: dict[str, Any], cutoffs: EvidenceCutoffs) -> dict[str
     instance = payload["instance"]
     change = before_after(payload["before_mean_ms"], payload["after_mean_ms"])
     query = _short_query(payload)
+    work = payload.get("work") or {}
+    title = "Work regression" if payload.get("kind") == "work_regression" else "Query regression"
+    what = work.get("summary") or change if title == "Work regression" else change
     text = fit(
-        f"Query regression on {instance}: {fit(query, QUERY_IN_TEXT_MAX, escape=False)} — {change}, "
+        f"{title} on {instance}: {fit(query, QUERY_IN_TEXT_MAX, escape=False)} — {what}, "
         f"since {format_time(payload['onset'])} (deploy {deploy_words(payload)})",
         FALLBACK_TEXT_MAX,
     )
     fields = [
         _field("Instance", instance),
+        *([_field("Severity", payload["severity"])] if payload.get("severity") else []),
         _field("Before → after", change),
+        *([_field("Work per call", work["summary"])] if work.get("summary") else []),
         _field("Onset", format_time(payload["onset"])),
         _field("Deploy", deploy_words(payload)),
         _field("Confidence", confidence(payload["p_value"], payload["analysis"], cutoffs)),
@@ -165,7 +170,7 @@ def _open_message(payload: dict[str, Any], cutoffs: EvidenceCutoffs) -> dict[str
     flags = payload.get("drift_flags")
     if flags and any(flags.values()):
         fields.append(_field("Drift", " · ".join(f"{m} {f or '–'}" for m, f in flags.items())))
-    header = fit(f"Query regression on {instance}", HEADER_MAX, escape=False)
+    header = fit(f"{title} on {instance}", HEADER_MAX, escape=False)
     context = (
         f"finding {payload['finding_id']} · queryid {payload['queryid']} · {payload['analysis']} analysis "
         f"· alert {payload['alert_id']}"

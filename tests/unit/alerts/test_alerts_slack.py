@@ -181,3 +181,55 @@ def test_long_texts_are_cut_within_slacks_limits_without_splitting_an_entity() -
         cut = fit("&<>" * 20, limit)
         assert len(cut) <= limit and not re.search(r"&(?!amp;|lt;|gt;)", cut.rstrip("…"))
     assert escape_mrkdwn("a & <b>") == "a &amp; &lt;b&gt;"
+
+
+def test_a_work_regression_says_what_work_grew_with_its_lower_severity() -> None:
+    import polars as pl
+
+    from jobs.alerts.payloads import alert_payloads
+    from jobs.schemas.analysed import FINDING_STATES
+
+    work = {
+        "metric": "temp_blocks",
+        "ratio": None,
+        "summary": "temp blocks per call 0 → 116 at deploy v42, latency +10%",
+    }
+    body = slack_message(payload(kind="work_regression", severity="warning", work=work, after_mean_ms=13.3))
+    assert slack_problems(body) == []
+    assert body["blocks"][0]["text"]["text"] == "Work regression on db1"
+    assert "temp blocks per call 0 → 116" in body["text"]
+    fields = fields_of(body)
+    assert fields["*Severity*"] == "warning" and fields["*Work per call*"].startswith(
+        "temp blocks per call 0 → 116"
+    )
+    # From a finding of kind work: the payload's kind, severity (configurable) and work, in the contract.
+    row = {c: None for c in FINDING_STATES.column_names} | {
+        "finding_id": "0123456789abcdef",
+        "status": "open",
+        "instance": "db1",
+        "series": "fp",
+        "fingerprint": "fp",
+        "queryid": 111,
+        "query": "select 1",
+        "analysis": "deploy",
+        "onset": pl.datetime(2026, 11, 2, 10, 30, time_zone="UTC"),
+        "kind": "work",
+        "before_mean_ms": 12.1,
+        "after_mean_ms": 13.3,
+        "p_value": 1e-6,
+        "work_metric": "temp_blocks",
+        "work_summary": work["summary"],
+    }
+    frame = pl.select(**{k: (v if isinstance(v, pl.Expr) else pl.lit(v)) for k, v in row.items()})
+    frame = frame.with_columns(pl.col("onset").alias("detected_change_at")).cast(FINDING_STATES.polars_schema)
+    (sent,) = alert_payloads(frame, {})
+    assert (sent["kind"], sent["severity"], sent["work"]) == (
+        "work_regression",
+        "warning",
+        work | {"ratio": None},
+    )
+    (louder,) = alert_payloads(frame, {}, work_severity="critical")
+    assert louder["severity"] == "critical"
+    latency = frame.with_columns(pl.lit("plan_or_work").alias("kind"))
+    (regression,) = alert_payloads(latency, {})
+    assert (regression["kind"], regression["severity"]) == ("performance_regression", "critical")
