@@ -108,6 +108,7 @@ def render_html(
             execution=week,
             flagged=flagged,
             gates=list(summary.gates.iter_rows(named=True)),
+            work=list(summary.work_regressions.iter_rows(named=True)),
             deploys=list(summary.deploys.iter_rows(named=True)),
             health=list(summary.fleet_health.iter_rows(named=True)),
             ms=in_ms,

@@ -82,6 +82,7 @@ def render_markdown(
             f"… and {summary.regressions.height - shown.height} more (see the `findings` view).",
             "",
         ]
+    out += render_work_regressions(summary)
     out += ["## Latency drift", ""]
     if summary.drift.is_empty():
         out += ["No query's latency distribution drifted from its baseline.", ""]
@@ -173,3 +174,19 @@ def render_execution_drift(summary: WeeklySummary) -> list[str]:
         "",
     ]
     return out
+
+
+def render_work_regressions(summary: WeeklySummary) -> list[str]:
+    """Findings of kind work: the query's work per call grew (a sort spilling, a plan reading more) while
+    its latency did not regress; they cost the server all the same."""
+    out = ["## Work regressions", ""]
+    if summary.work_regressions.is_empty():
+        return [*out, "None detected.", ""]
+    out += ["| instance | query | work per call | deploy | status |", "|---|---|---|---|---|"]
+    for row in summary.work_regressions.iter_rows(named=True):
+        out.append(
+            f"| {cell(row['instance'])} | `{cell(str(row['query'])[:120])}` | "
+            f"{cell(row.get('work_summary') or row.get('work_metric') or '')} | "
+            f"{cell(row.get('deploy_version') or 'unannounced')} | {cell(status_words(row))} |"
+        )
+    return [*out, ""]

@@ -8,6 +8,7 @@ from datetime import UTC, date, datetime, timedelta
 import polars as pl
 
 from jobs.detect.findings import SUPERSEDED
+from jobs.detect.work_findings import WORK
 from jobs.drift.finding_flags import WeekDrift, week_drift, with_drift_flags
 
 HEALTH_COUNTS: tuple[str, ...] = (
@@ -41,6 +42,9 @@ class WeeklySummary:
     """(instance, queryid) -> query text, to name drifted queries (query_texts)."""
     gates: pl.DataFrame = field(default_factory=pl.DataFrame)
     """One row per gate run started in the week (gate_results): verdict, scenarios blocked / warned."""
+    work_regressions: pl.DataFrame = field(default_factory=pl.DataFrame)
+    """Findings of kind work that began in the week (work per call grew, latency did not regress), apart
+    from ``regressions`` (latency)."""
 
 
 def week_bounds(week: str) -> tuple[datetime, datetime]:
@@ -147,6 +151,9 @@ def weekly_summary(
         pl.col("onset").is_between(start, end, closed="left") & (pl.col("status") != SUPERSEDED)
     ).sort("added_load_ms_per_s", "onset", "finding_id", descending=[True, False, False], nulls_last=True)
     detected = _with_plan_diffs(detected, plan_diffs)
+    is_work = pl.col("kind").fill_null("") == WORK if "kind" in detected.columns else pl.lit(False)
+    work = detected.filter(is_work)
+    detected = detected.filter(~is_work)
     week_runs = runs.filter(pl.col("captured_at").is_between(start, end, closed="left"))
     week_deploys = deploys.filter(pl.col("deployed_at").is_between(start, end, closed="left")).sort(
         "deployed_at"
@@ -179,4 +186,5 @@ def weekly_summary(
         execution_drift=week_drift(execution_drift, start, end) if scored else None,
         query_names=names,
         gates=_gate_runs(gates, start, end),
+        work_regressions=work,
     )

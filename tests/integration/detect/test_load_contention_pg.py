@@ -20,6 +20,7 @@ from pathlib import Path
 import polars as pl
 import psycopg
 import pytest
+from psycopg import sql
 
 from jobs.collect.deploys import mark_deploy
 from jobs.collect.fleet import FleetConfig
@@ -116,7 +117,7 @@ def open_findings(outcome: DetectionOutcome) -> pl.DataFrame:
 def shown(frame: pl.DataFrame) -> str:
     columns = [
         c
-        for c in ("query", "kind", "before_mean_ms", "after_mean_ms", "slowdown_excess")
+        for c in ("query", "kind", "before_mean_ms", "after_mean_ms", "slowdown_excess", "work_summary")
         if c in frame.columns
     ]
     with pl.Config(tbl_rows=20, fmt_str_lengths=60, tbl_width_chars=220):
@@ -165,3 +166,39 @@ def test_the_same_neighbour_and_an_index_drop_is_exactly_one_finding_the_lookup(
     finding = found.row(0, named=True)
     assert "where customer_id = $1" in finding["query"], shown(found)
     assert finding["deploy_version"] == "v24-drop-index" and finding["kind"] in ("both", "plan_or_work")
+
+
+def test_a_work_mem_cut_at_a_deploy_is_a_work_finding_on_the_sorting_query(
+    app: tuple[str, FleetConfig], lake_root: Path
+) -> None:
+    dsn, config = app
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        database = conn.execute("select current_database()").fetchone()[0]  # type: ignore[index]
+        plan = conn.execute("explain (analyze, costs off) " + SORT.replace("%s", "5")).fetchall()
+        assert not any("external" in line for (line,) in plan)  # the premise: no spill before the cut
+    # 1 MB: the sort of ~50,000 amounts spills; the aggregate's hash table of 5,000 groups still fits
+    # (hash_mem_multiplier 2), so only the sorting query's work changes.
+    cut = sql.SQL("alter database {} set work_mem = '1MB'").format(sql.Identifier(database))
+    reset = sql.SQL("alter database {} reset work_mem").format(sql.Identifier(database))
+    try:
+        with ExitStack() as stack, psycopg.connect(dsn, autocommit=True) as conn:
+            clients = [stack.enter_context(Workload(dsn, APPLICATION, pause=0.01)) for _ in range(2)]
+            snapshot_phase(config, lake_root, PHASE)
+            mark_deploy(lake_root, version="v24-work-mem", instances=["small"])
+            conn.execute(cut)
+            for client in clients:
+                client.reconnect()
+            snapshot_phase(config, lake_root, PHASE)
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(reset)
+    outcome = run_detection(lake_root, CONFIG)
+    found = open_findings(outcome)
+    print("\n" + shown(found))
+    assert found.height == 1, shown(found)
+    finding = found.row(0, named=True)
+    assert "order by amount" in finding["query"], shown(found)
+    assert finding["deploy_version"] == "v24-work-mem"
+    assert finding["work_metric"] == "temp_blocks", finding["work_summary"]
+    assert "temp blocks per call" in finding["work_summary"]
+    assert finding["kind"] in ("work", "plan_or_work"), finding["kind"]  # work alone, or with its latency

@@ -174,3 +174,43 @@ def test_gate_runs_of_the_week_are_counted_in_the_summary_and_listed() -> None:
     html = render_html(summary, {})
     assert "1 BLOCK · 1 PASS" in html.split('id="card-gates">')[1].split("</small>")[0]
     assert "<td><b>BLOCK</b></td><td>suite.toml</td>" in html
+
+
+def test_work_regressions_have_their_own_section_escaped_and_are_not_latency_regressions() -> None:
+    from datetime import UTC, datetime
+
+    import polars as pl
+
+    from jobs.publish.weekly_html import render_html
+    from jobs.publish.weekly_markdown import render_markdown
+    from jobs.publish.weekly_summary import weekly_summary
+    from jobs.schemas.collected import SNAPSHOT_RUNS
+
+    onset = datetime(2026, 11, 3, 10, 0, tzinfo=UTC)
+    base = {c: None for c in FINDING_STATES.column_names}
+    work = base | {
+        "finding_id": "0123456789abcdef",
+        "status": "open",
+        "instance": "db1",
+        "series": "fp",
+        "query": "select * from t where note < $1 order by <script>x</script>",
+        "onset": onset,
+        "detected_change_at": onset,
+        "computed_at": onset,
+        "kind": "work",
+        "deploy_version": "v42",
+        "work_metric": "temp_blocks",
+        "work_summary": "temp blocks per call 0 → 116 at deploy v42, latency +10%",
+    }
+    findings = FINDING_STATES.conform(pl.DataFrame([work], infer_schema_length=None))
+    runs = SNAPSHOT_RUNS.empty().with_columns(pl.lit(None, pl.String).alias("instance"))
+    deploys = pl.DataFrame(schema={"deployed_at": pl.Datetime("us", "UTC")})
+    summary = weekly_summary(WEEK, findings, runs, deploys)
+    assert summary.regressions.height == 0 and summary.work_regressions.height == 1
+    markdown = render_markdown(summary, {})
+    section = markdown.split("## Work regressions")[1].split("## ")[0]
+    assert "temp blocks per call 0 → 116 at deploy v42" in section and "| v42 |" in section
+    html = render_html(summary, {})
+    work_html = html.split('id="work-regressions"')[1].split("</section>")[0]
+    assert "temp blocks per call 0 → 116" in work_html
+    assert "&lt;script&gt;" in work_html and "<script>" not in work_html
