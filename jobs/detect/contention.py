@@ -49,6 +49,7 @@ from jobs.detect.load import (
     explained_ratio,
     is_load_episode,
     moment_loads,
+    near_moments,
     worse_induced,
 )
 from jobs.query.config import IdentityConfig
@@ -176,24 +177,9 @@ def series_shifts(series: pl.DataFrame, moments: pl.DataFrame, config: Contentio
     """
     if series.height == 0 or moments.height == 0:
         return pl.DataFrame(schema=SHIFT_COLUMNS)
-    reach = pl.duration(microseconds=config.max_window // timedelta(microseconds=1))
     near = (
-        series.join(moments.select("moment", "instance", "at"), on="instance")
-        .filter(
-            (pl.col("interval_end") > pl.col("at") - reach)
-            & (pl.col("interval_start") < pl.col("at") + reach)
-        )
-        .with_columns(
-            pl.when(pl.col("interval_end") <= pl.col("at"))
-            .then(pl.lit("before"))
-            .when(pl.col("interval_start") >= pl.col("at"))
-            .then(pl.lit("after"))
-            .otherwise(pl.lit(None, dtype=pl.String))  # straddles the moment: mixes both regimes
-            .alias("side"),
-            (pl.col("interval_end") - pl.col("at")).abs().alias("distance"),
-            pl.col("value").clip(lower_bound=_FLOOR_MS).log().alias("log_ms"),
-        )
-        .filter(pl.col("side").is_not_null())
+        near_moments(series, moments, config)
+        .with_columns(pl.col("value").clip(lower_bound=_FLOOR_MS).log().alias("log_ms"))
         .with_columns(pl.col("distance").rank("ordinal").over("moment", "series", "side").alias("nearness"))
         .filter(pl.col("nearness") <= config.window_samples)
     )
@@ -604,16 +590,7 @@ def separate_contention(
                 ).alias("load_explains"),
             )
             .with_columns((pl.col("in_peers") | pl.col("load_episode")).alias("in_episode"))
-            .select(
-                "_row",
-                "own",
-                "common",
-                "explained",
-                "in_peers",
-                "in_episode",
-                "peers_explain",
-                "load_explains",
-            )
+            .select("_row", *_JUDGED)
         )
         return episodes, tagged_at, judged
 
@@ -688,21 +665,11 @@ def separate_contention(
         .alias("reason"),
     )
     return (
-        out.drop(
-            "_row",
-            "moment",
-            "_own_moment",
-            "own",
-            "common",
-            "explained",
-            "in_peers",
-            "in_episode",
-            "peers_explain",
-            "load_explains",
-            "_baseline",
-        ),
+        out.drop("_row", "moment", "_own_moment", "_baseline", *_JUDGED),
         INSTANCE_SLOWDOWNS.conform(episodes.select(INSTANCE_SLOWDOWNS.columns_of(episodes))),
     )
 
 
+_JUDGED = ("own", "common", "explained", "in_peers", "in_episode", "peers_explain", "load_explains")
+"""Per detected finding, what the judgement at its moment found (dropped from the output)."""
 _OUTPUT_COLUMNS = {"kind": pl.String, "instance_slowdown_ratio": pl.Float64, "slowdown_excess": pl.Float64}

@@ -63,13 +63,13 @@ _QUERY_SHOWN = 60
 """Characters of a statement's text in a load source."""
 
 
-def _sides(series: pl.DataFrame, moments: pl.DataFrame, config: ContentionConfig) -> pl.DataFrame:
-    """Per (moment, instance interval): its side and seconds, the ``load_window_samples`` nearest intervals
-    on each side of the moment (the instance's snapshot intervals: every series shares them)."""
+def near_moments(frame: pl.DataFrame, moments: pl.DataFrame, config: ContentionConfig) -> pl.DataFrame:
+    """``frame``'s intervals (instance, interval_start, interval_end) within ``max_window`` of each moment of
+    their instance, with their ``side`` (before: ending at or before it; after: starting at or after it)
+    and ``distance``; an interval straddling the moment mixes both regimes and is in neither."""
     reach = pl.duration(microseconds=config.max_window.total_seconds() * 1e6)
-    intervals = series.group_by("instance", "interval_end").agg(pl.col("interval_start").min())
-    near = (
-        intervals.join(moments.select("moment", "instance", "at"), on="instance")
+    return (
+        frame.join(moments.select("moment", "instance", "at"), on="instance")
         .filter(
             (pl.col("interval_end") > pl.col("at") - reach)
             & (pl.col("interval_start") < pl.col("at") + reach)
@@ -84,6 +84,15 @@ def _sides(series: pl.DataFrame, moments: pl.DataFrame, config: ContentionConfig
             (pl.col("interval_end") - pl.col("at")).abs().alias("distance"),
         )
         .filter(pl.col("side").is_not_null())
+    )
+
+
+def _sides(series: pl.DataFrame, moments: pl.DataFrame, config: ContentionConfig) -> pl.DataFrame:
+    """Per (moment, instance interval): its side and seconds, the ``load_window_samples`` nearest intervals
+    on each side of the moment (the instance's snapshot intervals: every series shares them)."""
+    intervals = series.group_by("instance", "interval_end").agg(pl.col("interval_start").min())
+    near = (
+        near_moments(intervals, moments, config)
         .with_columns(pl.col("distance").rank("ordinal").over("moment", "side").alias("nearness"))
         .filter(pl.col("nearness") <= config.load_window_samples)
     )

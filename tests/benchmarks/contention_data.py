@@ -212,6 +212,37 @@ def _series_arrays(
     return out
 
 
+def _factors(
+    rng: np.random.Generator, common: float, kind: str | None, culprit: bool
+) -> tuple[float, float, float, float | None]:
+    """(latency, calls, shared blocks factors, temp blocks per call after: None unchanged) of one series:
+    the episode's common factor (calls fall: closed-loop clients), and a true regression's own on top."""
+    latency_factor = common
+    calls_factor = common ** -rng.uniform(0.3, 0.8)
+    blocks_factor = 1.0
+    temp_after: float | None = None
+    if culprit:
+        if kind == INDEX_DROP:
+            latency_factor, blocks_factor = common * 20.0, 50.0
+        elif kind == LATENCY:
+            latency_factor = common * float(rng.uniform(3.0, 6.0))
+        else:
+            latency_factor, temp_after = common * float(rng.uniform(2.5, 5.0)), float(rng.uniform(50, 500))
+        calls_factor = latency_factor ** -rng.uniform(0.3, 0.8)
+    return latency_factor, calls_factor, blocks_factor, temp_after
+
+
+def _deploy_row(name: str, number: int, deploy_at: datetime) -> dict[str, object]:
+    return {
+        "deploy_id": f"d-{name}",
+        "version": f"v{number}",
+        "scope": "instance",
+        "instance": name,
+        "deployed_at": deploy_at,
+        "source": "bench",
+    }
+
+
 def generate(instances: int = 300, seed: int = 20261201, small_instances: int = 0) -> ContentionData:
     """``instances`` instances cycling over SCENARIO_CYCLE, then ``small_instances`` of one to three series
     (small_instances_data); deterministic for a seed (the large instances are the same with or without
@@ -255,21 +286,9 @@ def generate(instances: int = 300, seed: int = 20261201, small_instances: int = 
             contended = episode and (k == culprit or rng.random() < affected_share)
             spread = float(rng.lognormal(0.0, 0.12)) if contended else 1.0
             common = factor * spread if contended and factor else 1.0
-            latency_factor = common
-            calls_factor = common ** -rng.uniform(0.3, 0.8)
-            blocks_factor = 1.0
-            temp_after: float | None = None  # unchanged
-            if k == culprit:
-                if kind == INDEX_DROP:
-                    latency_factor, blocks_factor = common * 20.0, 50.0
-                elif kind == LATENCY:
-                    latency_factor = common * float(rng.uniform(3.0, 6.0))
-                else:
-                    latency_factor, temp_after = (
-                        common * float(rng.uniform(2.5, 5.0)),
-                        float(rng.uniform(50, 500)),
-                    )
-                calls_factor = latency_factor ** -rng.uniform(0.3, 0.8)
+            latency_factor, calls_factor, blocks_factor, temp_after = _factors(
+                rng, common, kind, k == culprit
+            )
             arrays = _series_arrays(
                 rng,
                 change=change if (contended or k == culprit) else None,
@@ -289,16 +308,7 @@ def generate(instances: int = 300, seed: int = 20261201, small_instances: int = 
             )
             text_rows.append((name, queryid, pool[k]))
         if deploy_at is not None:
-            deploy_rows.append(
-                {
-                    "deploy_id": f"d-{name}",
-                    "version": f"v{number}",
-                    "scope": "instance",
-                    "instance": name,
-                    "deployed_at": deploy_at,
-                    "source": "bench",
-                }
-            )
+            deploy_rows.append(_deploy_row(name, number, deploy_at))
         truths.append(
             InstanceTruth(
                 instance=name,
@@ -398,21 +408,7 @@ def _small_instance(
         calls_per_s = app_load * shares[k] * 1000.0 / latency
         cpu_share = float(rng.uniform(0.6, 1.0))  # the part of its latency that is CPU
         common = 1.0 + cpu_share * (factor - 1.0) * float(rng.lognormal(0.0, 0.1)) if factor else 1.0
-        latency_factor = common
-        calls_factor = common ** -rng.uniform(0.3, 0.8)
-        blocks_factor = 1.0
-        temp_after: float | None = None
-        if k == culprit:
-            if kind == INDEX_DROP:
-                latency_factor, blocks_factor = common * 20.0, 50.0
-            elif kind == LATENCY:
-                latency_factor = common * float(rng.uniform(3.0, 6.0))
-            else:
-                latency_factor, temp_after = (
-                    common * float(rng.uniform(2.5, 5.0)),
-                    float(rng.uniform(50, 500)),
-                )
-            calls_factor = latency_factor ** -rng.uniform(0.3, 0.8)
+        latency_factor, calls_factor, blocks_factor, temp_after = _factors(rng, common, kind, k == culprit)
         arrays = _series_arrays(
             rng,
             change=change if (factor or k == culprit) else None,
@@ -471,16 +467,7 @@ def _small_instance(
                 }
             )
     if deploy_at is not None:
-        deploy_rows.append(
-            {
-                "deploy_id": f"d-{name}",
-                "version": f"v{number}",
-                "scope": "instance",
-                "instance": name,
-                "deployed_at": deploy_at,
-                "source": "bench",
-            }
-        )
+        deploy_rows.append(_deploy_row(name, number, deploy_at))
     return InstanceTruth(
         instance=name,
         scenario=scenario,
