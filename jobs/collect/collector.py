@@ -355,7 +355,9 @@ def read_instance_snapshot(
     activity = None
     if activity_row is not None:
         activity = ACTIVITY_SNAPSHOTS.conform(
-            pl.DataFrame([{**activity_row, "captured_at": captured_at, "cores": instance.cores}])
+            pl.DataFrame(
+                [{**activity_row, "captured_at": captured_at, "cores": instance.cores, "host": instance.host}]
+            )
         )
     snap = InstanceSnapshot(
         instance.name, captured_at, run, statements, texts, privileges=learned, activity=activity

@@ -12,6 +12,7 @@ A fleet file is TOML::
     tags = { env = "prod", team = "orders" }
     log_dir = "/mnt/logs/orders"  # optional: the server's jsonlog folder, for auto_explain plans
     cores = 8                 # optional: the server's CPUs, so contention is judged on its real size
+    host = "db-host-1"        # optional: instances naming one host share its CPUs (and its contention)
 
 Passwords belong in the environment (``dsn_env``) or ``~/.pgpass``; whatever the source, ``redact_dsn``
 (jobs.redaction) is the only form of a DSN that reaches logs, the lake or Dagster metadata."""
@@ -21,6 +22,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
+import socket
 import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -32,7 +34,8 @@ from jobs.redaction import redact_dsn
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 TOP_LEVEL_TABLES = ("collector", "instances")
-INSTANCE_KEYS = ("name", "dsn", "dsn_env", "tags", "log_dir", "cores")
+INSTANCE_KEYS = ("name", "dsn", "dsn_env", "tags", "log_dir", "cores", "host")
+HOST_PATTERN = re.compile(r"^[A-Za-z0-9_.:@\-]{1,253}$")
 MAX_CORES = 4096
 
 
@@ -151,6 +154,9 @@ class InstanceConfig:
     cores: int | None = None
     """The server's CPUs, recorded with each snapshot's activity row: the contention step judges how much
     slowdown added load explains on this many cores (jobs.detect.load; None: the most it could)."""
+    host: str | None = None
+    """The machine the server runs on, recorded with each activity row: instances naming one host share
+    its CPUs, so one database's load explains another's slowdown there (None: the instance alone)."""
 
     def resolve_dsn(self) -> str:
         """The DSN to connect with; raises ConfigError naming the instance when it cannot be had."""
@@ -204,8 +210,17 @@ def _instance_from_entry(entry: object, label: str) -> InstanceConfig:
         raise ConfigError(
             f"{label}: cores must be a whole number of CPUs from 1 to {MAX_CORES}, not {cores!r}"
         )
+    host = entry.get("host")
+    if host is not None and (not isinstance(host, str) or not HOST_PATTERN.match(host)):
+        raise ConfigError(f"{label}: host must match {HOST_PATTERN.pattern}, not {host!r}")
     return InstanceConfig(
-        name=name, dsn=dsn, dsn_env=dsn_env, tags=tags, log_dir=entry.get("log_dir"), cores=cores
+        name=name,
+        dsn=dsn,
+        dsn_env=dsn_env,
+        tags=tags,
+        log_dir=entry.get("log_dir"),
+        cores=cores,
+        host=host,
     )
 
 
@@ -292,7 +307,11 @@ class FleetConfig:
         return cls(
             instances=tuple(
                 InstanceConfig(
-                    name=s.name, dsn=s.monitor_dsn, tags={"env": "embedded"}, log_dir=str(s.log_dir)
+                    name=s.name,
+                    dsn=s.monitor_dsn,
+                    tags={"env": "embedded"},
+                    log_dir=str(s.log_dir),
+                    host=f"embedded@{socket.gethostname()}"[:253],  # one machine: its CPUs are shared
                 )
                 for s in fleet.servers
             ),

@@ -259,14 +259,17 @@ def instance_slowdowns(
         .rename({"own": "log_ratio"})
         .join(loads, on="moment", how="left")
         .with_columns(
-            (shifted & is_load_episode(own_brought, worse, config)).alias("_by_load"),
-            explained_ratio(own_brought, worse, config).alias("_explained"),
+            (shifted & is_load_episode(own_brought, worse, pl.col("_own_rise"), config)).alias("_by_load"),
+            explained_ratio(own_brought, worse, pl.col("_own_rise"), config).alias("_explained"),
         )
         .group_by("moment")
         .agg(
             pl.col("_by_load").any().alias("_load"),
             pl.col("_explained").filter(pl.col("_by_load")).max().alias("load_explained_ratio"),
-            pl.col("log_ratio").max().exp().alias("_max_measured"),
+            pl.len().alias("_measured"),
+            pl.col("_by_load").sum().cast(pl.Int64).alias("_by_load_n"),
+            pl.col("log_ratio").filter(pl.col("_by_load")).median().exp().alias("_load_median"),
+            pl.col("log_ratio").filter(pl.col("_by_load")).max().exp().alias("_load_max"),
         )
     )
     peers = (
@@ -290,10 +293,26 @@ def instance_slowdowns(
             .alias("evidence")
         )
     )
+    # A load episode alone counts the measured series the load explains (of every measured one): the
+    # peer rule's compared series may be none (sub-millisecond queries).
+    load_only = pl.col("evidence") == "load"
     rows = table.filter(pl.col("evidence").is_not_null()).with_columns(
         pl.col("at").alias("began_at"),
-        pl.col("series_compared", "queries").fill_null(0),
-        pl.coalesce("max_ratio", "_max_measured").alias("max_ratio"),
+        pl.when(load_only)
+        .then(pl.col("_measured"))
+        .otherwise(pl.col("series_compared"))
+        .fill_null(0)
+        .alias("series_compared"),
+        pl.when(load_only)
+        .then(pl.col("_by_load_n"))
+        .otherwise(pl.col("queries"))
+        .fill_null(0)
+        .alias("queries"),
+        pl.when(load_only)
+        .then(pl.col("_load_median"))
+        .otherwise(pl.col("median_ratio"))
+        .alias("median_ratio"),
+        pl.when(load_only).then(pl.col("_load_max")).otherwise(pl.col("max_ratio")).alias("max_ratio"),
         pl.lit(None, dtype=pl.Boolean).alias("work_unchanged"),
         pl.lit(0, dtype=pl.Int64).alias("findings_suppressed"),
         pl.lit(None, dtype=pl.String).alias("summary"),
@@ -304,7 +323,9 @@ def instance_slowdowns(
 def _own_load(rises: pl.DataFrame) -> pl.DataFrame:
     """Per (moment, series): the load the series itself brought (left out of what explains its own
     slowdown)."""
-    return rises.select("moment", "series", pl.col("brought").alias("_own_brought"))
+    return rises.select(
+        "moment", "series", pl.col("brought").alias("_own_brought"), pl.col("load_rise").alias("_own_rise")
+    )
 
 
 def _judged_at(
@@ -344,7 +365,7 @@ def _judged_at(
         own.join(others, on="_row", how="left")
         .join(worse_induced(keyed, shifts, rises, config).rename({"_key": "_row"}), on="_row", how="left")
         .join(
-            at.join(_own_load(rises), on=["moment", "series"]).select("_row", "_own_brought"),
+            at.join(_own_load(rises), on=["moment", "series"]).select("_row", "_own_brought", "_own_rise"),
             on="_row",
             how="left",
         )
@@ -358,8 +379,8 @@ def _judged_at(
             )
             .fill_null(False)
             .alias("exceeds"),
-            is_load_episode(own_brought, worse, config).alias("load_episode"),
-            explained_ratio(own_brought, worse, config).log().alias("explained"),
+            is_load_episode(own_brought, worse, pl.col("_own_rise"), config).alias("load_episode"),
+            explained_ratio(own_brought, worse, pl.col("_own_rise"), config).log().alias("explained"),
         )
         .with_columns(
             ((pl.col("own") - pl.col("explained")) > math.log(config.load_excess_factor))

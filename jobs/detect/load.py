@@ -43,6 +43,7 @@ LOAD_COLUMNS = {
     "load_before": pl.Float64,
     "load_after": pl.Float64,
     "brought": pl.Float64,
+    "hosted_rise": pl.Float64,
     "activity_before": pl.Float64,
     "activity_after": pl.Float64,
     "cores": pl.Int32,
@@ -89,11 +90,12 @@ def near_moments(frame: pl.DataFrame, moments: pl.DataFrame, config: ContentionC
 
 def _sides(series: pl.DataFrame, moments: pl.DataFrame, config: ContentionConfig) -> pl.DataFrame:
     """Per (moment, instance interval): its side and seconds, the ``load_window_samples`` nearest intervals
-    on each side of the moment (the instance's snapshot intervals: every series shares them)."""
+    of each instance of the moment's host on each side of the moment (an instance's snapshot intervals:
+    every series of it shares them). ``moments``: (moment, instance, at), one row per instance of the host."""
     intervals = series.group_by("instance", "interval_end").agg(pl.col("interval_start").min())
     near = (
         near_moments(intervals, moments, config)
-        .with_columns(pl.col("distance").rank("ordinal").over("moment", "side").alias("nearness"))
+        .with_columns(pl.col("distance").rank("ordinal").over("moment", "instance", "side").alias("nearness"))
         .filter(pl.col("nearness") <= config.load_window_samples)
     )
     return near.with_columns(
@@ -104,8 +106,8 @@ def _sides(series: pl.DataFrame, moments: pl.DataFrame, config: ContentionConfig
 def series_load_rises(series: pl.DataFrame, sides: pl.DataFrame) -> pl.DataFrame:
     """Per (moment, series of its instance seen on either side): load before, after and the rise, with the
     series' latest queryid and text."""
-    seconds = sides.group_by("moment", "side").agg(pl.col("seconds").sum())
-    seconds = seconds.pivot("side", index="moment", values="seconds")
+    seconds = sides.group_by("moment", "instance", "side").agg(pl.col("seconds").sum())
+    seconds = seconds.pivot("side", index=["moment", "instance"], values="seconds")
     for side in ("before", "after"):
         if side not in seconds.columns:
             seconds = seconds.with_columns(pl.lit(None, dtype=pl.Float64).alias(side))
@@ -114,7 +116,7 @@ def series_load_rises(series: pl.DataFrame, sides: pl.DataFrame) -> pl.DataFrame
         series.join(
             sides.select("moment", "instance", "interval_end", "side"), on=["instance", "interval_end"]
         )
-        .group_by("moment", "series")
+        .group_by("moment", "instance", "series")
         .agg(
             (pl.col("total_exec_time").filter(pl.col("side") == "before").sum() / 1000.0).alias(
                 "_exec_before"
@@ -129,7 +131,11 @@ def series_load_rises(series: pl.DataFrame, sides: pl.DataFrame) -> pl.DataFrame
         )
     )
     return (
-        executed.join(seconds.rename({"before": "_s_before", "after": "_s_after"}), on="moment", how="left")
+        executed.join(
+            seconds.rename({"before": "_s_before", "after": "_s_after"}),
+            on=["moment", "instance"],
+            how="left",
+        )
         .with_columns(
             (pl.col("_exec_before") / pl.col("_s_before")).fill_nan(None).fill_null(0.0).alias("load_before"),
             (pl.col("_exec_after") / pl.col("_s_after")).fill_nan(None).fill_null(0.0).alias("load_after"),
@@ -155,13 +161,13 @@ def series_load_rises(series: pl.DataFrame, sides: pl.DataFrame) -> pl.DataFrame
         .with_columns((pl.col("load_rise") - pl.col("brought")).alias("induced"))
         .drop("_exec_before", "_exec_after", "_s_before", "_s_after", "_calls_before", "_calls_after")
         .drop("_cps_before", "_cps_after")
-        .sort("moment", "series")
+        .sort("moment", "instance", "series")
     )
 
 
 def _activity_means(activity: pl.DataFrame | None, sides: pl.DataFrame) -> pl.DataFrame:
-    """Per moment: mean active backends on a CPU on each side (snapshots inside each side's intervals) and
-    the instance's cores (latest known)."""
+    """Per moment: mean active backends on a CPU on each side (snapshots inside each side's intervals),
+    summed over the instances of the moment's host, and the host's cores (latest known)."""
     empty = pl.DataFrame(
         schema={
             "moment": pl.Int64,
@@ -183,9 +189,12 @@ def _activity_means(activity: pl.DataFrame | None, sides: pl.DataFrame) -> pl.Da
         .join(spans, on="instance")
         .filter((pl.col("captured_at") > pl.col("_from")) & (pl.col("captured_at") <= pl.col("_to")))
     )
+    # Per instance of the host its mean on each side, summed over the host's instances.
     means = (
-        inside.group_by("moment", "side")
+        inside.group_by("moment", "instance", "side")
         .agg(pl.col("_on_cpu").mean())
+        .group_by("moment", "side")
+        .agg(pl.col("_on_cpu").sum())
         .pivot("side", index="moment", values="_on_cpu")
     )
     for side in ("before", "after"):
@@ -197,7 +206,8 @@ def _activity_means(activity: pl.DataFrame | None, sides: pl.DataFrame) -> pl.Da
         .group_by("instance")
         .agg(pl.col("cores").last().cast(pl.Int32))
         .join(sides.select("moment", "instance").unique(), on="instance")
-        .select("moment", "cores")
+        .group_by("moment")
+        .agg(pl.col("cores").max())  # the host's CPUs (its instances give the same number)
     )
     return (
         means.rename({"before": "activity_before", "after": "activity_after"})
@@ -230,14 +240,43 @@ def _sources(rises: pl.DataFrame, config: ContentionConfig) -> pl.DataFrame:
         .sort("moment", "_rank")
         .with_columns(
             pl.format(
-                "+{} s/s from `{}` (queryid {})",
+                "+{} s/s from `{}`{} (queryid {})",
                 pl.col("load_rise").round(2),
                 _one_line(pl.col("query")),
+                pl.col("_on") if "_on" in rises.columns else pl.lit(""),
                 pl.col("queryid"),
             ).alias("_source")
         )
     )
     return named.group_by("moment").agg(pl.col("_source").str.join("; ").alias("load_sources"))
+
+
+def instance_hosts(activity: pl.DataFrame | None) -> pl.DataFrame:
+    """(instance, host): the fleet file's ``host`` of each instance (its latest activity row); instances
+    with none are their own host."""
+    if activity is None or activity.height == 0 or "host" not in activity.columns:
+        return pl.DataFrame(schema={"instance": pl.String, "host": pl.String})
+    return (
+        activity.filter(pl.col("host").is_not_null())
+        .sort("captured_at")
+        .group_by("instance")
+        .agg(pl.col("host").last())
+        .sort("instance")
+    )
+
+
+def host_members(moments: pl.DataFrame, hosts: pl.DataFrame) -> pl.DataFrame:
+    """(moment, instance, at) for every instance that shares the moment's instance's host (itself
+    included): on one machine, every database's statements compete for the same CPUs."""
+    own = moments.select("moment", "instance", "at")
+    if hosts.height == 0:
+        return own
+    shared = (
+        own.join(hosts, on="instance")
+        .join(hosts.rename({"instance": "_member"}), on="host")
+        .select("moment", pl.col("_member").alias("instance"), "at")
+    )
+    return pl.concat([own, shared]).unique(maintain_order=True).sort("moment", "instance")
 
 
 def moment_loads(
@@ -246,29 +285,52 @@ def moment_loads(
     config: ContentionConfig,
     activity: pl.DataFrame | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(per moment: LOAD_COLUMNS; per (moment, series): SERIES_LOAD_COLUMNS and its load on each side).
+    """(per moment: LOAD_COLUMNS over every instance of its host; per (moment, series of the moment's own
+    instance): SERIES_LOAD_COLUMNS and its load on each side).
 
     ``series``: merged interval series with ``total_exec_time``, ``calls``, ``queryid`` and (optionally)
     ``query``; ``moments``: jobs.detect.contention.moments_of output; ``activity``: activity_snapshots rows
-    or None."""
+    or None (with ``host``: instances of one host share its CPUs)."""
     if series.height == 0 or moments.height == 0:
         return pl.DataFrame(schema=LOAD_COLUMNS), pl.DataFrame(schema=SERIES_LOAD_COLUMNS)
-    sides = _sides(series, moments, config)
-    rises = series_load_rises(series, sides)
-    totals = rises.group_by("moment").agg(
-        pl.col("load_before").sum(), pl.col("load_after").sum(), pl.col("brought").sum()
+    members = host_members(moments, instance_hosts(activity))
+    sides = _sides(series, members, config)
+    everything = series_load_rises(series, sides)
+    own_instance = moments.select("moment", "instance")
+    mine = everything.join(own_instance, on=["moment", "instance"], how="semi")
+    # Another database of the host: its whole rise is a cause here (its statements are not this
+    # instance's consequence); an instance whose load fell frees nothing (closed-loop clients).
+    hosted = (
+        everything.join(own_instance, on=["moment", "instance"], how="anti")
+        .group_by("moment", "instance")
+        .agg(pl.col("load_rise").sum().clip(lower_bound=0.0))
+        .group_by("moment")
+        .agg(pl.col("load_rise").sum().alias("hosted_rise"))
+    )
+    totals = (
+        everything.group_by("moment")
+        .agg(pl.col("load_before").sum(), pl.col("load_after").sum())
+        .join(mine.group_by("moment").agg(pl.col("brought").sum()), on="moment", how="left")
+        .join(hosted, on="moment", how="left")
+        .with_columns(pl.col("brought", "hosted_rise").fill_null(0.0))
+    )
+    named = everything.join(own_instance, on="moment", suffix="_of_moment").with_columns(
+        pl.when(pl.col("instance") != pl.col("instance_of_moment"))
+        .then(pl.lit(" on ") + pl.col("instance"))
+        .otherwise(pl.lit(""))
+        .alias("_on")
     )
     loads = (
         moments.select("moment")
         .join(totals, on="moment", how="left")
         .join(_activity_means(activity, sides), on="moment", how="left")
         .join(
-            _sources(rises.with_columns(pl.col("brought").alias("load_rise")), config),
+            _sources(named.with_columns(pl.col("brought").alias("load_rise")), config),
             on="moment",
             how="left",
         )
     )
-    return loads.select(list(LOAD_COLUMNS)).cast(LOAD_COLUMNS).sort("moment"), rises
+    return loads.select(list(LOAD_COLUMNS)).cast(LOAD_COLUMNS).sort("moment"), mine
 
 
 def worse_induced(
@@ -294,35 +356,44 @@ def worse_induced(
     )
 
 
-def _others_rise(own_brought: pl.Expr, worse: pl.Expr) -> pl.Expr:
+def _others_rise(own_brought: pl.Expr, worse: pl.Expr, own_rise: pl.Expr) -> pl.Expr:
     """The load the *other* statements brought (s/s) on a frame with LOAD_COLUMNS, for a series that
-    brought ``own_brought``: their new calls and statements, the latency-induced load ``worse`` of series
-    that slowed clearly more (worse_induced), and active backends that pg_stat_statements has not seen
-    complete (long-running statements)."""
+    brought ``own_brought`` and whose load rose by ``own_rise`` in all: their new calls and statements,
+    the latency-induced load ``worse`` of series that slowed clearly more (worse_induced), the rise of the
+    host's other databases, and active backends that pg_stat_statements has not seen complete
+    (long-running statements)."""
     statements = pl.col("brought") - own_brought.fill_null(0.0) + worse.fill_null(0.0)
+    # The active count also sees the series' own statements in progress, and a point count at each
+    # snapshot measures load apart from the executions completed: the series' own rise is allowed for
+    # once more before a rise of the active count counts as load no statement showed.
     unseen = (
         (pl.col("activity_after") - pl.col("activity_before"))
         - (pl.col("load_after") - pl.col("load_before"))
+        - own_rise.fill_null(0.0).clip(lower_bound=0.0)
     ).clip(lower_bound=0.0)
-    return statements + unseen.fill_null(0.0)
+    return statements + pl.col("hosted_rise").fill_null(0.0) + unseen.fill_null(0.0)
 
 
-def explained_ratio(own_brought: pl.Expr, worse: pl.Expr, config: ContentionConfig) -> pl.Expr:
+def explained_ratio(
+    own_brought: pl.Expr, worse: pl.Expr, own_rise: pl.Expr, config: ContentionConfig
+) -> pl.Expr:
     """The slowdown the other statements' load explains (processor sharing), on a frame with LOAD_COLUMNS.
     Null when the load was not measured."""
     before = pl.max_horizontal(pl.col("load_before"), pl.col("activity_before"))
     cores = pl.coalesce(pl.col("cores").cast(pl.Float64), pl.lit(float(config.cores_when_unknown)))
-    after = before + _others_rise(own_brought, worse)
+    after = before + _others_rise(own_brought, worse, own_rise)
     saturation_before = pl.max_horizontal(pl.lit(1.0), before / cores)
     saturation_after = pl.max_horizontal(pl.lit(1.0), after / cores)
     return pl.when(pl.col("load_before").is_null()).then(None).otherwise(saturation_after / saturation_before)
 
 
-def is_load_episode(own_brought: pl.Expr, worse: pl.Expr, config: ContentionConfig) -> pl.Expr:
+def is_load_episode(
+    own_brought: pl.Expr, worse: pl.Expr, own_rise: pl.Expr, config: ContentionConfig
+) -> pl.Expr:
     """The other statements brought enough load to explain a material slowdown (``load_rule`` on)."""
     if not config.load_rule:
         return pl.lit(False)
     return (
-        (_others_rise(own_brought, worse) >= config.min_load_rise)
-        & (explained_ratio(own_brought, worse, config) >= 1.0 + config.shift_threshold)
+        (_others_rise(own_brought, worse, own_rise) >= config.min_load_rise)
+        & (explained_ratio(own_brought, worse, own_rise, config) >= 1.0 + config.shift_threshold)
     ).fill_null(False)

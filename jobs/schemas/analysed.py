@@ -168,8 +168,16 @@ INSTANCE_SLOWDOWNS = TableSchema(
         Column(
             "began_at", UTC_TS, "the moment tested: the deploy, or the median change time of the findings"
         ),
-        Column("queries", pl.Int64(), "how many series slowed together (ratio >= 1 + shift threshold)"),
-        Column("series_compared", pl.Int64(), "series of the instance with enough samples on both sides"),
+        Column(
+            "queries",
+            pl.Int64(),
+            "series slowed together (ratio >= 1 + shift threshold); evidence load: those its load explains",
+        ),
+        Column(
+            "series_compared",
+            pl.Int64(),
+            "series compared (>= 1 ms, enough samples on both sides); evidence load: every measured series",
+        ),
         Column("queryids", pl.String(), "queryids of the slowed series, comma separated, sorted"),
         Column("fingerprints", pl.String(), "fingerprints of the slowed series, comma separated, sorted"),
         Column(

@@ -102,6 +102,7 @@ ACTIVITY_SNAPSHOTS = TableSchema(
         Column("parallel_workers", pl.Int64(), "parallel workers running for some statement"),
         Column("oldest_active_s", pl.Float64(), "age of the oldest running client statement (s; null: none)"),
         Column("cores", pl.Int32(), "the instance's CPUs from the fleet file (null: not given)"),
+        Column("host", pl.String(), "the fleet file's host: instances of one host share its CPUs"),
     ),
 )
 

@@ -196,3 +196,26 @@ def test_the_terminal_shows_a_load_episode_and_its_statements_as_text_never_as_m
     shown = console.export_text()
     assert "[link=https://evil.example]t[/link]" in shown  # printed as the fleet wrote it
     assert "- → ×1.5" in shown
+
+
+def test_another_database_on_the_same_host_brings_load_too() -> None:
+    """A neighbour on another instance of the same machine (the fleet file's host): its CPU is shared."""
+    mine = app_series(1.5)
+    theirs = neighbour_series(2.0).with_columns(pl.lit("beta").alias("instance"))
+    samples = pl.concat([mine, theirs])
+    both = pl.concat([texts(), texts().with_columns(pl.lit("beta").alias("instance"))])
+    regression = RegressionConfig(window_before=CONFIG.window_before, window_after=CONFIG.window_after)
+    found = detect_regressions(samples, both, deploy_at(), regression).filter(pl.col("instance") == "alpha")
+    apart = activity(0.0, 0.0, cores=None).with_columns(pl.lit(None, dtype=pl.String).alias("host"))
+    out, slowdowns = separate_contention(found, samples, both, regression, apart)
+    assert row_of(out, APP)["kind"] == "plan_or_work"  # another instance, on its own machine: no evidence
+    shared = pl.concat(
+        [
+            apart.with_columns(pl.lit("box").alias("host")),
+            apart.with_columns(pl.lit("beta").alias("instance"), pl.lit("box").alias("host")),
+        ]
+    )
+    out, slowdowns = separate_contention(found, samples, both, regression, shared)
+    assert row_of(out, APP)["kind"] == "contention"
+    sources = slowdowns.filter(pl.col("instance") == "alpha").row(0, named=True)["load_sources"]
+    assert "generate_series" in sources and "` on beta (queryid" in sources

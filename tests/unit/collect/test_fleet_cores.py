@@ -33,3 +33,11 @@ def test_the_activity_read_is_on_by_default_and_can_be_turned_off() -> None:
     assert FleetConfig.from_mapping(raw).collector.activity is False
     with pytest.raises(ConfigError, match="activity"):
         FleetConfig.from_mapping({**raw, "collector": {"activity": "no"}})
+
+
+def test_host_names_the_machine_instances_share() -> None:
+    raw = {"instances": [{"name": "a", "dsn": "postgresql://x@h/db", "host": "db-host-1"}]}
+    assert FleetConfig.from_mapping(raw).instances[0].host == "db-host-1"
+    for bad in ("", "a b", 7, "x" * 254):
+        with pytest.raises(ConfigError, match=r"instance #1 \(a\): host must match"):
+            FleetConfig.from_mapping({"instances": [{**raw["instances"][0], "host": bad}]})
