@@ -38,7 +38,13 @@ from jobs.schemas.analysed import (
     PLAN_DIFFS,
     RESOURCE_REGRESSIONS,
 )
-from jobs.schemas.collected import PLAN_CAPTURE_LOG, QUERY_TEXTS, SNAPSHOT_RUNS, STATEMENT_SNAPSHOTS
+from jobs.schemas.collected import (
+    ACTIVITY_SNAPSHOTS,
+    PLAN_CAPTURE_LOG,
+    QUERY_TEXTS,
+    SNAPSHOT_RUNS,
+    STATEMENT_SNAPSHOTS,
+)
 from jobs.schemas.table import TableSchema
 
 # Analysis-row tables: one file per detection run in the run's date partition; closed days are compacted,
@@ -53,6 +59,7 @@ ANALYSIS_TABLES: tuple[TableSchema, ...] = (
 COMPACTABLE: tuple[TableSchema, ...] = (
     STATEMENT_SNAPSHOTS,
     SNAPSHOT_RUNS,
+    ACTIVITY_SNAPSHOTS,
     QUERY_TEXTS,
     PLAN_CAPTURE_LOG,
     *ANALYSIS_TABLES,

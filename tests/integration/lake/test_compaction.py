@@ -12,6 +12,7 @@ from jobs.detect.samples_job import run_samples_job
 from jobs.lake import io as lake
 from jobs.lake import locks
 from jobs.lake.compaction import compact_lake, exchange_directories
+from jobs.schemas.collected import ACTIVITY_SNAPSHOTS
 from tests.support.compaction_lakes import DAY, write_snapshots
 
 
@@ -123,3 +124,19 @@ def test_a_retention_of_zero_keeps_every_analysis_row(lake_root: Path) -> None:
     )
     assert expired == []
     assert lake.read_table(lake_root, "performance_regressions").height == 2
+
+
+def test_activity_rows_of_a_closed_day_are_merged_too(lake_root: Path) -> None:
+    start = datetime(DAY.year, DAY.month, DAY.day, 10, tzinfo=UTC)
+    for i in range(4):
+        at = start + timedelta(minutes=i)
+        row = {"captured_at": at, "backends": 10 + i, "active": i, "oldest_active_s": None, "cores": 4}
+        frame = pl.DataFrame([row]).cast({"cores": pl.Int32()})
+        lake.write_table(
+            lake_root, ACTIVITY_SNAPSHOTS, frame, {"instance": "db1", "date": DAY.isoformat()}, f"a{i}"
+        )
+    before = lake.scan_table(lake_root, "activity_snapshots").sort("captured_at").collect()
+    done = compact_lake(lake_root, today=DAY + timedelta(days=2))
+    assert [(d.table, d.files_before, d.rows) for d in done] == [("activity_snapshots", 4, 4)]
+    assert len(lake.table_files(lake_root, "activity_snapshots")) == 1
+    assert lake.scan_table(lake_root, "activity_snapshots").sort("captured_at").collect().equals(before)
