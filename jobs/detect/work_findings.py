@@ -90,16 +90,30 @@ def finding_rows_with_work(
     )
     rows = latency.with_row_index("_row")
     detected = rows.filter(pl.col("status") == DETECTED).select(
-        "_row", "instance", "series", "detected_change_at"
+        "_row", "instance", "series", "detected_change_at", "analysis", "deploy_id"
     )
     work = steps.with_row_index("_work")
+    same_deploy = (
+        (pl.col("analysis") == "deploy")
+        & (pl.col("_work_analysis") == "deploy")
+        & (pl.col("deploy_id") == pl.col("_work_deploy"))
+    ).fill_null(False)
     pairs = (
         detected.join(
-            work.select("_work", "instance", "series", pl.col("detected_change_at").alias("_work_at")),
+            work.select(
+                "_work",
+                "instance",
+                "series",
+                pl.col("detected_change_at").alias("_work_at"),
+                pl.col("analysis").alias("_work_analysis"),
+                pl.col("deploy_id").alias("_work_deploy"),
+            ),
             on=["instance", "series"],
         )
         .with_columns((pl.col("detected_change_at") - pl.col("_work_at")).abs().alias("_distance"))
-        .filter(pl.col("_distance").dt.total_microseconds() <= tolerance_us)
+        # One step: change times within the onset tolerance, or both blamed on the same deploy (at short
+        # snapshot intervals the work and the latency change points can lie farther apart than that).
+        .filter((pl.col("_distance").dt.total_microseconds() <= tolerance_us) | same_deploy)
     )
     # A latency row takes the nearest work step; a work step named by any latency row is that finding's.
     nearest = pairs.sort("_row", "_distance", "_work").unique("_row", keep="first", maintain_order=True)

@@ -75,12 +75,14 @@ def test_the_same_step_in_latency_and_work_is_one_finding_naming_both() -> None:
 
 def test_a_work_step_far_from_the_latency_step_is_its_own_finding_and_neither_supersedes_the_other() -> None:
     latency = rows(analysis_row(T))
-    first = findings_of(latency, resources(work_row(T + 20 * MINUTE, ratio=4.0)))
-    assert sorted(first["kind"].to_list()) == sorted(["plan_or_work", WORK])
+    far = resources(work_row(T + 20 * MINUTE, ratio=4.0, analysis="unannounced"))  # no deploy in common
+    apart = findings_of(latency, far)
+    assert sorted(apart["kind"].to_list()) == sorted(["plan_or_work", WORK])
     # The next run sees both again: nothing changes (no superseding across kinds, no second finding).
-    steps = finding_rows_with_work(latency, resources(work_row(T + 20 * MINUTE, ratio=4.0)), INTERVALS)
-    again = update_findings(latency_states(first), steps, computed_at=T + 30 * MINUTE, intervals=INTERVALS)
+    steps = finding_rows_with_work(latency, far, INTERVALS)
+    again = update_findings(latency_states(apart), steps, computed_at=T + 30 * MINUTE, intervals=INTERVALS)
     assert again.height == 0, again
+    first = findings_of(latency, resources(work_row(T + 20 * MINUTE, ratio=4.0)))  # merged: the same deploy
     # The deploy's window re-examined, its latency step no longer detected, the work step still there: the
     # latency finding is not "superseded" by the work step (a work step replaces no latency finding).
     quiet = rows(analysis_row(T, status=NO_REGRESSION, reason="welch_not_significant"))
@@ -118,3 +120,13 @@ def test_a_work_finding_is_not_recovered_by_the_latency_recheck() -> None:
     )
     assert again.height == 0, again.select("status", "kind")
     assert timedelta(0) < MINUTE
+
+
+def test_a_work_step_blamed_on_the_latency_steps_deploy_is_that_finding_even_beyond_the_tolerance() -> None:
+    latency = rows(analysis_row(T))  # at deploy d2
+    work = resources(work_row(T + 10 * MINUTE, ratio=4.0))  # the same deploy's window, 10 samples later
+    found = findings_of(latency, work)
+    assert found.height == 1 and found["kind"].to_list() == ["plan_or_work"]
+    assert found["work_metric"].to_list() == ["temp_blocks"]
+    unannounced = resources(work_row(T + 10 * MINUTE, ratio=4.0, analysis="unannounced"))
+    assert findings_of(latency, unannounced).height == 2  # no deploy in common: two steps
