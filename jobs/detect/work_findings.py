@@ -68,8 +68,9 @@ def finding_rows_with_work(
     config: FindingsConfig = FindingsConfig(),
 ) -> pl.DataFrame:
     """``latency`` (this run's latency analysis rows) with the work columns: filled on a detected row whose
-    series stepped in work within the onset tolerance of its change; plus one detected row of kind
-    ``work`` per work step no detected latency row has (latency levels from the same segments)."""
+    series stepped in work within the onset tolerance of its change, or at the same deploy; plus one
+    detected row of kind ``work`` per work step no detected latency row has (latency levels from the same
+    segments)."""
     latency = latency.with_columns(
         *(
             pl.lit(None, dtype=dtype).alias(name)
