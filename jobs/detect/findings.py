@@ -42,6 +42,7 @@ from jobs.detect.attribution import ATTRIBUTED_ELSEWHERE
 from jobs.detect.config import FindingsConfig, RegressionConfig
 from jobs.detect.segments import immaterial
 from jobs.detect.verdicts import DETECTED
+from jobs.detect.work_config import WORK_METRICS
 from jobs.detect.work_findings import WORK, WORK_COLUMNS
 from jobs.query.identity import series_owner
 from jobs.query.series import SERIES_KEY, merge_intervals
@@ -390,8 +391,18 @@ def recovery_points(samples: pl.DataFrame, open_findings: pl.DataFrame) -> pl.Da
     )
     if points.height == 0:
         return pl.DataFrame(schema=columns)
-    merged = merge_intervals(points, ["instance", "series"])
-    return merged.select(list(columns)).cast(columns).sort("instance", "series", "interval_end")
+    # Work per call of every metric too, for work findings (columns the samples lack count as untracked).
+    sums = tuple(dict.fromkeys(c for m in WORK_METRICS for c in m.columns if c in points.columns))
+    merged = merge_intervals(points, ["instance", "series"], sums).with_columns(
+        (
+            (pl.sum_horizontal(pl.col(c).cast(pl.Float64) for c in m.columns) / pl.col("calls"))
+            if all(c in points.columns for c in m.columns)
+            else pl.lit(None, dtype=pl.Float64)
+        ).alias(f"work:{m.name}")
+        for m in WORK_METRICS
+    )
+    work = {f"work:{m.name}": pl.Float64 for m in WORK_METRICS}
+    return merged.select(*columns, *work).cast(columns | work).sort("instance", "series", "interval_end")
 
 
 def recovery_samples_wanted(open_findings: pl.DataFrame) -> pl.DataFrame:
@@ -426,14 +437,18 @@ def _recheck_recovery(
     remains of the step is below the detector's latency change threshold, or immaterial)."""
     by_series = points.partition_by(["instance", "series"], as_dict=True, maintain_order=True)
     for finding in state.values():
-        # A work finding's latency may not have moved: its recovery is its own analysis' (a later step).
-        if finding["status"] != OPEN or finding.get("kind") == WORK:
+        if finding["status"] != OPEN:
             continue
-        before, after = finding.get("before_mean_ms"), finding.get("after_mean_ms")
         series = by_series.get((finding["instance"], finding["series"]))
-        if series is None or before is None or after is None or after <= before:
+        if series is None:
             continue
         series = series.filter(pl.col("interval_start") >= finding["detected_change_at"])
+        if finding.get("kind") == WORK:  # its latency may never have moved: its metric per call decides
+            _recheck_work(finding, series, config)
+            continue
+        before, after = finding.get("before_mean_ms"), finding.get("after_mean_ms")
+        if before is None or after is None or after <= before:
+            continue
         values = series["value"].to_list()
         middle = (before + after) / 2
         high = [i for i, v in enumerate(values) if v >= middle]
@@ -448,3 +463,23 @@ def _recheck_recovery(
         small = immaterial(np.array([before]), np.array([level]), np.array([rate]), regression)[0]
         if level < before * (1 + regression.latency_change_threshold) or small:
             finding.update(status=RECOVERED, recovered_at=back["interval_start"][0], latest_mean_ms=level)
+
+
+def _recheck_work(finding: dict, series: pl.DataFrame, config: FindingsConfig) -> None:
+    """A work finding recovers as a latency one does, on its metric per call: after the last sample at
+    or above the midpoint of the before and after levels, at least ``recovery_samples`` samples whose
+    median keeps at most a quarter of the step."""
+    before, after = finding.get("work_before_per_call"), finding.get("work_after_per_call")
+    column = f"work:{finding.get('work_metric')}"
+    if before is None or after is None or after <= before or column not in series.columns:
+        return
+    values = series[column].to_list()
+    middle = (before + after) / 2
+    high = [i for i, v in enumerate(values) if v is not None and v >= middle]
+    if not high:
+        return
+    back = [v for v in values[high[-1] + 1 :] if v is not None]
+    if len(back) < config.recovery_samples:
+        return
+    if statistics.median(back) <= before + (after - before) / 4:
+        finding.update(status=RECOVERED, recovered_at=series["interval_start"][high[-1] + 1])

@@ -26,6 +26,8 @@ WORK_COLUMNS: dict[str, pl.DataType] = {
     "work_metric": pl.String(),
     "work_ratio": pl.Float64(),
     "work_summary": pl.String(),
+    "work_before_per_call": pl.Float64(),
+    "work_after_per_call": pl.Float64(),
 }
 """What a finding says of its work change: the metric that grew most, by how much (null: from 0), and
 every metric's summary ("temp blocks per call 0 → 116 at deploy v42, latency +10%")."""
@@ -55,6 +57,8 @@ def work_steps(resources: pl.DataFrame) -> pl.DataFrame:
         first.join(summaries, on=_STEP, how="left", nulls_equal=True)
         .with_columns(
             pl.col("metric").alias("work_metric"),
+            pl.col("before_per_call").alias("work_before_per_call"),
+            pl.col("after_per_call").alias("work_after_per_call"),
             pl.when(pl.col("ratio").is_finite()).then(pl.col("ratio")).otherwise(None).alias("work_ratio"),
         )
         .drop("_rank_ratio")

@@ -292,6 +292,10 @@ FINDING_STATES = TableSchema(
         Column("work_metric", pl.String(), "the work per call metric that grew most at the step (if any)"),
         Column("work_ratio", pl.Float64(), "its after / before per call (null: from 0)"),
         Column("work_summary", pl.String(), "every metric's change, e.g. 'temp blocks per call 0 → 116 …'"),
+        Column("work_before_per_call", pl.Float64(), "work_metric per call before the step"),
+        Column(
+            "work_after_per_call", pl.Float64(), "... and after it (a work finding recovers back near before)"
+        ),
         Column("recovered_at", UTC_TS, "when the series returned to its old level (status recovered)"),
         Column("superseded_by", pl.String(), "finding_id that replaced this one (status superseded)"),
         Column("opened_at", UTC_TS, "computed_at of the run that opened the finding"),

@@ -130,3 +130,41 @@ def test_a_work_step_blamed_on_the_latency_steps_deploy_is_that_finding_even_bey
     assert found["work_metric"].to_list() == ["temp_blocks"]
     unannounced = resources(work_row(T + 10 * MINUTE, ratio=4.0, analysis="unannounced"))
     assert findings_of(latency, unannounced).height == 2  # no deploy in common: two steps
+
+
+def test_a_work_finding_recovers_when_its_metric_per_call_is_back() -> None:
+    latency = rows(analysis_row(T, status=NO_REGRESSION, reason="below_latency_threshold"))
+    first = findings_of(latency, resources(work_row(T, ratio=11.6)))  # 10 → 116 temp blocks per call
+    assert first.row(0, named=True)["work_before_per_call"] == 10.0
+
+    def points(temp: list[float]) -> pl.DataFrame:
+        n = len(temp)
+        return pl.DataFrame(
+            {
+                "instance": "alpha",
+                "series": "fp",
+                "interval_start": [T + (i + 1) * MINUTE for i in range(n)],
+                "interval_end": [T + (i + 2) * MINUTE for i in range(n)],
+                "value": [10.0] * n,
+                "calls": [100] * n,
+                "interval_seconds": [60.0] * n,
+                "work:temp_blocks": temp,
+            }
+        )
+
+    still = update_findings(
+        latency_states(first),
+        latency,
+        computed_at=T + 20 * MINUTE,
+        intervals=INTERVALS,
+        points=points([116.0] * 12),
+    )
+    assert still.height == 0
+    back = update_findings(
+        latency_states(first),
+        latency,
+        computed_at=T + 20 * MINUTE,
+        intervals=INTERVALS,
+        points=points([116.0] * 3 + [11.0] * 9),
+    )
+    assert back["status"].to_list() == ["recovered"] and back["recovered_at"][0] == T + 4 * MINUTE
