@@ -172,6 +172,22 @@ def _steps(detected: list[dict], intervals: dict[str, timedelta], config: Findin
     )
 
 
+def _deepens_open_finding(step: _Step, findings: list[dict]) -> bool:
+    """A work-only step on a series whose regression is already an open finding that began earlier, with
+    the same work metric or none named, is that regression deepening, not a new one: a table that lost its
+    index bloats under updates, and every scan reads more blocks a minute later. The step stays in
+    resource_regressions; it opens no second finding (and no second alert) for the same query and episode.
+    A step of another metric (temp blocks after a finding of shared blocks) is a cause of its own."""
+    if step.row.get("kind") != WORK:
+        return False
+    return any(
+        f["status"] == OPEN
+        and f["onset"] < step.change
+        and f.get("work_metric") in (None, step.row.get("work_metric"))
+        for f in findings
+    )
+
+
 def _from_row(row: dict) -> dict:
     out = {c: row.get(c) for c in ROW_COLUMNS}
     out["p_value"] = row["p_adjusted"] if row.get("p_adjusted") is not None else row.get("p_value")
@@ -222,6 +238,8 @@ def update_findings(
                 near.append((distance, f["onset"], f["finding_id"]))
         if near:
             step.finding = min(near)[2]
+        elif _deepens_open_finding(step, of_series.get((step.instance, step.series), [])):
+            continue
         else:
             ident = finding_id(step.instance, step.series, step.change)
             step.finding = ident

@@ -195,11 +195,16 @@ def test_a_work_mem_cut_at_a_deploy_is_a_work_finding_on_the_sorting_query(
     outcome = run_detection(lake_root, CONFIG)
     found = open_findings(outcome)
     print("\n" + shown(found))
-    # Only the sorting query; its latency may also step twice (a loaded host once put a second latency
-    # step 30 s later), but the step at the deploy is one finding that names its work.
-    assert found.filter(~pl.col("query").str.contains("order by amount", literal=True)).height == 0, shown(
-        found
-    )
+    # The work changed on the sorting query only. Its spill costs CPU on the server's one (pinned) CPU, so
+    # the aggregate may slow with it: a CI run saw 13.5 -> 17.7 ms beside the sort's 16 -> 27 ms, a latency
+    # finding the sort's extra load (+~0.2 s/s, under min_load_rise) does not explain. That finding is real
+    # latency; what must not happen is work evidence on a query whose work did not change.
+    others = found.filter(~pl.col("query").str.contains("order by amount", literal=True))
+    assert others.filter(pl.col("work_metric").is_not_null()).height == 0, shown(found)
+    assert (others["kind"] != "work").all(), shown(found)
+    # The sorting query's latency may also step twice (a loaded host once put a second latency step 30 s
+    # later), but the step at the deploy is one finding that names its work.
+    found = found.filter(pl.col("query").str.contains("order by amount", literal=True))
     at_deploy = found.filter(pl.col("deploy_version") == "v24-work-mem")
     assert at_deploy.height == 1, shown(found)
     finding = at_deploy.row(0, named=True)

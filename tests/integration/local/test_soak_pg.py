@@ -266,7 +266,11 @@ def test_the_cron_loop_survives_a_pgbench_fleet_and_finds_explains_and_recovers_
         # The change is placed at the drop: the latest change time within two ticks of it.
         dropped = drops["shop-a" if finding in a else "shop-b"]
         change_at = datetime.fromisoformat(finding["detected_change_at"].replace("Z", "+00:00"))
-        assert abs((change_at - dropped).total_seconds()) <= 2 * TICK_S, (change_at, dropped)
+        assert abs((change_at - dropped).total_seconds()) <= 2 * TICK_S, (
+            change_at,
+            dropped,
+            {k: finding.get(k) for k in ("instance", "kind", "query", "work_metric", "onset")},
+        )
 
 
 def _timings(runs: list[Run]) -> str:

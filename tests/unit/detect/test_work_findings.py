@@ -75,7 +75,7 @@ def test_the_same_step_in_latency_and_work_is_one_finding_naming_both() -> None:
 
 def test_a_work_step_far_from_the_latency_step_is_its_own_finding_and_neither_supersedes_the_other() -> None:
     latency = rows(analysis_row(T))
-    far = resources(work_row(T + 20 * MINUTE, ratio=4.0, analysis="unannounced"))  # no deploy in common
+    far = resources(work_row(T - 20 * MINUTE, ratio=4.0, analysis="unannounced"))  # no deploy in common
     apart = findings_of(latency, far)
     assert sorted(apart["kind"].to_list()) == sorted(["plan_or_work", WORK])
     # The next run sees both again: nothing changes (no superseding across kinds, no second finding).
@@ -168,3 +168,28 @@ def test_a_work_finding_recovers_when_its_metric_per_call_is_back() -> None:
         points=points([116.0] * 3 + [11.0] * 9),
     )
     assert back["status"].to_list() == ["recovered"] and back["recovered_at"][0] == T + 4 * MINUTE
+
+
+def test_a_later_work_step_of_an_open_finding_deepens_it_and_opens_nothing() -> None:
+    """The soak's dropped primary key: the seq-scanned table bloats under updates, and its shared blocks per
+    call step again ~100 s after the drop; the finding open since the drop is that episode."""
+    latency = rows(analysis_row(T))
+    for metric in ("temp_blocks", "shared_blocks"):  # the open finding names no work: any metric deepens it
+        later = resources(work_row(T + 2 * MINUTE, metric=metric, ratio=2.7, analysis="unannounced"))
+        found = findings_of(latency, later)
+        assert found["kind"].to_list() == ["plan_or_work"], found.select("kind", "onset", "work_metric")
+    # The open finding names shared blocks: a later step of shared blocks deepens it, of temp blocks is new.
+    at_deploy = work_row(T + MINUTE, metric="shared_blocks", ratio=9.0)
+    named = findings_of(latency, resources(at_deploy))
+    assert named["work_metric"].to_list() == ["shared_blocks"]
+    for metric, opened in (("shared_blocks", 0), ("temp_blocks", 1)):
+        step = work_row(T + 20 * MINUTE, metric=metric, ratio=3.0, analysis="unannounced")
+        later = resources(at_deploy, step)
+        steps = finding_rows_with_work(latency, later, INTERVALS)
+        again = update_findings(
+            latency_states(named), steps, computed_at=T + 30 * MINUTE, intervals=INTERVALS
+        )
+        assert again.filter(pl.col("kind") == WORK).height == opened, again.select("kind", "work_metric")
+    # A work step while no finding is open (before the latency step) is a finding of its own.
+    earlier = findings_of(latency, resources(work_row(T - 20 * MINUTE, ratio=4.0, analysis="unannounced")))
+    assert sorted(earlier["kind"].to_list()) == sorted(["plan_or_work", WORK])
