@@ -69,12 +69,26 @@ def near_moments(frame: pl.DataFrame, moments: pl.DataFrame, config: ContentionC
     their instance, with their ``side`` (before: ending at or before it; after: starting at or after it)
     and ``distance``; an interval straddling the moment mixes both regimes and is in neither."""
     reach = pl.duration(microseconds=config.max_window.total_seconds() * 1e6)
-    return (
-        frame.join(moments.select("moment", "instance", "at"), on="instance")
+    # The instance's distinct intervals near each moment first (a few thousand per instance), then the
+    # frame's rows of those intervals: only the rows near a moment are materialized. An equi-join of the
+    # frame on the instance made every row of the history once per moment of its instance, the detection
+    # run's memory peak (+3.8 GiB at 1,000 series x 1 day, issue 25). Rows in the frame's order, then the
+    # moment's.
+    keys = ["instance", "interval_start", "interval_end"]
+    near = (
+        frame.select(keys)
+        .unique()
+        .join(moments.select("moment", "instance", "at"), on="instance")
         .filter(
             (pl.col("interval_end") > pl.col("at") - reach)
             & (pl.col("interval_start") < pl.col("at") + reach)
         )
+    )
+    return (
+        frame.with_row_index("_row")
+        .join(near, on=keys)
+        .sort("_row", "moment")
+        .drop("_row")
         .with_columns(
             pl.when(pl.col("interval_end") <= pl.col("at"))
             .then(pl.lit("before"))

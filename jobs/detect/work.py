@@ -67,6 +67,9 @@ __all__ = [
 ]
 
 DEFAULT_CONFIG = RegressionConfig()
+NO_STEP_ABOVE_GATES = "no_step_above_gates"
+"""Unannounced reason: the series' work per call never spans the ratio threshold and the floor, so no step
+can pass them and the change-point search was not run (``steps_possible``)."""
 
 WORK_COLUMNS: tuple[str, ...] = tuple(
     dict.fromkeys(
@@ -476,9 +479,23 @@ def unannounced_resource_regressions(
     groups = run_lengths(series, metric_keys).join(
         _thresholds(resource), on="metric", how="left", maintain_order="left"
     )
+    values = series["value"].to_numpy().astype(np.float64)
+    sizes = groups["size"].to_numpy().astype(np.int64)
+    possible = steps_possible(values, sizes, groups["floor"].to_numpy(), resource.ratio_threshold)
+    if resource.search_every_series:
+        possible[:] = sizes > 0
+    searched = np.flatnonzero(possible)  # the groups searched, in order: a step's group is searched[g]
+    if searched.shape[0] < possible.shape[0]:
+        series = series.filter(pl.Series(np.repeat(possible, sizes)))
+        values, sizes = values[np.repeat(possible, sizes)], sizes[possible]
+    if searched.shape[0] == 0:
+        nothing = pl.DataFrame(schema=_CANDIDATES)
+        return _finish_unannounced(
+            groups, nothing, searched, series, identity, config, (window_start, latest, 0)
+        )
     steps = consecutive_segment_tests(
-        series["value"].to_numpy().astype(np.float64),
-        groups["size"].to_numpy().astype(np.int64),
+        values,
+        sizes,
         config.unannounced_changepoint,
         max_change_points=config.max_change_points,
         fdr_q=config.fdr_q,
@@ -488,7 +505,7 @@ def unannounced_resource_regressions(
     welch = steps.welch
     pieces = int(steps.piece_base[-1]) + 1  # the last piece: the mixed samples, in no test
     tracking = np.bincount(steps.piece, weights=series["tracking"].to_numpy(), minlength=pieces)
-    floor = groups["floor"].to_numpy()[steps.group]
+    floor = groups["floor"].to_numpy()[searched[steps.group]]
     before, after = welch.before_mean, welch.after_mean
     latest_mean = steps.mean[steps.last_piece]
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -508,7 +525,7 @@ def unannounced_resource_regressions(
     starts = series["interval_start"]
     candidates = pl.DataFrame(
         {
-            "group": steps.group,
+            "group": searched[steps.group],
             "changepoint_index": steps.first_new,
             "mixed_index": pl.Series([int(m) if m >= 0 else None for m in steps.mixed], dtype=pl.Int64),
             "detected_change_at": pl.Series(
@@ -536,13 +553,83 @@ def unannounced_resource_regressions(
         },
         schema_overrides={"group": pl.Int64, "changepoint_index": pl.Int64, "mixed_index": pl.Int64},
     ).with_columns(pl.col("p_adjusted", "ratio").fill_nan(None))
+    tests = int(candidate.sum()) + fleet_tests
+    return _finish_unannounced(
+        groups, candidates, searched, series, identity, config, (window_start, latest, tests)
+    )
+
+
+def steps_possible(
+    values: np.ndarray, sizes: np.ndarray, floors: np.ndarray, ratio_threshold: float
+) -> np.ndarray:
+    """Per group (``sizes`` consecutive ``values``): whether any step up could pass both gates. A segment's
+    mean lies within the group's range, so a group whose max - min is below its floor, or whose max / min
+    (min > 0) is below the ratio threshold, holds no step that passes them, whatever the change-point
+    search finds: it is not searched (most work series of a fleet: the search was the detection run's
+    largest step, issue 25)."""
+    if sizes.shape[0] == 0:
+        return np.zeros(0, dtype=bool)
+    starts = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
+    low = np.minimum.reduceat(values, starts)
+    high = np.maximum.reduceat(values, starts)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio_ok = np.where(low > 0, high / np.where(low > 0, low, 1.0) >= ratio_threshold, high > 0)
+    return ratio_ok & (high - low >= floors) & (sizes > 0)
+
+
+_CANDIDATES = {
+    "group": pl.Int64,
+    "changepoint_index": pl.Int64,
+    "mixed_index": pl.Int64,
+    "detected_change_at": pl.Datetime("us", "UTC"),
+    "changepoint_p_value": pl.Float64,
+    "before_per_call": pl.Float64,
+    "after_per_call": pl.Float64,
+    "ratio": pl.Float64,
+    "before_count": pl.Float64,
+    "after_count": pl.Float64,
+    "t_statistic": pl.Float64,
+    "p_value": pl.Float64,
+    "p_adjusted": pl.Float64,
+    "ratio_ok": pl.Boolean,
+    "floor_ok": pl.Boolean,
+    "stepped_up": pl.Boolean,
+    "recovered": pl.Boolean,
+    "candidate": pl.Boolean,
+    "detected": pl.Boolean,
+}
+
+
+def _finish_unannounced(
+    groups: pl.DataFrame,
+    candidates: pl.DataFrame,
+    searched: np.ndarray,
+    series: pl.DataFrame,
+    identity: pl.DataFrame,
+    config: RegressionConfig,
+    window: tuple[datetime, datetime, int],
+) -> pl.DataFrame:
+    """The rows of unannounced_resource_regressions from its candidate steps (``group``: index in
+    ``groups``); a group not ``searched`` (steps_possible) says so in its reason. ``window``: the
+    history's start and end and the number of tests of the fleet's FDR."""
+    window_start, latest, tests = window
+    keys = list(SERIES_KEY)
+    metric_keys = [*keys, "metric"]
     best = candidates.sort(
         ["group", "detected", "candidate", "stepped_up", "ratio_ok", "p_adjusted", "changepoint_index"],
         descending=[False, True, True, True, True, False, False],
         nulls_last=True,
     ).unique("group", keep="first", maintain_order=True)
+    searched_groups = pl.DataFrame(
+        {"group": searched.astype(np.int64), "_searched": np.ones(searched.shape[0], dtype=bool)},
+        schema={"group": pl.Int64, "_searched": pl.Boolean},
+    )
     base = groups.with_row_index("group").with_columns(pl.col("group").cast(pl.Int64))
-    result = base.join(best, on="group", how="left").join(identity, on=keys, how="left")
+    result = (
+        base.join(best, on="group", how="left")
+        .join(identity, on=keys, how="left")
+        .join(searched_groups, on="group", how="left")
+    )
     located = result.filter(pl.col("changepoint_index").is_not_null()).with_columns(
         pl.lit(None, dtype=pl.Datetime("us", "UTC")).alias("deployed_at")
     )
@@ -550,7 +637,6 @@ def unannounced_resource_regressions(
         *metric_keys, "latency_before_ms", "latency_after_ms"
     )
     result = result.join(latency, on=metric_keys, how="left", maintain_order="left")
-    tests = int(candidate.sum()) + fleet_tests
     too_short = pl.col("size") < 2 * config.unannounced_changepoint.min_segment
     is_detected = pl.col("detected").fill_null(False)
     result = result.with_columns(
@@ -558,6 +644,8 @@ def unannounced_resource_regressions(
         .then(pl.lit(DETECTED))
         .when(too_short)
         .then(pl.lit("too_few_samples"))
+        .when(pl.col("_searched").is_null())
+        .then(pl.lit(NO_STEP_ABOVE_GATES))
         .when(pl.col("changepoint_index").is_null())
         .then(pl.lit("no_significant_change_point"))
         .when(~pl.col("after_per_call").gt(pl.col("before_per_call")))
@@ -574,7 +662,7 @@ def unannounced_resource_regressions(
         .alias("reason"),
         *unannounced_columns(window_start, latest, config.fdr_q, tests),
     )
-    result = result.with_columns(_status())
+    result = result.drop("_searched").with_columns(_status())
     return _finish(result).sort(*SERIES_KEY, "metric")
 
 

@@ -12,6 +12,10 @@ alone, not of the interpreter start):
   reported, not compared), then the 15 new minutes are appended (the collector's files, one per snapshot
   per instance) and ``run_detection(..., incremental=True, now=end + 15 min)`` is measured.
 
+- reference: ``reference_pass``, one DuckDB query over the same snapshots (window LAG deltas, per-series
+  count/mean/variance of interval latency): what any detector must at least do (issue 25). The full run
+  is reported as a multiple of it (goal: <= 3x).
+
 Reported per history length: wall s and peak MiB of each, full / incremental (goal >= 20x), and for each
 kind of run 2 days / 1 day (goal: the incremental run stays flat, about 1x). On a build whose
 ``DetectionConfig`` has no ``incremental`` field the incremental rows say so and only the full run is
@@ -88,6 +92,12 @@ PROFILED_STEPS: tuple[tuple[str, str], ...] = (
     ("jobs.detect.work", "_changepoint_and_welch"),
     ("jobs.detect.unannounced", "consecutive_segment_tests"),
     ("jobs.detect.work", "consecutive_segment_tests"),
+    ("jobs.detect.contention", "merge_intervals"),
+    ("jobs.detect.contention", "series_identity"),
+    ("jobs.detect.contention", "series_shifts"),
+    ("jobs.detect.contention", "moment_loads"),
+    ("jobs.detect.contention", "instance_slowdowns"),
+    ("jobs.detect.contention", "_judged_at"),
 )
 
 
@@ -248,6 +258,46 @@ def measured_run(lake_root: str, now_iso: str, incremental: bool, profile: bool)
     }
 
 
+def reference_pass(lake_root: str) -> dict[str, Any]:
+    """The least any detector must do, in one DuckDB query (issue 25's peer): read every statement
+    snapshot's series key, time, calls and total execution time, take per-interval deltas by window LAG,
+    and per series the count, mean and variance of interval latency (Δtotal_exec_time / Δcalls, intervals
+    with calls). Wall time and peak RSS of this process, as for the measured runs."""
+    import duckdb
+
+    files = str(Path(lake_root) / "statement_snapshots" / "**" / "*.parquet")
+    started = time.perf_counter()
+    connection = duckdb.connect()
+    series, intervals = connection.execute(
+        """
+        with snapshots as (
+            select instance, dbid, userid, queryid, toplevel, captured_at, calls, total_exec_time
+            from read_parquet(?, hive_partitioning = true, union_by_name = true)
+        ), deltas as (
+            select instance, dbid, userid, queryid, toplevel,
+                   calls - lag(calls) over w as calls,
+                   total_exec_time - lag(total_exec_time) over w as exec_ms
+            from snapshots
+            window w as (partition by instance, dbid, userid, queryid, toplevel order by captured_at)
+        ), per_series as (
+            select instance, dbid, userid, queryid, toplevel, count(*) as n,
+                   avg(exec_ms / calls) as mean_ms, var_samp(exec_ms / calls) as variance
+            from deltas where calls > 0
+            group by all
+        )
+        select count(*), sum(n) from per_series
+        """,
+        [files],
+    ).fetchone() or (0, 0)
+    seconds = time.perf_counter() - started
+    return {
+        "seconds": seconds,
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
+        "series": int(series or 0),
+        "intervals": int(intervals or 0),
+    }
+
+
 @dataclass(frozen=True)
 class RunLimits:
     """A measured run is stopped (and reported as such) past these: the machine is shared, and a run the
@@ -382,6 +432,8 @@ def bench_shape(
 
     full_lake = lake_copy(generated, "full")
     append_tail(full_lake, generated.tail)
+    out["reference"] = in_fresh_process(reference_pass, str(full_lake), limits=limits)
+    print(f"  DuckDB reference pass: {describe(out['reference'])}", flush=True)
     out["full"] = in_fresh_process(
         measured_run, str(full_lake), later.isoformat(), False, profile, limits=limits
     )
@@ -476,6 +528,8 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Ratios: full / incremental within each history, and longer / base history for each kind of run."""
     for r in runs:
         inc = r.get("incremental")
+        reference = r.get("reference") or {}
+        r["full_over_reference_seconds"] = _ratio(r["full"]["seconds"], reference.get("seconds"))
         r["full_over_incremental_seconds"] = _ratio(r["full"]["seconds"], inc and inc["seconds"])
         r["full_over_incremental_peak_mib"] = _ratio(r["full"]["peak_rss_mib"], inc and inc["peak_rss_mib"])
     scaling: dict[str, Any] = {}
@@ -493,15 +547,20 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 def print_table(runs: list[dict[str, Any]], scaling: dict[str, Any]) -> None:
     print(
-        "\n| history | series | deploys | full s | full MiB | incremental s | incremental MiB "
-        "| full / incr. (time) | full / incr. (memory) |"
+        "\n| history | series | deploys | reference s | reference MiB | full s | full MiB | full / reference "
+        "| incremental s | incremental MiB | full / incr. (time) | full / incr. (memory) |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in runs:
         inc = r.get("incremental")
+        reference = r.get("reference") or {}
         print(
-            f"| {r['shape']['days']:g} d | {r['series']:,} | {r['deploys']} | {_fmt(r['full']['seconds'])} "
-            f"| {_fmt(r['full']['peak_rss_mib'], '{:.0f}')} | {_fmt(inc and inc['seconds'])} "
+            f"| {r['shape']['days']:g} d | {r['series']:,} | {r['deploys']} "
+            f"| {_fmt(reference.get('seconds'))} "
+            f"| {_fmt(reference.get('peak_rss_mib'), '{:.0f}')} | {_fmt(r['full']['seconds'])} "
+            f"| {_fmt(r['full']['peak_rss_mib'], '{:.0f}')} "
+            f"| {_fmt(r['full_over_reference_seconds'], 'x{:.1f}')} "
+            f"| {_fmt(inc and inc['seconds'])} "
             f"| {_fmt(inc and inc['peak_rss_mib'], '{:.0f}')} "
             f"| {_fmt(r['full_over_incremental_seconds'], 'x{:.1f}')} "
             f"| {_fmt(r['full_over_incremental_peak_mib'], 'x{:.1f}')} |"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -14,7 +15,13 @@ from jobs.collect.deploys import DeployEvent, events_frame
 from jobs.detect.config import RegressionConfig
 from jobs.detect.deploy_analysis import detect_regressions
 from jobs.detect.unannounced import detect_unannounced_regressions
-from jobs.detect.work import attach_work_evidence, detect_resource_regressions, work_per_call
+from jobs.detect.work import (
+    NO_STEP_ABOVE_GATES,
+    attach_work_evidence,
+    detect_resource_regressions,
+    steps_possible,
+    work_per_call,
+)
 from jobs.detect.work_config import WORK_METRICS, ResourceConfig
 from jobs.lake import views as duckdb_views
 from jobs.lake.io import write_table
@@ -298,17 +305,42 @@ def test_resource_regressions_have_a_duckdb_view(tmp_path: Path) -> None:
 
 
 def test_an_unannounced_step_below_the_ratio_or_the_floor_is_not_reported() -> None:
-    def unannounced(temp: np.ndarray) -> dict:
+    def unannounced(temp: np.ndarray, config: RegressionConfig = CONFIG) -> dict:
         frame = series_samples(
             wobble(120, 1.0), queryid=11, first=-200, work={**QUIET, "temp_blks_written": temp}
         )
-        return resource_rows(frame).filter(pl.col("metric") == "temp_blocks").row(0, named=True)
+        rows = resource_rows(frame, config)
+        return rows.filter((pl.col("metric") == "temp_blocks") & (pl.col("analysis") == "unannounced")).row(
+            0, named=True
+        )
 
-    small_ratio = unannounced(step(1000.0, 1500.0, 60, 60))
+    # By default a series whose range cannot hold a step past the gates is not searched, and says so.
+    for temp in (step(1000.0, 1500.0, 60, 60), step(0.5, 5.0, 60, 60)):
+        row = unannounced(temp)
+        assert (row["status"], row["reason"], row["changepoint_index"]) == (
+            "no_regression",
+            NO_STEP_ABOVE_GATES,
+            None,
+        )
+    # Searched anyway: the step is found, and its row says which gate it fell short of.
+    every = replace(CONFIG, resource=ResourceConfig(search_every_series=True))
+    small_ratio = unannounced(step(1000.0, 1500.0, 60, 60), every)
     assert (small_ratio["status"], small_ratio["reason"]) == ("no_regression", "below_ratio_threshold")
     assert small_ratio["changepoint_index"] == 60  # a clear step, but only ×1.5
-    small_step = unannounced(step(0.5, 5.0, 60, 60))
+    small_step = unannounced(step(0.5, 5.0, 60, 60), every)
     assert (small_step["status"], small_step["reason"]) == ("no_regression", "below_absolute_floor")
+    # A step past both gates is still searched and found.
+    assert unannounced(step(100.0, 400.0, 60, 60))["status"] == "detected"
+
+
+def test_steps_possible_is_exact_at_the_gates() -> None:
+    values = np.array([10.0, 20.0, 0.0, 0.0, 0.0, 16.0, 50.0, 99.0, 5.0, 5.0])
+    sizes = np.array([2, 2, 2, 2, 2])
+    floors = np.array([10.0, 10.0, 16.0, 50.0, 1.0])
+    # [10, 20]: x2, +10 -> both gates met exactly; [0, 0]: nothing; [0, 16]: from 0, +16 = floor;
+    # [50, 99]: x1.98 < 2; [5, 5]: constant.
+    assert steps_possible(values, sizes, floors, 2.0).tolist() == [True, False, True, False, False]
+    assert steps_possible(values[:0], sizes[:0], floors[:0], 2.0).tolist() == []
 
 
 def test_a_negative_or_nan_work_delta_is_a_clear_error_naming_the_sample() -> None:
