@@ -251,6 +251,12 @@ class RegressionConfig:
     host measurably slower (0.01 ms -> 0.03 ms), which is true, significant and not worth an alert."""
     min_latency_increase_ms: float = 50.0
     """...unless each call slowed by at least this much (a rare report query going 2 s -> 20 s matters)."""
+    search_every_series: bool = False
+    """Unannounced analyses: also run the change-point search on series whose range cannot hold a step the
+    analysis could report (latency: below ``latency_change_threshold`` or immaterial, reason
+    ``no_reportable_step``; work per call: below the resource ratio or floor, ``no_step_above_gates``).
+    On: their rows name the step found and why it fell short, at the cost of the search (the detection
+    run's largest step on a fleet of steady statements). Findings are the same either way."""
     require_ongoing: bool = True
     """Unannounced analysis: the series' latest segment must still be above the level before the step;
     a step that came back down is a transient episode (lock contention, a backup), not a regression."""
@@ -297,6 +303,8 @@ class RegressionConfig:
             raise ValueError("mixed_min_fraction must be in [0, 1) and mixed_noise_z >= 0")
         if self.deploy_max_change_points < 1:
             raise ValueError("deploy_max_change_points must be >= 1")
+        if not isinstance(self.search_every_series, bool):
+            raise ValueError("search_every_series must be true or false")
         if self.min_added_load_ms_per_s < 0 or self.min_latency_increase_ms < 0:
             raise ValueError("min_added_load_ms_per_s and min_latency_increase_ms must be >= 0")
         for name in ("changepoint_tolerance", "p_value_threshold", "fdr_q"):

@@ -27,6 +27,10 @@ from jobs.query.series import (
     series_identity,
 )
 
+NO_REPORTABLE_STEP = "no_reportable_step"
+"""Unannounced reason: the series' latency range cannot hold a step past ``latency_change_threshold`` that
+is also material (``latency_steps_possible``), so the change-point search was not run."""
+
 
 def scoped_history_points(
     samples: pl.DataFrame,
@@ -84,9 +88,22 @@ def detect_unannounced_regressions(
     groups = series.group_by(keys, maintain_order=True).agg(
         pl.len().alias("size"), pl.col("interval_end").min().alias("first_end")
     )
+    values = series["value"].to_numpy().astype(np.float64)
+    sizes = groups["size"].to_numpy().astype(np.int64)
+    possible = latency_steps_possible(values, sizes, _rates(series), config)
+    if config.search_every_series:
+        possible[:] = True
+    searched = np.flatnonzero(possible)  # the groups searched, in order: a step's group is searched[g]
+    if searched.shape[0] < possible.shape[0]:
+        kept = np.repeat(possible, sizes)
+        series, values, sizes = series.filter(pl.Series(kept)), values[kept], sizes[possible]
+    if searched.shape[0] == 0:
+        return _rows(
+            groups, _no_candidates(), searched, identity, config, (window_start, latest, fleet_tests)
+        )
     steps = consecutive_segment_tests(
-        series["value"].to_numpy().astype(np.float64),
-        groups["size"].to_numpy().astype(np.int64),
+        values,
+        sizes,
         config.unannounced_changepoint,
         max_change_points=config.max_change_points,
         fdr_q=config.fdr_q,
@@ -120,7 +137,7 @@ def detect_unannounced_regressions(
     starts = series["interval_start"]
     candidates = pl.DataFrame(
         {
-            "group": candidate_group,
+            "group": searched[candidate_group],
             "changepoint_index": first_new,
             "mixed_index": pl.Series([int(m) if m >= 0 else None for m in steps.mixed], dtype=pl.Int64),
             "detected_change_at": pl.Series(
@@ -145,6 +162,85 @@ def detect_unannounced_regressions(
         },
         schema_overrides={"group": pl.Int64, "changepoint_index": pl.Int64, "mixed_index": pl.Int64},
     )
+    return _rows(groups, candidates, searched, identity, config, (window_start, latest, tests))
+
+
+def _rates(series: pl.DataFrame) -> np.ndarray:
+    """Calls per second of each merged interval (0 where it has no seconds)."""
+    seconds = series["interval_seconds"].to_numpy().astype(np.float64)
+    calls = series["calls"].to_numpy().astype(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(seconds > 0, calls / np.where(seconds > 0, seconds, 1.0), 0.0)
+
+
+def latency_steps_possible(
+    values: np.ndarray, sizes: np.ndarray, rates: np.ndarray, config: RegressionConfig
+) -> np.ndarray:
+    """Per group (``sizes`` consecutive intervals): whether any step up could be reported. A segment's mean
+    latency lies within the group's range and its calls per second at most the group's highest interval
+    rate, so a group whose max / min is below 1 + ``latency_change_threshold``, or whose range is below
+    ``min_latency_increase_ms`` while range x highest rate is below ``min_added_load_ms_per_s`` (immaterial
+    whatever the step), holds no step the analysis could report: it is not searched."""
+    if sizes.shape[0] == 0:
+        return np.zeros(0, dtype=bool)
+    starts = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
+    low = np.minimum.reduceat(values, starts)
+    high = np.maximum.reduceat(values, starts)
+    fastest = np.maximum.reduceat(rates, starts)
+    spread = high - low
+    with np.errstate(invalid="ignore", divide="ignore"):
+        changes = (
+            np.where(low > 0, spread / np.where(low > 0, low, 1.0), np.inf) >= config.latency_change_threshold
+        )
+    material = (spread >= config.min_latency_increase_ms) | (
+        spread * fastest >= config.min_added_load_ms_per_s
+    )
+    return changes & material & (spread > 0)
+
+
+_CANDIDATE_SCHEMA = {
+    "group": pl.Int64,
+    "changepoint_index": pl.Int64,
+    "mixed_index": pl.Int64,
+    "detected_change_at": pl.Datetime("us", "UTC"),
+    "latency_change": pl.Float64,
+    "changepoint_p_value": pl.Float64,
+    "before_mean_ms": pl.Float64,
+    "after_mean_ms": pl.Float64,
+    "before_count": pl.Float64,
+    "after_count": pl.Float64,
+    "t_statistic": pl.Float64,
+    "p_value": pl.Float64,
+    "p_adjusted": pl.Float64,
+    "added_load_ms_per_s": pl.Float64,
+    "stepped_up": pl.Boolean,
+    "immaterial": pl.Boolean,
+    "recovered": pl.Boolean,
+    "candidate": pl.Boolean,
+    "detected": pl.Boolean,
+}
+
+
+def _no_candidates() -> pl.DataFrame:
+    return pl.DataFrame(schema=_CANDIDATE_SCHEMA)
+
+
+def _rows(
+    groups: pl.DataFrame,
+    candidates: pl.DataFrame,
+    searched: np.ndarray,
+    identity: pl.DataFrame,
+    config: RegressionConfig,
+    window: tuple[datetime, datetime, int],
+) -> pl.DataFrame:
+    """One row per group from its candidate steps (``group``: index in ``groups``); a group not
+    ``searched`` (latency_steps_possible) says so in its reason."""
+    window_start, latest, tests = window
+    keys = list(SERIES_KEY)
+    searched_groups = pl.DataFrame(
+        {"group": searched.astype(np.int64), "_searched": np.ones(searched.shape[0], dtype=bool)},
+        schema={"group": pl.Int64, "_searched": pl.Boolean},
+    )
     # Per series: the detected step with the smallest adjusted p (ties: earliest), else the best candidate.
     best = candidates.sort(
         ["group", "detected", "candidate", "stepped_up", "p_adjusted", "changepoint_index"],
@@ -152,7 +248,11 @@ def detect_unannounced_regressions(
         nulls_last=True,
     ).unique("group", keep="first", maintain_order=True)
     base = groups.with_row_index("group").with_columns(pl.col("group").cast(pl.Int64))
-    result = base.join(best, on="group", how="left").join(identity, on=keys, how="left")
+    result = (
+        base.join(best, on="group", how="left")
+        .join(identity, on=keys, how="left")
+        .join(searched_groups, on="group", how="left")
+    )
     result = result.with_columns(
         pl.when(pl.col("detected").fill_null(False))
         .then(pl.lit(DETECTED))
@@ -164,6 +264,8 @@ def detect_unannounced_regressions(
         .then(pl.lit(DETECTED))
         .when(pl.col("size") < 2 * config.unannounced_changepoint.min_segment)
         .then(pl.lit("too_few_samples"))
+        .when(pl.col("_searched").is_null())
+        .then(pl.lit(NO_REPORTABLE_STEP))
         .when(pl.col("changepoint_index").is_null())
         .then(pl.lit("no_significant_change_point"))
         .when(pl.col("immaterial"))
@@ -177,4 +279,5 @@ def detect_unannounced_regressions(
         (1.0 - pl.col("p_adjusted")).alias("confidence"),
         *unannounced_columns(window_start, latest, config.fdr_q, tests),
     )
+    result = result.drop("_searched")
     return PERFORMANCE_REGRESSIONS.conform(result.select(known_columns(result))).sort(*SERIES_KEY)

@@ -482,7 +482,7 @@ def unannounced_resource_regressions(
     values = series["value"].to_numpy().astype(np.float64)
     sizes = groups["size"].to_numpy().astype(np.int64)
     possible = steps_possible(values, sizes, groups["floor"].to_numpy(), resource.ratio_threshold)
-    if resource.search_every_series:
+    if config.search_every_series:
         possible[:] = sizes > 0
     searched = np.flatnonzero(possible)  # the groups searched, in order: a step's group is searched[g]
     if searched.shape[0] < possible.shape[0]:

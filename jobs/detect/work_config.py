@@ -60,11 +60,6 @@ class ResourceConfig:
     """WAL bytes per call: one page more per call at least."""
     plan_ms_floor: float = 1.0
     """Planning time (ms) per call, where pg_stat_statements.track_planning is on."""
-    search_every_series: bool = False
-    """Unannounced analysis: also run the change-point search on series whose work per call never spans the
-    ratio and the floor (no step there can pass them; reason ``no_step_above_gates``). On: their rows name
-    the step found and why it fell short, at the cost of the search (the detection run's largest step on
-    a fleet of stable statements). Findings are the same either way."""
 
     def floor(self, metric: str) -> float:
         if metric not in WORK_METRIC_BY_NAME:
@@ -72,8 +67,6 @@ class ResourceConfig:
         return float(getattr(self, f"{metric}_floor"))
 
     def __post_init__(self) -> None:
-        if not isinstance(self.search_every_series, bool):
-            raise ValueError("resource search_every_series must be true or false")
         if not self.ratio_threshold > 1.0:
             raise ValueError("resource ratio_threshold must be > 1 (after/before per call)")
         for metric in WORK_METRICS:

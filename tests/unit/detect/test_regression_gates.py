@@ -9,6 +9,7 @@ of a series is k * 10 s after the deploy. The deploy window is 5 min before + 10
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 import numpy as np
@@ -19,7 +20,7 @@ from scipy import stats
 from jobs.collect.deploys import DeployEvent, events_frame
 from jobs.detect.config import RegressionConfig
 from jobs.detect.deploy_analysis import detect_regressions
-from jobs.detect.unannounced import detect_unannounced_regressions
+from jobs.detect.unannounced import NO_REPORTABLE_STEP, detect_unannounced_regressions, latency_steps_possible
 from tests.support.lakes import SERIES_DEPLOY_AT, SERIES_STEP, series_samples, series_texts
 
 DEPLOY_AT = SERIES_DEPLOY_AT
@@ -286,14 +287,39 @@ def test_unannounced_significant_speed_up_is_not_a_step_up() -> None:
     [(CALLS, ("no_regression", "below_materiality_threshold")), (1_000_000, ("detected", "detected"))],
 )
 def test_unannounced_materiality_is_the_same_rule(calls: int, expected: tuple[str, str]) -> None:
-    """0.01 -> 0.03 ms: 2 ms/s of extra work at 100 calls/s is not reported, 2,000 ms/s at 100,000 is."""
+    """0.01 -> 0.03 ms: 2 ms/s of extra work at 100 calls/s is not reported, 2,000 ms/s at 100,000 is.
+    Searched (search_every_series): the step is found and judged immaterial; by default a series whose
+    range cannot hold a material step is not searched, and says so."""
     values = np.concatenate([level(40, 0.01, 80), level(60, 0.03, 81)])
-    out = detect_unannounced_regressions(
-        samples_for(values, calls=calls, first=-100), texts_for([("alpha", 7, QUERY)]), CONFIG
-    )
+    samples = samples_for(values, calls=calls, first=-100)
+    texts = texts_for([("alpha", 7, QUERY)])
+    out = detect_unannounced_regressions(samples, texts, replace(CONFIG, search_every_series=True))
     row = out.row(0, named=True)
     assert row["changepoint_index"] == 40 and row["p_value"] < 1e-50
     assert verdict(row) == expected
+    default = detect_unannounced_regressions(samples, texts, CONFIG).row(0, named=True)
+    if expected[0] == "detected":
+        assert {k: default[k] for k in row} == row
+    else:
+        assert verdict(default) == ("no_regression", NO_REPORTABLE_STEP)
+        assert default["changepoint_index"] is None
+
+
+def test_latency_steps_possible_is_exact_at_the_gates() -> None:
+    """Groups of two intervals, 20% and materiality (50 ms, or 10 ms/s at the highest rate) at the edge."""
+    config = RegressionConfig()
+    values = np.array([10.0, 12.0, 10.0, 11.9, 1.0, 51.0, 1.0, 2.0, 1.0, 2.0, 0.0, 0.0])
+    rates = np.array([0.0, 5.0, 100.0, 100.0, 0.0, 0.0, 9.0, 10.0, 1.0, 9.9, 5.0, 5.0])
+    sizes = np.array([2, 2, 2, 2, 2, 2])
+    # +2 ms x 5/s = 10 ms/s: yes; x1.19: no; +50 ms: yes; +1 ms x 10/s: yes; +1 ms x 9.9/s: no; flat: no.
+    assert latency_steps_possible(values, sizes, rates, config).tolist() == [
+        True,
+        False,
+        True,
+        True,
+        False,
+        False,
+    ]
 
 
 def test_unannounced_step_that_came_back_is_recovered_unless_ongoing_is_not_required() -> None:

@@ -323,7 +323,7 @@ def test_an_unannounced_step_below_the_ratio_or_the_floor_is_not_reported() -> N
             None,
         )
     # Searched anyway: the step is found, and its row says which gate it fell short of.
-    every = replace(CONFIG, resource=ResourceConfig(search_every_series=True))
+    every = replace(CONFIG, search_every_series=True)
     small_ratio = unannounced(step(1000.0, 1500.0, 60, 60), every)
     assert (small_ratio["status"], small_ratio["reason"]) == ("no_regression", "below_ratio_threshold")
     assert small_ratio["changepoint_index"] == 60  # a clear step, but only ×1.5
