@@ -323,6 +323,7 @@ def test_the_memo_returns_what_the_search_found_and_only_for_the_same_inputs() -
 def test_phase_two_reuses_phase_ones_change_points(simulated: Path, tmp_path: Path) -> None:
     root = _copy(simulated, tmp_path / "lake")
     passes = _sharded_pass(root, FULL, SHAPE.end)
-    for result in passes:  # both unannounced searches (latency, work per call) of each shard with instances
-        searched = 2 if result.instances else 0
-        assert (result.memo.hits, result.memo.misses) == (searched, 0), result
+    for result in passes:  # the unannounced searches (latency, work per call) of each shard with instances
+        # An analysis none of whose series can hold a reportable step runs no search (steps_possible).
+        assert result.memo.misses == 0, result
+        assert (1 <= result.memo.hits <= 2) if result.instances else result.memo.hits == 0, result
