@@ -137,25 +137,59 @@ def work_per_call(
     metric before the metrics are stacked: a semi-join of the stacked frame on its string keys cost a
     transient 0.5 GiB on 5 instances x 1000 statements x 2 hours (the detection pass's peak).
     """
+    return stacked_metrics(merged_work(series_samples, keys), keys, tracked_only=tracked_only)
+
+
+def merged_work(series_samples: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+    """The merged intervals of each series, wide: ``work:<metric>`` and ``tracking:<metric>`` sums per
+    interval, ``latency_ms`` and ``position`` (work_per_call before its metrics are stacked)."""
     frame, sums = _work_sums(series_samples)
-    merged = merge_intervals(frame, keys, sums).with_columns(
+    return merge_intervals(frame, keys, sums).with_columns(
         pl.col("value").alias("latency_ms"),
         pl.int_range(pl.len(), dtype=pl.Int64).over(keys).alias("position"),
     )
-    del frame
-    common = [*keys, "interval_start", "interval_end", "interval_seconds", "calls", "latency_ms", "position"]
+
+
+def stacked_metrics(
+    merged: pl.DataFrame,
+    keys: list[str],
+    *,
+    tracked_only: bool = False,
+    only: dict[str, pl.DataFrame] | None = None,
+    extra: tuple[str, ...] = (),
+) -> pl.DataFrame:
+    """work_per_call's rows from merged_work's: one per (keys, metric, interval). ``only``: per metric, the
+    ``keys`` of the series to keep (a metric absent keeps none), applied before stacking; ``extra``: more
+    columns of ``merged`` carried along."""
+    common = [
+        "interval_start",
+        "interval_end",
+        "interval_seconds",
+        "calls",
+        "latency_ms",
+        "position",
+        *extra,
+    ]
     per_metric = []
     for m in WORK_METRICS:
-        rows = merged.select(
+        source = merged
+        if only is not None:
+            wanted = only.get(m.name)
+            if wanted is None or wanted.height == 0:
+                continue
+            source = merged.join(wanted, on=keys, how="semi", maintain_order="left")
+        rows = source.select(
             *keys,
             pl.lit(m.name).alias("metric"),
-            *common[len(keys) :],
+            *common,
             (pl.col(f"work:{m.name}") / pl.col("calls")).alias("value"),
             pl.col(f"tracking:{m.name}").alias("tracking"),
         )
         if tracked_only:
             rows = rows.filter(pl.col("tracking").sum().over(keys) > 0)
         per_metric.append(rows)
+    if not per_metric:
+        return stacked_metrics(merged.clear(), keys, tracked_only=tracked_only, extra=extra)
     return pl.concat(per_metric, how="vertical")
 
 
@@ -303,24 +337,32 @@ def deploy_resource_regressions(
     metric_keys = [*keys, "metric"]
     identity = series_identity(windowed, keys)
     deploy_info = targets.drop("instance").unique("deploy_id")
-    series = (
-        work_per_call(windowed, keys)
+    # Stage 0 on the wide merged intervals, each metric's series stacked only if it survives: stacking
+    # every metric of every deploy window first was the detection run's memory peak (+8 GiB at 10,000
+    # series x 1 day, issue 25).
+    merged = (
+        merged_work(windowed, keys)
         .join(deploy_info.select("deploy_id", "deployed_at"), on="deploy_id", maintain_order="left")
         .with_columns((pl.col("interval_end") > pl.col("deployed_at")).alias("after_deploy"))
     )
+    del windowed
     pre, post = ~pl.col("after_deploy"), pl.col("after_deploy")
-    summary = (
-        series.group_by(metric_keys, maintain_order=True)
-        .agg(
-            pl.col("value").filter(pre).mean().alias("pre_mean"),
-            pl.col("value").filter(post).mean().alias("post_mean"),
-            pre.sum().alias("pre_count"),
-            post.sum().alias("post_count"),
-            pl.col("tracking").filter(pre).sum().alias("pre_tracking"),
-            pl.col("tracking").filter(post).sum().alias("post_tracking"),
-        )
-        .join(_thresholds(resource), on="metric", how="left")
-    )
+    summary = pl.concat(
+        [
+            merged.group_by(keys, maintain_order=True)
+            .agg(
+                (pl.col(f"work:{m.name}") / pl.col("calls")).filter(pre).mean().alias("pre_mean"),
+                (pl.col(f"work:{m.name}") / pl.col("calls")).filter(post).mean().alias("post_mean"),
+                pre.sum().alias("pre_count"),
+                post.sum().alias("post_count"),
+                pl.col(f"tracking:{m.name}").filter(pre).sum().alias("pre_tracking"),
+                pl.col(f"tracking:{m.name}").filter(post).sum().alias("post_tracking"),
+            )
+            .select(*keys, pl.lit(m.name).alias("metric"), pl.exclude(keys))
+            for m in WORK_METRICS
+        ],
+        how="vertical",
+    ).join(_thresholds(resource), on="metric", how="left")
     # Not tracked (planning time without track_planning, a column the server lacks): not analysed at all.
     summary = summary.filter(
         ~_untracked(
@@ -344,7 +386,13 @@ def deploy_resource_regressions(
 
     # Stages 1 and 2 on the survivors, every metric of every series in one call of the latency machinery.
     survivors = summary.filter(pl.col("reason").is_null()).select(metric_keys)
-    tested = series.join(survivors, on=metric_keys, how="semi", maintain_order="left")
+    by_metric = {
+        str(name): frame.drop("metric")
+        for (name,), frame in survivors.partition_by("metric", as_dict=True).items()
+    }
+    series = stacked_metrics(merged, keys, only=by_metric, extra=("deployed_at", "after_deploy"))
+    del merged
+    tested = series
     staged = _changepoint_and_welch(tested, metric_keys, config).rename(
         {"before_mean_ms": "before_per_call", "after_mean_ms": "after_per_call"}
     )
