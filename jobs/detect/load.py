@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import polars as pl
 
 from jobs.detect.config import ContentionConfig
@@ -353,20 +354,55 @@ def worse_induced(
     """Per row of ``judged`` (``_key``, ``moment``, ``series``, ``own``): the latency-induced load of
     the other series of its moment that slowed clearly more (by ``load_excess_factor``). One bad query's
     CPU slows its neighbours, so its own latency rise is a cause for them; among series that slowed alike
-    it is only a consequence, and counting it would let several queries of one deploy explain each other."""
-    induced = shifts.filter(pl.col("measured")).select(
-        "moment", "series", pl.col("log_ratio").alias("_ratio")
+    it is only a consequence, and counting it would let several queries of one deploy explain each other.
+
+    Rows with no such series are left out. Per moment the others are sorted by their log ratio and summed
+    from the first one past the row's bar (a binary search): the pairwise join of every judged row with
+    every series of its moment made 75 M rows at 10,000 series (+4 GiB, issue 25)."""
+    margin = math.log(config.load_excess_factor)
+    others = (
+        shifts.filter(pl.col("measured") & pl.col("log_ratio").is_not_null())
+        .select("moment", "series", pl.col("log_ratio").alias("_ratio"))
+        .join(rises.select("moment", "series", "induced"), on=["moment", "series"])
+        .with_columns(pl.col("induced").clip(lower_bound=0.0))
+        .sort("moment", "_ratio", "series")
     )
-    induced = induced.join(rises.select("moment", "series", "induced"), on=["moment", "series"])
+    rows = judged.select("_key", "moment", "series", pl.col("own").fill_null(0.0)).join(
+        others.select(
+            "moment", "series", pl.col("_ratio").alias("_self_ratio"), pl.col("induced").alias("_self")
+        ),
+        on=["moment", "series"],
+        how="left",
+    )
+    if rows.height == 0 or others.height == 0:
+        return pl.DataFrame(schema={"_key": judged.schema["_key"], "_worse_induced": pl.Float64})
+    moment = others["moment"].to_numpy()
+    ratio = others["_ratio"].to_numpy()
+    induced = others["induced"].to_numpy()
+    blocks, starts = np.unique(moment, return_index=True)
+    ends = np.append(starts[1:], moment.shape[0])
+    at = rows["moment"].to_numpy()
+    bar = rows["own"].to_numpy() + margin
+    block = np.clip(np.searchsorted(blocks, at), 0, blocks.shape[0] - 1)
+    present = blocks[block] == at
+    total = np.zeros(rows.height)
+    count = np.zeros(rows.height, dtype=np.int64)
+    for b in np.unique(block[present]):
+        mine = np.flatnonzero(present & (block == b))
+        lo, hi = int(starts[b]), int(ends[b])
+        first = lo + np.searchsorted(ratio[lo:hi], bar[mine], side="right")
+        suffix = np.concatenate((np.cumsum(induced[lo:hi][::-1])[::-1], [0.0]))
+        total[mine] = suffix[first - lo]
+        count[mine] = hi - first
+    self_ratio = rows["_self_ratio"].to_numpy().astype(np.float64)
+    self_counted = np.nan_to_num(self_ratio, nan=-np.inf) > bar
+    total = total - np.where(self_counted, rows["_self"].fill_null(0.0).to_numpy(), 0.0)
+    count = count - self_counted
     return (
-        judged.select("_key", "moment", "series", "own")
-        .join(induced, on="moment", suffix="_other")
-        .filter(
-            (pl.col("series") != pl.col("series_other"))
-            & (pl.col("_ratio") - pl.col("own").fill_null(0.0) > math.log(config.load_excess_factor))
-        )
-        .group_by("_key")
-        .agg(pl.col("induced").clip(lower_bound=0.0).sum().alias("_worse_induced"))
+        rows.select("_key")
+        .with_columns(pl.Series("_worse_induced", total), pl.Series("_n", count))
+        .filter(pl.col("_n") > 0)
+        .drop("_n")
     )
 
 
