@@ -73,6 +73,8 @@ PROFILED_STEPS: tuple[tuple[str, str], ...] = (
     ("jobs.pipeline.detection", "plan_run"),
     ("jobs.pipeline.detection", "read_scoped_samples"),
     ("jobs.pipeline.detection", "commit_run"),
+    ("jobs.pipeline.detection", "read_activity"),
+    ("jobs.pipeline.detection", "fingerprinted_samples"),
     ("jobs.pipeline.detection", "detect_regressions"),
     ("jobs.pipeline.detection", "detect_unannounced_regressions"),
     ("jobs.pipeline.detection", "attach_work_evidence"),
