@@ -256,7 +256,9 @@ class RegressionConfig:
     analysis could report (latency: below ``latency_change_threshold`` or immaterial, reason
     ``no_reportable_step``; work per call: below the resource ratio or floor, ``no_step_above_gates``).
     On: their rows name the step found and why it fell short, at the cost of the search (the detection
-    run's largest step on a fleet of steady statements). Findings are the same either way."""
+    run's largest step on a fleet of steady statements). The search's Benjamini-Hochberg family is then
+    every series, as before issue 25: on the benchmarks' lakes the findings were the same either way,
+    but a cut of a searched series can move (README, "Detection at the speed of its input")."""
     require_ongoing: bool = True
     """Unannounced analysis: the series' latest segment must still be above the level before the step;
     a step that came back down is a transient episode (lock contention, a backup), not a regression."""
