@@ -467,12 +467,10 @@ def _recheck_recovery(
         before, after = finding.get("before_mean_ms"), finding.get("after_mean_ms")
         if before is None or after is None or after <= before:
             continue
-        values = series["value"].to_list()
-        middle = (before + after) / 2
-        high = [i for i, v in enumerate(values) if v >= middle]
-        if not high:
+        since = _after_last_high(series["value"].to_list(), before, after)
+        if since is None:
             continue
-        back = series.slice(high[-1] + 1)
+        back = series.slice(since)
         if back.height < config.recovery_samples:
             continue
         level = statistics.median(back["value"].to_list())  # one slow interval is not the level
@@ -492,12 +490,19 @@ def _recheck_work(finding: dict, series: pl.DataFrame, config: FindingsConfig) -
     if before is None or after is None or after <= before or column not in series.columns:
         return
     values = series[column].to_list()
-    middle = (before + after) / 2
-    high = [i for i, v in enumerate(values) if v is not None and v >= middle]
-    if not high:
+    since = _after_last_high(values, before, after)
+    if since is None:
         return
-    back = [v for v in values[high[-1] + 1 :] if v is not None]
+    back = [v for v in values[since:] if v is not None]
     if len(back) < config.recovery_samples:
         return
     if statistics.median(back) <= before + (after - before) / 4:
-        finding.update(status=RECOVERED, recovered_at=series["interval_start"][high[-1] + 1])
+        finding.update(status=RECOVERED, recovered_at=series["interval_start"][since])
+
+
+def _after_last_high(values: list[float | None], before: float, after: float) -> int | None:
+    """Index just after the last value at or above the midpoint of the step (None: no such value; a
+    null value, an untracked interval, is never high). The recovery re-checks read from there."""
+    middle = (before + after) / 2
+    high = [i for i, v in enumerate(values) if v is not None and v >= middle]
+    return high[-1] + 1 if high else None

@@ -356,9 +356,9 @@ def worse_induced(
     CPU slows its neighbours, so its own latency rise is a cause for them; among series that slowed alike
     it is only a consequence, and counting it would let several queries of one deploy explain each other.
 
-    Rows with no such series are left out. Per moment the others are sorted by their log ratio and summed
-    from the first one past the row's bar (a binary search): the pairwise join of every judged row with
-    every series of its moment made 75 M rows at 10,000 series (+4 GiB, issue 25)."""
+    Per moment the others are sorted by their log ratio and summed from the first one past the row's bar
+    (a binary search; 0 when none): the pairwise join of every judged row with every series of its moment
+    made 75 M rows at 10,000 series (+4 GiB, issue 25)."""
     margin = math.log(config.load_excess_factor)
     others = (
         shifts.filter(pl.col("measured") & pl.col("log_ratio").is_not_null())
@@ -386,24 +386,16 @@ def worse_induced(
     block = np.clip(np.searchsorted(blocks, at), 0, blocks.shape[0] - 1)
     present = blocks[block] == at
     total = np.zeros(rows.height)
-    count = np.zeros(rows.height, dtype=np.int64)
     for b in np.unique(block[present]):
         mine = np.flatnonzero(present & (block == b))
         lo, hi = int(starts[b]), int(ends[b])
         first = lo + np.searchsorted(ratio[lo:hi], bar[mine], side="right")
         suffix = np.concatenate((np.cumsum(induced[lo:hi][::-1])[::-1], [0.0]))
         total[mine] = suffix[first - lo]
-        count[mine] = hi - first
     self_ratio = rows["_self_ratio"].to_numpy().astype(np.float64)
     self_counted = np.nan_to_num(self_ratio, nan=-np.inf) > bar
     total = total - np.where(self_counted, rows["_self"].fill_null(0.0).to_numpy(), 0.0)
-    count = count - self_counted
-    return (
-        rows.select("_key")
-        .with_columns(pl.Series("_worse_induced", total), pl.Series("_n", count))
-        .filter(pl.col("_n") > 0)
-        .drop("_n")
-    )
+    return rows.select("_key").with_columns(pl.Series("_worse_induced", total))
 
 
 def _others_rise(own_brought: pl.Expr, worse: pl.Expr, own_rise: pl.Expr) -> pl.Expr:

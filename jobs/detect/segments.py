@@ -89,6 +89,32 @@ def split_values(values: np.ndarray, offsets: np.ndarray) -> list[np.ndarray]:
     return [values[offsets[i] : offsets[i + 1]] for i in range(offsets.shape[0] - 1)]
 
 
+def group_extremes(values: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per group of ``sizes`` consecutive values (every size > 0): its minimum and maximum."""
+    if sizes.shape[0] == 0:
+        return np.zeros(0), np.zeros(0)
+    starts = group_offsets(sizes)[:-1]
+    return np.minimum.reduceat(values, starts), np.maximum.reduceat(values, starts)
+
+
+def only_searched(
+    series: pl.DataFrame, values: np.ndarray, sizes: np.ndarray, searched: np.ndarray
+) -> tuple[pl.DataFrame, np.ndarray, np.ndarray, pl.DataFrame]:
+    """The rows, values and sizes of the groups an unannounced search runs on (``searched``: their
+    indices, in order, so a step's group in the search is ``searched[g]``), and (group, _searched) naming
+    them, for the rows of the groups left out to say so."""
+    if searched.shape[0] < sizes.shape[0]:
+        kept = np.zeros(sizes.shape[0], dtype=bool)
+        kept[searched] = True
+        rows = np.repeat(kept, sizes)
+        series, values, sizes = series.filter(pl.Series(rows)), values[rows], sizes[kept]
+    flags = pl.DataFrame(
+        {"group": searched.astype(np.int64), "_searched": np.ones(searched.shape[0], dtype=bool)},
+        schema={"group": pl.Int64, "_searched": pl.Boolean},
+    )
+    return series, values, sizes, flags
+
+
 @dataclass(frozen=True)
 class SegmentPair:
     """The samples (indices into one series) Welch compares around one change point."""
@@ -315,6 +341,7 @@ def consecutive_segment_tests(
     ``mixed_rule``: each cut's boundary is settled (``settle_boundary``: old-regime samples the cut left
     in the new piece move back, the sample that mixes both regimes is in no piece); None: as found."""
     offsets = group_offsets(sizes)
+    memo = memo if sizes.shape[0] else None  # an empty batch (every series screened out): nothing to keep
     key = memo_key(values, sizes, changepoint, max_change_points, fdr_q) if memo is not None else ""
     known = memo.get(key) if memo is not None else None
     if known is None:

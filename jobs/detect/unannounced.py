@@ -17,7 +17,13 @@ from jobs.schemas.analysed import PERFORMANCE_REGRESSIONS
 if TYPE_CHECKING:  # scope imports this module's series building
     from jobs.detect.scope import AnalysisScope
 from jobs.detect.deploy_analysis import empty_result, known_columns, unannounced_columns
-from jobs.detect.segments import calls_per_second, consecutive_segment_tests, immaterial
+from jobs.detect.segments import (
+    calls_per_second,
+    consecutive_segment_tests,
+    group_extremes,
+    immaterial,
+    only_searched,
+)
 from jobs.detect.verdicts import DETECTED, INSUFFICIENT_DATA, NO_REGRESSION
 from jobs.query.series import (
     SERIES_KEY,
@@ -91,16 +97,8 @@ def detect_unannounced_regressions(
     values = series["value"].to_numpy().astype(np.float64)
     sizes = groups["size"].to_numpy().astype(np.int64)
     possible = latency_steps_possible(values, sizes, _rates(series), config)
-    if config.search_every_series:
-        possible[:] = True
-    searched = np.flatnonzero(possible)  # the groups searched, in order: a step's group is searched[g]
-    if searched.shape[0] < possible.shape[0]:
-        kept = np.repeat(possible, sizes)
-        series, values, sizes = series.filter(pl.Series(kept)), values[kept], sizes[possible]
-    if searched.shape[0] == 0:
-        return _rows(
-            groups, _no_candidates(), searched, identity, config, (window_start, latest, fleet_tests)
-        )
+    searched = np.arange(sizes.shape[0]) if config.search_every_series else np.flatnonzero(possible)
+    series, values, sizes, searched_groups = only_searched(series, values, sizes, searched)
     steps = consecutive_segment_tests(
         values,
         sizes,
@@ -162,85 +160,6 @@ def detect_unannounced_regressions(
         },
         schema_overrides={"group": pl.Int64, "changepoint_index": pl.Int64, "mixed_index": pl.Int64},
     )
-    return _rows(groups, candidates, searched, identity, config, (window_start, latest, tests))
-
-
-def _rates(series: pl.DataFrame) -> np.ndarray:
-    """Calls per second of each merged interval (0 where it has no seconds)."""
-    seconds = series["interval_seconds"].to_numpy().astype(np.float64)
-    calls = series["calls"].to_numpy().astype(np.float64)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(seconds > 0, calls / np.where(seconds > 0, seconds, 1.0), 0.0)
-
-
-def latency_steps_possible(
-    values: np.ndarray, sizes: np.ndarray, rates: np.ndarray, config: RegressionConfig
-) -> np.ndarray:
-    """Per group (``sizes`` consecutive intervals): whether any step up could be reported. A segment's mean
-    latency lies within the group's range and its calls per second at most the group's highest interval
-    rate, so a group whose max / min is below 1 + ``latency_change_threshold``, or whose range is below
-    ``min_latency_increase_ms`` while range x highest rate is below ``min_added_load_ms_per_s`` (immaterial
-    whatever the step), holds no step the analysis could report: it is not searched."""
-    if sizes.shape[0] == 0:
-        return np.zeros(0, dtype=bool)
-    starts = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
-    low = np.minimum.reduceat(values, starts)
-    high = np.maximum.reduceat(values, starts)
-    fastest = np.maximum.reduceat(rates, starts)
-    spread = high - low
-    with np.errstate(invalid="ignore", divide="ignore"):
-        changes = (
-            np.where(low > 0, spread / np.where(low > 0, low, 1.0), np.inf) >= config.latency_change_threshold
-        )
-    material = (spread >= config.min_latency_increase_ms) | (
-        spread * fastest >= config.min_added_load_ms_per_s
-    )
-    return changes & material & (spread > 0)
-
-
-_CANDIDATE_SCHEMA = {
-    "group": pl.Int64,
-    "changepoint_index": pl.Int64,
-    "mixed_index": pl.Int64,
-    "detected_change_at": pl.Datetime("us", "UTC"),
-    "latency_change": pl.Float64,
-    "changepoint_p_value": pl.Float64,
-    "before_mean_ms": pl.Float64,
-    "after_mean_ms": pl.Float64,
-    "before_count": pl.Float64,
-    "after_count": pl.Float64,
-    "t_statistic": pl.Float64,
-    "p_value": pl.Float64,
-    "p_adjusted": pl.Float64,
-    "added_load_ms_per_s": pl.Float64,
-    "stepped_up": pl.Boolean,
-    "immaterial": pl.Boolean,
-    "recovered": pl.Boolean,
-    "candidate": pl.Boolean,
-    "detected": pl.Boolean,
-}
-
-
-def _no_candidates() -> pl.DataFrame:
-    return pl.DataFrame(schema=_CANDIDATE_SCHEMA)
-
-
-def _rows(
-    groups: pl.DataFrame,
-    candidates: pl.DataFrame,
-    searched: np.ndarray,
-    identity: pl.DataFrame,
-    config: RegressionConfig,
-    window: tuple[datetime, datetime, int],
-) -> pl.DataFrame:
-    """One row per group from its candidate steps (``group``: index in ``groups``); a group not
-    ``searched`` (latency_steps_possible) says so in its reason."""
-    window_start, latest, tests = window
-    keys = list(SERIES_KEY)
-    searched_groups = pl.DataFrame(
-        {"group": searched.astype(np.int64), "_searched": np.ones(searched.shape[0], dtype=bool)},
-        schema={"group": pl.Int64, "_searched": pl.Boolean},
-    )
     # Per series: the detected step with the smallest adjusted p (ties: earliest), else the best candidate.
     best = candidates.sort(
         ["group", "detected", "candidate", "stepped_up", "p_adjusted", "changepoint_index"],
@@ -281,3 +200,32 @@ def _rows(
     )
     result = result.drop("_searched")
     return PERFORMANCE_REGRESSIONS.conform(result.select(known_columns(result))).sort(*SERIES_KEY)
+
+
+def _rates(series: pl.DataFrame) -> np.ndarray:
+    """Calls per second of each merged interval (0 where it has no seconds)."""
+    seconds = series["interval_seconds"].to_numpy().astype(np.float64)
+    calls = series["calls"].to_numpy().astype(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(seconds > 0, calls / np.where(seconds > 0, seconds, 1.0), 0.0)
+
+
+def latency_steps_possible(
+    values: np.ndarray, sizes: np.ndarray, rates: np.ndarray, config: RegressionConfig
+) -> np.ndarray:
+    """Per group (``sizes`` consecutive intervals): whether any step up could be reported. A segment's mean
+    latency lies within the group's range and its calls per second at most the group's highest interval
+    rate, so a group whose max / min is below 1 + ``latency_change_threshold``, or whose range is below
+    ``min_latency_increase_ms`` while range x highest rate is below ``min_added_load_ms_per_s`` (immaterial
+    whatever the step), holds no step the analysis could report: it is not searched."""
+    low, high = group_extremes(values, sizes)
+    fastest = group_extremes(rates, sizes)[1]
+    spread = high - low
+    with np.errstate(invalid="ignore", divide="ignore"):
+        changes = (
+            np.where(low > 0, spread / np.where(low > 0, low, 1.0), np.inf) >= config.latency_change_threshold
+        )
+    material = (spread >= config.min_latency_increase_ms) | (
+        spread * fastest >= config.min_added_load_ms_per_s
+    )
+    return changes & material & (spread > 0)

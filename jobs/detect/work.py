@@ -43,7 +43,7 @@ from jobs.detect.deploy_analysis import (
 )
 from jobs.detect.fleet_fdr import FdrAdjust, within_call
 from jobs.detect.scope import AnalysisScope
-from jobs.detect.segments import consecutive_segment_tests
+from jobs.detect.segments import consecutive_segment_tests, group_extremes, only_searched
 from jobs.detect.unannounced import scoped_history_points
 from jobs.detect.verdicts import DETECTED, INSUFFICIENT_DATA, NO_REGRESSION
 from jobs.detect.work_config import WORK_METRIC_BY_NAME, WORK_METRICS, ResourceConfig, WorkMetric
@@ -140,6 +140,11 @@ def work_per_call(
     return stacked_metrics(merged_work(series_samples, keys), keys, tracked_only=tracked_only)
 
 
+def _per_call(metric: WorkMetric) -> pl.Expr:
+    """A metric's work per call of a merged interval (merged_work's columns)."""
+    return pl.col(f"work:{metric.name}") / pl.col("calls")
+
+
 def merged_work(series_samples: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
     """The merged intervals of each series, wide: ``work:<metric>`` and ``tracking:<metric>`` sums per
     interval, ``latency_ms`` and ``position`` (work_per_call before its metrics are stacked)."""
@@ -174,22 +179,18 @@ def stacked_metrics(
     for m in WORK_METRICS:
         source = merged
         if only is not None:
-            wanted = only.get(m.name)
-            if wanted is None or wanted.height == 0:
-                continue
+            wanted = only.get(m.name, merged.select(keys).clear())
             source = merged.join(wanted, on=keys, how="semi", maintain_order="left")
         rows = source.select(
             *keys,
             pl.lit(m.name).alias("metric"),
             *common,
-            (pl.col(f"work:{m.name}") / pl.col("calls")).alias("value"),
+            _per_call(m).alias("value"),
             pl.col(f"tracking:{m.name}").alias("tracking"),
         )
         if tracked_only:
             rows = rows.filter(pl.col("tracking").sum().over(keys) > 0)
         per_metric.append(rows)
-    if not per_metric:
-        return stacked_metrics(merged.clear(), keys, tracked_only=tracked_only, extra=extra)
     return pl.concat(per_metric, how="vertical")
 
 
@@ -351,8 +352,8 @@ def deploy_resource_regressions(
         [
             merged.group_by(keys, maintain_order=True)
             .agg(
-                (pl.col(f"work:{m.name}") / pl.col("calls")).filter(pre).mean().alias("pre_mean"),
-                (pl.col(f"work:{m.name}") / pl.col("calls")).filter(post).mean().alias("post_mean"),
+                _per_call(m).filter(pre).mean().alias("pre_mean"),
+                _per_call(m).filter(post).mean().alias("post_mean"),
                 pre.sum().alias("pre_count"),
                 post.sum().alias("post_count"),
                 pl.col(f"tracking:{m.name}").filter(pre).sum().alias("pre_tracking"),
@@ -392,8 +393,7 @@ def deploy_resource_regressions(
     }
     series = stacked_metrics(merged, keys, only=by_metric, extra=("deployed_at", "after_deploy"))
     del merged
-    tested = series
-    staged = _changepoint_and_welch(tested, metric_keys, config).rename(
+    staged = _changepoint_and_welch(series, metric_keys, config).rename(
         {"before_mean_ms": "before_per_call", "after_mean_ms": "after_per_call"}
     )
     located = staged.filter(pl.col("changepoint_index").is_not_null()).join(
@@ -530,17 +530,8 @@ def unannounced_resource_regressions(
     values = series["value"].to_numpy().astype(np.float64)
     sizes = groups["size"].to_numpy().astype(np.int64)
     possible = steps_possible(values, sizes, groups["floor"].to_numpy(), resource.ratio_threshold)
-    if config.search_every_series:
-        possible[:] = sizes > 0
-    searched = np.flatnonzero(possible)  # the groups searched, in order: a step's group is searched[g]
-    if searched.shape[0] < possible.shape[0]:
-        series = series.filter(pl.Series(np.repeat(possible, sizes)))
-        values, sizes = values[np.repeat(possible, sizes)], sizes[possible]
-    if searched.shape[0] == 0:
-        nothing = pl.DataFrame(schema=_CANDIDATES)
-        return _finish_unannounced(
-            groups, nothing, searched, series, identity, config, (window_start, latest, 0)
-        )
+    searched = np.arange(sizes.shape[0]) if config.search_every_series else np.flatnonzero(possible)
+    series, values, sizes, searched_groups = only_searched(series, values, sizes, searched)
     steps = consecutive_segment_tests(
         values,
         sizes,
@@ -601,77 +592,11 @@ def unannounced_resource_regressions(
         },
         schema_overrides={"group": pl.Int64, "changepoint_index": pl.Int64, "mixed_index": pl.Int64},
     ).with_columns(pl.col("p_adjusted", "ratio").fill_nan(None))
-    tests = int(candidate.sum()) + fleet_tests
-    return _finish_unannounced(
-        groups, candidates, searched, series, identity, config, (window_start, latest, tests)
-    )
-
-
-def steps_possible(
-    values: np.ndarray, sizes: np.ndarray, floors: np.ndarray, ratio_threshold: float
-) -> np.ndarray:
-    """Per group (``sizes`` consecutive ``values``): whether any step up could pass both gates. A segment's
-    mean lies within the group's range, so a group whose max - min is below its floor, or whose max / min
-    (min > 0) is below the ratio threshold, holds no step that passes them, whatever the change-point
-    search finds: it is not searched (most work series of a fleet: the search was the detection run's
-    largest step, issue 25)."""
-    if sizes.shape[0] == 0:
-        return np.zeros(0, dtype=bool)
-    starts = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
-    low = np.minimum.reduceat(values, starts)
-    high = np.maximum.reduceat(values, starts)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio_ok = np.where(low > 0, high / np.where(low > 0, low, 1.0) >= ratio_threshold, high > 0)
-    return ratio_ok & (high - low >= floors) & (sizes > 0)
-
-
-_CANDIDATES = {
-    "group": pl.Int64,
-    "changepoint_index": pl.Int64,
-    "mixed_index": pl.Int64,
-    "detected_change_at": pl.Datetime("us", "UTC"),
-    "changepoint_p_value": pl.Float64,
-    "before_per_call": pl.Float64,
-    "after_per_call": pl.Float64,
-    "ratio": pl.Float64,
-    "before_count": pl.Float64,
-    "after_count": pl.Float64,
-    "t_statistic": pl.Float64,
-    "p_value": pl.Float64,
-    "p_adjusted": pl.Float64,
-    "ratio_ok": pl.Boolean,
-    "floor_ok": pl.Boolean,
-    "stepped_up": pl.Boolean,
-    "recovered": pl.Boolean,
-    "candidate": pl.Boolean,
-    "detected": pl.Boolean,
-}
-
-
-def _finish_unannounced(
-    groups: pl.DataFrame,
-    candidates: pl.DataFrame,
-    searched: np.ndarray,
-    series: pl.DataFrame,
-    identity: pl.DataFrame,
-    config: RegressionConfig,
-    window: tuple[datetime, datetime, int],
-) -> pl.DataFrame:
-    """The rows of unannounced_resource_regressions from its candidate steps (``group``: index in
-    ``groups``); a group not ``searched`` (steps_possible) says so in its reason. ``window``: the
-    history's start and end and the number of tests of the fleet's FDR."""
-    window_start, latest, tests = window
-    keys = list(SERIES_KEY)
-    metric_keys = [*keys, "metric"]
     best = candidates.sort(
         ["group", "detected", "candidate", "stepped_up", "ratio_ok", "p_adjusted", "changepoint_index"],
         descending=[False, True, True, True, True, False, False],
         nulls_last=True,
     ).unique("group", keep="first", maintain_order=True)
-    searched_groups = pl.DataFrame(
-        {"group": searched.astype(np.int64), "_searched": np.ones(searched.shape[0], dtype=bool)},
-        schema={"group": pl.Int64, "_searched": pl.Boolean},
-    )
     base = groups.with_row_index("group").with_columns(pl.col("group").cast(pl.Int64))
     result = (
         base.join(best, on="group", how="left")
@@ -685,6 +610,7 @@ def _finish_unannounced(
         *metric_keys, "latency_before_ms", "latency_after_ms"
     )
     result = result.join(latency, on=metric_keys, how="left", maintain_order="left")
+    tests = int(candidate.sum()) + fleet_tests
     too_short = pl.col("size") < 2 * config.unannounced_changepoint.min_segment
     is_detected = pl.col("detected").fill_null(False)
     result = result.with_columns(
@@ -712,6 +638,20 @@ def _finish_unannounced(
     )
     result = result.drop("_searched").with_columns(_status())
     return _finish(result).sort(*SERIES_KEY, "metric")
+
+
+def steps_possible(
+    values: np.ndarray, sizes: np.ndarray, floors: np.ndarray, ratio_threshold: float
+) -> np.ndarray:
+    """Per group (``sizes`` consecutive ``values``): whether any step up could pass both gates. A segment's
+    mean lies within the group's range, so a group whose max - min is below its floor, or whose max / min
+    (min > 0) is below the ratio threshold, holds no step that passes them, whatever the change-point
+    search finds: it is not searched (most work series of a fleet: the search was the detection run's
+    largest step, issue 25)."""
+    low, high = group_extremes(values, sizes)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio_ok = np.where(low > 0, high / np.where(low > 0, low, 1.0) >= ratio_threshold, high > 0)
+    return ratio_ok & (high - low >= floors) & (sizes > 0)
 
 
 # ---------------------------------------------------------------------------------------------------------
