@@ -210,4 +210,7 @@ def test_a_work_mem_cut_at_a_deploy_is_a_work_finding_on_the_sorting_query(
     finding = at_deploy.row(0, named=True)
     assert finding["work_metric"] == "temp_blocks", finding["work_summary"]
     assert "temp blocks per call" in finding["work_summary"]
-    assert finding["kind"] in ("work", "plan_or_work"), finding["kind"]  # work alone, or with its latency
+    # Work alone, or with its latency; "both" when the contention step also saw a load episode at that
+    # moment (the spill's own CPU on the pinned server; seen once in make test): its work changed, so it
+    # stays a finding.
+    assert finding["kind"] in ("work", "plan_or_work", "both"), finding["kind"]
