@@ -276,11 +276,18 @@ def frontier_of(
             .group_by("instance")
             .agg(pl.col(w).max() for w in WATERMARKS)
         )
-    latest = (
-        rows.sort([*ENTRY_KEY, "_taken", "captured_at"], nulls_last=True)
+    # The latest row of each entry found on the keys alone, then gathered: sorting every column of the
+    # snapshots (about 30) cost a full copy and a quarter of the samples job.
+    last_rows = (
+        rows.select(*ENTRY_KEY, "_taken", "captured_at")
+        .with_row_index("_row")
+        .sort([*ENTRY_KEY, "_taken", "captured_at"], nulls_last=True)
         .group_by(list(ENTRY_KEY), maintain_order=True)
-        .last()
-        .join(marks, on="instance", how="left")
+        .agg(pl.col("_row").last())
+    )
+    latest = (
+        rows[last_rows["_row"]]
+        .join(marks, on="instance", how="left", maintain_order="left")
         .filter(pl.col("_taken") >= pl.col("watermark_taken") - keep)
     )
     schema = SAMPLE_FRONTIER.scan_schema()

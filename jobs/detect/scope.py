@@ -35,6 +35,7 @@ import polars as pl
 from jobs.collect.deploys import deploys_for_instances
 from jobs.detect.config import RegressionConfig, ScopeConfig
 from jobs.detect.findings import run_id_for
+from jobs.detect.work_config import DETECTION_SAMPLE_COLUMNS
 from jobs.lake import io as lake
 from jobs.lake import locks
 from jobs.lake.storage import LakePath, lake_path
@@ -450,8 +451,12 @@ def _in_ranges(ranges: pl.DataFrame) -> pl.Expr:
 def read_samples_in_ranges(lake_root: LakePath, ranges: pl.DataFrame) -> pl.DataFrame:
     merged = merged_ranges(ranges)
     if merged.height == 0:
-        return pl.DataFrame(schema=QUERY_SAMPLES.scan_schema()).drop("date")  # no file opened
-    return lake.read_table(lake_root, QUERY_SAMPLES, lambda f: f.filter(_in_ranges(merged))).drop("date")
+        return pl.DataFrame(schema=QUERY_SAMPLES.scan_schema()).select(
+            DETECTION_SAMPLE_COLUMNS
+        )  # no file opened
+    return lake.read_table(
+        lake_root, QUERY_SAMPLES, lambda f: f.filter(_in_ranges(merged)).select(DETECTION_SAMPLE_COLUMNS)
+    )
 
 
 @dataclass(frozen=True)
@@ -556,5 +561,7 @@ def _history_of(
     return lake.read_table(
         lake_root,
         QUERY_SAMPLES,
-        lambda f: f.filter(_in_ranges(merged) & key.is_in(pairs.to_series().implode())),
-    ).drop("date")
+        lambda f: f.filter(_in_ranges(merged) & key.is_in(pairs.to_series().implode())).select(
+            DETECTION_SAMPLE_COLUMNS
+        ),
+    )

@@ -46,7 +46,13 @@ from jobs.detect.scope import AnalysisScope
 from jobs.detect.segments import consecutive_segment_tests, group_extremes, only_searched
 from jobs.detect.unannounced import scoped_history_points
 from jobs.detect.verdicts import DETECTED, INSUFFICIENT_DATA, NO_REGRESSION
-from jobs.detect.work_config import WORK_METRIC_BY_NAME, WORK_METRICS, ResourceConfig, WorkMetric
+from jobs.detect.work_config import (
+    WORK_COLUMNS,
+    WORK_METRIC_BY_NAME,
+    WORK_METRICS,
+    ResourceConfig,
+    WorkMetric,
+)
 from jobs.query.series import (
     SERIES_KEY,
     RegressionInputError,
@@ -70,12 +76,6 @@ DEFAULT_CONFIG = RegressionConfig()
 NO_STEP_ABOVE_GATES = "no_step_above_gates"
 """Unannounced reason: the series' work per call never spans the ratio threshold and the floor, so no step
 can pass them and the change-point search was not run (``steps_possible``)."""
-
-WORK_COLUMNS: tuple[str, ...] = tuple(
-    dict.fromkeys(
-        [c for m in WORK_METRICS for c in m.columns] + [m.tracked_by for m in WORK_METRICS if m.tracked_by]
-    )
-)
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -32,6 +32,34 @@ WORK_METRICS: tuple[WorkMetric, ...] = (
     WorkMetric("wal_bytes", ("wal_bytes",), "WAL bytes", "bytes"),
     WorkMetric("plan_ms", ("total_plan_time",), "planning time", "ms", tracked_by="plans"),
 )
+
+WORK_COLUMNS: tuple[str, ...] = tuple(
+    dict.fromkeys(
+        [c for m in WORK_METRICS for c in m.columns] + [m.tracked_by for m in WORK_METRICS if m.tracked_by]
+    )
+)
+"""The sample columns the work metrics read."""
+
+DETECTION_SAMPLE_COLUMNS: tuple[str, ...] = tuple(
+    dict.fromkeys(
+        [
+            "instance",
+            "interval_start",
+            "interval_end",
+            "interval_seconds",
+            "userid",
+            "dbid",
+            "toplevel",
+            "queryid",
+            "calls",
+            "total_exec_time",
+            *WORK_COLUMNS,
+        ]
+    )
+)
+"""What a detection run reads of a sample: its key, the latency and the work metrics. The lake's samples
+carry 35 columns; the 16 no analysis reads were about 45% of the run's input memory."""
+
 WORK_METRIC_BY_NAME: dict[str, WorkMetric] = {m.name: m for m in WORK_METRICS}
 
 

@@ -45,6 +45,7 @@ from jobs.detect.scope import (
 from jobs.detect.unannounced import detect_unannounced_regressions
 from jobs.detect.verdicts import DETECTED
 from jobs.detect.work import attach_work_evidence, detect_resource_regressions
+from jobs.detect.work_config import DETECTION_SAMPLE_COLUMNS
 from jobs.detect.work_findings import finding_rows_with_work
 from jobs.lake import io as lake
 from jobs.lake.locks import LakeConfig
@@ -265,7 +266,11 @@ def read_inputs_in_scope(
     plans = lake.read_table(lake_root, PLAN_SNAPSHOTS, only)
     state = plan_run(lake_root, deploys, computed_at, config.incremental, config_digest, shard)
     if state.scope is None:
-        return state, lake.read_table(lake_root, QUERY_SAMPLES, only), texts, deploys, plans
+        columns = pl.col(DETECTION_SAMPLE_COLUMNS)
+        samples = lake.read_table(
+            lake_root, QUERY_SAMPLES, lambda f: (only(f) if only is not None else f).select(columns)
+        )
+        return state, samples, texts, deploys, plans
     scoped = read_scoped_samples(lake_root, state.scope, deploys, texts, config.regression, config.scope)
     return replace(state, scope=scoped.scope), scoped.samples, texts, deploys, plans
 
