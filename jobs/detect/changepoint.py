@@ -23,15 +23,20 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+import os
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
 import numpy as np
 from scipy import special, stats
 
 from jobs.detect.config import ChangePointConfig
 from jobs.detect.energy import EnergyPass, energy_pass, running_sum
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -229,11 +234,27 @@ def change_point_arrays(
     p_value = np.ones(batch)
     if n >= 2 * config.min_segment and batch:
         chunk = max(1, config.batch_elements // n)
-        for start in range(0, batch, chunk):
-            rows = slice(start, min(batch, start + chunk))
-            index[rows], statistic[rows], p_value[rows] = _locate_chunk(values[rows], config)
+        slices = [slice(start, min(batch, start + chunk)) for start in range(0, batch, chunk)]
+        found = _in_threads(lambda rows: _locate_chunk(values[rows], config), slices)
+        for rows, (where, energy, p) in zip(slices, found, strict=True):
+            index[rows], statistic[rows], p_value[rows] = where, energy, p
     significant = (index >= 0) & (p_value <= config.max_p_value)
     return ChangePointArrays(index=index, statistic=statistic, p_value=p_value, significant=significant)
+
+
+def _in_threads(work: Callable[[slice], _T], parts: list[slice]) -> list[_T]:
+    """``work`` of each part, in order, on up to ``search_threads()`` threads: the chunks are independent
+    and numpy releases the GIL inside its array operations, so they overlap on a multi-core host."""
+    threads = min(search_threads(), len(parts))
+    if threads <= 1:
+        return [work(part) for part in parts]
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        return list(pool.map(work, parts))
+
+
+def search_threads() -> int:
+    """The CPUs this process may use (at most 4: the scatters are memory-bound beyond that)."""
+    return max(1, min(4, len(os.sched_getaffinity(0))))
 
 
 def _locate_chunk(

@@ -193,6 +193,7 @@ def scoped_deploy_windows(
     work per call) share."""
     from jobs.detect.scope import deploys_in_scope, windowed_in_scope
 
+    require_columns(deploys, ("deploy_id", "version", "scope", "instance", "deployed_at"), "deploy_events")
     points = analysed_columns(fingerprinted_samples(samples, texts, config.identity), extra)
     deploys = deploys_in_scope(deploys, points["instance"].unique().to_list(), scope, config)
     windowed, targets = deploy_window_points(points, deploys, config)
@@ -205,20 +206,22 @@ def detect_regressions(
     deploys: pl.DataFrame,
     config: RegressionConfig = RegressionConfig(),
     scope: AnalysisScope | None = None,
+    windows: tuple[pl.DataFrame, pl.DataFrame] | None = None,
 ) -> pl.DataFrame:
     """One row per (deploy, instance, query) with samples in the deploy's window: detected or why not.
 
     ``samples``: query_samples rows plus ``instance``; ``texts``: query_texts rows plus ``instance`` (or
     fingerprint_texts output); ``deploys``: deploy_events rows (fleet deploys apply to every instance).
     ``scope`` (jobs.detect.scope): only the deploys whose window received new samples (or that no run has
-    seen), and in them only the series with new samples; None = every deploy and series.
+    seen), and in them only the series with new samples; None = every deploy and series. ``windows``:
+    ``scoped_deploy_windows`` of the same inputs, computed once for this and the work analysis.
     Pure and deterministic: the same inputs give the same rows in the same order.
     """
     require_columns(deploys, ("deploy_id", "version", "scope", "instance", "deployed_at"), "deploy_events")
     if samples.height == 0 or deploys.height == 0:
         return empty_result()
     keys = list(DEPLOY_SERIES_KEY)
-    windowed, targets = scoped_deploy_windows(samples, texts, deploys, config, scope)
+    windowed, targets = windows or scoped_deploy_windows(samples, texts, deploys, config, scope)
     if windowed.height == 0:
         return empty_result()
     identity = series_identity(windowed, keys)

@@ -19,7 +19,7 @@ from jobs.detect.attribution import attribute_to_deploys
 from jobs.detect.changepoint_memo import ChangePointMemo
 from jobs.detect.config import FindingsConfig, RegressionConfig, SampleConfig, ScopeConfig
 from jobs.detect.contention import separate_contention
-from jobs.detect.deploy_analysis import detect_regressions, one_row_per_finding
+from jobs.detect.deploy_analysis import detect_regressions, one_row_per_finding, scoped_deploy_windows
 from jobs.detect.findings import (
     OPEN,
     latest_states,
@@ -44,8 +44,12 @@ from jobs.detect.scope import (
 )
 from jobs.detect.unannounced import detect_unannounced_regressions
 from jobs.detect.verdicts import DETECTED
-from jobs.detect.work import attach_work_evidence, detect_resource_regressions
-from jobs.detect.work_config import DETECTION_SAMPLE_COLUMNS
+from jobs.detect.work import (
+    attach_work_evidence,
+    deploy_resource_regressions,
+    unannounced_resource_regressions,
+)
+from jobs.detect.work_config import DETECTION_SAMPLE_COLUMNS, WORK_COLUMNS
 from jobs.detect.work_findings import finding_rows_with_work
 from jobs.lake import io as lake
 from jobs.lake.locks import LakeConfig
@@ -180,7 +184,15 @@ def detect_from_frames(
     # Identified once here; every step below reuses it (fingerprinted_samples passes identified frames).
     if samples.height:
         samples = fingerprinted_samples(samples, texts, config.regression.identity)
-    regressions = detect_regressions(samples, texts, deploys, config.regression, scope)
+    # The deploy windows once, for the latency and the work analysis, each run while they are held.
+    windows = (
+        scoped_deploy_windows(samples, texts, deploys, config.regression, scope, WORK_COLUMNS)
+        if samples.height and deploys.height
+        else None
+    )
+    regressions = detect_regressions(samples, texts, deploys, config.regression, scope, windows)
+    deploy_resources = deploy_resource_regressions(samples, texts, deploys, config.regression, scope, windows)
+    del windows
     unannounced = (
         detect_unannounced_regressions(
             samples, texts, config.regression, scope, fleet.adjust(LATENCY), fleet.tests(LATENCY), memo
@@ -190,16 +202,25 @@ def detect_from_frames(
     )
     regressions = attach_work_evidence(regressions, samples, texts, config.regression)
     unannounced = attach_work_evidence(unannounced, samples, texts, config.regression)
-    resources = detect_resource_regressions(
-        samples,
-        texts,
-        deploys,
-        config.regression,
-        unannounced=config.unannounced,
-        scope=scope,
-        fdr=fleet.adjust(RESOURCE),
-        fleet_tests=fleet.tests(RESOURCE),
-        memo=memo,
+    # As detect_resource_regressions: the deploy analysis' rows, then the unannounced one's.
+    resources = (
+        pl.concat(
+            [
+                deploy_resources,
+                unannounced_resource_regressions(
+                    samples,
+                    texts,
+                    config.regression,
+                    scope,
+                    fleet.adjust(RESOURCE),
+                    fleet.tests(RESOURCE),
+                    memo,
+                ),
+            ],
+            how="vertical",
+        )
+        if config.unannounced
+        else deploy_resources
     )
     # Both analyses in one call: a deploy and an unannounced change are different moments (episodes).
     both, slowdowns = separate_contention(

@@ -181,7 +181,7 @@ def series_identity(frame: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
             nulls_last=True,
         )
         .unique(order, keep="first", maintain_order=True)
-        .select(*keys, "queryid", "query", *described)
+        .select(*keys, "queryid", pl.col("query").cast(pl.String), *described)
     )
     merged = frame.group_by(order).agg(
         *(pl.col(k).first() for k in keys if k not in order),
