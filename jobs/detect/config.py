@@ -31,8 +31,12 @@ class ChangePointConfig:
     batch_elements: int = 1 << 17  # values per chunk: small enough for the scatters to stay in cache
     segmentation: Literal["seeded", "binary"] = "seeded"  # segment_change_points: seeded or plain binary
     seeded_decay: float = 0.71  # seeded: interval length of each scale over the previous one (~1/sqrt 2)
+    # Not in repr: results do not depend on it, so changing it neither re-runs nor invalidates a search.
+    threads: int = field(default=0, repr=False, compare=False)  # threads locating chunks (0: CPUs, at most 4)
 
     def __post_init__(self) -> None:
+        if self.threads < 0:
+            raise ValueError("threads must be >= 0 (0: the CPUs this process may use, at most 4)")
         if self.min_segment < 2:
             raise ValueError("min_segment must be >= 2: a within-segment term needs at least one pair")
         if not 0.0 < self.max_p_value <= 1.0:

@@ -346,3 +346,15 @@ def test_fdr_confirmation_counts_every_series_not_only_those_with_candidates() -
     assert [len(points) for points in found[:30]] == [1] * 30
     assert all(points[0].q_value is not None and points[0].q_value <= 0.05 for points in found[:30])
     assert sum(map(len, found[30:])) == 0
+
+
+def test_chunks_on_threads_give_the_arrays_of_one_thread() -> None:
+    """The stack's chunks are located on several threads (``threads``); each lands in its own rows."""
+    rng = np.random.default_rng(7)
+    stack = rng.lognormal(0.0, 0.3, (64, 120))
+    stack[::3, 60:] *= 1.8  # a step in every third series
+    one = change_point_arrays(stack, ChangePointConfig(batch_elements=600, threads=1))
+    many = change_point_arrays(stack, ChangePointConfig(batch_elements=600, threads=4))
+    assert one.significant[::3].all() and not one.significant[1::3].all()
+    for name in ("index", "statistic", "p_value", "significant"):
+        assert np.array_equal(getattr(one, name), getattr(many, name)), name
