@@ -261,14 +261,18 @@ def series_of_queryids(
 
 
 def identify_samples(
-    samples: pl.DataFrame, texts: pl.DataFrame, config: IdentityConfig = IdentityConfig()
+    samples: pl.DataFrame,
+    texts: pl.DataFrame,
+    config: IdentityConfig = IdentityConfig(),
+    number_as: str | None = None,
 ) -> pl.DataFrame:
     """Samples with ``fingerprint``, ``query`` (the queryid's own text, Categorical: read per series by
     ``jobs.query.series.series_identity``), ``series`` and ``database``.
 
     ``texts``: raw query_texts rows plus ``instance`` (``datname`` gives ``database``), or
     ``fingerprint_texts`` output (``database`` null). Samples without ``dbid`` (or ``userid`` when users
-    are split) get a null one.
+    are split) get a null one. ``number_as``: also a column of that name numbering the series densely
+    in the order of (instance, series) (jobs.query.series.SERIES_ID).
     """
     prints = texts if "fingerprint" in texts.columns else fingerprint_texts(texts)
     frame = samples.drop("fingerprint", "query", "series", "database", strict=False)
@@ -303,11 +307,17 @@ def identify_samples(
     )
     if identity.height != spans.height:  # each right side is unique on its key: a left join adds no rows
         raise ValueError("identify_samples: a fingerprint, series or database lookup matched twice")
+    added = ["fingerprint", "query", "series", "database"]
+    if number_as is not None:  # numbered per entry: the same dense ranks as over every sample, far fewer
+        identity = identity.with_columns(
+            pl.struct("instance", "series").rank("dense").cast(pl.UInt32).alias(number_as)
+        )
+        added.append(number_as)
     attached = frame.select(entry).join(
-        identity.select(*entry, "fingerprint", "query", "series", "database"),
+        identity.select(*entry, *added),
         on=entry,
         how="left",
         nulls_equal=True,
         maintain_order="left",
     )
-    return frame.hstack(attached.select("fingerprint", "query", "series", "database").get_columns())
+    return frame.hstack(attached.select(added).get_columns())

@@ -235,10 +235,16 @@ def generate_instance(
     return snapshots, runs, texts, events, injected
 
 
-def _write_by_date(root: Path, table: object, frame: pl.DataFrame, name: str, stem: str) -> int:
+def _write_by_date(root: Path, table: object, frame: pl.DataFrame, name: str) -> int:
+    """One file per (instance, date), named as ``jobs.lake.compaction`` names what it leaves:
+    ``compacted-<first>-<last>``, so readers that select files by their latest stamp (the samples append)
+    skip it as they skip a real compacted day. (Until issue 25's second session the files were named
+    ``compacted``, with no stamp: every incremental append read the whole history day.)"""
     files = 0
     dated = frame.with_columns(pl.col("captured_at").dt.strftime("%Y-%m-%d").alias("date"))
     for (day,), part in sorted(dated.partition_by("date", as_dict=True).items()):
+        first, last = part["captured_at"].min(), part["captured_at"].max()
+        stem = f"compacted-{stem_for(first)}-{stem_for(last)}"  # type: ignore[arg-type]
         write_table(root, table, part.drop("date"), {"instance": name, "date": str(day)}, stem)  # type: ignore[arg-type]
         files += 1
     return files
@@ -251,12 +257,16 @@ def _write_tail(tail: Path, table: object, frame: pl.DataFrame, name: str) -> No
         write_table(tail, table, part, {"instance": name, "date": day}, f"{stem_for(captured)}-bench")  # type: ignore[arg-type]
 
 
+LAYOUT = 2
+"""The file layout of a generated lake; a cached lake of another layout is generated again (same data)."""
+
+
 def build_lake(base: Path, shape: LakeShape) -> GeneratedLake:
     """Generate the lake under ``base/<shape.key>`` once; later calls reuse it (``complete.json``)."""
     folder = base / f"lake-detection-{shape.key}"
     root, tail, marker = folder / "lake", folder / "tail", folder / "complete.json"
-    if marker.exists():
-        meta = json.loads(marker.read_text())
+    meta = json.loads(marker.read_text()) if marker.exists() else {}
+    if meta.get("layout") == LAYOUT:
         return GeneratedLake(
             root,
             tail,
@@ -286,9 +296,9 @@ def build_lake(base: Path, shape: LakeShape) -> GeneratedLake:
         history = pl.col("captured_at") < end
         old_snapshots = snapshots.filter(history)
         snapshot_rows += old_snapshots.height
-        _write_by_date(root, STATEMENT_SNAPSHOTS, old_snapshots, name, "compacted")
-        _write_by_date(root, SNAPSHOT_RUNS, runs.filter(history), name, "compacted")
-        _write_by_date(root, QUERY_TEXTS, texts, name, "compacted")
+        _write_by_date(root, STATEMENT_SNAPSHOTS, old_snapshots, name)
+        _write_by_date(root, SNAPSHOT_RUNS, runs.filter(history), name)
+        _write_by_date(root, QUERY_TEXTS, texts, name)
         _write_tail(tail, STATEMENT_SNAPSHOTS, snapshots.filter(~history), name)
         _write_tail(tail, SNAPSHOT_RUNS, runs.filter(~history), name)
     write_deploy_events(root, events, stem="bench")
@@ -297,6 +307,7 @@ def build_lake(base: Path, shape: LakeShape) -> GeneratedLake:
         json.dumps(
             {
                 "shape": asdict(shape),
+                "layout": LAYOUT,
                 "deploys": len(events),
                 "snapshot_rows": snapshot_rows,
                 "regressions": [{**asdict(r), "deployed_at": r.deployed_at.isoformat()} for r in injected],

@@ -19,6 +19,7 @@ from jobs.detect.work import (
     NO_STEP_ABOVE_GATES,
     attach_work_evidence,
     detect_resource_regressions,
+    run_lengths,
     steps_possible,
     work_per_call,
 )
@@ -380,3 +381,22 @@ def test_radar_detect_prints_resource_regressions_and_writes_them(tmp_path: Path
     assert "shared blocks per call ×10, rows unchanged" in text  # the latency finding's work column
     assert "series analysed for work per call and not reported" in text
     assert any(p.parts[-3] == "resource_regressions" for p in outcome.files)
+
+
+def test_run_lengths_are_the_contiguous_groups_in_row_order() -> None:
+    """Runs of equal keys (nulls equal to nulls), as an order-keeping group_by gives them for contiguous
+    groups; a key that returns later is a new run."""
+    frame = pl.DataFrame(
+        {"a": [None, None, "x", "x", "y", "y", "y", None, "x"], "b": [None, None, 1, 1, 1, 2, 2, None, 1]}
+    )
+    runs = run_lengths(frame, ["a", "b"])
+    assert runs.rows() == [
+        (None, None, 2),
+        ("x", 1, 2),
+        ("y", 1, 1),
+        ("y", 2, 2),
+        (None, None, 1),
+        ("x", 1, 1),
+    ]
+    assert runs["size"].sum() == frame.height
+    assert run_lengths(frame.head(0), ["a", "b"]).height == 0

@@ -278,3 +278,22 @@ def test_the_whole_pipeline_names_one_user_regression_under_its_own_series_when_
 def test_a_negative_overlap_is_refused_with_the_field_named() -> None:
     with pytest.raises(ValueError, match=r"identity\.rotation_overlap_intervals"):
         IdentityConfig(rotation_overlap_intervals=-1)
+
+
+def test_the_series_number_orders_series_as_their_names() -> None:
+    """fingerprinted_samples numbers series per entry; the numbers are the dense ranks of (instance,
+    series) over the samples, so sorting on them sorts as the strings do."""
+    from jobs.query.series import SERIES_ID, fingerprinted_samples
+
+    frames = [
+        samples(noise(40, 2.0, 1), 11, dbid=3).with_columns(pl.lit("beta").alias("instance")),
+        samples(noise(40, 2.0, 2), 12, dbid=5),
+        samples(noise(40, 2.0, 3), 13, dbid=5),
+        samples(noise(40, 2.0, 4), 11, dbid=5),
+    ]
+    prints = texts([(11, "select 1"), (12, "select a from t"), (13, "select b from u")])
+    prints = pl.concat([prints, prints.with_columns(pl.lit("beta").alias("instance"))])
+    points = fingerprinted_samples(pl.concat(frames), prints)
+    expected = points.select(pl.struct("instance", "series").rank("dense").cast(pl.UInt32))
+    assert points[SERIES_ID].to_list() == expected.to_series().to_list()
+    assert points[SERIES_ID].n_unique() == 4
