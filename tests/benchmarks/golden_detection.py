@@ -3,7 +3,9 @@ each difference explained.
 
   dump     python -m tests.benchmarks.golden_detection dump OUT [--instances 4 --queries 100 --days 0.5]
            builds (or reuses, under .bench/) the generated detection lake of that shape, runs a full
-           run_detection on a copy with the build on PYTHONPATH, writes every analysis table to OUT/*.parquet
+           run_detection on a copy with the build on PYTHONPATH, writes every analysis table to OUT/*.parquet;
+           --shards N runs it as N shards' passes instead (jobs.pipeline.sharded, each pass in its own
+           process, peak RSS per pass printed): a chunked run's memory, and its rows against a whole run's
   compare  python -m tests.benchmarks.golden_detection compare OUT_A OUT_B
            per table: rows only in A, only in B (keyed by the table's identity columns), and per column the
            rows whose values differ; exit 0 when identical, 1 otherwise
@@ -16,10 +18,13 @@ Run ``dump`` once with each build (e.g. ``PYTHONPATH=../main python -m ...`` and
 from __future__ import annotations
 
 import argparse
+import resource
 import shutil
 import sys
-from datetime import timedelta
+import time
+from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
@@ -36,14 +41,21 @@ KEYS: dict[str, tuple[str, ...]] = {
 }
 
 
-def dump(out: Path, shape: LakeShape) -> None:
+def dump(out: Path, shape: LakeShape, shards: int = 1) -> None:
     from jobs.pipeline.detection import DetectionConfig, run_detection
 
     generated = build_lake(BENCH_DIR / "golden-lakes", shape)
     lake = BENCH_DIR / "golden-work" / out.name
     shutil.rmtree(lake, ignore_errors=True)
     shutil.copytree(generated.root, lake)
-    outcome = run_detection(lake, DetectionConfig(), now=shape.end + timedelta(minutes=TAIL_MINUTES))
+    now = shape.end + timedelta(minutes=TAIL_MINUTES)
+    if shards > 1:
+        dump_sharded(out, lake, now, shards)
+        return
+    write_frames(run_detection(lake, DetectionConfig(), now=now), out)
+
+
+def write_frames(outcome: Any, out: Path, *, quiet: bool = False) -> None:
     out.mkdir(parents=True, exist_ok=True)
     frames = {
         "regressions": outcome.regressions,
@@ -55,6 +67,65 @@ def dump(out: Path, shape: LakeShape) -> None:
     for name, frame in frames.items():
         if isinstance(frame, pl.DataFrame):
             frame.drop([c for c in RUN_COLUMNS if c in frame.columns]).write_parquet(out / f"{name}.parquet")
+            if not quiet:
+                print(f"{name}: {frame.height} rows")
+
+
+def shard_pass(lake: str, now_iso: str, phase: str, shard: int, count: int, out: str) -> dict[str, Any]:
+    """One pass of a sharded detection (jobs.pipeline.sharded) in this (fresh) process: phase "samples"
+    (the shard's samples built, as the collection keeps them: a shard's instances are those with samples),
+    "candidates" or "detect"; the detect pass writes its tables under ``out/shard-<k>``."""
+    from jobs.pipeline.detection import DetectionConfig
+    from jobs.pipeline.sharded import record_shard_candidates, run_shard_detection
+
+    now = datetime.fromisoformat(now_iso)
+    started = time.perf_counter()
+    if phase == "samples":  # what the collection's samples job would have done for the shard's instances
+        from jobs.collect.shards import shard_of
+        from jobs.detect.samples_job import run_samples_job
+        from jobs.schemas.collected import STATEMENT_SNAPSHOTS
+
+        folders = (Path(lake) / STATEMENT_SNAPSHOTS.name).glob("instance=*")
+        names = sorted(f.name.removeprefix("instance=") for f in folders)
+        mine = [n for n in names if shard_of(n, count) == shard]
+        config = DetectionConfig()
+        run_samples_job(Path(lake), config.samples, instances=mine, lake_config=config.lake, mode="rebuild")
+    elif phase == "candidates":
+        record_shard_candidates(Path(lake), DetectionConfig(), shard, count, now)
+    else:
+        outcome = run_shard_detection(Path(lake), DetectionConfig(), shard, count, now).outcome
+        write_frames(outcome, Path(out) / f"shard-{shard}", quiet=True)
+    return {
+        "seconds": time.perf_counter() - started,
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
+    }
+
+
+def dump_sharded(out: Path, lake: Path, now: datetime, count: int) -> None:
+    """The detection as ``count`` shards' passes, each in its own process (every phase 1, then every phase
+    2): the memory a chunked run needs is the largest pass's, and the union of the shards' tables is
+    compared with a whole-fleet run's like any other build's."""
+    from tests.benchmarks.bench_detection import in_fresh_process
+
+    parts = out / "shards"
+    shutil.rmtree(parts, ignore_errors=True)
+    passes = []
+    for phase in ("samples", "candidates", "detect"):
+        for shard in range(count):
+            run = in_fresh_process(shard_pass, str(lake), now.isoformat(), phase, shard, count, str(parts))
+            if run.get("stopped"):
+                raise SystemExit(f"shard {shard} {phase}: {run['stopped']}")
+            passes.append(run)
+            print(f"  shard {shard}/{count} {phase}: {run['seconds']:.1f} s, {run['peak_rss_mib']:,.0f} MiB")
+    print(
+        f"sharded in {count}: {sum(p['seconds'] for p in passes):.1f} s in all, largest pass "
+        f"{max(p['peak_rss_mib'] for p in passes):,.0f} MiB peak RSS"
+    )
+    for name in KEYS:
+        files = sorted(parts.glob(f"shard-*/{name}.parquet"))
+        frame = pl.concat([pl.read_parquet(f) for f in files], how="diagonal_relaxed") if files else None
+        if frame is not None:
+            frame.write_parquet(out / f"{name}.parquet")
             print(f"{name}: {frame.height} rows")
 
 
@@ -97,12 +168,13 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--instances", type=int, default=4)
     d.add_argument("--queries", type=int, default=100)
     d.add_argument("--days", type=float, default=0.5)
+    d.add_argument("--shards", type=int, default=1, help="run as N shards' passes, each in its own process")
     c = sub.add_parser("compare")
     c.add_argument("a", type=Path)
     c.add_argument("b", type=Path)
     args = parser.parse_args(argv)
     if args.command == "dump":
-        dump(args.out, LakeShape(instances=args.instances, queries=args.queries, days=args.days))
+        dump(args.out, LakeShape(instances=args.instances, queries=args.queries, days=args.days), args.shards)
         return 0
     return compare(args.a, args.b)
 
