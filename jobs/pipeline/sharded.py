@@ -51,16 +51,21 @@ from jobs.pipeline.detection import (
 )
 from jobs.query.series import fingerprinted_samples
 from jobs.schemas.analysed import CHANGEPOINT_MEMO, FDR_CANDIDATES
-from jobs.schemas.collected import QUERY_SAMPLES
+from jobs.schemas.collected import QUERY_SAMPLES, STATEMENT_SNAPSHOTS
 from jobs.schemas.table import TableSchema
 
 FAMILIES = (LATENCY, RESOURCE)
 
 
 def shard_instances(lake_root: LakePath, shard: int, shard_count: int) -> tuple[str, ...]:
-    """The instances with samples in the lake that belong to ``shard`` (from the folder names alone)."""
-    base = lake_path(lake_root) / QUERY_SAMPLES.name
-    names = [f.name.removeprefix("instance=") for f in base.glob("instance=*")] if base.exists() else []
+    """The instances with snapshots or samples in the lake that belong to ``shard`` (from the folder names
+    alone). Snapshots too: an instance whose samples no run has built yet (a new lake, a new instance) is
+    the shard's, and its pass builds them; listed by samples alone, such a shard was silently empty."""
+    names: set[str] = set()
+    for table in (STATEMENT_SNAPSHOTS, QUERY_SAMPLES):
+        base = lake_path(lake_root) / table.name
+        if base.exists():
+            names |= {f.name.removeprefix("instance=") for f in base.glob("instance=*")}
     return tuple(sorted(n for n in names if shard_of(n, shard_count) == shard))
 
 

@@ -22,7 +22,7 @@ from jobs.detect.changepoint_memo import ChangePointMemo, memo_key
 from jobs.detect.config import RegressionConfig
 from jobs.detect.findings import latest_states
 from jobs.detect.fleet_fdr import LATENCY, RESOURCE, CandidateRecorder, FleetFdr, bh_adjusted
-from jobs.detect.samples_job import run_samples_job
+from jobs.detect.samples_job import lake_instances, run_samples_job
 from jobs.detect.segments import consecutive_segment_tests
 from jobs.lake import io as lake
 from jobs.local.simulate.simulated_fleet import FleetShape
@@ -45,6 +45,7 @@ from jobs.schemas.analysed import (
     PERFORMANCE_REGRESSIONS,
     RESOURCE_REGRESSIONS,
 )
+from jobs.schemas.collected import QUERY_SAMPLES
 
 SHARDS = 4
 SHAPE = FleetShape(instances=8, statements=30, minutes=180, seed=7, regressions=3)
@@ -112,6 +113,15 @@ def _sharded_pass(root: Path, config: DetectionConfig, at: object, shards: range
         run_shard_detection(root, config, s, SHARDS, now=at + timedelta(seconds=1 + s))  # type: ignore[operator]
         for s in shards
     ]
+
+
+def test_a_lake_without_samples_yet_is_sharded_by_its_snapshots(simulated: Path, tmp_path: Path) -> None:
+    """Before any run built samples (a new lake, a new instance), every instance with snapshots is in its
+    shard, so the shard's pass builds its samples instead of finding nothing to analyse."""
+    fresh = _copy(simulated, tmp_path / "fresh")
+    shutil.rmtree(fresh / QUERY_SAMPLES.name)
+    listed = sorted(i for shard in range(SHARDS) for i in shard_instances(fresh, shard, SHARDS))
+    assert listed == lake_instances(fresh) and listed
 
 
 def test_four_shards_give_the_whole_fleet_runs_verdicts(simulated: Path, tmp_path: Path) -> None:
