@@ -26,7 +26,7 @@ before. Both write the run state, so an incremental run can follow a full one.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
@@ -448,15 +448,23 @@ def _in_ranges(ranges: pl.DataFrame) -> pl.Expr:
     return pl.any_horizontal(conditions) if conditions else pl.lit(False)
 
 
+def read_detection_samples(
+    lake_root: LakePath, query: Callable[[pl.LazyFrame], pl.LazyFrame] | None = None
+) -> pl.DataFrame:
+    """query_samples rows (through ``query``, a filter) with only the columns a detection run reads
+    (``DETECTION_SAMPLE_COLUMNS``): every read of samples for a run goes through here."""
+    return lake.read_table(
+        lake_root,
+        QUERY_SAMPLES,
+        lambda f: (f if query is None else query(f)).select(DETECTION_SAMPLE_COLUMNS),
+    )
+
+
 def read_samples_in_ranges(lake_root: LakePath, ranges: pl.DataFrame) -> pl.DataFrame:
     merged = merged_ranges(ranges)
-    if merged.height == 0:
-        return pl.DataFrame(schema=QUERY_SAMPLES.scan_schema()).select(
-            DETECTION_SAMPLE_COLUMNS
-        )  # no file opened
-    return lake.read_table(
-        lake_root, QUERY_SAMPLES, lambda f: f.filter(_in_ranges(merged)).select(DETECTION_SAMPLE_COLUMNS)
-    )
+    if merged.height == 0:  # no file opened
+        return pl.DataFrame(schema=QUERY_SAMPLES.scan_schema()).select(DETECTION_SAMPLE_COLUMNS)
+    return read_detection_samples(lake_root, lambda f: f.filter(_in_ranges(merged)))
 
 
 @dataclass(frozen=True)
@@ -558,10 +566,6 @@ def _history_of(
         return first.head(0)
     pairs = wanted.select(pl.concat_str("instance", pl.col("queryid").cast(pl.String), separator="\x1f"))
     key = pl.concat_str("instance", pl.col("queryid").cast(pl.String), separator="\x1f")
-    return lake.read_table(
-        lake_root,
-        QUERY_SAMPLES,
-        lambda f: f.filter(_in_ranges(merged) & key.is_in(pairs.to_series().implode())).select(
-            DETECTION_SAMPLE_COLUMNS
-        ),
+    return read_detection_samples(
+        lake_root, lambda f: f.filter(_in_ranges(merged) & key.is_in(pairs.to_series().implode()))
     )

@@ -313,14 +313,19 @@ def detect_resource_regressions(
     fdr: FdrAdjust = within_call,
     fleet_tests: int = 0,
     memo: ChangePointMemo | None = None,
+    deploy_rows: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """resource_regressions rows: the deploy analysis, then (``unannounced``) the unannounced one.
 
     Same inputs as ``jobs.detect.deploy_analysis.detect_regressions``, and the same ``scope`` (None =
     everything):
-    the deploys and series it re-examines, and its unannounced series. Pure and deterministic.
+    the deploys and series it re-examines, and its unannounced series. ``deploy_rows``: the deploy
+    analysis' rows when already computed (the detection pass runs it beside the latency deploy analysis,
+    on the windows both read). Pure and deterministic.
     """
-    frames = [deploy_resource_regressions(samples, texts, deploys, config, scope)]
+    if deploy_rows is None:
+        deploy_rows = deploy_resource_regressions(samples, texts, deploys, config, scope)
+    frames = [deploy_rows]
     if unannounced:
         frames.append(unannounced_resource_regressions(samples, texts, config, scope, fdr, fleet_tests, memo))
     return pl.concat(frames, how="vertical")

@@ -39,6 +39,7 @@ from jobs.detect.scope import (
     commit_run,
     latest_rows_per_instance,
     plan_run,
+    read_detection_samples,
     read_scoped_samples,
     settings_changed_since_last_run,
 )
@@ -47,9 +48,9 @@ from jobs.detect.verdicts import DETECTED
 from jobs.detect.work import (
     attach_work_evidence,
     deploy_resource_regressions,
-    unannounced_resource_regressions,
+    detect_resource_regressions,
 )
-from jobs.detect.work_config import DETECTION_SAMPLE_COLUMNS, WORK_COLUMNS
+from jobs.detect.work_config import WORK_COLUMNS
 from jobs.detect.work_findings import finding_rows_with_work
 from jobs.lake import io as lake
 from jobs.lake.locks import LakeConfig
@@ -202,25 +203,17 @@ def detect_from_frames(
     )
     regressions = attach_work_evidence(regressions, samples, texts, config.regression)
     unannounced = attach_work_evidence(unannounced, samples, texts, config.regression)
-    # As detect_resource_regressions: the deploy analysis' rows, then the unannounced one's.
-    resources = (
-        pl.concat(
-            [
-                deploy_resources,
-                unannounced_resource_regressions(
-                    samples,
-                    texts,
-                    config.regression,
-                    scope,
-                    fleet.adjust(RESOURCE),
-                    fleet.tests(RESOURCE),
-                    memo,
-                ),
-            ],
-            how="vertical",
-        )
-        if config.unannounced
-        else deploy_resources
+    resources = detect_resource_regressions(
+        samples,
+        texts,
+        deploys,
+        config.regression,
+        unannounced=config.unannounced,
+        scope=scope,
+        fdr=fleet.adjust(RESOURCE),
+        fleet_tests=fleet.tests(RESOURCE),
+        memo=memo,
+        deploy_rows=deploy_resources,
     )
     # Both analyses in one call: a deploy and an unannounced change are different moments (episodes).
     both, slowdowns = separate_contention(
@@ -287,11 +280,7 @@ def read_inputs_in_scope(
     plans = lake.read_table(lake_root, PLAN_SNAPSHOTS, only)
     state = plan_run(lake_root, deploys, computed_at, config.incremental, config_digest, shard)
     if state.scope is None:
-        columns = pl.col(DETECTION_SAMPLE_COLUMNS)
-        samples = lake.read_table(
-            lake_root, QUERY_SAMPLES, lambda f: (only(f) if only is not None else f).select(columns)
-        )
-        return state, samples, texts, deploys, plans
+        return state, read_detection_samples(lake_root, only), texts, deploys, plans
     scoped = read_scoped_samples(lake_root, state.scope, deploys, texts, config.regression, config.scope)
     return replace(state, scope=scoped.scope), scoped.samples, texts, deploys, plans
 

@@ -285,17 +285,20 @@ def identify_samples(
     # interval end stand for its samples: series_of_queryids reads only their span (and every sample's
     # interval end, passed apart, where queryids of one fingerprint are chained).
     entry = ["instance", "dbid", "userid", "queryid"]
-    spans = frame.group_by(entry).agg(
-        pl.col("interval_end").min().alias("_first"), pl.col("interval_end").max().alias("_last")
+    spans = attach_fingerprints(
+        frame.group_by(entry).agg(
+            pl.col("interval_end").min().alias("_first"), pl.col("interval_end").max().alias("_last")
+        ),
+        prints,
     )
+    described = [*entry, "fingerprint", "query"]
     ends = pl.concat(
-        [spans.select(*entry, pl.col(edge).alias("interval_end")) for edge in ("_first", "_last")]
+        [spans.select(*described, pl.col(edge).alias("interval_end")) for edge in ("_first", "_last")]
     )
-    ends = attach_fingerprints(ends, prints)
     names = series_of_queryids(ends, config, frame.select("instance", "interval_end"))
     join_on = [k for k in group_keys(config) if k != "fingerprint"] + ["queryid"]
     identity = (
-        attach_fingerprints(spans.select(entry), prints)
+        spans.select(described)
         .join(names.select(*join_on, "series"), on=join_on, how="left", nulls_equal=True)
         .join(database_names(texts), on=["instance", "dbid"], how="left")
         .with_columns(
