@@ -204,6 +204,7 @@ def _flag_overrides(args: argparse.Namespace) -> list[Any]:
         ("out", "report.out", str),
         ("current_window", "drift.samples.current_window", str),
         ("profile", "drift.score.profile", str),
+        ("memory_budget_mib", "detector.memory.budget_mib", int),
     )
     found = []
     for dest, key, kind in pairs:

@@ -16,14 +16,22 @@ def cmd_detect(args: argparse.Namespace) -> int:
     from jobs.detect.findings import OPEN
     from jobs.drift.finding_flags import DRIFT_FLAG_COLUMNS, with_drift_flags
     from jobs.lake import io as lake
-    from jobs.pipeline.detection import DETECTION_ASSETS, run_detection
+    from jobs.pipeline.budgeted import run_detection_in_budget
+    from jobs.pipeline.detection import DETECTION_ASSETS
     from jobs.publish.console import print_detection
     from jobs.schemas.analysed import EXECUTION_DRIFT, FINDING_STATES
 
     config = settings_of(args).detection_config(incremental=not args.full)
     if args.shard is not None:  # one shard's pass of a sharded detection (jobs.pipeline.sharded)
         return detect_shard(args, config)
-    outcome = run_detection(lake_root(args), config)
+    run = run_detection_in_budget(lake_root(args), config)
+    outcome = run.outcome
+    if len(run.chunks) > 1:
+        say(
+            args,
+            f"within the memory budget of {config.memory.budget_mib} MiB: {len(run.chunks)} chunks of "
+            f"{', '.join(str(len(c)) for c in run.chunks)} instances (peak RSS {run.peak_rss_mib:,.0f} MiB)",
+        )
     drift = lake.read_table(lake_root(args), EXECUTION_DRIFT)  # each finding's per-execution drift flags
     if args.format == "table":
         print_detection(outcome, console, show_all=args.all, drift=drift)

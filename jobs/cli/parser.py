@@ -354,6 +354,15 @@ def build_parser(command: str | None = ALL_COMMANDS) -> argparse.ArgumentParser:
         "--fail-on-detect", action="store_true", help="exit 1 when a finding is open after the run"
     )
     detect.add_argument(
+        "--memory-budget-mib",
+        type=int,
+        default=None,
+        metavar="MIB",
+        help="a run that reads every sample (--full, the first, a settings change) and would need more "
+        "memory analyses its instances in chunks that fit, with the same findings (default: "
+        "[detector.memory] budget_mib; 0 = one pass)",
+    )
+    detect.add_argument(
         "--shard",
         type=shard_flag,
         default=None,

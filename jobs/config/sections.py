@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from jobs.collect.deploys import DeployInboxConfig
 from jobs.collect.fleet import CollectorConfig
-from jobs.detect.config import FindingsConfig, RegressionConfig, SampleConfig, ScopeConfig
+from jobs.detect.config import FindingsConfig, MemoryConfig, RegressionConfig, SampleConfig, ScopeConfig
 from jobs.drift.config import DriftConfig
 from jobs.errors import ConfigError
 from jobs.gate.config import GateConfig
@@ -44,6 +44,8 @@ class DetectorSettings(RegressionConfig):
     """What an incremental run re-examines."""
     unannounced: bool = True
     """Also look for regressions no deploy explains (multiple change points, Benjamini-Hochberg)."""
+    memory: MemoryConfig = field(default_factory=MemoryConfig)
+    """The memory budget of a full run (chunks of instances)."""
 
     def regression_config(self) -> RegressionConfig:
         """The plain detector config (its repr, and so anything derived from it, as before the file)."""
@@ -193,6 +195,7 @@ class RadarSettings:
             unannounced=self.detector.unannounced,
             lake=self.lake_config(),
             findings=self.detector.findings,
+            memory=self.detector.memory,
             analyze_before_plan_change=self.drift.samples.analyze_before_plan_change,
         )
 

@@ -207,6 +207,33 @@ class ScopeConfig:
 
 
 @dataclass(frozen=True)
+class MemoryConfig:
+    """How much memory a full detection run may take (jobs.pipeline.budgeted)."""
+
+    budget_mib: int = 0
+    """A full run (``--full``, the first run, a settings change) whose estimated memory exceeds this many
+    MiB analyses the instances in chunks that each fit, each pass in a fresh process; findings and
+    analysis rows are those of one pass. Each instance stays whole (its contention analysis needs all its
+    series), so one instance larger than the budget is a chunk of its own. 0: always one pass."""
+    base_mib: int = 700
+    """The estimate's fixed part: one pass's memory over no samples (interpreter, libraries, buffers)."""
+    sample_bytes: int = 660
+    """The estimate's part per sample row a pass analyses (all of its chunk's instances'); measured with
+    ``bench_detection`` (README, "Detection at the speed of its input")."""
+    rebuild_bytes: int = 1000
+    """The estimate's part per snapshot row of the largest instance whose samples a pass rebuilds (the
+    samples job differences one instance at a time); not counted when another job keeps the samples."""
+    coordinator_mib: int = 600
+    """The share of the budget kept for the process that runs the chunks' passes: it holds every chunk's
+    analysis rows (about 500 MiB at 10,000 series over one day)."""
+
+    def __post_init__(self) -> None:
+        for name in ("budget_mib", "base_mib", "sample_bytes", "rebuild_bytes", "coordinator_mib"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0")
+
+
+@dataclass(frozen=True)
 class RegressionConfig:
     """Every threshold of the detector; defaults are the issue's."""
 

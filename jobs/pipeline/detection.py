@@ -17,7 +17,7 @@ import polars as pl
 from jobs.collect.deploys import load_deploy_events
 from jobs.detect.attribution import attribute_to_deploys
 from jobs.detect.changepoint_memo import ChangePointMemo
-from jobs.detect.config import FindingsConfig, RegressionConfig, SampleConfig, ScopeConfig
+from jobs.detect.config import FindingsConfig, MemoryConfig, RegressionConfig, SampleConfig, ScopeConfig
 from jobs.detect.contention import separate_contention
 from jobs.detect.deploy_analysis import detect_regressions, one_row_per_finding, scoped_deploy_windows
 from jobs.detect.findings import (
@@ -105,6 +105,9 @@ class DetectionConfig:
     """Lock wait and temp-file rules of the samples rebuild."""
     findings: FindingsConfig = field(default_factory=FindingsConfig)
     """Finding identity (onset tolerance) and the recovery re-check (jobs.detect.findings)."""
+    memory: MemoryConfig = field(default_factory=MemoryConfig)
+    """How much memory a full run may take (jobs.pipeline.budgeted; not a verdict setting: the same findings
+    whatever the chunks)."""
     analyze_before_plan_change: timedelta = ANALYZE_WINDOW
     """[drift.samples] analyze_before_plan_change: an ANALYZE of a table of the query at most this long
     before a regression's change is named in its plan diff and finding (jobs.plans.analyses)."""

@@ -35,7 +35,7 @@ from jobs.collect.shards import shard_key, shard_of
 from jobs.detect.changepoint_memo import ChangePointMemo
 from jobs.detect.findings import run_id_for
 from jobs.detect.fleet_fdr import LATENCY, RESOURCE, CandidateRecorder, FleetFdr
-from jobs.detect.samples_job import run_samples_job
+from jobs.detect.samples_job import SamplesJobReport, run_samples_job
 from jobs.detect.scope import ShardOfRun
 from jobs.detect.unannounced import detect_unannounced_regressions
 from jobs.detect.work import unannounced_resource_regressions
@@ -92,24 +92,20 @@ class RecordedCandidates:
     path: LakePath
 
 
-def record_shard_candidates(
-    lake_root: LakePath,
-    config: DetectionConfig,
-    shard: int,
-    shard_count: int,
-    now: datetime | None = None,
-) -> RecordedCandidates:
-    """Phase 1: the shard's unannounced candidates' p-values, written to ``fdr_candidates``. Reads what
-    phase 2 will read (the same scope: nothing is committed in between) and runs the same unannounced
-    searches on the same identified samples, so phase 2's own candidates are these."""
-    computed_at = (now or datetime.now(UTC)).astimezone(UTC)
-    of_run = shard_of_run(lake_root, shard, shard_count, config, computed_at)
+def unannounced_candidates(
+    lake_root: LakePath, config: DetectionConfig, of_run: ShardOfRun, computed_at: datetime
+) -> tuple[CandidateRecorder, ChangePointMemo, SamplesJobReport | None]:
+    """Phase 1's work for some instances (a shard's, a chunk's): their samples brought up to date when
+    ``config.rebuild_samples`` (as phase 2 would), then their unannounced searches (latency, work per call)
+    run as phase 2 will run them, keeping each family's raw candidate p-values and the change points
+    found. Returns those and the samples job's report."""
     digest = detection_config_digest(config)
     if config.incremental and settings_changed_for(lake_root, digest, of_run):
         config = replace(config, incremental=False)
-    if config.rebuild_samples:  # as phase 2 would: the shard's samples brought up to date first
+    report = None
+    if config.rebuild_samples:
         mode = "append" if config.incremental else "rebuild"
-        run_samples_job(
+        report = run_samples_job(
             lake_root, config.samples, instances=list(of_run.instances), lake_config=config.lake, mode=mode
         )
     state, samples, texts, _, _ = read_inputs_in_scope(lake_root, config, computed_at, digest, of_run)
@@ -122,6 +118,22 @@ def record_shard_candidates(
         unannounced_resource_regressions(
             samples, texts, config.regression, state.scope, recorder.adjust(RESOURCE), memo=memo
         )
+    return recorder, memo, report
+
+
+def record_shard_candidates(
+    lake_root: LakePath,
+    config: DetectionConfig,
+    shard: int,
+    shard_count: int,
+    now: datetime | None = None,
+) -> RecordedCandidates:
+    """Phase 1: the shard's unannounced candidates' p-values, written to ``fdr_candidates``. Reads what
+    phase 2 will read (the same scope: nothing is committed in between) and runs the same unannounced
+    searches on the same identified samples, so phase 2's own candidates are these."""
+    computed_at = (now or datetime.now(UTC)).astimezone(UTC)
+    of_run = shard_of_run(lake_root, shard, shard_count, config, computed_at)
+    recorder, memo, _ = unannounced_candidates(lake_root, config, of_run, computed_at)
     frames = [
         pl.DataFrame(
             {"family": family, "p_value": recorder.p_values(family)},

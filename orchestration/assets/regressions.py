@@ -13,7 +13,8 @@ from jobs.collect.shards import shard_key
 from jobs.detect.findings import FINDING_STATUSES
 from jobs.detect.verdicts import DETECTED
 from jobs.lake import io as lake_io
-from jobs.pipeline.detection import DetectionOutcome, run_detection
+from jobs.pipeline.budgeted import run_detection_in_budget
+from jobs.pipeline.detection import DetectionOutcome
 from jobs.pipeline.sharded import record_shard_candidates, run_shard_detection
 from jobs.query.series import SERIES_KEY
 from orchestration.partitions import SHARD_COUNT, run_shards, shard_partitions
@@ -134,7 +135,13 @@ def build_regressions_and_plan_diffs(shard_count: int) -> dg.AssetsDefinition:
                     "the false discovery rate is controlled over the other shards' candidates only"
                 )
         else:
-            outcome = run_detection(lake.path, detection)
+            budgeted = run_detection_in_budget(lake.path, detection)
+            outcome = budgeted.outcome
+            shard_metadata = {
+                "memory_budget_mib": detection.memory.budget_mib,
+                "instance_chunks": len(budgeted.chunks),
+                "peak_rss_mib": round(budgeted.peak_rss_mib),
+            }
         yield from _analysis_results(outcome, {**shard_metadata, **lake_incident_metadata(mark)})
 
     return regressions_and_plan_diffs

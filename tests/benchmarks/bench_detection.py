@@ -15,6 +15,8 @@ alone, not of the interpreter start):
 - reference: ``reference_pass``, one DuckDB query over the same snapshots (window LAG deltas, per-series
   count/mean/variance of interval latency): what any detector must at least do (issue 25). The full run
   is reported as a multiple of it (goal: <= 3x).
+- budgeted (``--budget-mib M``): the full run within a memory budget of M MiB (jobs.pipeline.budgeted:
+  chunks of instances, each pass in its own process); its peak is this process's plus its largest pass's.
 
 Reported per history length: wall s and peak MiB of each, full / incremental (goal >= 20x), and for each
 kind of run 2 days / 1 day (goal: the incremental run stays flat, about 1x). On a build whose
@@ -263,6 +265,33 @@ def measured_run(lake_root: str, now_iso: str, incremental: bool, profile: bool)
     }
 
 
+def budgeted_run(lake_root: str, now_iso: str, budget_mib: int) -> dict[str, Any]:
+    """One full run within a memory budget (jobs.pipeline.budgeted) from this (fresh) process: wall s, this
+    process's peak RSS, each chunk's pass peak (their own processes), the chunks."""
+    from jobs.detect.config import MemoryConfig
+    from jobs.pipeline.budgeted import run_detection_in_budget
+
+    config = dataclasses.replace(detection_config(False), memory=MemoryConfig(budget_mib=budget_mib))
+    started = time.perf_counter()
+    run = run_detection_in_budget(Path(lake_root), config, now=datetime.fromisoformat(now_iso))
+    seconds = time.perf_counter() - started
+    here = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    passes = max(run.chunk_peak_rss_mib, default=0.0)
+    return {
+        "seconds": seconds,
+        "peak_rss_mib": here + passes,  # this process and its largest pass's, at most at once
+        "coordinator_peak_rss_mib": here,
+        "largest_pass_peak_rss_mib": passes,
+        "chunks": [len(c) for c in run.chunks],
+        "detected": sorted(
+            {
+                (r["instance"], r["queryid"], str(r["deployed_at"]))
+                for r in run.outcome.detected.iter_rows(named=True)
+            }
+        ),
+    }
+
+
 def reference_pass(lake_root: str) -> dict[str, Any]:
     """The least any detector must do, in one DuckDB query (issue 25's peer): read every statement
     snapshot's series key, time, calls and total execution time, take per-interval deltas by window LAG,
@@ -411,7 +440,12 @@ def folder_mib(root: Path) -> float:
 
 
 def bench_shape(
-    shape: LakeShape, profile: bool, limits: RunLimits, repeats: int, full_only: bool = False
+    shape: LakeShape,
+    profile: bool,
+    limits: RunLimits,
+    repeats: int,
+    full_only: bool = False,
+    budget_mib: int = 0,
 ) -> dict[str, Any]:
     generated = build_lake(BENCH_DIR, shape)
     os.sync()  # flush generated files now, so no measured run's fsyncs wait for them
@@ -445,6 +479,24 @@ def bench_shape(
     shutil.rmtree(full_lake, ignore_errors=True)
     print(f"  full run: {describe(out['full'])}", flush=True)
     out["full_found_injected"] = found_injected(out["injected"], out["full"])
+    if budget_mib:
+        budget_lake = lake_copy(generated, "budgeted")
+        append_tail(budget_lake, generated.tail)
+        run = in_fresh_process(budgeted_run, str(budget_lake), later.isoformat(), budget_mib, limits=limits)
+        shutil.rmtree(budget_lake, ignore_errors=True)
+        out["budgeted"] = run
+        if run.get("seconds") is not None:
+            same = run["detected"] == out["full"].get("detected")
+            print(
+                f"  full run within {budget_mib:,} MiB: {run['seconds']:.1f} s "
+                f"(x{run['seconds'] / out['reference']['seconds']:.1f} the reference), chunks of "
+                f"{run['chunks']} instances; peak RSS {run['coordinator_peak_rss_mib']:,.0f} MiB here + "
+                f"{run['largest_pass_peak_rss_mib']:,.0f} MiB the largest pass = {run['peak_rss_mib']:,.0f} "
+                f"MiB; deploy verdicts {'the same as' if same else 'DIFFERENT from'} the one-pass run's",
+                flush=True,
+            )
+        else:
+            print(f"  full run within {budget_mib:,} MiB: {run.get('stopped')}", flush=True)
 
     if full_only:
         out["incremental"] = None
@@ -633,6 +685,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--full-only", action="store_true", help="measure the full run only")
     parser.add_argument("--no-double", action="store_true", help="only the base history")
     parser.add_argument(
+        "--budget-mib",
+        type=int,
+        default=0,
+        help="also measure a full run within this memory budget (jobs.pipeline.budgeted)",
+    )
+    parser.add_argument(
         "--profile", action="store_true", default=bool(os.environ.get("RADAR_DETECTION_BENCH_PROFILE"))
     )
     return parser.parse_args(argv)
@@ -659,7 +717,10 @@ def main(argv: list[str] | None = None) -> None:
     print(
         f"limits per measured run: {args.max_minutes:g} min, {limits.rss_cap_mib():,.0f} MiB RSS", flush=True
     )
-    runs = [bench_shape(shape, args.profile, limits, args.repeats, args.full_only) for shape in shapes]
+    runs = [
+        bench_shape(shape, args.profile, limits, args.repeats, args.full_only, args.budget_mib)
+        for shape in shapes
+    ]
     scaling = summarize(runs)
     print_table(runs, scaling)
     document = json.dumps(

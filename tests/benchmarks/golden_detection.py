@@ -5,7 +5,8 @@ each difference explained.
            builds (or reuses, under .bench/) the generated detection lake of that shape, runs a full
            run_detection on a copy with the build on PYTHONPATH, writes every analysis table to OUT/*.parquet;
            --shards N runs it as N shards' passes instead (jobs.pipeline.sharded, each pass in its own
-           process, peak RSS per pass printed): a chunked run's memory, and its rows against a whole run's
+           process, peak RSS per pass printed): a chunked run's memory, and its rows against a whole run's;
+           --budget-mib M runs it within a memory budget of M MiB (jobs.pipeline.budgeted, one process)
   compare  python -m tests.benchmarks.golden_detection compare OUT_A OUT_B
            per table: rows only in A, only in B (keyed by the table's identity columns), and per column the
            rows whose values differ; exit 0 when identical, 1 otherwise
@@ -41,7 +42,9 @@ KEYS: dict[str, tuple[str, ...]] = {
 }
 
 
-def dump(out: Path, shape: LakeShape, shards: int = 1) -> None:
+def dump(out: Path, shape: LakeShape, shards: int = 1, budget_mib: int = 0) -> None:
+    from jobs.detect.config import MemoryConfig
+    from jobs.pipeline.budgeted import run_detection_in_budget
     from jobs.pipeline.detection import DetectionConfig, run_detection
 
     generated = build_lake(BENCH_DIR / "golden-lakes", shape)
@@ -51,6 +54,17 @@ def dump(out: Path, shape: LakeShape, shards: int = 1) -> None:
     now = shape.end + timedelta(minutes=TAIL_MINUTES)
     if shards > 1:
         dump_sharded(out, lake, now, shards)
+        return
+    if budget_mib:
+        started = time.perf_counter()
+        run = run_detection_in_budget(lake, DetectionConfig(memory=MemoryConfig(budget_mib=budget_mib)), now)
+        print(
+            f"{len(run.chunks)} chunks of {[len(c) for c in run.chunks]} instances, estimates "
+            f"{[round(e) for e in run.estimated_mib]} MiB; {time.perf_counter() - started:.1f} s, "
+            f"peak RSS {run.peak_rss_mib:,.0f} MiB here, "
+            f"passes {[round(m) for m in run.chunk_peak_rss_mib]} MiB"
+        )
+        write_frames(run.outcome, out)
         return
     write_frames(run_detection(lake, DetectionConfig(), now=now), out)
 
@@ -169,12 +183,16 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--queries", type=int, default=100)
     d.add_argument("--days", type=float, default=0.5)
     d.add_argument("--shards", type=int, default=1, help="run as N shards' passes, each in its own process")
+    d.add_argument(
+        "--budget-mib", type=int, default=0, help="one run within this memory budget (jobs.pipeline.budgeted)"
+    )
     c = sub.add_parser("compare")
     c.add_argument("a", type=Path)
     c.add_argument("b", type=Path)
     args = parser.parse_args(argv)
     if args.command == "dump":
-        dump(args.out, LakeShape(instances=args.instances, queries=args.queries, days=args.days), args.shards)
+        shape = LakeShape(instances=args.instances, queries=args.queries, days=args.days)
+        dump(args.out, shape, args.shards, args.budget_mib)
         return 0
     return compare(args.a, args.b)
 

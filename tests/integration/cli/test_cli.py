@@ -159,12 +159,12 @@ def test_an_unexpected_exception_is_one_line_and_exit_70_never_a_verdict_code(
 ) -> None:
     """A bug (here a TypeError raised where detection runs) is not "a finding is open" (--fail-on-detect's
     1) nor a usage error: exit 70, one line on stderr naming the exception, an empty stdout for `jq`."""
-    import jobs.pipeline.detection
+    import jobs.pipeline.budgeted
 
     def broken(*_: object, **__: object) -> None:
         raise TypeError("'>' not supported between instances of 'NoneType' and 'NoneType'")
 
-    monkeypatch.setattr(jobs.pipeline.detection, "run_detection", broken)
+    monkeypatch.setattr(jobs.pipeline.budgeted, "run_detection_in_budget", broken)
     capsys.readouterr()
     code = main(["--lake", str(lake_root), "detect", "--fail-on-detect", "--format", "json"])
     out, err = capsys.readouterr()
