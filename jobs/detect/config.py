@@ -72,6 +72,16 @@ class SampleConfig:
     """Append mode keeps each entry's latest snapshot row (the predecessor of its next sample) until the
     entry has been absent from the snapshots this long: the collector snapshots every entry every time, so
     an absent entry was evicted or reset, and a delta across such a gap is not an interval sample."""
+    # Not in repr: the samples do not depend on it, so changing it neither rebuilds nor re-runs anything.
+    rebuild_piece_rows: int = field(default=1_000_000, repr=False, compare=False)
+    """A rebuild differences an instance whose snapshots have more rows than this in pieces of whole days
+    of at most this many rows (a day larger alone), each from the previous piece's frontier as an append
+    would: the same samples, in memory that follows the piece instead of the history (500 statements
+    over 7 days: 1.9 GiB in pieces of a day, 5.0 GiB at once)."""
+
+    def __post_init__(self) -> None:
+        if self.rebuild_piece_rows < 1:
+            raise ValueError("rebuild_piece_rows must be >= 1")
 
 
 @dataclass(frozen=True)
@@ -220,9 +230,10 @@ class MemoryConfig:
     sample_bytes: int = 660
     """The estimate's part per sample row a pass analyses (all of its chunk's instances'); measured with
     ``bench_detection`` (README, "Detection at the speed of its input")."""
-    rebuild_bytes: int = 1000
-    """The estimate's part per snapshot row of the largest instance whose samples a pass rebuilds (the
-    samples job differences one instance at a time); not counted when another job keeps the samples."""
+    rebuild_bytes: int = 1700
+    """The estimate's part per snapshot row of the largest instance (or piece of days: ``[samples]
+    rebuild_piece_rows``) whose samples a pass rebuilds (the samples job differences one instance at a
+    time); not counted when another job keeps the samples."""
     coordinator_mib: int = 600
     """The share of the budget kept for the process that runs the chunks' passes: it holds every chunk's
     analysis rows (about 500 MiB at 10,000 series over one day)."""

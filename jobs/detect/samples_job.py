@@ -215,6 +215,32 @@ def _run_samples_job(
             scans.clear()  # with_recovery quarantines the bad file; the retry lists the files again
             raise
 
+    def snapshot_days(name: str) -> list[tuple[str, int]]:
+        """The instance's snapshot rows per date partition (from the files' metadata), in day order."""
+        epoch = datetime(1970, 1, 1, tzinfo=UTC)
+        files = instance_files(lake_root, name, epoch)
+        counted = lake.scan_files(lake_root, STATEMENT_SNAPSHOTS, files).group_by("date").len().collect()
+        return sorted((str(day), int(n)) for day, n in counted.iter_rows())
+
+    def piece_of(
+        name: str, days: list[str], frontier: pl.DataFrame
+    ) -> tuple[int, SamplesResult, pl.DataFrame]:
+        """The samples of the snapshots dated ``days``, differenced from ``frontier`` (the piece before)."""
+        chosen = set(days)
+        runs_from = (date.fromisoformat(days[0]) - timedelta(days=1)).isoformat()
+        runs_to = (date.fromisoformat(days[-1]) + timedelta(days=1)).isoformat()
+        epoch = datetime(1970, 1, 1, tzinfo=UTC)
+        snapshot_files = [f for f in instance_files(lake_root, name, epoch) if _partition_day(f) in chosen]
+        run_files = [
+            f
+            for f in instance_files(lake_root, name, epoch, SNAPSHOT_RUNS)
+            if runs_from <= _partition_day(f) <= runs_to
+        ]
+        new = lake.scan_files(lake_root, STATEMENT_SNAPSHOTS, snapshot_files).collect()
+        runs = lake.scan_files(lake_root, SNAPSHOT_RUNS, run_files)
+        result, front = append_samples(frontier, new, runs, config)
+        return new.height, result, front
+
     def appended(name: str, frontier: pl.DataFrame) -> tuple[int, SamplesResult, pl.DataFrame]:
         since = frontier["watermark_captured_at"].max()
         snapshots = lake.scan_files(
@@ -242,6 +268,49 @@ def _run_samples_job(
             rebuilt_for_settings.append(name)
             watermark = None
         tables = (STATEMENT_SNAPSHOTS, SNAPSHOT_RUNS)
+        pieces: list[list[str]] = []
+        if dates is None and (mode == "rebuild" or watermark is None):
+            days = snapshot_days(name)
+            if sum(n for _, n in days) > config.rebuild_piece_rows:
+                pieces = day_pieces(days, config.rebuild_piece_rows)
+        if len(pieces) > 1:
+            # A rebuild in pieces of days: each piece's samples written (and its days replaced) as it is
+            # differenced; the frontier committed after the last, as a one-piece rebuild does.
+            front = empty_frontier()
+            kept: dict[str, list[LakePath]] = {}
+            kept_health: dict[str, list[LakePath]] = {}
+            for piece in pieces:
+                rows, result, front = with_recovery(
+                    lake_root, tables, lambda n=name, d=piece, f=front: piece_of(n, d, f)
+                )
+                total_rows += rows
+                drops.append(result.dropped_counts)
+                for day, part in _by_end_date(result.samples.drop("instance")):
+                    sample_rows += part.height
+                    stem = stem_for(part["interval_end"].max())  # type: ignore[arg-type]
+                    parts = {"instance": name, "date": day}
+                    written = write_table(out_root, QUERY_SAMPLES, part, parts, stem, config=lake_config)
+                    kept.setdefault(day, []).append(written)
+                    clear_partition(out_root, written.parent, kept[day])
+                    files += 1
+                _write_collection_health(
+                    lake_root,
+                    out_root,
+                    name,
+                    result.interval_counts,
+                    True,
+                    None,
+                    None,
+                    lake_config,
+                    kept_health,
+                )
+            clear_days_without_samples(lake_root, out_root, name, set(kept), None)
+            clear_days_without_samples(lake_root, out_root, name, set(kept_health), None, COLLECTION_HEALTH)
+            if front.height:
+                write_frontier(
+                    out_root, name, front.with_columns(pl.lit(digest).alias("config_digest")), lake_config
+                )
+            continue
         if mode == "append" and watermark is not None:
             remove_unconfirmed_samples(out_root, name, watermark)  # type: ignore[arg-type]
             remove_unconfirmed_samples(out_root, name, watermark, COLLECTION_HEALTH)  # type: ignore[arg-type]
@@ -299,10 +368,13 @@ def _write_collection_health(
     watermark: datetime | None,
     dates: tuple[date, date] | None,
     lake_config: LakeConfig | None,
+    pieces: dict[str, list[LakePath]] | None = None,
 ) -> None:
     """collection_health files of one instance, written as its samples are: one per (instance, date) named
     after the day's latest interval end; a rebuild (``replacing``) replaces the day's files (and clears a
-    rebuilt day left without intervals), an append adds a file of the new intervals only."""
+    rebuilt day left without intervals), an append adds a file of the new intervals only. ``pieces``: a
+    rebuild in pieces of days, its files so far per day (kept when a day is replaced; the caller clears
+    the days left without intervals after the last piece)."""
     counts = (
         interval_counts.filter(pl.col("instance") == instance) if interval_counts.height else interval_counts
     )
@@ -320,9 +392,12 @@ def _write_collection_health(
         written = write_table(
             out_root, COLLECTION_HEALTH, part.drop("instance"), parts, stem, config=lake_config
         )
-        if replacing:
+        if pieces is not None:
+            pieces.setdefault(text, []).append(written)
+            clear_partition(out_root, written.parent, pieces[text], COLLECTION_HEALTH)
+        elif replacing:
             clear_partition(out_root, written.parent, written, COLLECTION_HEALTH)
-    if replacing:
+    if replacing and pieces is None:
         clear_days_without_samples(lake_root, out_root, instance, written_days, dates, COLLECTION_HEALTH)
 
 
@@ -412,6 +487,25 @@ def remove_unconfirmed_samples(
     return removed
 
 
+def day_pieces(days: list[tuple[str, int]], piece_rows: int) -> list[list[str]]:
+    """Consecutive days (day, rows) grouped into pieces of at most ``piece_rows`` rows; a larger day is a
+    piece of its own (a day is never split: the samples job writes a day's partition whole)."""
+    pieces: list[list[str]] = []
+    filled = 0
+    for day, rows in days:
+        if not pieces or filled + rows > piece_rows:
+            pieces.append([])
+            filled = 0
+        pieces[-1].append(day)
+        filled += rows
+    return pieces
+
+
+def _partition_day(path: LakePath) -> str:
+    """The ``date=`` partition of a lake file (its parent folder)."""
+    return path.parent.name.removeprefix("date=")
+
+
 def _by_end_date(samples: pl.DataFrame) -> list[tuple[str, pl.DataFrame]]:
     """Samples split by the UTC date of their interval end; no copy when they all share one date."""
     if samples.height == 0:
@@ -467,12 +561,17 @@ def clear_days_without_samples(
 
 
 def clear_partition(
-    out_root: LakePath, folder: LakePath, kept: LakePath | None, table: TableSchema = QUERY_SAMPLES
+    out_root: LakePath,
+    folder: LakePath,
+    kept: LakePath | list[LakePath] | None,
+    table: TableSchema = QUERY_SAMPLES,
 ) -> list[LakePath]:
-    """Remove the samples job's files of one ``table`` partition but ``kept``; quarantine any other."""
+    """Remove the samples job's files of one ``table`` partition but ``kept`` (a file, or the files a rebuild
+    in pieces wrote there); quarantine any other."""
+    keep = set(kept) if isinstance(kept, list) else {kept}
     removed = []
     for old in folder.glob("*.parquet"):
-        if old == kept:
+        if old in keep:
             continue
         if is_own_file(old, table):
             old.unlink(missing_ok=True)

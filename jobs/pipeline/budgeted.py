@@ -14,7 +14,8 @@ the candidates' p-values, the change points found and the outcome), with nothing
 
 An incremental run reads only what is new and is never split. A pass's estimate is ``base_mib`` plus the
 larger of its analysis (``sample_bytes`` per row of its instances) and its samples rebuild
-(``rebuild_bytes`` per snapshot row of its largest instance), an instance's rows being its snapshot or
+(``rebuild_bytes`` per snapshot row of its largest instance, or of its largest piece of days: ``[samples]
+rebuild_piece_rows``), an instance's rows being its snapshot or
 sample rows, whichever are more; the constants are settings, measured by ``bench_detection``.
 """
 
@@ -70,30 +71,37 @@ def rows_per_instance(lake_root: LakePath) -> dict[str, int]:
     return rows
 
 
-def estimated_mib(rows: list[int], memory: MemoryConfig, rebuilds: bool = True) -> float:
+def estimated_mib(
+    rows: list[int], memory: MemoryConfig, rebuilds: bool = True, piece_rows: int | None = None
+) -> float:
     """One pass's estimated peak memory over instances of ``rows`` sample rows each: the larger of its
     analysis (every row at once) and, when it ``rebuilds`` the samples, the rebuild of its largest
-    instance."""
+    instance (of its largest piece of days: ``[samples] rebuild_piece_rows``)."""
     analysis = sum(rows) * memory.sample_bytes
-    rebuild = max(rows, default=0) * memory.rebuild_bytes if rebuilds else 0
+    largest = min(max(rows, default=0), piece_rows or max(rows, default=0))
+    rebuild = largest * memory.rebuild_bytes if rebuilds else 0
     return memory.base_mib + max(analysis, rebuild) / MIB
 
 
 def plan_chunks(
-    rows: Mapping[str, int], memory: MemoryConfig, rebuilds: bool = True
+    rows: Mapping[str, int], memory: MemoryConfig, rebuilds: bool = True, piece_rows: int | None = None
 ) -> tuple[tuple[str, ...], ...]:
     """Instances packed into chunks whose estimate, with the coordinating process's share, fits the budget
     (first fit, largest first; ties by name, so the same lake gives the same chunks). One chunk of every
     instance when the budget is 0 or one pass fits; an instance that alone exceeds it is a chunk of its
     own."""
     names = sorted(rows)
-    if memory.budget_mib <= 0 or estimated_mib(list(rows.values()), memory, rebuilds) <= memory.budget_mib:
+
+    def estimate(of: list[int]) -> float:
+        return estimated_mib(of, memory, rebuilds, piece_rows)
+
+    if memory.budget_mib <= 0 or estimate(list(rows.values())) <= memory.budget_mib:
         return (tuple(names),) if names else ()
     room = memory.budget_mib - memory.coordinator_mib
     chunks: list[list[str]] = []
     for name in sorted(names, key=lambda n: (-rows[n], n)):
         for chunk in chunks:
-            if estimated_mib([rows[n] for n in [*chunk, name]], memory, rebuilds) <= room:
+            if estimate([rows[n] for n in [*chunk, name]]) <= room:
                 chunk.append(name)
                 break
         else:
@@ -131,16 +139,18 @@ def run_detection_in_budget(
     computed_at = (now or datetime.now(UTC)).astimezone(UTC)
     chunks: tuple[tuple[str, ...], ...] = ()
     rows: dict[str, int] = {}
+    pieces = config.samples.rebuild_piece_rows
     if config.memory.budget_mib > 0 and reads_every_sample(lake_root, config):
         rows = rows_per_instance(lake_root)
-        chunks = plan_chunks(rows, config.memory, config.rebuild_samples)
+        chunks = plan_chunks(rows, config.memory, config.rebuild_samples, pieces)
     if len(chunks) <= 1:
         outcome = run_detection(lake_root, config, computed_at)
-        whole = (estimated_mib(list(rows.values()), config.memory, config.rebuild_samples),) if rows else ()
-        return BudgetedRun(outcome, chunks, whole, peak_rss_mib())
+        whole = (estimated_mib(list(rows.values()), config.memory, config.rebuild_samples, pieces),)
+        return BudgetedRun(outcome, chunks, whole if rows else (), peak_rss_mib())
     outcome, peaks = run_chunked_detection(lake_root, config, chunks, computed_at)
     estimates = tuple(
-        estimated_mib([rows[n] for n in chunk], config.memory, config.rebuild_samples) for chunk in chunks
+        estimated_mib([rows[n] for n in chunk], config.memory, config.rebuild_samples, pieces)
+        for chunk in chunks
     )
     return BudgetedRun(outcome, chunks, estimates, peak_rss_mib(), peaks)
 

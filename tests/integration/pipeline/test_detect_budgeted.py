@@ -45,9 +45,10 @@ BATCH_COLUMNS = ["run_id", "computed_at", "fdr_method", "window_start", "window_
 
 def test_chunks_hold_every_instance_once_and_fit_the_budget() -> None:
     rows = {f"i{k:02d}": r for k, r in enumerate([900, 100, 400, 400, 250, 50, 700, 300, 20, 600])}
+    # room: 1,000 rows a chunk (the analysis; the samples rebuild's share is below it)
     memory = MemoryConfig(
-        budget_mib=2, base_mib=1, sample_bytes=MIB // 1000, coordinator_mib=0
-    )  # room: 1,000 rows a chunk
+        budget_mib=2, base_mib=1, sample_bytes=MIB // 1000, rebuild_bytes=1, coordinator_mib=0
+    )
     chunks = plan_chunks(rows, memory)
     assert sorted(n for c in chunks for n in c) == sorted(rows)
     assert all(estimated_mib([rows[n] for n in c], memory) <= memory.budget_mib for c in chunks)
@@ -81,6 +82,9 @@ def test_a_pass_that_rebuilds_samples_counts_its_largest_instances_rebuild() -> 
     )
     assert plan_chunks(rows, tight) == (("a",), ("b", "c"))  # a's rebuild alone: 1 + 2.2 MiB
     assert plan_chunks(rows, tight, rebuilds=False) == (("a", "b", "c"),)  # analysis: 1 + 1.4 MiB
+    # the samples job rebuilds an instance a piece of days at a time: its largest piece counts
+    assert estimated_mib([800, 300], memory, piece_rows=500) == pytest.approx(1 + 1.25, abs=0.01)
+    assert plan_chunks(rows, tight, piece_rows=400) == (("a", "b", "c"),)
 
 
 def test_a_negative_setting_is_refused() -> None:
