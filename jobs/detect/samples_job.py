@@ -227,8 +227,7 @@ def _run_samples_job(
     ) -> tuple[int, SamplesResult, pl.DataFrame]:
         """The samples of the snapshots dated ``days``, differenced from ``frontier`` (the piece before)."""
         chosen = set(days)
-        runs_from = (date.fromisoformat(days[0]) - timedelta(days=1)).isoformat()
-        runs_to = (date.fromisoformat(days[-1]) + timedelta(days=1)).isoformat()
+        runs_from, runs_to = _day_after(days[0], -1), _day_after(days[-1], 1)
         epoch = datetime(1970, 1, 1, tzinfo=UTC)
         snapshot_files = [f for f in instance_files(lake_root, name, epoch) if _partition_day(f) in chosen]
         run_files = [
@@ -499,6 +498,14 @@ def day_pieces(days: list[tuple[str, int]], piece_rows: int) -> list[list[str]]:
         pieces[-1].append(day)
         filled += rows
     return pieces
+
+
+def _day_after(day: str, days: int) -> str:
+    """The partition day ``days`` after ``day`` (a folder named otherwise, not the collector's: itself)."""
+    try:
+        return (date.fromisoformat(day) + timedelta(days=days)).isoformat()
+    except ValueError:
+        return day
 
 
 def _partition_day(path: LakePath) -> str:

@@ -77,3 +77,13 @@ def test_any_history_rebuilt_in_pieces_equals_one_rebuild(
     assert lake_samples(whole).equals(lake_samples(pieces))
     assert _sorted(whole, SAMPLE_FRONTIER).equals(_sorted(pieces, SAMPLE_FRONTIER))
     assert drop_totals(one.dropped_counts) == drop_totals(split.dropped_counts)
+
+
+def test_a_foreign_partition_name_does_not_stop_a_rebuild_in_pieces(tmp_path: Path) -> None:
+    """A folder ``date=<not a date>`` of snapshots (not the collector's) is one more piece, not a crash."""
+    snapshots, runs = history_of(40)
+    write_snapshot_files(tmp_path, snapshots, runs)
+    day = next((tmp_path / "statement_snapshots" / "instance=alpha").glob("date=*"))
+    day.rename(day.with_name("date=someday"))
+    report = run_samples_job(tmp_path, IN_PIECES, mode="rebuild")
+    assert report.snapshot_rows == snapshots.height
