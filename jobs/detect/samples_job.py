@@ -56,6 +56,22 @@ class SamplesJobReport:
     rebuilt_for_settings: tuple[str, ...] = ()
     """Instances an append rebuilt instead: their samples were built with other sample settings."""
 
+    @classmethod
+    def summed(cls, reports: list[SamplesJobReport], seconds: float) -> SamplesJobReport:
+        """Several runs' reports as one (runs per instance, a detection's chunks), this process's peak."""
+        drops = [r.dropped_counts for r in reports]
+        empty = SamplesResult(samples=pl.DataFrame()).dropped_counts
+        return cls(
+            instances=sum(r.instances for r in reports),
+            snapshot_rows=sum(r.snapshot_rows for r in reports),
+            sample_rows=sum(r.sample_rows for r in reports),
+            dropped_counts=(pl.concat(drops) if drops else empty).sort("instance", "reason"),
+            files_written=sum(r.files_written for r in reports),
+            seconds=seconds,
+            peak_rss_mib=peak_rss_mib(),
+            rebuilt_for_settings=tuple(name for r in reports for name in r.rebuilt_for_settings),
+        )
+
     @property
     def rows_per_second(self) -> float:
         return self.snapshot_rows / self.seconds if self.seconds > 0 else float("nan")
@@ -140,18 +156,7 @@ def run_samples_per_instance(
         run_samples_job(lake_root, config, instances=[name], dates=dates, lake_config=lake_config, mode=mode)
         for name in instances
     ]
-    drops = [r.dropped_counts for r in reports]
-    empty = SamplesResult(samples=pl.DataFrame()).dropped_counts
-    return SamplesJobReport(
-        instances=len(instances),
-        snapshot_rows=sum(r.snapshot_rows for r in reports),
-        sample_rows=sum(r.sample_rows for r in reports),
-        dropped_counts=(pl.concat(drops) if drops else empty).sort("instance", "reason"),
-        files_written=sum(r.files_written for r in reports),
-        seconds=time.perf_counter() - started,
-        peak_rss_mib=peak_rss_mib(),
-        rebuilt_for_settings=tuple(name for r in reports for name in r.rebuilt_for_settings),
-    )
+    return SamplesJobReport.summed(reports, time.perf_counter() - started)
 
 
 def _run_samples_job(
@@ -215,26 +220,20 @@ def _run_samples_job(
             scans.clear()  # with_recovery quarantines the bad file; the retry lists the files again
             raise
 
-    def snapshot_days(name: str) -> list[tuple[str, int]]:
-        """The instance's snapshot rows per date partition (from the files' metadata), in day order."""
-        epoch = datetime(1970, 1, 1, tzinfo=UTC)
-        files = instance_files(lake_root, name, epoch)
+    def snapshot_days(files: list[LakePath]) -> list[tuple[str, int]]:
+        """The snapshot rows per date partition of ``files`` (from their metadata), in day order."""
         counted = lake.scan_files(lake_root, STATEMENT_SNAPSHOTS, files).group_by("date").len().collect()
         return sorted((str(day), int(n)) for day, n in counted.iter_rows())
 
     def piece_of(
-        name: str, days: list[str], frontier: pl.DataFrame
+        listed: tuple[list[LakePath], list[LakePath]], days: list[str], frontier: pl.DataFrame
     ) -> tuple[int, SamplesResult, pl.DataFrame]:
-        """The samples of the snapshots dated ``days``, differenced from ``frontier`` (the piece before)."""
+        """The samples of the snapshots dated ``days`` (of the instance's ``listed`` snapshot and run
+        files), differenced from ``frontier`` (the piece before)."""
         chosen = set(days)
         runs_from, runs_to = _day_after(days[0], -1), _day_after(days[-1], 1)
-        epoch = datetime(1970, 1, 1, tzinfo=UTC)
-        snapshot_files = [f for f in instance_files(lake_root, name, epoch) if _partition_day(f) in chosen]
-        run_files = [
-            f
-            for f in instance_files(lake_root, name, epoch, SNAPSHOT_RUNS)
-            if runs_from <= _partition_day(f) <= runs_to
-        ]
+        snapshot_files = [f for f in listed[0] if _partition_day(f) in chosen]
+        run_files = [f for f in listed[1] if runs_from <= _partition_day(f) <= runs_to]
         new = lake.scan_files(lake_root, STATEMENT_SNAPSHOTS, snapshot_files).collect()
         runs = lake.scan_files(lake_root, SNAPSHOT_RUNS, run_files)
         result, front = append_samples(frontier, new, runs, config)
@@ -269,7 +268,12 @@ def _run_samples_job(
         tables = (STATEMENT_SNAPSHOTS, SNAPSHOT_RUNS)
         pieces: list[list[str]] = []
         if dates is None and (mode == "rebuild" or watermark is None):
-            days = snapshot_days(name)
+            epoch = datetime(1970, 1, 1, tzinfo=UTC)
+            listed = (
+                instance_files(lake_root, name, epoch),
+                instance_files(lake_root, name, epoch, SNAPSHOT_RUNS),
+            )
+            days = snapshot_days(listed[0])
             if sum(n for _, n in days) > config.rebuild_piece_rows:
                 pieces = day_pieces(days, config.rebuild_piece_rows)
         if len(pieces) > 1:
@@ -280,7 +284,7 @@ def _run_samples_job(
             kept_health: dict[str, list[LakePath]] = {}
             for piece in pieces:
                 rows, result, front = with_recovery(
-                    lake_root, tables, lambda n=name, d=piece, f=front: piece_of(n, d, f)
+                    lake_root, tables, lambda d=piece, f=front, ls=listed: piece_of(ls, d, f)
                 )
                 total_rows += rows
                 drops.append(result.dropped_counts)

@@ -218,7 +218,8 @@ def run_chunked_detection(
     merged = merged_outcomes([o for o, _ in second], lake_root, [n for chunk in chunks for n in chunk])
     reports = [c[2] for c in first if c[2] is not None]
     peaks = tuple(max(c[3], p) for c, (_, p) in zip(first, second, strict=True))
-    return replace(merged, samples_report=merged_reports(reports), settings_changed=settings_changed), peaks
+    report = SamplesJobReport.summed(reports, sum(r.seconds for r in reports)) if reports else None
+    return replace(merged, samples_report=report, settings_changed=settings_changed), peaks
 
 
 def _in_own_process(work: Callable[..., _T], of_run: ShardOfRun, *args: Any) -> _T:
@@ -256,21 +257,6 @@ def merged_outcomes(
         instance_slowdowns=concat([o.instance_slowdowns for o in outcomes]),
         findings=concat([*(o.findings for o in outcomes), rest]),
         finding_changes=concat([o.finding_changes for o in outcomes]),
-    )
-
-
-def merged_reports(reports: list[SamplesJobReport]) -> SamplesJobReport | None:
-    if not reports:
-        return None
-    return SamplesJobReport(
-        instances=sum(r.instances for r in reports),
-        snapshot_rows=sum(r.snapshot_rows for r in reports),
-        sample_rows=sum(r.sample_rows for r in reports),
-        dropped_counts=pl.concat([r.dropped_counts for r in reports], how="diagonal_relaxed"),
-        files_written=sum(r.files_written for r in reports),
-        seconds=sum(r.seconds for r in reports),
-        peak_rss_mib=peak_rss_mib(),
-        rebuilt_for_settings=tuple(n for r in reports for n in r.rebuilt_for_settings),
     )
 
 
