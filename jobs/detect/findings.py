@@ -15,8 +15,9 @@ across runs, and moved through its states:
               (``superseded_by`` names that step's finding): the change point moved, the new one replaces it.
 
 Identity: a detected step matches an existing open or recovered finding of the same series when its
-change time lies within ``onset_tolerance_samples`` sample intervals of the finding's onset or of its
-latest change time; the finding keeps its id (a hash of instance, series and the onset of the first
+change time lies within ``onset_tolerance_samples`` samples of the finding's onset or of its latest change
+time (counted on the instance's samples; median sample intervals where the run's samples do not reach
+both); the finding keeps its id (a hash of instance, series and the onset of the first
 detection). The deploy and unannounced analyses of one step are one step (the same series, change times
 within the tolerance): attributed to the deploy when a deploy row has it, otherwise unannounced. A step
 re-attributed (unannounced, then at a deploy; or to a later deploy) is the same finding, updated.
@@ -32,6 +33,7 @@ from __future__ import annotations
 import hashlib
 import math
 import statistics
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -129,6 +131,32 @@ def _tolerance(instance: str, intervals: dict[str, timedelta], config: FindingsC
     return intervals.get(instance, config.default_sample_interval) * config.onset_tolerance_samples
 
 
+@dataclass(frozen=True)
+class _Clock:
+    """When two change times of one series are the same step: within ``onset_tolerance_samples`` samples
+    of the instance (counted on its sample starts, when both lie among them), or within that many median
+    intervals. Counting matters on a busy collector: one snapshot that took seconds (a DROP INDEX holding
+    its lock) is one long sample, and two analyses may put the change at either end of it."""
+
+    intervals: dict[str, timedelta]
+    starts: Mapping[str, pl.Series]
+    config: FindingsConfig
+
+    def same_step(self, instance: str, a: datetime, b: datetime) -> bool:
+        if abs(a - b) <= _tolerance(instance, self.intervals, self.config):
+            return True
+        starts = self.starts.get(instance)
+        if starts is None or starts.len() == 0:
+            return False
+        early, late = min(a, b), max(a, b)
+        if early < starts[0] or late > starts[-1]:
+            return False
+        between = int(starts.search_sorted(late, side="right")) - int(
+            starts.search_sorted(early, side="right")
+        )
+        return between <= self.config.onset_tolerance_samples
+
+
 def _same(a: object, b: object) -> bool:
     if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
         return True
@@ -147,7 +175,7 @@ class _Step:
     finding: str | None = None
 
 
-def _steps(detected: list[dict], intervals: dict[str, timedelta], config: FindingsConfig) -> list[_Step]:
+def _steps(detected: list[dict], clock: _Clock) -> list[_Step]:
     """Detected rows grouped into steps: per series, change times within the tolerance of a step's are the
     same step; deploy rows first (nearest their deploy), so a deploy row represents its step."""
     ordered = sorted(
@@ -163,9 +191,8 @@ def _steps(detected: list[dict], intervals: dict[str, timedelta], config: Findin
     )
     per_series: dict[tuple[str, str], list[_Step]] = {}
     for row in ordered:
-        tolerance = _tolerance(row["instance"], intervals, config)
         steps = per_series.setdefault((row["instance"], row["series"]), [])
-        if not any(abs(s.change - row["detected_change_at"]) <= tolerance for s in steps):
+        if not any(clock.same_step(row["instance"], s.change, row["detected_change_at"]) for s in steps):
             steps.append(_Step(row["instance"], row["series"], row["detected_change_at"], row))
     return sorted(
         (s for steps in per_series.values() for s in steps), key=lambda s: (s.instance, s.series, s.change)
@@ -200,6 +227,7 @@ def update_findings(
     *,
     computed_at: datetime,
     intervals: dict[str, timedelta] | None = None,
+    starts: Mapping[str, pl.Series] | None = None,
     points: pl.DataFrame | None = None,
     config: FindingsConfig = FindingsConfig(),
     regression: RegressionConfig = DEFAULT_REGRESSION,
@@ -209,18 +237,21 @@ def update_findings(
     ``previous``: the latest state per finding (``latest_states``); ``rows``: this run's latency analysis
     rows of both analyses (every status: an examined row that is not a detection tells what was
     re-examined); ``intervals``: sample interval per instance (``jobs.query.series.sample_intervals``);
+    ``starts``: the sample starts of the instances with detections (``jobs.query.series.sample_starts``),
+    to count the samples between two change times;
     ``points``: (instance, series, interval_start, value, calls, interval_seconds) of open findings'
     series after their change (``recovery_points``), for the recovery re-check; None skips it;
     ``regression``: the detector's thresholds (what remains of a recovered step is below them). Same
     inputs, same frame.
     """
     intervals = intervals or {}
+    clock = _Clock(intervals, starts or {}, config)
     run_id = run_id_for(computed_at)
     prior = {r["finding_id"]: r for r in latest_states(previous).to_dicts()}
     state = {k: dict(v) for k, v in prior.items()}
     analysed = with_series(rows) if rows.height else rows
     detected = analysed.filter(pl.col("status") == DETECTED).to_dicts() if analysed.height else []
-    steps = _steps(detected, intervals, config)
+    steps = _steps(detected, clock)
 
     # Match each step to the nearest open or recovered finding of its series within the tolerance.
     of_series: dict[tuple[str, str], list[dict]] = {}
@@ -228,13 +259,15 @@ def update_findings(
         of_series.setdefault((f["instance"], f["series"]), []).append(f)
     taken: set[str] = set()
     for step in steps:
-        tolerance = _tolerance(step.instance, intervals, config)
         near = []
         for f in of_series.get((step.instance, step.series), []):
             if f["finding_id"] in taken:
                 continue
             distance = min(abs(step.change - f["onset"]), abs(step.change - f["detected_change_at"]))
-            if f["status"] != SUPERSEDED and distance <= tolerance:
+            same = clock.same_step(step.instance, step.change, f["onset"]) or clock.same_step(
+                step.instance, step.change, f["detected_change_at"]
+            )
+            if f["status"] != SUPERSEDED and same:
                 near.append((distance, f["onset"], f["finding_id"]))
         if near:
             step.finding = min(near)[2]
@@ -272,7 +305,7 @@ def update_findings(
     examined = _rows_of_series(analysed, waiting)
     for finding in waiting:
         replacement = _replacement(
-            finding, examined.get((finding["instance"], finding["series"]), []), steps, intervals, config
+            finding, examined.get((finding["instance"], finding["series"]), []), steps, clock
         )
         if replacement is not None and replacement != finding["finding_id"]:
             finding.update(status=SUPERSEDED, superseded_by=replacement)
@@ -333,8 +366,7 @@ def _replacement(
     finding: dict,
     examined: list[dict],
     steps: list[_Step],
-    intervals: dict[str, timedelta],
-    config: FindingsConfig,
+    clock: _Clock,
 ) -> str | None:
     """The finding of the step the run found in place of ``finding``, if the run re-examined it: the same
     deploy's window of the series (a deploy finding), or the unannounced analysis of the series over a
@@ -353,7 +385,6 @@ def _replacement(
             and r.get("window_start") is not None
             and r["window_start"] < finding["onset"] <= r["window_end"]
         ]
-    tolerance = _tolerance(finding["instance"], intervals, config)
     for row in rows:
         if row["status"] != DETECTED and row.get("reason") != ATTRIBUTED_ELSEWHERE:
             continue
@@ -362,7 +393,7 @@ def _replacement(
         for step in steps:
             if (
                 (step.instance, step.series) == (finding["instance"], finding["series"])
-                and abs(step.change - row["detected_change_at"]) <= tolerance
+                and clock.same_step(step.instance, step.change, row["detected_change_at"])
                 and step.finding is not None
             ):
                 return step.finding

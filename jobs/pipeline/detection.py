@@ -58,7 +58,7 @@ from jobs.plans.analyses import DEFAULT_WINDOW as ANALYZE_WINDOW
 from jobs.plans.analyses import table_analyses
 from jobs.plans.config import PlanDiffConfig
 from jobs.plans.diff import attach_plan_diffs, plan_diffs_for_regressions
-from jobs.query.series import fingerprinted_samples, sample_intervals
+from jobs.query.series import fingerprinted_samples, sample_intervals, sample_starts
 from jobs.schemas.analysed import (
     FINDING_STATES,
     INSTANCE_SLOWDOWNS,
@@ -467,6 +467,9 @@ def findings_of_run(
         latency,
         computed_at=computed_at,
         intervals=sample_intervals(samples),
+        starts=sample_starts(
+            samples, latency.filter(pl.col("status") == DETECTED)["instance"].unique().to_list()
+        ),
         points=recovery_points(recovery_samples(lake_root, samples, targets), targets),
         config=config.findings,
         regression=config.regression,

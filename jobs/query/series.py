@@ -200,3 +200,21 @@ def sample_intervals(samples: pl.DataFrame) -> dict[str, timedelta]:
         (pl.col("interval_end") - pl.col("interval_start")).median().alias("interval")
     )
     return {row["instance"]: row["interval"] for row in medians.iter_rows(named=True)}
+
+
+def sample_starts(samples: pl.DataFrame, instances: list[str]) -> dict[str, pl.Series]:
+    """Per instance of ``instances``: the sorted distinct ``interval_start`` of its samples (an instance's
+    samples share the snapshots' boundaries). Two change times are so many samples apart, whatever each
+    sample lasted: one slow snapshot makes one long sample, not several (``sample_intervals`` is a median)."""
+    if samples.height == 0 or not instances:
+        return {}
+    starts = (
+        samples.filter(pl.col("instance").is_in(instances))
+        .select("instance", "interval_start")
+        .unique()
+        .sort("instance", "interval_start")
+    )
+    return {
+        str(name[0]): part["interval_start"]
+        for name, part in starts.group_by("instance", maintain_order=True)
+    }

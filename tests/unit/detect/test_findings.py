@@ -16,7 +16,7 @@ from jobs.detect.deploy_analysis import detect_regressions
 from jobs.detect.findings import OPEN, RECOVERED, SUPERSEDED, finding_id, latest_states, update_findings
 from jobs.detect.verdicts import DETECTED, NO_REGRESSION
 from jobs.publish.console import findings_table
-from jobs.query.series import SERIES_KEY, sample_intervals
+from jobs.query.series import SERIES_KEY, sample_intervals, sample_starts
 from jobs.schemas.analysed import PERFORMANCE_REGRESSIONS
 from tests.support.lakes import series_samples, series_texts
 
@@ -215,6 +215,42 @@ def test_the_deploy_and_unannounced_analyses_of_one_step_make_one_finding_at_the
     finding = found.row(0, named=True)
     assert finding["analysis"] == "deploy" and finding["deploy_id"] == "d2"
     assert finding["before_mean_ms"] == 1.0 and finding["onset"] == T
+
+
+def test_one_long_sample_between_the_analyses_change_times_is_one_step_not_two() -> None:
+    """A busy collector's snapshot took ten minutes (a DROP INDEX held its lock): the unannounced analysis
+    put the change at the start of that long sample, the deploy analysis after it. Ten minutes is beyond
+    three median intervals, but it is one sample: one step, one finding, at the deploy (CI, seen)."""
+    starts = (
+        [T - (60 - i) * MINUTE for i in range(50)] + [T - 10 * MINUTE] + [T + i * MINUTE for i in range(30)]
+    )
+    ends = [*starts[1:], T + 30 * MINUTE]
+    samples = pl.DataFrame({"instance": "alpha", "interval_start": starts, "interval_end": ends})
+    both = rows(
+        analysis_row(T - 10 * MINUTE, analysis="unannounced", before=1.1, after=9.0),
+        analysis_row(T),
+    )
+    intervals = sample_intervals(samples)
+    assert intervals == INTERVALS
+    premise = update_findings(pl.DataFrame(), both, computed_at=T + 40 * MINUTE, intervals=intervals)
+    assert premise.height == 2, "by the median interval alone, two findings"
+    found = update_findings(
+        pl.DataFrame(),
+        both,
+        computed_at=T + 40 * MINUTE,
+        intervals=intervals,
+        starts=sample_starts(samples, ["alpha"]),
+    )
+    assert found["analysis"].to_list() == ["deploy"] and found["onset"].to_list() == [T]
+    # Where the run's samples do not reach both change times, the median interval decides.
+    early = rows(
+        analysis_row(T - 70 * MINUTE, analysis="unannounced", before=1.1, after=9.0),
+        analysis_row(T - 61 * MINUTE),
+    )
+    apart = update_findings(
+        pl.DataFrame(), early, computed_at=T, intervals=intervals, starts=sample_starts(samples, ["alpha"])
+    )
+    assert apart.height == 2
 
 
 def test_an_unannounced_finding_is_re_attributed_to_the_deploy_that_explains_it() -> None:
