@@ -183,9 +183,10 @@ class ContentionConfig:
 @dataclass(frozen=True)
 class FindingsConfig:
     onset_tolerance_samples: int = 3
-    """A detected change within this many sample intervals (the instance's median) of a finding's onset or
-    latest change time is that finding: a change point moving by a few samples between runs (as the post
-    window fills) keeps its finding and its alert."""
+    """A detected change within this many samples of a finding's onset or latest change time is that
+    finding (counted on the instance's samples, so one long sample of a slow snapshot counts once; where
+    the run's samples do not reach, this many median intervals): a change point moving by a few samples
+    between runs (as the post window fills) keeps its finding and its alert."""
     default_sample_interval: timedelta = timedelta(minutes=1)
     """Sample interval assumed for an instance with no samples in the run (tolerance and slack)."""
     recovery_samples: int = 5
