@@ -50,6 +50,7 @@ from jobs.detect.load import (
     is_load_episode,
     moment_loads,
     near_moments,
+    points_near_moments,
     worse_induced,
 )
 from jobs.query.config import IdentityConfig
@@ -559,8 +560,18 @@ def separate_contention(
     moments, tagged = moments_of(findings, config)
     points = fingerprinted_samples(samples, texts, identity)
     keys = list(SERIES_KEY)
-    series = merge_intervals(points, keys).join(
-        series_identity(points, keys).select(*keys, "queryid", "fingerprint", "query"), on=keys, how="left"
+    # Series over the intervals near the moments only (what the shifts and loads read; a week of 500
+    # series merged and joined with its identity was the pass's largest frame), named as over the history.
+    series = (
+        merge_intervals(points_near_moments(points, moments, config, activity), keys)
+        .lazy()
+        .join(
+            series_identity(points, keys).select(*keys, "queryid", "fingerprint", "query").lazy(),
+            on=keys,
+            how="left",
+            maintain_order="left",
+        )
+        .collect(engine="streaming")
     )
     shifts = series_shifts(series, moments, config)
     loads, rises = moment_loads(series, moments, config, activity)

@@ -77,8 +77,10 @@ def near_moments(frame: pl.DataFrame, moments: pl.DataFrame, config: ContentionC
     # moment's.
     keys = ["instance", "interval_start", "interval_end"]
     near = (
-        frame.select(keys)
+        frame.lazy()
+        .select(keys)
         .unique()
+        .collect(engine="streaming")
         .join(moments.select("moment", "instance", "at"), on="instance")
         .filter(
             (pl.col("interval_end") > pl.col("at") - reach)
@@ -86,10 +88,12 @@ def near_moments(frame: pl.DataFrame, moments: pl.DataFrame, config: ContentionC
         )
     )
     return (
-        frame.with_row_index("_row")
-        .join(near, on=keys)
+        frame.lazy()
+        .with_row_index("_row")
+        .join(near.lazy(), on=keys)
         .sort("_row", "moment")
         .drop("_row")
+        .collect(engine="streaming")
         .with_columns(
             pl.when(pl.col("interval_end") <= pl.col("at"))
             .then(pl.lit("before"))
@@ -107,7 +111,15 @@ def _sides(series: pl.DataFrame, moments: pl.DataFrame, config: ContentionConfig
     """Per (moment, instance interval): its side and seconds, the ``load_window_samples`` nearest intervals
     of each instance of the moment's host on each side of the moment (an instance's snapshot intervals:
     every series of it shares them). ``moments``: (moment, instance, at), one row per instance of the host."""
-    intervals = series.group_by("instance", "interval_end").agg(pl.col("interval_start").min())
+    # Streamed (min does not depend on the order): eagerly, this group_by over every point of the history
+    # was the detection pass's peak on a week of 500 series.
+    intervals = (
+        series.lazy()
+        .group_by("instance", "interval_end")
+        .agg(pl.col("interval_start").min())
+        .collect(engine="streaming")
+        .sort("instance", "interval_end")  # one order, so the sums over them below are always the same
+    )
     near = (
         near_moments(intervals, moments, config)
         .with_columns(pl.col("distance").rank("ordinal").over("moment", "instance", "side").alias("nearness"))
@@ -127,10 +139,19 @@ def series_load_rises(series: pl.DataFrame, sides: pl.DataFrame) -> pl.DataFrame
         if side not in seconds.columns:
             seconds = seconds.with_columns(pl.lit(None, dtype=pl.Float64).alias(side))
     has_query = "query" in series.columns
+    # Only what the sums read (the series carry a dozen columns; the join copies each one per side row).
+    read = [
+        "instance",
+        "series",
+        "interval_end",
+        "total_exec_time",
+        "calls",
+        "queryid",
+        *(["query"] * has_query),
+    ]
     executed = (
-        series.join(
-            sides.select("moment", "instance", "interval_end", "side"), on=["instance", "interval_end"]
-        )
+        series.select(read)
+        .join(sides.select("moment", "instance", "interval_end", "side"), on=["instance", "interval_end"])
         .group_by("moment", "instance", "series")
         .agg(
             (pl.col("total_exec_time").filter(pl.col("side") == "before").sum() / 1000.0).alias(
@@ -292,6 +313,36 @@ def host_members(moments: pl.DataFrame, hosts: pl.DataFrame) -> pl.DataFrame:
         .select("moment", pl.col("_member").alias("instance"), "at")
     )
     return pl.concat([own, shared]).unique(maintain_order=True).sort("moment", "instance")
+
+
+def points_near_moments(
+    points: pl.DataFrame, moments: pl.DataFrame, config: ContentionConfig, activity: pl.DataFrame | None
+) -> pl.DataFrame:
+    """``points`` (samples) of the intervals within ``max_window`` of a moment of their instance or of an
+    instance of its host: every sample ``series_shifts`` and ``moment_loads`` read (``near_moments`` picks
+    from these), not the history. An interval is kept by its instance's earliest start with that end, at
+    or before any series' own, so no interval either step would take is dropped. Rows keep their order."""
+    if points.height == 0 or moments.height == 0:
+        return points.head(0)
+    reach = pl.duration(microseconds=config.max_window.total_seconds() * 1e6)
+    members = host_members(moments, instance_hosts(activity)).select("instance", "at")
+    spans = (
+        points.lazy()
+        .group_by("instance", "interval_end")
+        .agg(pl.col("interval_start").min())
+        .join(members.lazy(), on="instance")
+        .filter(
+            (pl.col("interval_end") > pl.col("at") - reach)
+            & (pl.col("interval_start") < pl.col("at") + reach)
+        )
+        .select("instance", "interval_end")
+        .unique()
+    )
+    return (
+        points.lazy()
+        .join(spans, on=["instance", "interval_end"], how="semi", maintain_order="left")
+        .collect(engine="streaming")
+    )
 
 
 def moment_loads(

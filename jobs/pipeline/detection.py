@@ -484,20 +484,21 @@ def recovery_samples(lake_root: Path, samples: pl.DataFrame, targets: pl.DataFra
     wanted = recovery_samples_wanted(targets)
     if wanted.height == 0:
         return samples.head(0)
-    pairs = wanted.select(pl.concat_str("instance", pl.col("queryid").cast(pl.String), separator="\x1f"))
+    pairs = wanted.select("instance", "queryid").unique()
     since = wanted["since"].min()
-    key = pl.concat_str("instance", pl.col("queryid").cast(pl.String), separator="\x1f")
-    stored = lake.read_table(
-        lake_root,
-        QUERY_SAMPLES,
-        lambda f: f.filter((pl.col("interval_start") >= since) & key.is_in(pairs.to_series().implode())),
+    # Integer and name tests first, the exact (instance, queryid) pairs by a semi-join of what passed: a
+    # string key built for every sample (instance and queryid joined) held 0.4 GiB over 5 M samples.
+    maybe = pl.col("queryid").is_in(pairs["queryid"].implode()) & pl.col("instance").is_in(
+        pairs["instance"].unique().implode()
     )
-    stored = stored.drop("date", strict=False)
+    stored = read_detection_samples(
+        lake_root, lambda f: f.filter((pl.col("interval_start") >= since) & maybe)
+    ).join(pairs, on=["instance", "queryid"], how="semi", maintain_order="left")
     # Only the run's samples of the wanted queryids (recovery_points reads no other): concatenating and
     # de-duplicating every sample of the run doubled the pass's samples for a moment (its peak on 5
     # instances once the analyses' own peaks were cut). A sample's key holds its instance and queryid,
     # so which copy of a key is kept does not change.
-    samples = samples.filter(key.is_in(pairs.to_series().implode()))
+    samples = samples.filter(maybe).join(pairs, on=["instance", "queryid"], how="semi", maintain_order="left")
     if stored.height == 0:
         return samples
     both = pl.concat([samples, stored], how="diagonal_relaxed")

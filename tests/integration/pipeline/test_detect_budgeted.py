@@ -6,6 +6,7 @@ and run state of one pass; an incremental run after it is not split and finds no
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from datetime import timedelta
 from pathlib import Path
@@ -16,12 +17,18 @@ import pytest
 from jobs.cli.main import main
 from jobs.detect.config import MemoryConfig
 from jobs.detect.findings import latest_states
+from jobs.detect.scope import ShardOfRun
 from jobs.lake import io as lake
 from jobs.local.simulate.simulated_fleet import FleetShape
 from jobs.local.simulate.writer import write_fleet
 from jobs.pipeline.budgeted import (
+    ALLOCATOR_ENV,
     MIB,
+    PACKED_FRAMES,
+    RETURN_FREED,
+    PackedOutcome,
     estimated_mib,
+    in_own_process,
     plan_chunks,
     rows_per_instance,
     run_detection_in_budget,
@@ -139,6 +146,12 @@ def test_a_run_split_into_chunks_writes_one_pass_rows(simulated: Path, tmp_path:
         .equals(run.outcome.findings.select(keys).sort("finding_id"))
     )
     assert run.outcome.samples_report is not None and run.outcome.samples_report.instances == SHAPE.instances
+    # The passes' rows travel packed (compressed Arrow IPC): the same frames come out, types and all.
+    for name in ("regressions", "unannounced", "resource_regressions", "instance_slowdowns"):
+        assert getattr(run.outcome, name).schema == getattr(outcome, name).schema, name
+        assert getattr(run.outcome, name).height == getattr(outcome, name).height, name
+    back = PackedOutcome.of(outcome).unpacked()
+    assert all(getattr(back, name).equals(getattr(outcome, name)) for name in PACKED_FRAMES)
     runs = lake.read_table(chunked, ANALYSIS_RUNS)  # every instance's watermark once, one run id
     assert runs["instance"].is_unique().all() and runs["run_id"].n_unique() == 1
     assert sorted(runs["instance"]) == sorted(lake.read_table(whole, ANALYSIS_RUNS)["instance"])
@@ -164,3 +177,13 @@ def test_radar_detect_within_a_budget_prints_the_same_findings(
         shown.append(sorted((r["finding_id"], r["status"], r["p_value"]) for r in json.loads(out.out)))
         assert ("3 chunks of 2, 2, 2 instances" in out.err) == (name == "chunked")
     assert shown[0] and shown[0] == shown[1]
+
+
+def test_a_pass_gives_freed_memory_back_and_the_run_keeps_its_environment() -> None:
+    """Each pass is started with polars' allocator told to return freed memory at once (its peak is what
+    it holds, not what it once touched); the run's own environment is as it was."""
+    before = os.environ.get(ALLOCATOR_ENV)
+    of_run = ShardOfRun(label="chunk-0 of 1", instances=("a",), since=SHAPE.end)
+    seen = in_own_process(os.getenv, of_run, ALLOCATOR_ENV)
+    assert seen is not None and seen.endswith(RETURN_FREED), seen
+    assert os.environ.get(ALLOCATOR_ENV) == before
