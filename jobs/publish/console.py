@@ -124,7 +124,7 @@ def findings_table(frame: pl.DataFrame, title: str = "Findings") -> Table:
             f"{_ms(row.get('before_mean_ms'))} → {_ms(row.get('after_mean_ms'))}",
             began.strftime("%H:%M:%S") if began else "-",
             f"{row['p_value']:.2g}" if row.get("p_value") is not None else "-",
-            _deploy_text(row),
+            _plain(_deploy_text(row)),  # versions come from other people's deploy files
             _kind_text(row),
             _plain(row.get("plan_diff_summary") or "no plans captured"),
             _plain(row.get("work_evidence") or "-"),

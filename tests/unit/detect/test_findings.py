@@ -390,3 +390,14 @@ def test_an_unannounced_step_already_back_is_a_transient_not_a_finding_but_a_dep
     at_deploy = run(pl.DataFrame(), rows(analysis_row(T, before=0.03, after=2.0)), 40, points=bump)
     assert at_deploy["status"].to_list() == [RECOVERED] and at_deploy["change"].to_list() == ["opened"]
     assert at_deploy["recovered_at"].to_list() == [T + 12 * MINUTE]
+
+
+def test_a_deploy_version_from_a_deploy_file_is_shown_as_text_not_read_as_markup() -> None:
+    """Versions come from other people's deploy files: ``[/x]`` once crashed radar detect's findings table
+    (rich read it as a closing tag) and ``[bold]`` would have styled it."""
+    row = analysis_row(T)
+    hostile = "v[/x]1 [bold]b[/bold]"
+    found = run(pl.DataFrame(), rows({**row, "deploy_version": hostile}), 10)
+    console = Console(record=True, width=250)
+    console.print(findings_table(found))
+    assert hostile in console.export_text()
