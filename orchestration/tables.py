@@ -6,6 +6,7 @@ from typing import Any
 import dagster as dg
 import polars as pl
 
+from jobs.escaping import markdown_code, markdown_text
 from jobs.lake.io import incidents_since
 from jobs.publish.markdown import CellFormat, markdown_table
 
@@ -26,8 +27,8 @@ def lake_incident_metadata(mark: int, log: Any = None) -> dict[str, Any]:
     metadata: dict[str, Any] = {"lake_files_quarantined": sum(i.action == "quarantined" for i in incidents)}
     if incidents:
         lines = [
-            f"- `{i.path}`: {i.action}, {i.reason}"
-            + (f" (to `{i.moved_to}`)" if i.moved_to else f" ({i.note})")
+            f"- {markdown_code(i.path)}: {i.action}, {markdown_text(i.reason)}"
+            + (f" (to {markdown_code(i.moved_to)})" if i.moved_to else f" ({markdown_text(i.note)})")
             for i in incidents
         ]
         metadata["lake_incidents"] = dg.MetadataValue.md("\n".join(lines))

@@ -15,11 +15,11 @@ captured"), then a context line naming the finding. A recovered or superseded up
 from __future__ import annotations
 
 import math
-import re
 from datetime import UTC, datetime
 from typing import Any
 
 from jobs.detect.evidence import EvidenceCutoffs, evidence_words
+from jobs.escaping import escape_mrkdwn
 
 HEADER_MAX = 150
 SECTION_TEXT_MAX = 3000
@@ -28,13 +28,6 @@ FALLBACK_TEXT_MAX = 3000  # Slack truncates `text` past 40,000; a notification s
 QUERY_IN_TEXT_MAX = 120
 ELLIPSIS = "…"
 _ZWSP = "\u200b"
-_BROADCAST = re.compile(r"@(channel|here|everyone)\b", re.IGNORECASE)
-
-
-def escape_mrkdwn(text: str) -> str:
-    """``&``, ``<``, ``>`` as Slack's entities (its only control characters), broadcasts defused."""
-    escaped = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    return _BROADCAST.sub(lambda m: f"@{_ZWSP}{m.group(1)}", escaped)
 
 
 def fit(text: str, limit: int, *, escape: bool = True, suffix: str = ELLIPSIS) -> str:

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 
     from jobs.collect.fleet import FleetConfig
     from jobs.lake.locks import LakeConfig
+from jobs.escaping import terminal_markup, visible_controls
 from jobs.lake.storage import LakePath, lake_path
 
 DEFAULT_LAKE = Path("data/lake")
@@ -91,6 +92,8 @@ _STYLE_TAG = re.compile(r"(?<!\\)\[/?(?:red|yellow|dim|bold|green)?\]")
 def say(args: argparse.Namespace, text: str, *, markup: bool = True) -> None:
     """A message for people: on stdout with the table format (rich), as plain lines on stderr with JSON or
     CSV (no styles, no rich import: a script's start-up stays small)."""
+    if not markup:
+        text = visible_controls(text)  # a message naming fleet text: no escape sequence reaches the terminal
     if not _machine(args):
         console.print(text, markup=markup, highlight=False, soft_wrap=True)
         return
@@ -365,13 +368,8 @@ def print_lake_incidents(mark: int, args: argparse.Namespace) -> None:
         say(args, f"warning: {incident.message()}", markup=False)
 
 
-_MARKUP_LIKE = re.compile(r"(\\*)(\[[a-z#/@][^[]*?])")
-
-
-def escaped(text: str) -> str:
-    """rich.markup.escape without importing rich: ``text`` printed as it is, never read as markup."""
-    out = _MARKUP_LIKE.sub(lambda m: f"{m.group(1)}{m.group(1)}\\{m.group(2)}", text)
-    return out + "\\" if out.endswith("\\") and not out.endswith("\\\\") else out
+escaped = terminal_markup
+"""A value from the fleet or a file inside a message with rich markup (``jobs.escaping``)."""
 
 
 def write_report_file(out: Path, text: str) -> None:

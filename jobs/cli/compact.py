@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     pass
-from jobs.cli.common import console, lake_config, lake_root
+from jobs.cli.common import console, escaped, lake_config, lake_root
 
 
 def cmd_compact(args: argparse.Namespace) -> int:
@@ -18,10 +18,10 @@ def cmd_compact(args: argparse.Namespace) -> int:
         lake_root(args), min_age_days=args.min_age_days, config=lake_config(args), expired=expired
     )
     for gone in expired:
-        console.print(
-            f"{gone.table}/{gone.partition}: expired ({gone.files} files past the analysis retention)"
-        )
+        where = f"{gone.table}/{escaped(gone.partition)}"
+        console.print(f"{where}: expired ({gone.files} files past the analysis retention)")
     for part in done:
-        console.print(f"{part.table}/{part.partition}: {part.files_before} files → 1 ({part.rows} rows)")
+        where = f"{part.table}/{escaped(part.partition)}"
+        console.print(f"{where}: {part.files_before} files → 1 ({part.rows} rows)")
     console.print(f"{len(done)} partitions compacted")
     return 0

@@ -10,6 +10,7 @@ if TYPE_CHECKING:
     pass
 from jobs.cli.common import (
     console,
+    escaped,
     render,
     settings_of,
     status,
@@ -30,13 +31,13 @@ def cmd_fleet(args: argparse.Namespace) -> int:
         (root / "fleet.toml").write_text(fleet.fleet_config_toml())
         render(pl.DataFrame(fleet.status()), "embedded fleet")
         console.print(
-            f"fleet file: {root / 'fleet.toml'}  (use it with `radar --embedded snapshot`, or "
-            f"--fleet-file {root / 'fleet.toml'})"
+            f"fleet file: {escaped(str(root / 'fleet.toml'))}  (use it with `radar --embedded snapshot`, or "
+            f"--fleet-file {escaped(str(root / 'fleet.toml'))})"
         )
         return 0
     fleet = EmbeddedFleet.load(root)
     if fleet is None:
-        console.print(f"no embedded fleet at {root}")
+        console.print(f"no embedded fleet at {escaped(str(root))}")
         return 0 if args.action != "status" else 1
     if args.action == "down":
         fleet.destroy() if args.destroy else fleet.stop()

@@ -79,7 +79,7 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
         ("[yellow]degraded[/yellow]", result.degraded),
     ):
         for row in failed:
-            say(args, f"{label} {row.instance}: {escaped(row.reason)}")
+            say(args, f"{label} {escaped(row.instance)}: {escaped(row.reason)}")
     for problems in table_stats_problems.values():
         for problem in problems:
             say(args, f"[yellow]table stats[/yellow] {escaped(scrub(problem, *fleet.dsns()))}")

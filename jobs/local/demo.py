@@ -21,6 +21,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from jobs.collect.deploys import mark_deploy
 from jobs.collect.fleet import FleetConfig
 from jobs.detect.config import RegressionConfig
+from jobs.escaping import terminal_markup
 from jobs.lake import io as lake
 from jobs.lake import views as duckdb_views
 from jobs.local.demo_workload import LockContention, WorkloadRunner, create_demo_schema, drop_orders_index
@@ -117,7 +118,7 @@ def run_demo(config: DemoConfig, console: Console) -> int:
                     snapshots += 1
                     failed = result.snapshot.failed if result.snapshot else []
                     for error in [*(r.error for r in failed), *result.plan_errors.values()]:
-                        progress.console.print(f"  [yellow]{error}[/yellow]")
+                        progress.console.print(f"  [yellow]{terminal_markup(error)}[/yellow]")
                     next_snapshot += config.snapshot_every_s
                 progress.update(task, completed=min(elapsed, config.seconds))
                 time.sleep(0.05)

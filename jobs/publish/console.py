@@ -9,6 +9,7 @@ from rich.text import Text
 
 from jobs.detect.verdicts import DETECTED
 from jobs.drift.finding_flags import DRIFT_FLAG_COLUMNS, drift_flags_text, with_drift_flags
+from jobs.escaping import terminal_text
 from jobs.pipeline.detection import DetectionOutcome
 from jobs.query.series import SERIES_KEY
 
@@ -18,8 +19,8 @@ from jobs.query.series import SERIES_KEY
 
 def _plain(value: object) -> Text:
     """A cell from the fleet (query texts, identifiers, summaries naming them): shown as it is, never read
-    as rich markup ("[link=…]" in a quoted identifier stays text)."""
-    return Text(str(value))
+    as rich markup ("[link=…]" in a quoted identifier stays text), its control characters visible."""
+    return terminal_text(value)
 
 
 def _ratio(value: float | None) -> str:

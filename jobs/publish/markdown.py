@@ -12,12 +12,13 @@ Markdown syntax in a cell is escaped, so a query's ``*`` or ``_`` is shown, not 
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable, Mapping
 from datetime import UTC, date, datetime, timedelta
 from typing import Any, Literal
 
 import polars as pl
+
+from jobs.escaping import markdown_text
 
 CellFormat = Literal["text", "int", "float", "p_value", "ratio", "ms", "timestamp", "bytes"]
 P_VALUE_FLOOR = 1e-10
@@ -118,19 +119,11 @@ def default_format(name: str, dtype: pl.DataType) -> CellFormat:
     return "text"
 
 
-MARKDOWN_SPECIALS = re.compile(r"([\\`*_\[\]<>|~#!])")
-"""Characters Markdown would read as syntax inside a cell (``select * from t where a * b`` in italics, a
-pipe ending the cell): each is backslash-escaped, which GFM allows for any ASCII punctuation."""
-
-
 def escape_cell(text: str, max_width: int = MAX_CELL_WIDTH) -> str:
-    """One cell's text, shown as it is inside a Markdown table row: one line (a line break is ``⏎``: the
-    Dagster UI does not render raw HTML such as ``<br>``), Markdown syntax escaped, at most ``max_width``
-    characters (cut with an ellipsis)."""
-    flat = text.replace("\r\n", "\n").replace("\r", "\n").replace("\n", " ⏎ ")
-    if len(flat) > max_width:
-        flat = flat[: max_width - 1].rstrip() + "…"
-    return MARKDOWN_SPECIALS.sub(r"\\\1", flat)
+    """One cell's text, shown as it is inside a Markdown table row (``jobs.escaping.markdown_text``): one
+    line (a line break is ``⏎``: the Dagster UI does not render raw HTML such as ``<br>``), Markdown syntax
+    and autolinks escaped, at most ``max_width`` characters (cut with an ellipsis)."""
+    return markdown_text(text, max_width=max_width)
 
 
 def markdown_table(

@@ -30,6 +30,8 @@ from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 from typing import IO, Any
 
+from jobs.escaping import terminal_text, visible_controls
+
 FORMATS: tuple[str, ...] = ("table", "json", "csv")
 IDENTIFIER_COLUMNS: frozenset[str] = frozenset({"queryid", "planid"})
 """int64 identifiers written as decimal strings in JSON and CSV alike."""
@@ -118,7 +120,7 @@ def table_cell(value: Any) -> str:
 
 def cut_cell(text: str, width: int) -> str:
     """``text`` on one line, at most ``width`` characters: cut with an ellipsis (0: never cut)."""
-    flat = text.replace("\r\n", "\n").replace("\n", "⏎")
+    flat = visible_controls(text.replace("\r\n", "\n").replace("\n", "⏎"), keep_lines=False)
     return flat if not width or len(flat) <= width else flat[: max(width - 1, 1)] + "…"
 
 
@@ -181,20 +183,25 @@ def write_rows(
             if shown and table_width(columns, cells) > out.width:
                 if title:
                     out.print(title, markup=False, highlight=False)
-                out.print(vertical_records(columns, cells), markup=False, highlight=False, soft_wrap=True)
+                out.print(
+                    terminal_text(vertical_records(columns, cells)),
+                    markup=False,
+                    highlight=False,
+                    soft_wrap=True,
+                )
             else:
                 table = Table(title=title, show_lines=False)
                 for name in columns:
                     table.add_column(name, no_wrap=True)
                 for line in cells:
-                    table.add_row(*line)
+                    table.add_row(*(terminal_text(c) for c in line))  # fleet text: never markup
                 out.print(table, markup=False, highlight=False)
         else:
             table = Table(title=title, show_lines=False)
             for name in columns:
                 table.add_column(name, overflow="fold")
             for row in shown:
-                table.add_row(*(table_cell(row.get(c)) for c in columns))
+                table.add_row(*(terminal_text(table_cell(row.get(c))) for c in columns))
             out.print(table)
         if note:
             out.print(note, markup=False, highlight=False)

@@ -28,6 +28,7 @@ from matplotlib.ticker import FuncFormatter
 from jobs.detect.changepoint import segment_change_points
 from jobs.detect.config import ChangePointConfig
 from jobs.detect.findings import RECOVERED, with_series
+from jobs.escaping import visible_controls
 from jobs.query.series import SERIES_KEY, fingerprinted_samples, merge_intervals
 
 AFTER_COLOR = "tab:orange"
@@ -165,7 +166,8 @@ def plot_regression(
             bbox={"facecolor": "white", "alpha": 0.8, "edgecolor": "none", "pad": 1},
         )  # fmt: skip
     query = str(regression.get("query") or f"queryid {regression.get('queryid')}")
-    axis.set_title(title or f"{regression.get('instance')}: {' '.join(query.split())[:100]}", fontsize=9)
+    shown = visible_controls(" ".join(query.split()), keep_lines=False)[:100]  # no glyph for a control
+    axis.set_title(title or visible_controls(f"{regression.get('instance')}: {shown}"), fontsize=9)
     figure.legend(fontsize=7, loc="outside lower center", ncols=8, frameon=False)
     literal_text(figure)
     return figure

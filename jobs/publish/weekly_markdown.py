@@ -5,10 +5,11 @@ from __future__ import annotations
 from datetime import timedelta
 
 from jobs.drift.finding_flags import drift_flags_text
+from jobs.escaping import markdown_code as code
+from jobs.escaping import markdown_text as md
 from jobs.publish.config import WeeklyReportConfig
 from jobs.publish.weekly_summary import WeeklySummary
 from jobs.publish.weekly_words import (
-    cell,
     confidence_words,
     headline,
     in_ms,
@@ -39,7 +40,7 @@ def render_markdown(
         "",
         f"- regressions: {top.regressions} ({top.open} open, {top.recovered} recovered)",
         *(
-            f"  - {r['instance']}: {r['severe']} severe, {r['major']} major, {r['minor']} minor "
+            f"  - {md(r['instance'])}: {r['severe']} severe, {r['major']} major, {r['minor']} minor "
             f"({r['open']} open, {r['recovered']} recovered)"
             for r in top.by_instance.iter_rows(named=True)
         ),
@@ -61,18 +62,18 @@ def render_markdown(
         others = f"; other deploys near: {row['other_deploys']}" if row.get("other_deploys") else ""
         evidence = f"p = {p:.2g}" if p is not None else "p not computed"
         out += [
-            f"### {number + 1}. {row['instance']}: `{cell(str(row['query'])[:160])}`",
+            f"### {number + 1}. {md(row['instance'])}: {code(row['query'], max_width=160)}",
             "",
-            f"- **{regression_words(row)}**: {in_ms(row['before_mean_ms'])} → {in_ms(row['after_mean_ms'])} "
-            f"per call{others}",
-            f"- status: {status_words(row)} (finding {row['finding_id']})",
+            f"- **{md(regression_words(row))}**: "
+            f"{in_ms(row['before_mean_ms'])} → {in_ms(row['after_mean_ms'])} per call{md(others)}",
+            f"- status: {md(status_words(row))} (finding {md(row['finding_id'])})",
             f"- confidence: {confidence_words(p, config)} ({evidence})",
             f"- added load: {row['added_load_ms_per_s'] or 0:,.1f} ms of execution per second; "
-            f"{query_ids_words(row)}",
-            *([f"- work: {row['work_evidence']}"] if row.get("work_evidence") else []),
-            *(f"- later in this series: {words}" for words in (later or {}).get(number, [])),
-            f"- plan: {row.get('plan_diff_summary') or 'no plan captured'}",
-            *([f"- per-execution drift: {drift_flags_text(row)}"] if "drift_latency" in row else []),
+            f"{md(query_ids_words(row))}",
+            *([f"- work: {md(row['work_evidence'])}"] if row.get("work_evidence") else []),
+            *(f"- later in this series: {md(words)}" for words in (later or {}).get(number, [])),
+            f"- plan: {md(row.get('plan_diff_summary') or 'no plan captured')}",
+            *([f"- per-execution drift: {md(drift_flags_text(row))}"] if "drift_latency" in row else []),
             "",
         ]
         if number in plots:
@@ -94,9 +95,9 @@ def render_markdown(
         for row in summary.drift.iter_rows(named=True):
             baseline = row["baseline_label"] or row["baseline_source"]
             out.append(
-                f"| {row['instance']} | `{cell(str(row['query'])[:100])}` | "
+                f"| {md(row['instance'])} | {code(row['query'], max_width=100, in_table=True)} | "
                 f"{in_ms(row['baseline_p95_ms'])} → {in_ms(row['current_p95_ms'])} | {row['js']:.2f} | "
-                f"{row['psi']:.2f} | {cell(baseline)} |"
+                f"{row['psi']:.2f} | {md(baseline)} |"
             )
         out.append("")
     out += render_execution_drift(summary)
@@ -106,7 +107,7 @@ def render_markdown(
     for row in summary.gates.iter_rows(named=True):
         out.append(
             f"- {row['run_started_at']:%Y-%m-%d %H:%M} UTC: **{row['run_verdict']}** "
-            f"({cell(row['source'])}; {row['scenarios']} scenario(s), {row['blocked']} BLOCK, "
+            f"({md(row['source'])}; {row['scenarios']} scenario(s), {row['blocked']} BLOCK, "
             f"{row['warned']} WARN)"
         )
     out += ["", "## Deploys", ""]
@@ -114,7 +115,7 @@ def render_markdown(
         out += ["None recorded."]
     for row in summary.deploys.iter_rows(named=True):
         target = row["instance"] or "whole fleet"
-        out.append(f"- {row['deployed_at']:%Y-%m-%d %H:%M} UTC: {row['version']} to {target}")
+        out.append(f"- {row['deployed_at']:%Y-%m-%d %H:%M} UTC: {md(row['version'])} to {md(target)}")
     out += [
         "",
         "## Collection health",
@@ -125,9 +126,9 @@ def render_markdown(
     ]
     for row in summary.fleet_health.iter_rows(named=True):
         out.append(
-            f"| {row['instance']} | {row['snapshots_ok']} | {row['snapshots_failed']} | "
+            f"| {md(row['instance'])} | {row['snapshots_ok']} | {row['snapshots_failed']} | "
             f"{row['snapshots_missed']} | {row['restarts']} | {row['stats_resets']} | {row['evictions']} | "
-            f"{row['intervals_dropped']} | {cell(row['last_error'] or '')} |"
+            f"{row['intervals_dropped']} | {md(row['last_error'] or '')} |"
         )
     return "\n".join(out) + "\n"
 
@@ -161,9 +162,10 @@ def render_execution_drift(summary: WeeklySummary) -> list[str]:
             name = summary.query_names.get((row["instance"], row["queryid"]))
             query = name or row["fingerprint"] or row["query_hash"][:16]
             out.append(
-                f"| {row['flag']} | {cell(row['instance'])} | `{cell(str(query)[:100])}` | "
-                f"{row['metric']} | {_flag_number(row['js'])} | {_flag_number(row['psi'])} | "
-                f"{cell(row['baseline_version'])} | "
+                f"| {row['flag']} | {md(row['instance'])} | "
+                f"{code(query, max_width=100, in_table=True)} | "
+                f"{md(row['metric'])} | {_flag_number(row['js'])} | {_flag_number(row['psi'])} | "
+                f"{md(row['baseline_version'])} | "
                 f"{row['scorings_flagged']} | {row['first_flagged_at']:%Y-%m-%d %H:%M} UTC | "
                 f"{row['latest_flag'] or '–'} |"
             )
@@ -185,8 +187,8 @@ def render_work_regressions(summary: WeeklySummary) -> list[str]:
     out += ["| instance | query | work per call | deploy | status |", "|---|---|---|---|---|"]
     for row in summary.work_regressions.iter_rows(named=True):
         out.append(
-            f"| {cell(row['instance'])} | `{cell(str(row['query'])[:120])}` | "
-            f"{cell(row.get('work_summary') or row.get('work_metric') or '')} | "
-            f"{cell(row.get('deploy_version') or 'unannounced')} | {cell(status_words(row))} |"
+            f"| {md(row['instance'])} | {code(row['query'], max_width=120, in_table=True)} | "
+            f"{md(row.get('work_summary') or row.get('work_metric') or '')} | "
+            f"{md(row.get('deploy_version') or 'unannounced')} | {md(status_words(row))} |"
         )
     return [*out, ""]

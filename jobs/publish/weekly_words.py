@@ -23,10 +23,6 @@ def in_ms(value: float | None) -> str:
     return "–" if value is None else f"{value:,.3f} ms" if value < 10 else f"{value:,.1f} ms"
 
 
-def cell(text: object) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
-
-
 def slowdown_ratio(row: dict[str, Any]) -> float | None:
     before, after = row.get("before_mean_ms"), row.get("after_mean_ms")
     if before is None or after is None or before <= 0:

@@ -17,9 +17,13 @@ from jobs.plans.shape import plan_facts, plan_root
 from jobs.schemas.collected import SNAPSHOT_RUNS, STATEMENT_SNAPSHOTS
 
 
-def write_step_change_lake(lake_root: Path) -> datetime:
+def write_step_change_lake(
+    lake_root: Path,
+    query: str = "select * from orders where customer_id = $1",
+    version: str = "v9",
+) -> datetime:
     """query_samples + texts + a deploy: a query 10x slower from the deploy on (and ×10 shared blocks per
-    call, its plan changed), one unchanged."""
+    call, its plan changed), one unchanged. ``query``: the slow one's text, ``version``: the deploy's."""
     start = datetime(2026, 11, 2, 10, 0, tzinfo=UTC)
     deploy_at = start + timedelta(minutes=30)
     rng = np.random.default_rng(3)
@@ -56,12 +60,12 @@ def write_step_change_lake(lake_root: Path) -> datetime:
             "queryid": [111, 222],
             "dbid": [5, 5],
             "userid": [10, 10],
-            "query": ["select * from orders where customer_id = $1", "select 1"],
+            "query": [query, "select 1"],
             "is_explain": [False, False],
         }
     )
     lake.write_table(lake_root, "query_texts", texts, {"instance": "db1", "date": "2026-11-02"}, "t")
-    mark_deploy(lake_root, version="v9", instances=["db1"], at=deploy_at.isoformat())
+    mark_deploy(lake_root, version=version, instances=["db1"], at=deploy_at.isoformat())
     return deploy_at
 
 

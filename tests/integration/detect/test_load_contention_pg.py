@@ -27,6 +27,7 @@ from jobs.collect.fleet import FleetConfig
 from jobs.detect.config import ContentionConfig, RegressionConfig
 from jobs.detect.findings import OPEN
 from jobs.detect.verdicts import DETECTED
+from jobs.lake import io as lake
 from jobs.local.embedded import EmbeddedFleet
 from jobs.pipeline.detection import (
     DetectionConfig,
@@ -124,6 +125,56 @@ def shown(frame: pl.DataFrame) -> str:
         return str(frame.select(columns))
 
 
+def sort_evidence(outcome: DetectionOutcome, lake_root: Path) -> str:
+    """What the detectors said of the sorting query and what samples they had, for a failure's message
+    (a CI run once found no finding at all here, and printed too little to say why)."""
+    sorting = pl.col("query").str.contains("order by amount", literal=True)
+    both = pl.concat([outcome.regressions, outcome.unannounced], how="diagonal_relaxed")
+
+    def narrow(frame: pl.DataFrame, *columns: str) -> pl.DataFrame:
+        return frame.select([c for c in columns if c in frame.columns])
+
+    step = ("analysis", "status", "reason", "detected_change_at")
+    with pl.Config(tbl_rows=40, tbl_cols=-1, fmt_str_lengths=30, tbl_width_chars=250):
+        return "\n".join(
+            str(frame)
+            for frame in (
+                narrow(both.filter(sorting), *step, "before_mean_ms", "after_mean_ms", "p_value"),
+                narrow(
+                    outcome.resource_regressions.filter(sorting)
+                    if outcome.resource_regressions.height
+                    else outcome.resource_regressions,
+                    *step,
+                    "metric",
+                    "before_per_call",
+                    "after_per_call",
+                    "p_value",
+                ),
+                narrow(outcome.findings, "query", "kind", "status", "deploy_version", "recovered_at"),
+                narrow(outcome.instance_slowdowns, "deploy_version", "evidence", "findings_suppressed"),
+                samples_per_query(lake_root),
+            )
+        )
+
+
+def samples_per_query(lake_root: Path) -> pl.DataFrame:
+    """Per queryid: samples, calls, mean latency and temp blocks per call, before and after the deploy."""
+    deployed = lake.read_table(lake_root, "deploy_events")["deployed_at"].max()
+    samples = lake.read_table(lake_root, "query_samples")
+    if samples.height == 0:
+        return samples
+    return (
+        samples.group_by("queryid", (pl.col("interval_end") > deployed).alias("after"))
+        .agg(
+            pl.len().alias("samples"),
+            pl.col("calls").sum(),
+            (pl.col("total_exec_time").sum() / pl.col("calls").sum()).alias("mean_ms"),
+            (pl.col("temp_blks_written").sum() / pl.col("calls").sum()).alias("temp_per_call"),
+        )
+        .sort("queryid", "after")
+    )
+
+
 def assert_premise(lake_root: Path) -> None:
     """Without the load rule the aggregate's slowdown is a regression finding: there is something to tell
     apart (the neighbour really slowed the application). Pure: the lake's findings are the real run's."""
@@ -206,6 +257,8 @@ def test_a_work_mem_cut_at_a_deploy_is_a_work_finding_on_the_sorting_query(
     # later), but the step at the deploy is one finding that names its work.
     found = found.filter(pl.col("query").str.contains("order by amount", literal=True))
     at_deploy = found.filter(pl.col("deploy_version") == "v24-work-mem")
+    if at_deploy.height != 1:
+        print(sort_evidence(outcome, lake_root))  # captured stdout: shown whole on failure, not elided
     assert at_deploy.height == 1, shown(found)
     finding = at_deploy.row(0, named=True)
     assert finding["work_metric"] == "temp_blocks", finding["work_summary"]
