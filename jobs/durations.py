@@ -23,7 +23,10 @@ def parse_duration(text: str, label: str) -> timedelta:
             f'{label}: {text!r} is not a duration (write e.g. "30m", "90s", "2h", "7d", "250ms")'
         )
     seconds = sum(float(n) * _DURATION_UNITS[unit] for n, unit in _DURATION.findall(compact))
-    return timedelta(seconds=seconds)
+    try:
+        return timedelta(seconds=seconds)
+    except OverflowError:
+        raise ConfigError(f"{label}: {text!r} is longer than any duration can be") from None
 
 
 def format_duration(value: timedelta) -> str:

@@ -6,6 +6,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from jobs.alerts.delivery import check_url
 from jobs.errors import ConfigError
 
 SEVERITIES = ("critical", "warning", "info")
@@ -64,6 +65,20 @@ class AlertsConfig:
             raise ConfigError("[alerts] jitter must be between 0 and 1")
         if self.timeout_s <= 0:
             raise ConfigError("[alerts] timeout_s must be > 0")
+        for name in ("slack_webhook_url", "webhook_url"):
+            if getattr(self, name):  # an ftp:// or hostless URL is refused now, not at the first alert
+                check_url(getattr(self, name), f"[alerts] {name}")
+
+    def check_urls(self, env: Mapping[str, str] | None = None) -> None:
+        """Every URL alerts would be sent to now (the file's, else its environment variable's) is an
+        http(s) URL with a host: what `radar config check` verifies; WebhookURLError names the source."""
+        urls = (
+            ("slack_webhook_url", self.slack_webhook_env, self.resolved_slack_url(env)),
+            ("webhook_url", self.webhook_env, self.resolved_webhook_url(env)),
+        )
+        for key, variable, url in urls:
+            if url:
+                check_url(url, f"[alerts] {key}" if getattr(self, key) else f"env {variable}")
 
     def resolved_slack_url(self, env: Mapping[str, str] | None = None) -> str:
         """The Slack URL: the file's, else the environment variable's, else "" (no Slack sink)."""

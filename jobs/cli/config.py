@@ -29,6 +29,10 @@ def cmd_config(args: argparse.Namespace) -> int:
         )
         return 0
     fleet = find_fleet(args)  # a given --fleet-file must be valid too
+    # What a run would read from the environment is checked now, not at the first snapshot or alert.
+    loaded.settings.alerts.check_urls()
+    for instance in fleet.instances if fleet is not None else ():
+        instance.resolve_dsn()  # ConfigError naming the instance and its unset variable
     where = loaded.path if loaded.path is not None else "no config file: defaults"
     say(args, f"configuration valid ({where}, {len(loaded.rows())} settings)", markup=False)
     if fleet is None:

@@ -187,6 +187,10 @@ def _instance_from_entry(entry: object, label: str) -> InstanceConfig:
     name = entry.get("name")
     if not isinstance(name, str) or not NAME_PATTERN.match(name):
         raise ConfigError(f"{label}: 'name' must match {NAME_PATTERN.pattern}")
+    if name[0] in ".-":
+        # A name is a folder of the lake and of the reports, and an argument of commands: "." and ".."
+        # name other folders, a leading "-" reads as an option.
+        raise ConfigError(f"{label}: 'name' {name!r} must not start with '.' or '-'")
     for key in ("dsn", "dsn_env", "log_dir"):
         if key in entry and not isinstance(entry[key], str):
             raise ConfigError(

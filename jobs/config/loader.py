@@ -103,6 +103,12 @@ def _type_name(tp: Any) -> str:
     return names.get(tp, getattr(tp, "__name__", str(tp)))
 
 
+INT64_MAX = 2**63 - 1
+MAX_DURATION = timedelta(days=100 * 365)
+"""Durations are compared with the lake's microsecond timestamps: a century is far beyond any window and
+far inside what they hold (2^63 us, about 292,000 years)."""
+
+
 def convert(tp: Any, value: object, key: Key, label: str) -> object:
     """``value`` (from TOML, the environment or a flag) as the field's type; ConfigError naming the key."""
     name = f"{label}: {where(key)}"
@@ -126,6 +132,10 @@ def convert(tp: Any, value: object, key: Key, label: str) -> object:
         number = float(value)
         if not math.isfinite(number):
             raise ConfigError(f"{name} must be finite, not {value!r}")
+        if tp is int and not -INT64_MAX - 1 <= int(value) <= INT64_MAX:
+            # Compared with the lake's 64-bit columns: a larger value overflowed there (a min_executions
+            # above it made `radar samples --rebuild` drop every sample).
+            raise ConfigError(f"{name} must be at most {INT64_MAX:,} (a 64-bit integer), not {value!r}")
         if PROBABILITY_KEYS.search(key[-1]):
             if not 0.0 < number <= 1.0:
                 raise ConfigError(f"{name} must be in (0, 1], not {value!r}")
@@ -148,6 +158,8 @@ def convert(tp: Any, value: object, key: Key, label: str) -> object:
             )
         if duration < timedelta(0):
             raise ConfigError(f"{name} must not be negative")
+        if duration > MAX_DURATION:
+            raise ConfigError(f"{name} must be at most {MAX_DURATION.days:,} days (the lake's time range)")
         return duration
     if tp is datetime:
         moment = value

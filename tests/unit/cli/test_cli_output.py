@@ -318,6 +318,37 @@ def test_config_check_exits_0_valid_and_2_with_the_message(
     assert radar("config", "check") == 2
 
 
+@pytest.mark.parametrize(
+    ("fleet", "env", "expected"),
+    [
+        ('name = ".."\ndsn = "host=x"', {}, "'name' '..' must not start with '.'"),
+        ('name = "-rm"\ndsn = "host=x"', {}, "must not start with '.' or '-'"),
+        ('name = "db1"\ndsn_env = "RADAR_TEST_UNSET_DSN"', {}, "environment variable RADAR_TEST_UNSET_DSN"),
+        ('name = "db1"\ndsn = "host=x"', {"RADAR_ALERT_WEBHOOK": "ftp://h/x"}, "env RADAR_ALERT_WEBHOOK"),
+    ],
+)
+def test_config_check_refuses_what_a_run_would_regret(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    fleet: str,
+    env: dict[str, str],
+    expected: str,
+) -> None:
+    """An instance folder named "..", an unset dsn_env and an ftp:// webhook from the environment passed
+    `config check` and failed only at run time (issue 28): each is one line and exit 2 now."""
+    monkeypatch.delenv("RADAR_CONFIG", raising=False)
+    monkeypatch.delenv("RADAR_TEST_UNSET_DSN", raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    fleet_file = tmp_path / "fleet.toml"
+    fleet_file.write_text(f"[[instances]]\n{fleet}\n")
+    assert radar("--fleet-file", str(fleet_file), "config", "check") == 2
+    out = capsys.readouterr().out
+    assert expected in out and "Traceback" not in out and "ftp://h/x" not in out, out
+    assert len(out.strip().splitlines()) == 1, out
+
+
 # ---------------------------------------------------------------------------------------------------------
 # help, exit codes, start-up
 

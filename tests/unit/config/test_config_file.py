@@ -114,6 +114,12 @@ def test_unknown_keys_and_tables_are_rejected_with_the_closest_valid_one(tmp_pat
             r"\[collector\] statement_timeout_ms .* must be below",
         ),
         ("[detector\n", r"invalid TOML"),
+        # values the file accepted and a run regretted (issue 28)
+        ("[samples]\nmin_executions = 9223372036854775808\n", r"min_executions must be at most 9,223,"),
+        ('[detector]\nwindow_before = "99999999999d"\n', r"longer than any duration"),
+        ('[detector]\nwindow_before = "40000d"\n', r"window_before must be at most 36,500 days"),
+        ('[alerts]\nwebhook_url = "ftp://hooks.example.com/x"\n', r"\[alerts\] webhook_url is not an http"),
+        ('[alerts]\nslack_webhook_url = "https:///no-host"\n', r"slack_webhook_url is not an http"),
     ],
 )
 def test_bad_config_files_are_rejected_naming_the_file_and_the_key(
