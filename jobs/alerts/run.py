@@ -33,7 +33,9 @@ import polars as pl
 from jobs.alerts.delivery import DEAD, DELIVERED, Outcome
 from jobs.alerts.drift_payloads import cleared_since, drift_alert_payloads
 from jobs.alerts.payloads import alert_payloads
+from jobs.alerts.pileup_payloads import pileup_alert_payloads, read_live_pileups, read_query_texts
 from jobs.alerts.sinks import AlertSink, sinks_from_settings
+from jobs.detect.config import PileupConfig
 from jobs.detect.evidence import EvidenceCutoffs
 from jobs.detect.findings import OPEN, latest_states
 from jobs.drift.finding_flags import latest_execution_drift, with_drift_flags
@@ -274,6 +276,19 @@ def read_execution_drift(lake_root: Path) -> tuple[pl.DataFrame, pl.DataFrame, d
     return latest, drift, {(i, q): t for i, q, t in named.select("instance", "queryid", "query").iter_rows()}
 
 
+def _pileup_texts(lake_root: Path, episodes: pl.DataFrame) -> dict[tuple[str, int], str]:
+    """The texts of the pile-ups' query ids and of their blockers' (one narrow read)."""
+    if episodes.is_empty():
+        return {}
+    pairs = pl.concat(
+        [
+            episodes.select("instance", "queryid"),
+            episodes.select("instance", pl.col("blocker_queryid").alias("queryid")).drop_nulls(),
+        ]
+    ).unique()
+    return read_query_texts(lake_root, pairs)
+
+
 def _merged(*ledgers: Mapping[str, set[str]]) -> dict[str, set[str]]:
     out: dict[str, set[str]] = {}
     for ledger in ledgers:
@@ -407,9 +422,11 @@ def send_new_alerts(
     lake_config: locks.LakeConfig | None = None,
     severity: str = "critical",
     work_severity: str = "warning",
+    pileups: PileupConfig | None = None,
 ) -> AlertReport:
     """Send each sink every alert (finding, state) it has not accepted, nor dead-lettered (unless
-    ``retry_dead_letters``); record per sink what it accepted and what it refused for good."""
+    ``retry_dead_letters``); record per sink what it accepted and what it refused for good.
+    ``pileups``: also the live pile-ups of the lake's latest snapshots (None or disabled: not looked at)."""
     report = AlertReport()
     if not sinks:
         return report
@@ -418,14 +435,20 @@ def send_new_alerts(
         latest_drift, drift, drift_texts = read_execution_drift(lake_root)
         if latest_drift.height:
             findings = with_drift_flags(findings, latest_drift)
-        if findings.is_empty() and drift.is_empty():
+        start = (now or datetime.now(UTC)).astimezone(UTC)
+        episodes = (
+            read_live_pileups(lake_root, start, pileups)
+            if pileups is not None and pileups.enabled
+            else pl.DataFrame()
+        )
+        if findings.is_empty() and drift.is_empty() and episodes.is_empty():
             report.sinks = [SinkReport(s.key, s.name) for s in sinks]
             return report
         delivered = delivered_states(lake_root)
         dead = {} if retry_dead_letters else dead_lettered_states(lake_root)
         over = {**over_since(lake_root, findings), **cleared_since(drift)}
         used = first_use(lake_root)
-        start = (now or datetime.now(UTC)).astimezone(UTC)
+        texts = _pileup_texts(lake_root, episodes)
         plans = []
         skipped: dict[str, int] = {}
         for sink in sinks:
@@ -436,6 +459,10 @@ def send_new_alerts(
             payloads = alert_payloads(
                 findings, handled, send_resolved=send_resolved, severity=severity, work_severity=work_severity
             ) + drift_alert_payloads(drift, handled, drift_texts, send_resolved=send_resolved)
+            if episodes.height:
+                payloads += pileup_alert_payloads(
+                    episodes, handled, texts, findings, send_resolved=send_resolved, severity=severity
+                )
             skipped[sink.key] = sum(p["finding_id"] in history for p in payloads)
             plans.append((sink, [p for p in payloads if p["finding_id"] not in history]))
         report.pending = len({p["alert_id"] for _, payloads in plans for p in payloads})
@@ -461,9 +488,10 @@ def send_alerts(
     rng: random.Random | None = None,
     lake_config: locks.LakeConfig | None = None,
     cutoffs: EvidenceCutoffs = EvidenceCutoffs(),
+    pileups: PileupConfig | None = None,
 ) -> AlertReport:
     """``send_new_alerts`` to the sinks [alerts] names (webhook URLs read from ``env`` now); ``cutoffs``:
-    the evidence words' ([report], so Slack and the weekly report say the same)."""
+    the evidence words' ([report], so Slack and the weekly report say the same); ``pileups``: [pileups]."""
     return send_new_alerts(
         lake_root,
         sinks_from_settings(alerts, env, sleep=sleep, rng=rng, cutoffs=cutoffs),
@@ -474,4 +502,5 @@ def send_alerts(
         retry_dead_letters=retry_dead_letters,
         dead_letter_file=Path(alerts.dead_letter_file) if alerts.dead_letter_file else None,
         lake_config=lake_config,
+        pileups=pileups,
     )

@@ -130,6 +130,8 @@ def slack_message(payload: dict[str, Any], cutoffs: EvidenceCutoffs = EvidenceCu
     BLOCK per-execution drift when ``kind`` is ``execution_drift``)."""
     if payload.get("kind") == "execution_drift":
         return _drift_message(payload)
+    if payload.get("kind") == "pileup":
+        return _pileup_message(payload)
     if payload["state"] == "open":
         return _open_message(payload, cutoffs)
     return _update_message(payload)
@@ -249,3 +251,51 @@ def _drift_message(payload: dict[str, Any]) -> dict[str, Any]:
         f"{payload.get('profile') or 'calibrated'} profile · alert {payload['alert_id']}"
     )
     return _alert_message(text, header, query, fields, context)
+
+
+def _seconds(value: float) -> str:
+    return f"{value:,.0f} s" if value >= 10 else f"{value:.1f} s"
+
+
+def _pileup_what(payload: dict[str, Any]) -> str:
+    """'4 backends waiting on Lock:relation for up to 25 s, behind pid 42 (idle in transaction, its
+    transaction open 31 s)' or '5 backends running it for up to 40 s (usually 2.1 ms)'."""
+    count = f"{payload['backends']} backend{'s' if payload['backends'] != 1 else ''}"
+    if payload["cause"] == "lock_queue":
+        wait = payload.get("wait_event") or "a lock"
+        what = f"{count} waiting on {wait} for up to {_seconds(payload['longest_s'])}"
+        if payload.get("blocker_pid") is not None:
+            state = payload.get("blocker_state") or "unknown state"
+            age = payload.get("blocker_xact_s")
+            opened = f", its transaction open {_seconds(age)}" if age is not None else ""
+            what += f", behind pid {payload['blocker_pid']} ({state}{opened})"
+        return what
+    usual = f" (usually {format_ms(payload['usual_ms'])})" if payload.get("usual_ms") is not None else ""
+    return f"{count} running it for up to {_seconds(payload['longest_s'])}{usual}"
+
+
+def _pileup_message(payload: dict[str, Any]) -> dict[str, Any]:
+    """A pile-up happening now (open): the query, how many, how long, what they wait on and behind whom;
+    or the one line saying it is over (recovered), naming the regression finding it became, if any."""
+    instance = payload["instance"]
+    short = fit(_short_query(payload), QUERY_IN_TEXT_MAX, escape=False)
+    if payload["state"] != "open":
+        related = payload.get("related_finding_id")
+        line = (
+            f"Pile-up over on {instance}: {short} (at most {payload['max_backends']} backends, up to "
+            f"{_seconds(payload['longest_s'])}), since {format_time(payload['first_seen'])}, gone at "
+            f"{format_time(payload.get('resolved_at'))}"
+            + (f"; regression finding {related}" if related else "")
+        )
+        return {"text": fit(line, FALLBACK_TEXT_MAX), "blocks": [_section(fit(line, SECTION_TEXT_MAX))]}
+    what = _pileup_what(payload)
+    text = fit(f"Pile-up on {instance} now: {short} — {what}", FALLBACK_TEXT_MAX)
+    fields = [
+        _field("Instance", instance),
+        _field("Now", what),
+        _field("Seen since", format_time(payload["first_seen"])),
+        _field("Blocker's statement", payload.get("blocker_query") or "-"),
+    ]
+    header = fit(f"Pile-up now on {instance}", HEADER_MAX, escape=False)
+    context = f"pile-up {payload['finding_id']} · queryid {payload['queryid']} · alert {payload['alert_id']}"
+    return _alert_message(text, header, _short_query(payload), fields, context)

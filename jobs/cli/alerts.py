@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     pass
 from jobs.cli.common import console, escaped, lake_config, lake_root, settings_of
+from jobs.escaping import visible_controls
 
 
 def cmd_alerts(args: argparse.Namespace) -> int:
@@ -25,6 +26,7 @@ def cmd_alerts(args: argparse.Namespace) -> int:
         retry_dead_letters=args.retry_dead_letters,
         lake_config=lake_config(args),
         cutoffs=settings.report.evidence_cutoffs(),
+        pileups=settings.pileups,
     )
     if not report.sinks:
         console.print(
@@ -38,10 +40,16 @@ def cmd_alerts(args: argparse.Namespace) -> int:
     for payload in report.sent:
         to = ", ".join(s.name for s in report.sinks if payload["alert_id"] in s.delivered)
         query = " ".join(payload["query"].split())[:80]
-        what = f"drift {payload['metric']} " if payload.get("kind") == "execution_drift" else ""
-        console.print(
-            f"alerted {what}({payload['state']}): {payload['instance']}: {query} → {to}", markup=False
+        kind = payload.get("kind")
+        what = (
+            f"drift {payload['metric']} "
+            if kind == "execution_drift"
+            else "pile-up "
+            if kind == "pileup"
+            else ""
         )
+        line = f"alerted {what}({payload['state']}): {payload['instance']}: {query} → {to}"
+        console.print(visible_controls(line), markup=False)
     for sink in report.sinks:
         for letter in sink.dead_lettered:
             console.print(

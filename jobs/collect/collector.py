@@ -19,8 +19,10 @@ import contextlib
 import hashlib
 import json
 import queue
+import statistics
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -40,9 +42,16 @@ from jobs.collect.session import (
 )
 from jobs.lake import io as lake
 from jobs.lake import locks
+from jobs.query.identity import fingerprint_text
 from jobs.query.texts import is_explain_text, is_radar_text, storable_query_text
 from jobs.redaction import scrub
-from jobs.schemas.collected import ACTIVITY_SNAPSHOTS, QUERY_TEXTS, SNAPSHOT_RUNS, STATEMENT_SNAPSHOTS
+from jobs.schemas.collected import (
+    ACTIVITY_QUERIES,
+    ACTIVITY_SNAPSHOTS,
+    QUERY_TEXTS,
+    SNAPSHOT_RUNS,
+    STATEMENT_SNAPSHOTS,
+)
 from jobs.sqlfiles import load_sql
 
 # Extension version -> SQL file mapping its columns onto the canonical names (sql/postgres/).
@@ -83,6 +92,8 @@ class InstanceSnapshot:
     privileges: RolePrivileges | None = None
     activity: pl.DataFrame | None = None
     """The activity_snapshots row (None: not read, or the read failed: a warning says why)."""
+    running: pl.DataFrame | None = None
+    """activity_queries rows: statements running now by query id (None or empty: none to record)."""
 
 
 @dataclass
@@ -280,6 +291,11 @@ def read_instance_snapshot(
         activity_row, activity_warning = (
             read_activity(conn, instance.name) if config.activity else (None, None)
         )
+        running_rows = (
+            running_groups(read_running(conn, int(identity["server_version_num"])), config.query_text)
+            if config.activity and activity_row is not None
+            else []
+        )
         info = None
         if version not in ("1.8",):
             info = conn.execute(load_sql("statements_info")).fetchone()
@@ -359,8 +375,20 @@ def read_instance_snapshot(
                 [{**activity_row, "captured_at": captured_at, "cores": instance.cores, "host": instance.host}]
             )
         )
+    running = (
+        ACTIVITY_QUERIES.conform(pl.DataFrame([{**r, "captured_at": captured_at} for r in running_rows]))
+        if running_rows
+        else None
+    )
     snap = InstanceSnapshot(
-        instance.name, captured_at, run, statements, texts, privileges=learned, activity=activity
+        instance.name,
+        captured_at,
+        run,
+        statements,
+        texts,
+        privileges=learned,
+        activity=activity,
+        running=running,
     )
     return snap, server_ms
 
@@ -390,6 +418,77 @@ def read_activity(conn: Any, instance: str) -> tuple[dict[str, Any] | None, str 
     return dict(row), None
 
 
+def read_running(conn: Any, server_version: int) -> list[dict[str, Any]]:
+    """Backends that could be part of a pile-up (``activity_queries.sql``: raw texts, never stored as they
+    are; ``running_groups`` groups them). Only read where pg_stat_activity has query_id (PostgreSQL 14+)
+    and with the activity row (its privilege check passed); a failed read loses nothing else (the
+    statements are read already)."""
+    if server_version < 140000:
+        return []
+    try:
+        return [dict(r) for r in conn.execute(load_sql("activity_queries")).fetchall()]
+    except (
+        psycopg.errors.QueryCanceled,
+        psycopg.errors.InsufficientPrivilege,
+        psycopg.errors.UndefinedColumn,
+    ):
+        return []
+
+
+MAX_RUNNING_GROUPS = 50
+
+
+def running_groups(rows: list[dict[str, Any]], query_text: str = "normalized") -> list[dict[str, Any]]:
+    """The backends of ``read_running`` grouped by (dbid, userid, statement): the ``activity_queries`` rows.
+
+    A statement is its text's fingerprint (literals do not change it), not its query_id: a statement
+    queued on a lock taken during parse analysis has no query_id yet. Only groups of two or more backends
+    or one running a second or more are kept, at most ``MAX_RUNNING_GROUPS`` (largest, then longest,
+    first); texts are stored as ``query_text`` allows (normalized: no literal value)."""
+    groups: dict[tuple[Any, Any, str], list[dict[str, Any]]] = {}
+    for row in rows:
+        normalized = storable_query_text(row.get("query") or "", "normalized") or ""
+        key = (row["dbid"], row["userid"], fingerprint_text(normalized)[0])
+        groups.setdefault(key, []).append(row)
+    out = []
+    for (dbid, userid, fingerprint), members in groups.items():
+        running = [float(m["running_s"]) for m in members]
+        if len(members) < 2 and max(running) < 1.0:
+            continue
+        waits = Counter(
+            f"{m['wait_event_type']}:{m['wait_event']}" if m["wait_event_type"] else "CPU" for m in members
+        )
+        blockers = Counter(m["blocker_pid"] for m in members if m["blocker_pid"] is not None)
+        blocker_pid = blockers.most_common(1)[0][0] if blockers else None
+        blocker = next((m for m in members if m["blocker_pid"] == blocker_pid), None) if blockers else None
+        queryids = Counter(m["queryid"] for m in members if m["queryid"] is not None)
+        out.append(
+            {
+                "dbid": dbid,
+                "userid": userid,
+                "fingerprint": fingerprint,
+                "queryid": queryids.most_common(1)[0][0] if queryids else None,
+                "query": storable_query_text(members[0].get("query") or "", query_text),
+                "backends": len(members),
+                "waiting_lock": sum(m["wait_event_type"] == "Lock" for m in members),
+                "longest_s": max(running),
+                "median_s": statistics.median(running),
+                "wait_event": waits.most_common(1)[0][0],
+                "blocker_pid": blocker_pid,
+                "blocker_state": blocker["blocker_state"] if blocker else None,
+                "blocker_queryid": blocker["blocker_queryid"] if blocker else None,
+                "blocker_query": (
+                    storable_query_text(blocker["blocker_query"], query_text)
+                    if blocker and blocker["blocker_query"]
+                    else None
+                ),
+                "blocker_xact_s": blocker["blocker_xact_s"] if blocker else None,
+            }
+        )
+    out.sort(key=lambda g: (-g["backends"], -g["longest_s"]))
+    return out[:MAX_RUNNING_GROUPS]
+
+
 def lake_ts() -> pl.DataType:
     return STATEMENT_SNAPSHOTS.polars_schema["collector_clock"]
 
@@ -404,6 +503,8 @@ def write_instance_snapshot(lake_root: Path, snap: InstanceSnapshot) -> list[Pat
     files.append(lake.write_table(lake_root, STATEMENT_SNAPSHOTS, snap.statements, parts, stem))
     if snap.activity is not None:
         files.append(lake.write_table(lake_root, ACTIVITY_SNAPSHOTS, snap.activity, parts, stem))
+    if snap.running is not None and snap.running.height:
+        files.append(lake.write_table(lake_root, ACTIVITY_QUERIES, snap.running, parts, stem))
     files.append(lake.write_table(lake_root, SNAPSHOT_RUNS, pl.DataFrame([snap.run]), parts, stem))
     return files
 

@@ -12,7 +12,14 @@ from typing import TYPE_CHECKING, TypeVar
 
 from jobs.collect.deploys import DeployInboxConfig
 from jobs.collect.fleet import CollectorConfig
-from jobs.detect.config import FindingsConfig, MemoryConfig, RegressionConfig, SampleConfig, ScopeConfig
+from jobs.detect.config import (
+    FindingsConfig,
+    MemoryConfig,
+    PileupConfig,
+    RegressionConfig,
+    SampleConfig,
+    ScopeConfig,
+)
 from jobs.drift.config import DriftConfig
 from jobs.errors import ConfigError
 from jobs.gate.config import GateConfig
@@ -172,6 +179,8 @@ class RadarSettings:
     """The benchmark gate (`radar gate`)."""
     alerts: AlertsConfig = field(default_factory=AlertsConfig)
     """Alert sinks and delivery."""
+    pileups: PileupConfig = field(default_factory=PileupConfig)
+    """Live pile-ups (statements piling up now, from pg_stat_activity): alerted with the others."""
     report: ReportSettings = field(default_factory=ReportSettings)
     """The weekly report."""
     lake: LakeSettings = field(default_factory=LakeSettings)

@@ -355,3 +355,29 @@ class RegressionConfig:
         for name in ("changepoint_tolerance", "p_value_threshold", "fdr_q"):
             if not 0.0 < getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must be in (0, 1]")
+
+
+@dataclass(frozen=True)
+class PileupConfig:
+    """[pileups]: when statements running now are a pile-up, and how far back episodes are read."""
+
+    enabled: bool = True
+    """Check the latest snapshots for pile-ups when alerts are sent (needs [collector] activity)."""
+    min_backends: int = 3
+    """Backends of one query id (or waiting on a lock) that make a pile-up: one slow session is not one."""
+    min_seconds: float = 10.0
+    """...running (or waiting) at least this long: shorter waits come and go at every checkpoint."""
+    usual_factor: float = 10.0
+    """...and at least this many times the query's usual latency (its mean in the lake's samples): a
+    report query that always runs a minute is not a pile-up at a minute."""
+    lookback: timedelta = timedelta(hours=6)
+    """Snapshots read back from now: an episode longer than this is seen from its start within it (a new
+    id, alerted again)."""
+    usual_days: int = 7
+    """Days of samples its usual latency is taken from."""
+
+    def __post_init__(self) -> None:
+        if self.min_backends < 1:
+            raise ValueError("[pileups] min_backends must be >= 1")
+        if self.lookback <= timedelta(0):
+            raise ValueError("[pileups] lookback must be > 0")

@@ -39,6 +39,7 @@ from jobs.schemas.analysed import (
     RESOURCE_REGRESSIONS,
 )
 from jobs.schemas.collected import (
+    ACTIVITY_QUERIES,
     ACTIVITY_SNAPSHOTS,
     PLAN_CAPTURE_LOG,
     QUERY_TEXTS,
@@ -60,6 +61,7 @@ COMPACTABLE: tuple[TableSchema, ...] = (
     STATEMENT_SNAPSHOTS,
     SNAPSHOT_RUNS,
     ACTIVITY_SNAPSHOTS,
+    ACTIVITY_QUERIES,
     QUERY_TEXTS,
     PLAN_CAPTURE_LOG,
     *ANALYSIS_TABLES,

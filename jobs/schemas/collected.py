@@ -106,6 +106,39 @@ ACTIVITY_SNAPSHOTS = TableSchema(
     ),
 )
 
+ACTIVITY_QUERIES = TableSchema(
+    name="activity_queries",
+    description=(
+        "Per snapshot, statements running at that moment grouped by statement (pg_stat_activity, PostgreSQL "
+        "14+): groups of two or more backends or one running a second or more, at most 50; what the live "
+        "pile-up check reads"
+    ),
+    primary_key=("instance", "captured_at", "dbid", "userid", "fingerprint"),
+    columns=(
+        Column("captured_at", UTC_TS, "the snapshot's captured_at"),
+        Column("dbid", pl.Int64()),
+        Column("userid", pl.Int64()),
+        Column(
+            "fingerprint",
+            pl.String(),
+            "the statement's text fingerprint (jobs.query.identity): the group's key, since a statement "
+            "queued on a lock taken during parse analysis has no query_id yet",
+        ),
+        Column("queryid", pl.Int64(), "pg_stat_activity.query_id of its backends (null: none had one)"),
+        Column("query", pl.String(), "the statement's normalized text (no literal value)"),
+        Column("backends", pl.Int64(), "client backends running it (state active)"),
+        Column("waiting_lock", pl.Int64(), "of them, waiting on a heavyweight lock"),
+        Column("longest_s", pl.Float64(), "how long the longest of them has been running (s)"),
+        Column("median_s", pl.Float64(), "the median time they have been running (s)"),
+        Column("wait_event", pl.String(), "their most common wait event (type:event; CPU: none)"),
+        Column("blocker_pid", pl.Int64(), "the pid blocking most waiters (null: none waits on a lock)"),
+        Column("blocker_state", pl.String(), "that backend's state (e.g. 'idle in transaction')"),
+        Column("blocker_queryid", pl.Int64(), "its query id (its last statement's when idle)"),
+        Column("blocker_query", pl.String(), "its (last) statement's normalized text"),
+        Column("blocker_xact_s", pl.Float64(), "how long its transaction has been open (s)"),
+    ),
+)
+
 SNAPSHOT_RUNS = TableSchema(
     name="snapshot_runs",
     description="One row per instance per snapshot attempt, including failures: identity, info and counts.",

@@ -22,6 +22,7 @@ from jobs.schemas.analysed import (
     RESOURCE_REGRESSIONS,
 )
 from jobs.schemas.collected import (
+    ACTIVITY_QUERIES,
     ACTIVITY_SNAPSHOTS,
     COLLECTION_HEALTH,
     DEPLOY_EVENTS,
@@ -46,6 +47,7 @@ TABLES: dict[str, TableSchema] = {
         STATEMENT_SNAPSHOTS,
         SNAPSHOT_RUNS,
         ACTIVITY_SNAPSHOTS,
+        ACTIVITY_QUERIES,
         QUERY_TEXTS,
         QUERY_SAMPLES,
         DEPLOY_EVENTS,

@@ -36,8 +36,10 @@ def regression_alerts(
     )
     # Webhook URLs: [alerts] or its environment variables, now; the evidence words' cut-offs are the weekly
     # report's, so Slack and the report call one finding the same.
-    cutoffs = definitions_settings().settings.report.evidence_cutoffs()
-    report = send_alerts(lake.path, alerts, cutoffs=cutoffs)
+    settings = definitions_settings().settings
+    report = send_alerts(
+        lake.path, alerts, cutoffs=settings.report.evidence_cutoffs(), pileups=settings.pileups
+    )
     metadata: dict[str, int | str] = {
         "alerts_sent": len(report.sent),
         "pending": report.pending,

@@ -341,7 +341,8 @@ def test_shutting_the_socket_from_another_thread_unblocks_the_reader(proxy: Free
 
 @pytest.mark.parametrize(
     ("freeze_after_ready", "phase"),
-    [(1, "identity"), (2, "statements"), (3, "statements"), (7, "texts")],  # 3: the activity read
+    # 3: the activity read, 4: the statements running now (activity_queries)
+    [(1, "identity"), (2, "statements"), (3, "statements"), (4, "statements"), (8, "texts")],
 )
 def test_a_server_that_stops_answering_fails_within_the_deadline_naming_the_phase(
     gamma: EmbeddedServer, proxy: FreezingProxy, lake_root: Path, freeze_after_ready: int, phase: str
