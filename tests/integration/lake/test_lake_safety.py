@@ -56,13 +56,18 @@ def truncated_copy(good: Path, name: str = "bad.parquet") -> Path:
     return bad
 
 
+def marked(table: pa.Table, schema: TableSchema) -> pa.Table:
+    """``table`` with the metadata the radar writes: a file of ``schema``'s, whatever its columns."""
+    return table.replace_schema_metadata({lake.TABLE_KEY: schema.name})
+
+
 def wrong_type_file(folder: Path, schema: TableSchema, name: str) -> Path | None:
-    """A whole Parquet file whose first non-string column holds strings (cannot be cast)."""
+    """A whole Parquet file of the table whose first non-string column holds strings (cannot be cast)."""
     column = next((c.name for c in schema.columns if c.dtype != pl.String()), None)
     if column is None:
         return None
     path = folder / name
-    pq.write_table(pa.table({column: ["not a value of this type"]}), path)
+    pq.write_table(marked(pa.table({column: ["not a value of this type"]}), schema), path)
     return path
 
 
@@ -123,7 +128,8 @@ def test_castable_differences_are_read_not_quarantined(lake_root: Path) -> None:
     folder = lake.partition_dir(lake_root, QUERY_TEXTS, {"instance": "a", "date": "2026-03-01"})
     folder.mkdir(parents=True)
     pq.write_table(
-        pa.table({"queryid": pa.array([7], pa.int32()), "query": ["select 1"]}), folder / "x.parquet"
+        marked(pa.table({"queryid": pa.array([7], pa.int32()), "query": ["select 1"]}), QUERY_TEXTS),
+        folder / "x.parquet",
     )
     mark = lake.incident_mark()
     assert lake.read_table(lake_root, QUERY_TEXTS)["queryid"].to_list() == [7]
@@ -264,6 +270,93 @@ def test_samples_cli_reports_a_foreign_file_it_moved(
     out = capsys.readouterr().out
     assert f"warning: lake file {foreign} quarantined to {moved}: not written by the samples job" in out
     assert lake.quarantine_path(lake_root, QUERY_SAMPLES, foreign).exists()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Only the lake's own files are data
+
+
+def misplaced_snapshot_file(root: Path, name: str = "copied") -> tuple[Path, int]:
+    """A statement_snapshots file of the lake copied into a query_samples partition; its rows."""
+    source = lake.table_files(root, STATEMENT_SNAPSHOTS)[-1]
+    target = lake.table_files(root, QUERY_SAMPLES)[0].parent / f"{name}-{source.name}"
+    target.write_bytes(source.read_bytes())
+    return target, pq.read_metadata(target).num_rows
+
+
+def test_a_file_of_another_table_is_quarantined_on_the_first_read_and_never_counted(
+    lake_root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 28: a statement_snapshots file in query_samples was counted by `radar sql` (its columns cast:
+    the missing ones read as nulls) until a samples rebuild quarantined it."""
+    write_step_change_lake(lake_root)
+    write_snapshots(lake_root, DAY, 3, instance="db1")
+    samples = lake.read_table(lake_root, QUERY_SAMPLES).height
+    foreign, rows = misplaced_snapshot_file(lake_root)
+    assert rows > 0
+    capsys.readouterr()
+    count = "select count(*) as n from query_samples"
+    assert main(["--lake", str(lake_root), "sql", count, "--format", "json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out) == [{"n": samples}], out + err
+    moved = lake.quarantine_path(lake_root, QUERY_SAMPLES, foreign)
+    assert f"lake file {foreign} quarantined to {moved}: a statement_snapshots file" in err
+    assert not foreign.exists() and moved.exists()
+    assert json.loads(Path(f"{moved}{lake.NOTE_SUFFIX}").read_text())["table"] == "query_samples"
+
+    # The same on every other read path: polars (first read of this process's cache too), one file.
+    readers = {
+        "read_table": lambda: lake.read_table(lake_root, QUERY_SAMPLES).height,
+        "scan_table": lambda: lake.scan_table(lake_root, QUERY_SAMPLES).collect().height,
+        "views": lambda: duckdb_views.query(lake_root, count)["n"][0],
+    }
+    for name, read in readers.items():
+        foreign, _ = misplaced_snapshot_file(lake_root, name)
+        mark = lake.incident_mark()
+        assert read() == samples, name
+        assert_quarantined(lake_root, QUERY_SAMPLES.name, foreign, lake.incidents_since(mark))
+    foreign, _ = misplaced_snapshot_file(lake_root, "read_file")
+    assert lake.read_file(lake_root, QUERY_SAMPLES, foreign) is None
+    assert not foreign.exists()
+
+
+def test_files_the_radar_did_not_write_or_outside_partition_folders_are_not_data(lake_root: Path) -> None:
+    write_step_change_lake(lake_root)
+    own = lake.table_files(lake_root, QUERY_SAMPLES)[0]
+    expected = lake.read_table(lake_root, QUERY_SAMPLES).height
+    # The table's own columns and rows, written by another tool (no radar.table): not counted.
+    unmarked = own.parent / "exported-by-hand.parquet"
+    pq.write_table(pq.read_table(own).replace_schema_metadata({}), unmarked)
+    # A radar file of this table, but in a folder that is no partition of it (its hive columns would lie).
+    stray = own.parent.parent / "backup" / own.name
+    stray.parent.mkdir()
+    stray.write_bytes(own.read_bytes())
+    mark = lake.incident_mark()
+    assert lake.read_table(lake_root, QUERY_SAMPLES).height == expected
+    incidents = lake.incidents_since(mark)
+    assert_quarantined(lake_root, QUERY_SAMPLES.name, unmarked, incidents)
+    assert_quarantined(lake_root, QUERY_SAMPLES.name, stray, incidents)
+    reasons = {i.path: i.reason for i in incidents}
+    assert reasons[unmarked].startswith("not written by the radar")
+    assert reasons[stray].startswith("not in a partition folder of query_samples")
+
+
+def test_compaction_quarantines_a_foreign_file_instead_of_merging_it(lake_root: Path) -> None:
+    """Merged, a foreign file's rows would become the table's own (the merged file carries its mark)."""
+    write_snapshots(lake_root, DAY, 3)
+    expected = lake.read_table(lake_root, STATEMENT_SNAPSHOTS).height
+    folder = lake.table_files(lake_root, STATEMENT_SNAPSHOTS)[0].parent
+    texts = lake.write_table(
+        lake_root, QUERY_TEXTS, one_row(QUERY_TEXTS), {"instance": "x", "date": "d"}, "t"
+    )
+    foreign = folder / "zz-foreign.parquet"
+    os.rename(texts, foreign)
+    mark = lake.incident_mark()
+    assert [(d.files_before, d.rows) for d in compact_lake(lake_root, today=DAY + timedelta(days=1))] == [
+        (3, expected)
+    ]
+    assert_quarantined(lake_root, STATEMENT_SNAPSHOTS.name, foreign, lake.incidents_since(mark))
+    assert lake.read_table(lake_root, STATEMENT_SNAPSHOTS).height == expected
 
 
 # ---------------------------------------------------------------------------------------------------------
