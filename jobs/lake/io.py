@@ -50,7 +50,14 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from jobs.lake.locks import COMPACTION_LOCK, LOCKS, LakeConfig, LakeError, object_lock_holder
+from jobs.lake.locks import (
+    COMPACTION_LOCK,
+    LOCKS,
+    LakeConfig,
+    LakeError,
+    LakeStorageError,
+    object_lock_holder,
+)
 from jobs.lake.objectpath import ObjectPath
 from jobs.lake.storage import LakePath, lake_path, polars_storage_options
 from jobs.schemas.registry import TABLES
@@ -123,7 +130,10 @@ def write_table(
     """Write one file atomically (temp file + fsync + rename) and return its final path."""
     schema = table_schema(table)
     folder = partition_dir(root, schema, partitions)
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise LakeStorageError(folder, exc) from exc
     return write_file(folder / f"{stem}.parquet", schema, frame, config=config)
 
 
@@ -169,6 +179,8 @@ def write_file(
         os.replace(tmp, final)
     except BaseException as exc:
         tmp.unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise LakeStorageError(final, exc) from exc
         if isinstance(exc, Exception):
             raise LakeError(f"could not write {final}: {exc}") from exc
         raise

@@ -3,8 +3,10 @@ safe with overlapping runs."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -18,7 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from jobs.cli.common import EXIT_LOCKED
+from jobs.cli.common import EXIT_LOCKED, EXIT_STORAGE
 from jobs.cli.main import main
 from jobs.collect.collector import snapshot_fleet
 from jobs.collect.fleet import FleetConfig
@@ -357,6 +359,131 @@ def test_compaction_quarantines_a_foreign_file_instead_of_merging_it(lake_root: 
     ]
     assert_quarantined(lake_root, STATEMENT_SNAPSHOTS.name, foreign, lake.incidents_since(mark))
     assert lake.read_table(lake_root, STATEMENT_SNAPSHOTS).height == expected
+
+
+# ---------------------------------------------------------------------------------------------------------
+# A full disk: one line naming the path and what was kept, exit 74, nothing collected lost
+
+
+def disk_full_for(monkeypatch: pytest.MonkeyPatch, *folders: str) -> None:
+    """Parquet writes into a path containing any of ``folders`` fail as a full disk does (at write())."""
+    write = pq.write_table
+
+    def full_disk(table: pa.Table, where: object, *args: object, **kwargs: object) -> None:
+        if any(folder in str(getattr(where, "name", where)) for folder in folders):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        write(table, where, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(lake.pq, "write_table", full_disk)
+
+
+def test_a_full_disk_stops_samples_with_one_line_naming_the_file_and_what_was_kept(
+    lake_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 28: a full disk gave `radar samples` an OSError (exit 70 "a bug in radar", or exit 2 as if
+    the user had erred) that said nothing of what survived."""
+    for instance in ("db1", "db2"):
+        write_snapshots(lake_root, DAY, 4, instance=instance)
+    snapshots = lake.read_table(lake_root, STATEMENT_SNAPSHOTS)
+    clean = shutil.copytree(lake_root, tmp_path / "clean")
+    assert main(["--lake", str(clean), "samples"]) == 0
+    capsys.readouterr()
+    disk_full_for(monkeypatch, "/query_samples/instance=db2/")
+    assert main(["--lake", str(lake_root), "samples"]) == EXIT_STORAGE
+    out = capsys.readouterr().out
+    [line] = [line for line in out.splitlines() if line.startswith("error:")]
+    assert "Traceback" not in out and "internal error" not in out
+    assert line.startswith("error: disk full (ENOSPC: No space left on device): cannot write ")
+    assert f"{lake_root}/query_samples/instance=db2/date=2026-11-27/" in line
+    assert line.endswith(
+        "kept: every file already in the lake, whole (this one was not written; no temp file left); samples "
+        "of db1 committed; db2: not committed (its frontier unchanged), the next run redoes it; "
+        "statement_snapshots untouched; free space, then run again"
+    )
+    assert lake.read_table(lake_root, STATEMENT_SNAPSHOTS).equals(snapshots)
+    assert not list(lake_root.rglob(f"*{lake.TEMP_SUFFIX}"))
+    monkeypatch.undo()  # space again: the next run finishes what the full disk stopped
+    assert main(["--lake", str(lake_root), "samples"]) == 0
+    done = lake.read_table(lake_root, QUERY_SAMPLES).sort("instance", "queryid", "interval_end")
+    assert done.equals(lake.read_table(clean, QUERY_SAMPLES).sort("instance", "queryid", "interval_end"))
+
+
+def test_a_full_disk_stops_detect_with_one_line_and_the_run_uncommitted(
+    lake_root: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_step_change_lake(lake_root)
+    disk_full_for(monkeypatch, "/analysis_runs/", "/finding_states/")
+    assert main(["--lake", str(lake_root), "detect"]) == EXIT_STORAGE
+    out = capsys.readouterr().out
+    [line] = [line for line in out.splitlines() if line.startswith("error:")]
+    assert line.startswith("error: disk full (ENOSPC: No space left on device): cannot write ")
+    assert "this detection run is not committed (analysis_runs unchanged): the next run analyses" in line
+    assert (
+        not lake.table_files(lake_root, "analysis_runs") and lake.read_table(lake_root, QUERY_SAMPLES).height
+    )
+    monkeypatch.undo()
+    assert main(["--lake", str(lake_root), "detect"]) == 0
+    assert lake.table_files(lake_root, "analysis_runs")
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """An 8 MiB tmpfs (root only: skipped where mount is not allowed), unmounted after the test."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("mounting a small tmpfs needs root")
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mount)], capture_output=True)
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.decode().strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def fill_leaving(filler: Path, free_bytes: int) -> None:
+    """Fill the file system of ``filler`` up, then give ``free_bytes`` back (a disk that filled meanwhile)."""
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        written = 0
+        while True:
+            try:
+                written += os.write(fd, b"\0" * 65536)
+            except OSError as exc:
+                assert exc.errno == errno.ENOSPC
+                break
+        os.ftruncate(fd, max(0, written - free_bytes))
+    finally:
+        os.close(fd)
+
+
+def test_a_really_full_disk_gives_samples_and_detect_exit_74_and_a_readable_lake(small_disk: Path) -> None:
+    """The kernel's ENOSPC on a tmpfs with 128 KiB left (the lock file fits, a 250 KB samples file does
+    not), through `radar` in its own process."""
+    from jobs.local.simulate.simulated_fleet import FleetShape
+    from jobs.local.simulate.writer import write_fleet
+
+    root = small_disk / "lake"
+    shape = FleetShape(instances=2, statements=300, minutes=30, seed=3, regressions=0, deploys_per_hour=0)
+    write_fleet(root, shape, fast=True)
+    snapshots = lake.read_table(root, STATEMENT_SNAPSHOTS)
+    filler = small_disk / "filler"
+    fill_leaving(filler, 128 << 10)
+    for command in ("samples", "detect"):
+        proc = run_radar("--lake", str(root), command)
+        out, err = proc.communicate(timeout=240)
+        assert proc.returncode == EXIT_STORAGE, out + err
+        assert "Traceback" not in out + err and "internal error" not in out + err
+        [line] = [line for line in out.splitlines() if line.startswith("error:")]
+        assert line.startswith("error: disk full (ENOSPC: No space left on device): cannot write ")
+        assert f"cannot write {root}/query_samples/instance=sim-0000/" in line, line
+        assert "kept: every file already in the lake" in line and "statement_snapshots untouched" in line
+    assert lake.read_table(root, STATEMENT_SNAPSHOTS).equals(snapshots)
+    assert not list(root.rglob(f"*{lake.TEMP_SUFFIX}"))
+    filler.unlink()
+    assert run_radar("--lake", str(root), "samples").wait(timeout=240) == 0
+    assert lake.read_table(root, QUERY_SAMPLES).height > 0
 
 
 # ---------------------------------------------------------------------------------------------------------
