@@ -26,6 +26,9 @@ EXIT_INTERNAL = 70  # EX_SOFTWARE: a bug in radar (an exception nothing expected
 EXIT_GATE_USAGE = 64
 """EX_USAGE for `radar gate`: a bad flag, value or config file (its 2 is BLOCK, its 1 WARN)."""
 EXIT_SERVER_UNREADABLE = 3  # setup-sql --dsn: like the gate's "could not run" (an unreachable database)
+EXIT_STORAGE = 74
+"""EX_IOERR: the operating system refused a write (disk full, quota, read-only, permission, I/O error); one
+line names the path and what was kept. Not 70: nothing is wrong with radar, and nothing collected is lost."""
 TABLE_MAX_ROWS = 40
 """Rows a table shows by default (`--max-rows`); JSON and CSV print every row unless --max-rows is given."""
 SQL_CELL_WIDTH = 40

@@ -16,6 +16,7 @@ from jobs.cli.common import (
     EXIT_GATE_USAGE,
     EXIT_INTERNAL,
     EXIT_LOCKED,
+    EXIT_STORAGE,
     EXIT_USAGE,
     escaped,
     lake_root,
@@ -71,6 +72,26 @@ def internal_error(args: argparse.Namespace, exc: Exception) -> int:
     return EXIT_INTERNAL
 
 
+def storage_error(exc: Exception) -> str | None:
+    """The one line for the OS refusing storage, or None: a lake write's ``LakeStorageError`` names the path
+    and what is kept; any other ``OSError`` with a storage errno (a state file, the weekly report, a file
+    that may not be read) names its file. A missing file is not one (a bad path: exit 2), nor is a network
+    error."""
+    if _is_error(exc, "LakeStorageError"):
+        return str(exc)
+    if isinstance(exc, FileNotFoundError | ConnectionError | TimeoutError) or not isinstance(exc, OSError):
+        return None
+    from jobs.errors import STORAGE_ERRNOS, describe_os_error, os_error_advice
+
+    if exc.errno not in STORAGE_ERRNOS:
+        return None
+    where = exc.filename if exc.filename is not None else "a file"
+    return (
+        f"{describe_os_error(exc)} at {where}; kept: every file radar finished writing (each is written "
+        f"under a temp name and renamed into place); {os_error_advice(exc)}"
+    )
+
+
 def _is_error(exc: BaseException, *names: str) -> bool:
     """The exception is (a subclass of) one of these jobs/ classes, checked without importing them."""
     return any(cls.__name__ in names and cls.__module__.startswith("jobs.") for cls in type(exc).__mro__)
@@ -112,6 +133,9 @@ def main(argv: list[str] | None = None) -> int:
         if _is_error(exc, "LakeLockError"):
             say(args, f"[red]error:[/red] {escaped(str(exc))}")
             return EXIT_LOCKED
+        if (storage := storage_error(exc)) is not None:
+            say(args, f"[red]error:[/red] {escaped(_scrubbed(storage))}")
+            return EXIT_STORAGE
         if _is_error(exc, "ConfigError") or isinstance(exc, ValueError | RuntimeError | FileNotFoundError):
             say(args, f"[red]error:[/red] {escaped(_scrubbed(str(exc)))}")
             # the gate's 2 is BLOCK: its usage and config errors have their own code

@@ -43,6 +43,8 @@ COMMON_EXIT_CODES = (
     "  2  usage or configuration error (bad flag, bad --config or fleet file, no fleet): nothing done\n"
     "  70 internal error (EX_SOFTWARE): a bug in radar, one line on stderr; RADAR_DEBUG=1 shows the\n"
     "     traceback. What earlier runs wrote to the lake is kept\n"
+    "  74 the OS refused a write (EX_IOERR): disk full, over quota, read-only, no permission, I/O error;\n"
+    "     one line names the path and what was kept (every file already in the lake)\n"
     "  75 another run holds a lake lock (EX_TEMPFAIL): try again later"
 )
 

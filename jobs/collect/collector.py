@@ -16,6 +16,7 @@ application's own BEGIN/COMMIT queryids. ``default_transaction_read_only`` is a 
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import queue
@@ -252,6 +253,29 @@ def privileges_sql_for(server_version: int) -> str:
     return load_sql("collector_privileges" if server_version >= 150000 else "collector_privileges_pg13")
 
 
+BOOT_ID_FILE = Path("/proc/sys/kernel/random/boot_id")
+
+
+@functools.cache
+def collector_boot() -> int | None:
+    """This host's boot: the first 64 bits of Linux's random boot_id, as a signed integer (8 bytes per
+    snapshot row, not a 36-character string). Boot clock readings compare only within one boot; None where
+    there is no boot id (then no boot clock is recorded)."""
+    try:
+        boot_id = BOOT_ID_FILE.read_text().strip().replace("-", "")
+        return int.from_bytes(bytes.fromhex(boot_id[:16]), "big", signed=True)
+    except (OSError, ValueError):
+        return None
+
+
+def boot_clock_s() -> float | None:
+    """Seconds since this host booted, on a clock nothing steps (CLOCK_BOOTTIME, suspend included): a
+    wall-clock step shows as the two clocks' difference moving. None without a boot id or such a clock."""
+    if collector_boot() is None or not hasattr(time, "CLOCK_BOOTTIME"):
+        return None
+    return time.clock_gettime(time.CLOCK_BOOTTIME)
+
+
 def read_instance_snapshot(
     instance: InstanceConfig,
     known: pl.DataFrame,
@@ -274,10 +298,17 @@ def read_instance_snapshot(
         dog.enter("identity")
         started = time.perf_counter()
         before = datetime.now(UTC)
+        boot_before = boot_clock_s()
         identity = conn.execute(load_sql("server_identity")).fetchone()
+        boot_after = boot_clock_s()
         after = datetime.now(UTC)
         assert identity is not None
         collector_clock = before + (after - before) / 2
+        # The boot clock at the same midpoint: if both the server's and this host's clocks are stepped
+        # together, their offset stays put and only this clock tells (samples drop such an interval).
+        uptime_s = (
+            (boot_before + boot_after) / 2 if boot_before is not None and boot_after is not None else None
+        )
         version = identity["extension_version"]
         if version is None:
             raise CollectorError(
@@ -335,7 +366,11 @@ def read_instance_snapshot(
     own_ids |= set(texts.filter(pl.col("is_radar"))["queryid"].to_list())
     rows, own_dropped = drop_own_rows(rows, own_ids)
     statements, explain_dropped, hidden = statements_frame(rows, identity, info, explain_ids)
-    statements = statements.with_columns(pl.lit(collector_clock).cast(lake_ts()).alias("collector_clock"))
+    statements = statements.with_columns(
+        pl.lit(collector_clock).cast(lake_ts()).alias("collector_clock"),
+        pl.lit(collector_boot() if uptime_s is not None else None, dtype=pl.Int64).alias("collector_boot"),
+        pl.lit(uptime_s, dtype=pl.Float64).alias("collector_uptime_s"),
+    )
     warnings = health_warnings(identity, track_configured, hidden)
     if activity_warning:
         warnings.append(activity_warning)

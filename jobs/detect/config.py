@@ -65,7 +65,9 @@ class SampleConfig:
     """Flagged by default (``evictions`` > 0): on a busy server eviction is constant and would drop all."""
     max_clock_skew_s: float = 2.0
     """An interval whose (server clock - collector clock) offset changed by more than this is dropped
-    (``clock_skew``): one of the two clocks was stepped, so the server-clock length cannot be trusted.
+    (``clock_skew``): one of the two clocks was stepped, so the server-clock length cannot be trusted. So
+    is one whose (collector clock - the collector host's boot clock) moved by more than this: both clocks
+    were stepped together (their offset held), which the boot clock, never stepped, shows.
     2 s sits far above the offset's own noise (half a read's round trip, milliseconds on a LAN, and NTP
     slews at most 0.5 ms/s) and far below a typical 60 s interval, whose mean latency it would distort."""
     frontier_keep: timedelta = timedelta(days=7)

@@ -30,7 +30,8 @@ DROP_REASONS: tuple[str, ...] = (
     "server_restarted",  # postmaster start time changed: counters restarted from zero
     "stats_reset",  # pg_stat_statements_info.stats_reset changed
     "entry_recreated",  # stats_since changed: the entry was evicted (or reset) and made again
-    "clock_skew",  # server-clock interval <= 0, or the server-collector clock offset moved too much
+    "clock_skew",  # server-clock interval <= 0, the server-collector clock offset moved too much, or both
+    # clocks were stepped together (the collector's clock moved unlike its boot clock)
     "counter_decreased",  # any cumulative counter went down
     "evicted_in_interval",  # dealloc grew (only when SampleConfig.drop_when_dealloc_grew)
     "below_min_executions",  # valid, but fewer calls than SampleConfig.min_executions
@@ -40,6 +41,8 @@ _SNAPSHOT_COLUMNS: tuple[str, ...] = (
     *ENTRY_KEY,
     "captured_at",
     "collector_clock",
+    "collector_boot",
+    "collector_uptime_s",
     "system_identifier",
     "postmaster_start",
     "stats_reset",
@@ -175,9 +178,14 @@ def _instance_samples(
     offset = ((pl.col("captured_at") - pl.col("collector_clock")).dt.total_microseconds() / 1e6).alias(
         "_offset"
     )
+    # Both clocks stepped together leave their offset alone; the collector's boot clock is never stepped,
+    # so its clock minus that (when it booted, by its clock) moves by the step. Only within one boot.
+    booted = (
+        pl.col("collector_clock").dt.epoch("us").cast(pl.Float64) * 1e-6 - pl.col("collector_uptime_s")
+    ).alias("_booted")
     ordered = (
         frame.lazy()
-        .with_columns(packed, taken, offset)
+        .with_columns(packed, taken, offset, booted)
         .sort(["queryid", "_db_user", "toplevel", "_taken", "captured_at"], nulls_last=True)
     )
     key = ("queryid", "_db_user", "toplevel")
@@ -199,6 +207,10 @@ def _instance_samples(
             | ((pl.col("_offset") - pl.col("_offset").shift(1)).abs() > config.max_clock_skew_s).fill_null(
                 False
             )
+            | (
+                pl.col("collector_boot").eq(pl.col("collector_boot").shift(1))
+                & ((pl.col("_booted") - pl.col("_booted").shift(1)).abs() > config.max_clock_skew_s)
+            ).fill_null(False)
         )
         .then(pl.lit("clock_skew"))
         .when(decreased)

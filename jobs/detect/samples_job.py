@@ -27,7 +27,7 @@ from jobs.detect.samples import (
 )
 from jobs.lake import io as lake
 from jobs.lake.io import scan_table, stem_for, with_recovery, write_table
-from jobs.lake.locks import LakeConfig, exclusive_lock
+from jobs.lake.locks import LakeConfig, LakeStorageError, exclusive_lock
 from jobs.lake.storage import LakePath, lake_path
 from jobs.schemas.collected import (
     COLLECTION_HEALTH,
@@ -134,8 +134,27 @@ def run_samples_job(
     if chosen == "append" and dates is not None:
         raise SamplesError("a date range is a rebuild: use mode='rebuild' with dates")
     out_root = lake_path(out_root or lake_root)
+    committed: list[str] = []
     with exclusive_lock(out_root, SAMPLES_LOCK, lake_config):
-        return _run_samples_job(lake_root, config, instances, out_root, dates, lake_config, chosen)
+        try:
+            return _run_samples_job(
+                lake_root, config, instances, out_root, dates, lake_config, chosen, committed
+            )
+        except LakeStorageError as exc:
+            names = instances if instances is not None else lake_instances(lake_root)
+            raise exc.keeping(uncommitted_samples(committed, names)) from exc
+
+
+def uncommitted_samples(committed: list[str], names: list[str]) -> str:
+    """What a samples run stopped by a refused write keeps: the instances it committed (samples, then the
+    frontier), the one it was at (frontier unchanged: the next run redoes it from there), the snapshots."""
+    at = names[len(committed)] if len(committed) < len(names) else None
+    parts = [f"samples of {', '.join(committed)} committed"] if committed else []
+    if at is not None:
+        parts.append(f"{at}: not committed (its frontier unchanged), the next run redoes it")
+    if len(names) > len(committed) + 1:
+        parts.append(f"{len(names) - len(committed) - 1} more instances not started")
+    return "; ".join([*parts, "statement_snapshots untouched"])
 
 
 def run_samples_per_instance(
@@ -152,10 +171,19 @@ def run_samples_per_instance(
     runs) take turns per instance instead of one waiting for a whole shard, longer than a lock wait of
     seconds. Every instance's files are the same as one run over them all would write."""
     started = time.perf_counter()
-    reports = [
-        run_samples_job(lake_root, config, instances=[name], dates=dates, lake_config=lake_config, mode=mode)
-        for name in instances
-    ]
+    reports: list[SamplesJobReport] = []
+    for name in instances:
+        try:
+            reports.append(
+                run_samples_job(
+                    lake_root, config, instances=[name], dates=dates, lake_config=lake_config, mode=mode
+                )
+            )
+        except LakeStorageError as exc:
+            if not reports:
+                raise
+            done = ", ".join(instances[: len(reports)])
+            raise exc.keeping(f"samples of {done} committed before it") from exc
     return SamplesJobReport.summed(reports, time.perf_counter() - started)
 
 
@@ -167,7 +195,9 @@ def _run_samples_job(
     dates: tuple[date, date] | None,
     lake_config: LakeConfig | None,
     mode: str,
+    committed: list[str],
 ) -> SamplesJobReport:
+    """The job under its lock; ``committed`` gets each instance's name once its frontier is written."""
     started = time.perf_counter()
     names = instances if instances is not None else lake_instances(lake_root)
 
@@ -313,6 +343,7 @@ def _run_samples_job(
                 write_frontier(
                     out_root, name, front.with_columns(pl.lit(digest).alias("config_digest")), lake_config
                 )
+            committed.append(name)
             continue
         if mode == "append" and watermark is not None:
             remove_unconfirmed_samples(out_root, name, watermark)  # type: ignore[arg-type]
@@ -347,6 +378,7 @@ def _run_samples_job(
             write_frontier(
                 out_root, name, front.with_columns(pl.lit(digest).alias("config_digest")), lake_config
             )
+        committed.append(name)
     dropped = (pl.concat(drops) if drops else SamplesResult(samples=pl.DataFrame()).dropped_counts).sort(
         "instance", "reason"
     )

@@ -107,8 +107,19 @@ def _partition_files(folder: LakePath) -> list[LakePath]:
 def _merge_readable(
     lake_root: LakePath, table: TableSchema, folder: LakePath
 ) -> tuple[list[LakePath], pl.DataFrame]:
-    """The partition's files and their merged rows; unreadable files are quarantined first (we hold the
-    compaction lock, so moving them is safe) and the rest merged."""
+    """The partition's files and their merged rows; files that are not the table's own (``file_problem``)
+    and unreadable files are quarantined first (we hold the compaction lock, so moving them is safe) and the
+    rest merged: a foreign file merged would become the table's own."""
+    files = _partition_files(folder)
+    if len(files) <= 1:
+        return files, pl.DataFrame()
+    for path in files:
+        try:
+            problem = lake.file_problem(path, table)
+        except FileNotFoundError:
+            continue
+        if problem is not None:
+            lake.quarantine_file(lake_root, table, path, problem, compaction_held=True)
     files = _partition_files(folder)
     if len(files) <= 1:
         return files, pl.DataFrame()

@@ -8,13 +8,17 @@ temp files older than ``LakeConfig.stale_temp_after_s`` (never younger ones: the
 still at work), and ``compact_lake`` sweeps the whole lake. Writing the same (table, partitions, stem) again
 replaces the file: snapshots are idempotent per (instance, captured_at).
 
-Bad files. ``scan_table`` checks each file's Parquet envelope (magic bytes at both ends, a footer length
-that fits: a few bytes read per file, cached per process by size and mtime) and moves a file that fails to
+Bad and foreign files. ``scan_table`` checks each file before any reader sees it (``file_problem``: the
+Parquet envelope, magic bytes at both ends and a footer length that fits; the file's folders, the table's
+partition keys; and its footer's ``radar.table`` mark, the table the radar wrote it for: a few bytes and
+one footer read per file, cached per process by size and mtime) and moves a file that fails to
 ``<root>/_quarantine/<table>/<its path under the table>`` with a ``.quarantine.json`` note beside it (why,
-when, where from). ``read_table`` and ``with_recovery`` also catch what only a read finds (a column whose
-type cannot be cast, a corrupt page): on a read error they read each file on its own, quarantine the bad
-ones and retry. Where a move is unsafe (the lake is read-only, or a compaction holds the lake's compaction
-lock) the file is left in place and skipped by this process. Every quarantined or skipped file becomes a
+when, where from). Only the lake's own files are data: a Parquet file of another table, or one the radar
+did not write, is never counted, however well its columns would cast. ``read_table`` and
+``with_recovery`` also catch what only a read finds (a column whose type cannot be cast, a corrupt page):
+on a read error they read each file on its own, quarantine the bad ones and retry. Where a move is
+unsafe (the lake is read-only, or a compaction holds the lake's compaction lock) the file is left in place
+and skipped by this process. Every quarantined or skipped file becomes a
 ``LakeIncident``: logged, and kept for the run's output (``incident_mark``/``incidents_since``).
 
 Locks. Writers that must run alone (the samples job rebuilding partitions, compaction) hold
@@ -35,6 +39,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -45,7 +50,14 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from jobs.lake.locks import COMPACTION_LOCK, LOCKS, LakeConfig, LakeError, object_lock_holder
+from jobs.lake.locks import (
+    COMPACTION_LOCK,
+    LOCKS,
+    LakeConfig,
+    LakeError,
+    LakeStorageError,
+    object_lock_holder,
+)
 from jobs.lake.objectpath import ObjectPath
 from jobs.lake.storage import LakePath, lake_path, polars_storage_options
 from jobs.schemas.registry import TABLES
@@ -57,6 +69,8 @@ TEMP_SUFFIX = ".partial"
 QUARANTINE = "_quarantine"
 NOTE_SUFFIX = ".quarantine.json"
 REPLACES_KEY = "radar.replaces"
+TABLE_KEY = "radar.table"
+"""Parquet metadata naming the table the radar wrote a file for (every writer since the first lake)."""
 """Parquet metadata of an object-store compaction's merged file: the JSON list of file names it replaces."""
 _SAFE_VALUE = re.compile(r"^[A-Za-z0-9_.\-]+$")
 _MAGIC = b"PAR1"
@@ -116,7 +130,10 @@ def write_table(
     """Write one file atomically (temp file + fsync + rename) and return its final path."""
     schema = table_schema(table)
     folder = partition_dir(root, schema, partitions)
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise LakeStorageError(folder, exc) from exc
     return write_file(folder / f"{stem}.parquet", schema, frame, config=config)
 
 
@@ -140,7 +157,7 @@ def write_file(
     file_metadata = dict(arrow.schema.metadata or {})
     file_metadata.update(
         {
-            b"radar.table": schema.name.encode(),
+            TABLE_KEY.encode(): schema.name.encode(),
             b"radar.schema_version": str(SCHEMA_VERSION).encode(),
             **{k.encode(): v.encode() for k, v in (metadata or {}).items()},
         }
@@ -162,6 +179,8 @@ def write_file(
         os.replace(tmp, final)
     except BaseException as exc:
         tmp.unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise LakeStorageError(final, exc) from exc
         if isinstance(exc, Exception):
             raise LakeError(f"could not write {final}: {exc}") from exc
         raise
@@ -266,9 +285,9 @@ def _record(incident: LakeIncident) -> LakeIncident:
 # Checking files
 
 Signature = tuple[int, int]  # (size, mtime_ns): a file rewritten in place is checked again
-# Per process and per (root, table): files that passed the envelope check, the full-read check, and bad
+# Per process and per (root, table): files that passed ``file_problem``, the full-read check, and bad
 # files that could not be moved (skipped by every later scan while unchanged).
-_ENVELOPE_OK: dict[tuple[str, str], dict[str, Signature]] = {}
+_CHECKED_OK: dict[tuple[str, str], dict[str, Signature]] = {}
 _READ_OK: dict[tuple[str, str], dict[str, Signature]] = {}
 _SKIPPED: dict[tuple[str, str], dict[str, Signature]] = {}
 
@@ -325,11 +344,135 @@ def _envelope_verdict(head: bytes, tail: bytes, size: int) -> str | None:
     return None
 
 
+_OBJECT_TAIL_BYTES = 64 << 10
+"""Bytes read from an object's end in one request by ``file_problem``: a lake file's footer (a few KiB)
+fits, and a file this small is read whole."""
+_MARK = b"\x18" + bytes([len(TABLE_KEY)]) + TABLE_KEY.encode() + b"\x18"
+"""A Thrift compact KeyValue whose key is ``radar.table``: field 1 (header 0x18: next field, binary), its
+length as a varint, the key, then field 2's header; the value's varint length and bytes follow."""
+
+
+def file_problem(path: LakePath, table: str | TableSchema) -> str | None:
+    """Why ``path`` is not a usable file of ``table``, judged without reading its data; None if it is one.
+
+    Three checks: a whole Parquet file (``PAR1`` at both ends, a footer length that fits), in one of the
+    table's partition folders (``<table>/instance=…/date=…``: its hive columns come from them), and written
+    by the radar for this table (``radar.table`` in its footer). Whatever fails is not the lake's data: a
+    ``statement_snapshots`` file copied into ``query_samples`` would otherwise be read as samples (the scan
+    inserts the columns it lacks as nulls and ignores the rest). Reads the first 4 bytes and the footer; on
+    an object store one ranged request of the object's end.
+    """
+    schema = table_schema(table)
+    problem = partition_problem(path, schema)
+    if problem is not None:
+        return problem
+    problem, footer = _envelope_and_footer(path)
+    if problem is not None:
+        return problem
+    declared = footer_table(footer)
+    if declared == schema.name:
+        return None
+    if declared is None:
+        return f"not written by the radar (no {TABLE_KEY} in its Parquet metadata), so not {schema.name} data"
+    return f"a {declared} file (its {TABLE_KEY} metadata), not {schema.name} data"
+
+
+def partition_problem(path: LakePath, schema: TableSchema) -> str | None:
+    """Why ``path`` is not in a partition folder of ``schema`` (``<table>/<key>=<value>/…/<file>``); None
+    if it is."""
+    folder = path.parent
+    for key in reversed(schema.partition_by):
+        if not folder.name.startswith(f"{key}="):
+            layout = "/".join([schema.name, *(f"{k}=…" for k in schema.partition_by)])
+            return f"not in a partition folder of {schema.name} ({layout}): {folder.name!r} is not {key}=…"
+        folder = folder.parent
+    if folder.name != schema.name:
+        return f"not in the {schema.name} folder"
+    return None
+
+
+def footer_table(footer: bytes) -> str | None:
+    """The table a Parquet footer's ``radar.table`` metadata names; None when it has none.
+
+    A search for the key-value entry's bytes (``_MARK``), not a Thrift parse: pyarrow's parse of a lake
+    file's footer (its Arrow schema included) costs 200-300 µs, 20 times the footer's read, which the first
+    read of an uncompacted day (thousands of files) would pay in every process. The last match counts: the
+    file's key-value metadata follows its row groups, whose statistics could hold any bytes.
+    """
+    at = footer.rfind(_MARK)
+    if at < 0:
+        return None
+    position, length, shift = at + len(_MARK), 0, 0
+    while position < len(footer):
+        byte = footer[position]
+        position += 1
+        length |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            break
+        shift += 7
+    else:
+        return None
+    value = footer[position : position + length]
+    if len(value) != length:
+        return None
+    try:
+        return value.decode()
+    except UnicodeDecodeError:
+        return None
+
+
+def _envelope_and_footer(path: LakePath) -> tuple[str | None, bytes]:
+    """(why ``path`` is not a whole Parquet file, or None; its footer's bytes when it is)."""
+    if isinstance(path, ObjectPath):
+        return _object_envelope_and_footer(path)
+    try:
+        with open(path, "rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            if size < 12:
+                return f"{size} bytes: too short for a Parquet file", b""
+            head = handle.read(4)
+            handle.seek(size - 8)
+            tail = handle.read(8)
+            problem = _envelope_verdict(head, tail, size)
+            if problem is not None:
+                return problem, b""
+            (length,) = struct.unpack("<I", tail[:4])
+            handle.seek(size - 8 - length)
+            return None, handle.read(length)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        return f"cannot be opened: {exc}", b""
+
+
+def _object_envelope_and_footer(path: ObjectPath) -> tuple[str | None, bytes]:
+    """``_envelope_and_footer`` of an object: its size from the listing, then its last 64 KiB (a second
+    request only for a larger footer). The leading magic is checked when that read reached it."""
+    size = path.listed_stat().st_size
+    if size < 12:
+        return f"{size} bytes: too short for a Parquet file", b""
+    start = max(0, size - _OBJECT_TAIL_BYTES)
+    try:
+        end = path.read_range(start, size)
+        (length,) = struct.unpack("<I", end[-8:-4])
+        problem = _envelope_verdict(end[:4] if start == 0 else _MAGIC, end[-8:], size)
+        if problem is not None:
+            return problem, b""
+        if length + 8 > len(end):
+            end = path.read_range(size - 8 - length, size)
+    except FileNotFoundError:
+        raise
+    except Exception as exc:
+        return f"cannot be read: {type(exc).__name__}", b""
+    return None, end[len(end) - 8 - length : len(end) - 8]
+
+
 def read_problem(path: LakePath, table: str | TableSchema) -> str | None:
-    """Why ``path`` cannot be read as a ``table`` file (every column, cast to the schema); None if it can."""
+    """Why ``path`` cannot be read as a ``table`` file (``file_problem``, then every column read and cast
+    to the schema); None if it can."""
     schema = table_schema(table)
     try:
-        problem = envelope_problem(path)
+        problem = file_problem(path, schema)
         if problem:
             return problem
         _scan([path], schema, hive=False).collect()
@@ -488,38 +631,50 @@ def table_files(root: LakePath, table: str | TableSchema) -> list[LakePath]:
 def usable_files(
     root: LakePath, table: str | TableSchema, files: Iterable[LakePath] | None = None
 ) -> list[LakePath]:
-    """The table's files (or just ``files`` of it) minus those failing the envelope check (quarantined now)
+    """The table's files (or just ``files`` of it) minus those failing ``file_problem`` (quarantined now)
     or skipped before."""
     schema = table_schema(table)
     key = _table_key(root, schema)
-    known = _ENVELOPE_OK.get(key, {})
+    known = _CHECKED_OK.get(key, {})
     skipped = _SKIPPED.get(key, {})
     checked: dict[str, Signature] = dict(known) if files is not None else {}
-    usable = []
     listed = table_files(root, schema) if files is None else sorted(lake_path(f) for f in files)
-    for path in drop_replaced(listed):
-        signature = _signature(path)
-        if signature is None:
+    signed = [(path, _signature(path)) for path in drop_replaced(listed)]
+    signed = [(p, sig) for p, sig in signed if sig is not None and skipped.get(str(p)) != sig]
+    problems = _problems_of([p for p, sig in signed if known.get(str(p)) != sig], schema)
+    usable = []
+    for path, signature in signed:
+        problem = problems.get(str(path))
+        if problem is _VANISHED:
             continue
-        name = str(path)
-        if skipped.get(name) == signature:
+        if problem is not None:
+            quarantine_file(root, schema, path, problem)
             continue
-        if known.get(name) != signature and not isinstance(path, ObjectPath):
-            # An object is written by one PUT, never in part: a bad one (a foreign upload) is found by the
-            # read itself and quarantined by with_recovery, without three requests per object here.
-            try:
-                problem = envelope_problem(path)
-            except FileNotFoundError:
-                continue
-            if problem is not None:
-                quarantine_file(root, schema, path, problem)
-                continue
-        checked[name] = signature
+        checked[str(path)] = signature  # type: ignore[assignment]
         usable.append(path)
-    _ENVELOPE_OK[key] = (
-        checked  # a full listing keeps only files listed now: the cache never outgrows the table
-    )
+    _CHECKED_OK[key] = checked  # a full listing keeps only files listed now: the cache never outgrows it
     return usable
+
+
+_VANISHED = "vanished"
+_OBJECT_CHECKS_AT_ONCE = 16
+"""Objects checked concurrently: each check is one request, so a first read of many objects waits for the
+store's latency about once per 16 objects, not once per object."""
+
+
+def _problems_of(paths: list[LakePath], schema: TableSchema) -> dict[str, str | None]:
+    """``file_problem`` of each path (``_VANISHED`` for one gone meanwhile), objects checked concurrently."""
+
+    def problem_of(path: LakePath) -> str | None:
+        try:
+            return file_problem(path, schema)
+        except FileNotFoundError:
+            return _VANISHED
+
+    if len(paths) > 1 and isinstance(paths[0], ObjectPath):
+        with ThreadPoolExecutor(_OBJECT_CHECKS_AT_ONCE) as pool:
+            return dict(zip(map(str, paths), pool.map(problem_of, paths), strict=True))
+    return {str(path): problem_of(path) for path in paths}
 
 
 _REPLACES: dict[str, tuple[Signature, frozenset[str]]] = {}
@@ -584,7 +739,8 @@ def _scan(files: list[LakePath], schema: TableSchema, *, hive: bool = True) -> p
 def scan_table(root: LakePath, table: str | TableSchema) -> pl.LazyFrame:
     """The one way to read a lake table with polars: hive columns included, schema enforced.
 
-    Files that are not whole Parquet files are quarantined before the scan. What only a read finds (a
+    Files that fail ``file_problem`` (not whole Parquet files, or not this table's own) are quarantined
+    before the scan. What only a read finds (a
     column that cannot be cast, a corrupt page) raises at ``collect()``: collect through ``read_table`` or
     ``with_recovery`` to have those files quarantined and the read retried.
     """
@@ -594,7 +750,7 @@ def scan_table(root: LakePath, table: str | TableSchema) -> pl.LazyFrame:
 
 def scan_files(root: LakePath, table: str | TableSchema, files: Iterable[LakePath]) -> pl.LazyFrame:
     """``scan_table`` restricted to some of the table's files (an incremental reader that knows which
-    files are new): the same envelope check, quarantine, hive columns and schema."""
+    files are new): the same checks, quarantine, hive columns and schema."""
     schema = table_schema(table)
     return _scan_usable(root, schema, usable_files(root, schema, files))
 
@@ -688,6 +844,13 @@ def read_file(root: LakePath, table: str | TableSchema, path: LakePath) -> pl.Da
     quarantined or skipped, like any bad file) or gone. For writers that rewrite single files."""
     schema = table_schema(table)
     path = lake_path(path)
+    try:
+        problem = file_problem(path, schema)
+    except FileNotFoundError:
+        return None
+    if problem is not None:
+        quarantine_file(root, schema, path, problem)
+        return None
     try:
         return _scan([path], schema, hive=False).collect()
     except FileNotFoundError:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from jobs.errors import describe_os_error, os_error_advice
 from jobs.lake.objectpath import ObjectPath
 from jobs.lake.storage import LakePath, create_exclusive, lake_path
 
@@ -51,6 +52,27 @@ class LakeError(RuntimeError):
 
 class LakeLockError(LakeError):
     """Another run holds a lake lock; the message names the lock, the holder's pid and since when."""
+
+
+KEPT_ON_FAILED_WRITE = "every file already in the lake, whole (this one was not written; no temp file left)"
+"""What a refused write keeps: every lake write goes to a temp name and is renamed into place (one PUT on a
+bucket), so the failed file keeps its earlier version, or stays absent."""
+
+
+class LakeStorageError(LakeError):
+    """The operating system refused a lake write (disk full, over quota, read-only, not permitted, I/O
+    error): one line naming the path, the OS's reason and what is kept, for its own exit code. A traceback
+    or "internal error" told an operator nothing about whether collected data survived; it always does."""
+
+    def __init__(self, path: object, cause: OSError, kept: str = KEPT_ON_FAILED_WRITE) -> None:
+        self.path, self.cause, self.kept = path, cause, kept
+        super().__init__(
+            f"{describe_os_error(cause)}: cannot write {path}; kept: {kept}; {os_error_advice(cause)}"
+        )
+
+    def keeping(self, more: str) -> LakeStorageError:
+        """The same error with what the caller's job kept (committed instances, an uncommitted run)."""
+        return LakeStorageError(self.path, self.cause, f"{self.kept}; {more}")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -100,12 +122,13 @@ def exclusive_lock(root: LakePath, name: str, config: LakeConfig | None = None) 
             yield held
         return
     folder = Path(root) / LOCKS
+    path = folder / f"{name}.lock"
+    nothing_written = "every file already in the lake (the run stopped before writing under this lock)"
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        fd = os.open(folder / f"{name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as exc:
-        raise LakeError(f"cannot create the {name} lock under {folder}: {exc}") from exc
-    path = folder / f"{name}.lock"
+        raise LakeStorageError(path, exc, nothing_written) from exc
     deadline = time.monotonic() + max(0.0, config.lock_wait_s)
     try:
         while True:
@@ -120,8 +143,12 @@ def exclusive_lock(root: LakePath, name: str, config: LakeConfig | None = None) 
                     ) from None
                 time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
         holder = json.dumps({"pid": os.getpid(), "since": datetime.now(UTC).isoformat(timespec="seconds")})
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, holder.encode(), 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, holder.encode(), 0)
+        except OSError as exc:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            raise LakeStorageError(path, exc, nothing_written) from exc
         try:
             yield path
         finally:

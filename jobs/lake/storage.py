@@ -79,8 +79,10 @@ def write_atomically(final: LakePath, data: bytes) -> None:
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, final)
-    except BaseException:
+    except BaseException as exc:
         tmp.unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            exc.filename = str(final)  # a full disk says so at write() or fsync(), naming no file
         raise
 
 

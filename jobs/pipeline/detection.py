@@ -53,7 +53,7 @@ from jobs.detect.work import (
 from jobs.detect.work_config import WORK_COLUMNS
 from jobs.detect.work_findings import finding_rows_with_work
 from jobs.lake import io as lake
-from jobs.lake.locks import LakeConfig
+from jobs.lake.locks import LakeConfig, LakeStorageError
 from jobs.plans.analyses import DEFAULT_WINDOW as ANALYZE_WINDOW
 from jobs.plans.analyses import table_analyses
 from jobs.plans.config import PlanDiffConfig
@@ -402,18 +402,27 @@ def run_detection(
         lake_root, steps, samples, texts, computed_at, config, None if shard is None else shard.instances
     )
     stem = state.stem
-    files = [
-        path
-        for path in (
-            write_run_table(lake_root, PERFORMANCE_REGRESSIONS, latency, computed_at, stem),
-            write_run_table(lake_root, RESOURCE_REGRESSIONS, found.resource_regressions, computed_at, stem),
-            write_run_table(lake_root, INSTANCE_SLOWDOWNS, found.instance_slowdowns, computed_at, stem),
-            write_run_table(lake_root, PLAN_DIFFS, found.plan_diffs, computed_at, stem),
-            write_run_table(lake_root, FINDING_STATES, changes, computed_at, stem),
-        )
-        if path is not None
-    ]
-    files += commit_run(lake_root, state, examined_per_instance(found), config.lake)
+    try:
+        files = [
+            path
+            for path in (
+                write_run_table(lake_root, PERFORMANCE_REGRESSIONS, latency, computed_at, stem),
+                write_run_table(
+                    lake_root, RESOURCE_REGRESSIONS, found.resource_regressions, computed_at, stem
+                ),
+                write_run_table(lake_root, INSTANCE_SLOWDOWNS, found.instance_slowdowns, computed_at, stem),
+                write_run_table(lake_root, PLAN_DIFFS, found.plan_diffs, computed_at, stem),
+                write_run_table(lake_root, FINDING_STATES, changes, computed_at, stem),
+            )
+            if path is not None
+        ]
+        files += commit_run(lake_root, state, examined_per_instance(found), config.lake)
+    except LakeStorageError as exc:
+        samples_note = "the samples this run brought up to date are committed; " if report is not None else ""
+        raise exc.keeping(
+            f"{samples_note}this detection run is not committed (analysis_runs unchanged): the next run "
+            "analyses the same samples again"
+        ) from exc
     return DetectionOutcome(
         found.regressions,
         found.unannounced,

@@ -105,7 +105,7 @@ def lake_inventory(lake_root: Path) -> pl.DataFrame:
     """What the lake holds: (table, files, rows, partitions) per table that has files, in catalogue order."""
     rows = []
     for name in TABLES:
-        files = lake.table_files(lake_root, name)
+        files = lake.usable_files(lake_root, name)  # a bad or foreign file is not the table's
         if not files:
             continue
         count = lake.scan_table(lake_root, name).select(pl.len()).collect().item()

@@ -415,6 +415,10 @@ def test_a_real_snapshot_pair_records_both_clocks_and_samples_use_the_server_clo
     assert (offsets < 1_000_000).all()  # one machine: the two clocks agree within a second
     snapshots = lake.scan_table(lake_root, STATEMENT_SNAPSHOTS).collect()
     assert snapshots["collector_clock"].null_count() == 0
+    # The boot clock beside it (Linux): nothing stepped the clock, so wall clock - boot clock held still.
+    assert snapshots["collector_boot"].n_unique() == 1 and snapshots["collector_uptime_s"].null_count() == 0
+    booted = snapshots["collector_clock"].dt.epoch("us") * 1e-6 - snapshots["collector_uptime_s"]
+    assert booted.max() - booted.min() < 0.05  # type: ignore[operator]
     run_samples_job(lake_root)
     samples = lake.scan_table(lake_root, QUERY_SAMPLES).collect()
     server_seconds = (runs["captured_at"][1] - runs["captured_at"][0]).total_seconds()

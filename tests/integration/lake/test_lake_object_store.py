@@ -234,3 +234,31 @@ def test_views_on_the_bucket_read_a_column_no_object_has_as_null(s3_lake: Object
     assert lake.read_file_metadata(path)["radar.table"] == "snapshot_runs"
     rows = query(s3_lake, "select instance, status from snapshot_runs")
     assert rows.rows() == [("a", None)]
+
+
+def test_a_foreign_object_is_quarantined_on_the_first_read_and_a_large_own_object_is_read(
+    s3_lake: ObjectPath,
+) -> None:
+    """One ranged request of each object's end: a statement_snapshots object in snapshot_runs is moved
+    out before polars or the views count it; an object larger than that request is checked by its footer."""
+    runs = pl.DataFrame({"status": ["ok"], "captured_at": [SHAPE.start]})
+    parts = {"instance": "a", "date": "2026-01-01"}
+    lake.write_table(s3_lake, SNAPSHOT_RUNS, runs, parts, "own")
+    many = 30_000
+    large = pl.DataFrame({"status": [f"ok {i:x}" for i in range(many)], "captured_at": [SHAPE.start] * many})
+    big = lake.write_table(s3_lake, SNAPSHOT_RUNS, large, parts, "large")
+    assert big.stat().st_size > 64 << 10
+    folder = lake.partition_dir(s3_lake, SNAPSHOT_RUNS, parts)
+    for reader in ("polars", "views"):
+        foreign = folder / f"foreign-{reader}.parquet"
+        lake.write_file(foreign, STATEMENT_SNAPSHOTS, pl.DataFrame({"queryid": [1, 2, 3]}))
+        if reader == "polars":
+            assert lake.read_table(s3_lake, SNAPSHOT_RUNS).height == 1 + many
+        else:
+            assert query(s3_lake, "select count(*) as n from snapshot_runs")["n"][0] == 1 + many
+        assert not foreign.exists()
+        assert (s3_lake / f"_quarantine/snapshot_runs/instance=a/date=2026-01-01/{foreign.name}").exists()
+    notes = lake.quarantined_files(s3_lake)
+    assert {n["reason"] for n in notes} == {
+        "a statement_snapshots file (its radar.table metadata), not snapshot_runs data"
+    }

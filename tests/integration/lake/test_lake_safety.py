@@ -3,8 +3,10 @@ safe with overlapping runs."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -18,7 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from jobs.cli.common import EXIT_LOCKED
+from jobs.cli.common import EXIT_LOCKED, EXIT_STORAGE
 from jobs.cli.main import main
 from jobs.collect.collector import snapshot_fleet
 from jobs.collect.fleet import FleetConfig
@@ -56,13 +58,18 @@ def truncated_copy(good: Path, name: str = "bad.parquet") -> Path:
     return bad
 
 
+def marked(table: pa.Table, schema: TableSchema) -> pa.Table:
+    """``table`` with the metadata the radar writes: a file of ``schema``'s, whatever its columns."""
+    return table.replace_schema_metadata({lake.TABLE_KEY: schema.name})
+
+
 def wrong_type_file(folder: Path, schema: TableSchema, name: str) -> Path | None:
-    """A whole Parquet file whose first non-string column holds strings (cannot be cast)."""
+    """A whole Parquet file of the table whose first non-string column holds strings (cannot be cast)."""
     column = next((c.name for c in schema.columns if c.dtype != pl.String()), None)
     if column is None:
         return None
     path = folder / name
-    pq.write_table(pa.table({column: ["not a value of this type"]}), path)
+    pq.write_table(marked(pa.table({column: ["not a value of this type"]}), schema), path)
     return path
 
 
@@ -123,7 +130,8 @@ def test_castable_differences_are_read_not_quarantined(lake_root: Path) -> None:
     folder = lake.partition_dir(lake_root, QUERY_TEXTS, {"instance": "a", "date": "2026-03-01"})
     folder.mkdir(parents=True)
     pq.write_table(
-        pa.table({"queryid": pa.array([7], pa.int32()), "query": ["select 1"]}), folder / "x.parquet"
+        marked(pa.table({"queryid": pa.array([7], pa.int32()), "query": ["select 1"]}), QUERY_TEXTS),
+        folder / "x.parquet",
     )
     mark = lake.incident_mark()
     assert lake.read_table(lake_root, QUERY_TEXTS)["queryid"].to_list() == [7]
@@ -264,6 +272,218 @@ def test_samples_cli_reports_a_foreign_file_it_moved(
     out = capsys.readouterr().out
     assert f"warning: lake file {foreign} quarantined to {moved}: not written by the samples job" in out
     assert lake.quarantine_path(lake_root, QUERY_SAMPLES, foreign).exists()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Only the lake's own files are data
+
+
+def misplaced_snapshot_file(root: Path, name: str = "copied") -> tuple[Path, int]:
+    """A statement_snapshots file of the lake copied into a query_samples partition; its rows."""
+    source = lake.table_files(root, STATEMENT_SNAPSHOTS)[-1]
+    target = lake.table_files(root, QUERY_SAMPLES)[0].parent / f"{name}-{source.name}"
+    target.write_bytes(source.read_bytes())
+    return target, pq.read_metadata(target).num_rows
+
+
+def test_a_file_of_another_table_is_quarantined_on_the_first_read_and_never_counted(
+    lake_root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 28: a statement_snapshots file in query_samples was counted by `radar sql` (its columns cast:
+    the missing ones read as nulls) until a samples rebuild quarantined it."""
+    write_step_change_lake(lake_root)
+    write_snapshots(lake_root, DAY, 3, instance="db1")
+    samples = lake.read_table(lake_root, QUERY_SAMPLES).height
+    foreign, rows = misplaced_snapshot_file(lake_root)
+    assert rows > 0
+    capsys.readouterr()
+    count = "select count(*) as n from query_samples"
+    assert main(["--lake", str(lake_root), "sql", count, "--format", "json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out) == [{"n": samples}], out + err
+    moved = lake.quarantine_path(lake_root, QUERY_SAMPLES, foreign)
+    assert f"lake file {foreign} quarantined to {moved}: a statement_snapshots file" in err
+    assert not foreign.exists() and moved.exists()
+    assert json.loads(Path(f"{moved}{lake.NOTE_SUFFIX}").read_text())["table"] == "query_samples"
+
+    # The same on every other read path: polars (first read of this process's cache too), one file.
+    readers = {
+        "read_table": lambda: lake.read_table(lake_root, QUERY_SAMPLES).height,
+        "scan_table": lambda: lake.scan_table(lake_root, QUERY_SAMPLES).collect().height,
+        "views": lambda: duckdb_views.query(lake_root, count)["n"][0],
+    }
+    for name, read in readers.items():
+        foreign, _ = misplaced_snapshot_file(lake_root, name)
+        mark = lake.incident_mark()
+        assert read() == samples, name
+        assert_quarantined(lake_root, QUERY_SAMPLES.name, foreign, lake.incidents_since(mark))
+    foreign, _ = misplaced_snapshot_file(lake_root, "read_file")
+    assert lake.read_file(lake_root, QUERY_SAMPLES, foreign) is None
+    assert not foreign.exists()
+
+
+def test_files_the_radar_did_not_write_or_outside_partition_folders_are_not_data(lake_root: Path) -> None:
+    write_step_change_lake(lake_root)
+    own = lake.table_files(lake_root, QUERY_SAMPLES)[0]
+    expected = lake.read_table(lake_root, QUERY_SAMPLES).height
+    # The table's own columns and rows, written by another tool (no radar.table): not counted.
+    unmarked = own.parent / "exported-by-hand.parquet"
+    pq.write_table(pq.read_table(own).replace_schema_metadata({}), unmarked)
+    # A radar file of this table, but in a folder that is no partition of it (its hive columns would lie).
+    stray = own.parent.parent / "backup" / own.name
+    stray.parent.mkdir()
+    stray.write_bytes(own.read_bytes())
+    mark = lake.incident_mark()
+    assert lake.read_table(lake_root, QUERY_SAMPLES).height == expected
+    incidents = lake.incidents_since(mark)
+    assert_quarantined(lake_root, QUERY_SAMPLES.name, unmarked, incidents)
+    assert_quarantined(lake_root, QUERY_SAMPLES.name, stray, incidents)
+    reasons = {i.path: i.reason for i in incidents}
+    assert reasons[unmarked].startswith("not written by the radar")
+    assert reasons[stray].startswith("not in a partition folder of query_samples")
+
+
+def test_compaction_quarantines_a_foreign_file_instead_of_merging_it(lake_root: Path) -> None:
+    """Merged, a foreign file's rows would become the table's own (the merged file carries its mark)."""
+    write_snapshots(lake_root, DAY, 3)
+    expected = lake.read_table(lake_root, STATEMENT_SNAPSHOTS).height
+    folder = lake.table_files(lake_root, STATEMENT_SNAPSHOTS)[0].parent
+    texts = lake.write_table(
+        lake_root, QUERY_TEXTS, one_row(QUERY_TEXTS), {"instance": "x", "date": "d"}, "t"
+    )
+    foreign = folder / "zz-foreign.parquet"
+    os.rename(texts, foreign)
+    mark = lake.incident_mark()
+    assert [(d.files_before, d.rows) for d in compact_lake(lake_root, today=DAY + timedelta(days=1))] == [
+        (3, expected)
+    ]
+    assert_quarantined(lake_root, STATEMENT_SNAPSHOTS.name, foreign, lake.incidents_since(mark))
+    assert lake.read_table(lake_root, STATEMENT_SNAPSHOTS).height == expected
+
+
+# ---------------------------------------------------------------------------------------------------------
+# A full disk: one line naming the path and what was kept, exit 74, nothing collected lost
+
+
+def disk_full_for(monkeypatch: pytest.MonkeyPatch, *folders: str) -> None:
+    """Parquet writes into a path containing any of ``folders`` fail as a full disk does (at write())."""
+    write = pq.write_table
+
+    def full_disk(table: pa.Table, where: object, *args: object, **kwargs: object) -> None:
+        if any(folder in str(getattr(where, "name", where)) for folder in folders):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        write(table, where, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(lake.pq, "write_table", full_disk)
+
+
+def test_a_full_disk_stops_samples_with_one_line_naming_the_file_and_what_was_kept(
+    lake_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 28: a full disk gave `radar samples` an OSError (exit 70 "a bug in radar", or exit 2 as if
+    the user had erred) that said nothing of what survived."""
+    for instance in ("db1", "db2"):
+        write_snapshots(lake_root, DAY, 4, instance=instance)
+    snapshots = lake.read_table(lake_root, STATEMENT_SNAPSHOTS)
+    clean = shutil.copytree(lake_root, tmp_path / "clean")
+    assert main(["--lake", str(clean), "samples"]) == 0
+    capsys.readouterr()
+    disk_full_for(monkeypatch, "/query_samples/instance=db2/")
+    assert main(["--lake", str(lake_root), "samples"]) == EXIT_STORAGE
+    out = capsys.readouterr().out
+    [line] = [line for line in out.splitlines() if line.startswith("error:")]
+    assert "Traceback" not in out and "internal error" not in out
+    assert line.startswith("error: disk full (ENOSPC: No space left on device): cannot write ")
+    assert f"{lake_root}/query_samples/instance=db2/date=2026-11-27/" in line
+    assert line.endswith(
+        "kept: every file already in the lake, whole (this one was not written; no temp file left); samples "
+        "of db1 committed; db2: not committed (its frontier unchanged), the next run redoes it; "
+        "statement_snapshots untouched; free space, then run again"
+    )
+    assert lake.read_table(lake_root, STATEMENT_SNAPSHOTS).equals(snapshots)
+    assert not list(lake_root.rglob(f"*{lake.TEMP_SUFFIX}"))
+    monkeypatch.undo()  # space again: the next run finishes what the full disk stopped
+    assert main(["--lake", str(lake_root), "samples"]) == 0
+    done = lake.read_table(lake_root, QUERY_SAMPLES).sort("instance", "queryid", "interval_end")
+    assert done.equals(lake.read_table(clean, QUERY_SAMPLES).sort("instance", "queryid", "interval_end"))
+
+
+def test_a_full_disk_stops_detect_with_one_line_and_the_run_uncommitted(
+    lake_root: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_step_change_lake(lake_root)
+    disk_full_for(monkeypatch, "/analysis_runs/", "/finding_states/")
+    assert main(["--lake", str(lake_root), "detect"]) == EXIT_STORAGE
+    out = capsys.readouterr().out
+    [line] = [line for line in out.splitlines() if line.startswith("error:")]
+    assert line.startswith("error: disk full (ENOSPC: No space left on device): cannot write ")
+    assert "this detection run is not committed (analysis_runs unchanged): the next run analyses" in line
+    assert (
+        not lake.table_files(lake_root, "analysis_runs") and lake.read_table(lake_root, QUERY_SAMPLES).height
+    )
+    monkeypatch.undo()
+    assert main(["--lake", str(lake_root), "detect"]) == 0
+    assert lake.table_files(lake_root, "analysis_runs")
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """An 8 MiB tmpfs (root only: skipped where mount is not allowed), unmounted after the test."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("mounting a small tmpfs needs root")
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mount)], capture_output=True)
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.decode().strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def fill_leaving(filler: Path, free_bytes: int) -> None:
+    """Fill the file system of ``filler`` up, then give ``free_bytes`` back (a disk that filled meanwhile)."""
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        written = 0
+        while True:
+            try:
+                written += os.write(fd, b"\0" * 65536)
+            except OSError as exc:
+                assert exc.errno == errno.ENOSPC
+                break
+        os.ftruncate(fd, max(0, written - free_bytes))
+    finally:
+        os.close(fd)
+
+
+def test_a_really_full_disk_gives_samples_and_detect_exit_74_and_a_readable_lake(small_disk: Path) -> None:
+    """The kernel's ENOSPC on a tmpfs with 128 KiB left (the lock file fits, a 250 KB samples file does
+    not), through `radar` in its own process."""
+    from jobs.local.simulate.simulated_fleet import FleetShape
+    from jobs.local.simulate.writer import write_fleet
+
+    root = small_disk / "lake"
+    shape = FleetShape(instances=2, statements=300, minutes=30, seed=3, regressions=0, deploys_per_hour=0)
+    write_fleet(root, shape, fast=True)
+    snapshots = lake.read_table(root, STATEMENT_SNAPSHOTS)
+    filler = small_disk / "filler"
+    fill_leaving(filler, 128 << 10)
+    for command in ("samples", "detect"):
+        proc = run_radar("--lake", str(root), command)
+        out, err = proc.communicate(timeout=240)
+        assert proc.returncode == EXIT_STORAGE, out + err
+        assert "Traceback" not in out + err and "internal error" not in out + err
+        [line] = [line for line in out.splitlines() if line.startswith("error:")]
+        assert line.startswith("error: disk full (ENOSPC: No space left on device): cannot write ")
+        assert f"cannot write {root}/query_samples/instance=sim-0000/" in line, line
+        assert "kept: every file already in the lake" in line and "statement_snapshots untouched" in line
+    assert lake.read_table(root, STATEMENT_SNAPSHOTS).equals(snapshots)
+    assert not list(root.rglob(f"*{lake.TEMP_SUFFIX}"))
+    filler.unlink()
+    assert run_radar("--lake", str(root), "samples").wait(timeout=240) == 0
+    assert lake.read_table(root, QUERY_SAMPLES).height > 0
 
 
 # ---------------------------------------------------------------------------------------------------------

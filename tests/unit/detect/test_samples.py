@@ -223,6 +223,85 @@ def test_zero_backward_or_skewed_intervals_are_dropped_as_clock_skew(
     assert (result.samples["interval_seconds"] > 0).all()
 
 
+def stepped(step: int, calls: int, clock_s: float, uptime_s: float, boot: int = 1) -> dict[str, Any]:
+    """A snapshot row whose server and collector clocks both read T0 + clock_s (they are stepped together,
+    so their offset stays 0) and whose collector host had been up ``uptime_s`` (its boot clock: never
+    stepped)."""
+    return clocked(step, calls, clock_s, clock_s, collector_boot=boot, collector_uptime_s=uptime_s)
+
+
+def rates(result: Any) -> list[float]:
+    samples = result.samples
+    return [round(c / s, 3) for c, s in zip(samples["calls"], samples["interval_seconds"], strict=True)]
+
+
+@pytest.mark.parametrize("factor", [2.2, 4.3])
+def test_both_clocks_stepped_back_past_the_previous_snapshot_drop_the_intervals_around_it(
+    factor: float,
+) -> None:
+    """Issue 28: one call a second, a snapshot every 10 s; the snapshot taken at 30 s has both clocks
+    stepped back (to 10 + 20 / factor s, before the 20 s snapshot), the next ones are right again. Ordered
+    by the clocks, 10 s -> stepped spans 20 s of calls in 20 / factor s: a sample ``factor`` times the real
+    rate, which offset and counter checks let through (the offset did not move; only the interval after it
+    has counters going down). The collector's boot clock says how long each interval really was."""
+    at_30 = 10 + 20 / factor
+    rows = [
+        stepped(0, 0, 0.0, 100.0),
+        stepped(1, 10, 10.0, 110.0),
+        stepped(2, 20, 20.0, 120.0),
+        stepped(3, 30, at_30, 130.0),
+        stepped(4, 40, 40.0, 140.0),
+        stepped(5, 50, 50.0, 150.0),
+    ]
+    result = samples_from_snapshots(frame(rows), None)
+    assert rates(result) == [1.0, 1.0, 1.0], "every kept sample has the real rate"
+    assert dropped(result) == {"clock_skew": 2}  # 10 s -> stepped, stepped -> 20 s
+    assert result.samples["interval_seconds"].to_list() == [10.0, 20.0, 10.0]  # 20 s -> 40 s spans it
+
+
+def test_both_clocks_stepped_back_within_an_interval_then_forward_drop_both_intervals() -> None:
+    """Stepped back 5 s between the 10 s and 20 s snapshots (no reordering: 10 s of calls in 5 s, 2x), and
+    forward again before the 40 s one (10 s of calls in 15 s): both intervals dropped, the one between
+    two stepped snapshots is right and kept."""
+    rows = [
+        stepped(0, 0, 0.0, 100.0),
+        stepped(1, 10, 10.0, 110.0),
+        stepped(2, 20, 15.0, 120.0),
+        stepped(3, 30, 25.0, 130.0),
+        stepped(4, 40, 40.0, 140.0),
+        stepped(5, 50, 50.0, 150.0),
+    ]
+    result = samples_from_snapshots(frame(rows), None)
+    assert rates(result) == [1.0, 1.0, 1.0]
+    assert result.samples["interval_end"].to_list() == [T0 + timedelta(seconds=s) for s in (10, 25, 50)]
+    assert dropped(result) == {"clock_skew": 2}
+
+
+@pytest.mark.parametrize("cut", range(1, 6))
+def test_an_append_drops_the_stepped_intervals_as_a_rebuild_does(cut: int) -> None:
+    """The boot clock travels in the frontier: an append whose first new snapshot follows a stepped one (or
+    precedes it) judges that interval as a rebuild does."""
+    from jobs.detect.samples import append_samples, empty_frontier
+
+    rows = [stepped(0, 0, 0.0, 100.0), stepped(1, 10, 10.0, 110.0), stepped(2, 20, 15.0, 120.0)]
+    rows += [stepped(3, 30, 25.0, 130.0), stepped(4, 40, 40.0, 140.0), stepped(5, 50, 50.0, 150.0)]
+    full = samples_from_snapshots(frame(rows), None)
+    first, frontier = append_samples(empty_frontier(), frame(rows[:cut]), None)
+    second, _ = append_samples(frontier, frame(rows[cut:]), None)
+    appended = pl.concat([first.samples, second.samples])
+    assert appended.equals(full.samples)
+    assert sum(r.dropped_counts["count"].sum() for r in (first, second)) == 2
+
+
+def test_boot_clocks_of_another_boot_or_none_are_not_compared() -> None:
+    """A collector host that rebooted (its boot clock restarted) or a lake written before the boot clock
+    was recorded: the interval is judged as before, by the offset and the server clock."""
+    rebooted = [stepped(0, 0, 0.0, 5000.0), stepped(1, 10, 10.0, 3.0, boot=2)]
+    assert rates(samples_from_snapshots(frame(rebooted), None)) == [1.0]
+    older = [clocked(0, 0, 0.0, 0.0), clocked(1, 10, 10.0, 10.0)]
+    assert rates(samples_from_snapshots(frame(older), None)) == [1.0]
+
+
 def test_offset_noise_below_max_clock_skew_is_kept_and_the_threshold_is_a_config_field() -> None:
     rows = [clocked(0, 10, 0.0, 0.0), clocked(1, 20, 10.0, 11.5), clocked(2, 30, 20.0, 21.5)]
     assert samples_from_snapshots(frame(rows), None).samples.height == 2

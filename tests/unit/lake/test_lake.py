@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import struct
 from datetime import UTC, datetime
 from pathlib import Path
 
 import polars as pl
+import pyarrow.parquet as pq
 import pytest
 
 from jobs.lake import io as lake
@@ -69,3 +71,26 @@ def test_every_table_has_a_duckdb_view_even_when_empty(lake_root: Path) -> None:
     assert conn.execute("select instance, queryid, calls from statement_snapshots").fetchall() == [
         ("db1", 9, 2)
     ]
+
+
+@pytest.mark.parametrize("table", sorted(TABLES))
+def test_the_footer_mark_names_the_table_as_pyarrow_reads_it(lake_root: Path, table: str) -> None:
+    """``footer_table`` finds the Thrift key-value bytes instead of parsing the footer: the same answer as
+    pyarrow's parse for every table's file, also when a string value (its statistics are in the footer,
+    before the key-value metadata) holds the mark's own bytes naming another table."""
+    schema = TABLES[table]
+    frame = schema.conform(pl.DataFrame({c.name: [None] for c in schema.columns}))
+    parts = {k: "x" for k in schema.partition_by}
+    text = next((c.name for c in schema.columns if c.dtype == pl.String()), None)
+    decoy = frame.with_columns(pl.lit("\x18\x0bradar.table\x18\x05other").alias(text)) if text else frame
+    path = lake.write_table(lake_root, schema, decoy, parts, "f")
+    data = path.read_bytes()
+    (length,) = struct.unpack("<I", data[-8:-4])
+    assert lake.footer_table(data[-8 - length : -8]) == table
+    assert pq.read_metadata(path).metadata[b"radar.table"].decode() == table
+    assert lake.file_problem(path, schema) is None
+    unmarked = lake.write_table(lake_root, schema, frame, parts, "g")
+    pq.write_table(pq.read_table(unmarked).replace_schema_metadata({}), unmarked)  # same rows, no mark
+    assert lake.file_problem(unmarked, schema) == (
+        f"not written by the radar (no radar.table in its Parquet metadata), so not {table} data"
+    )

@@ -256,16 +256,19 @@ def test_an_auto_explain_record_reaches_the_row_without_literals() -> None:
 def test_alert_payloads_never_carry_a_literal_even_from_a_lake_written_before(lake_root: Path) -> None:
     from jobs.alerts.payloads import alert_payloads
     from jobs.alerts.run import read_findings
+    from jobs.lake import io as lake
     from jobs.pipeline.detection import run_detection
+    from jobs.schemas.collected import QUERY_TEXTS
     from tests.support.lakes import write_step_change_lake
 
     write_step_change_lake(lake_root)
     (texts_file,) = (lake_root / "query_texts").rglob("*.parquet")
     raw = "select * from orders where customer_id = 4711 and email = 'old.lake@example.org'"
     frame = pl.read_parquet(texts_file, hive_partitioning=False)
-    frame.with_columns(
+    older = frame.with_columns(
         pl.when(pl.col("queryid") == 111).then(pl.lit(raw)).otherwise("query").alias("query")
-    ).write_parquet(texts_file)
+    )
+    lake.write_file(texts_file, QUERY_TEXTS, older)  # as the radar wrote it then: its file, a raw text
     run_detection(lake_root)
     payloads = alert_payloads(read_findings(lake_root), {})
     assert payloads, "the step change is detected"
