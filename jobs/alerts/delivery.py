@@ -14,6 +14,9 @@ Answers and what they mean:
   followed): permanent. Dead-lettered at once; 401/403/404/410 say the URL itself is wrong or revoked, so
   the sink is stopped for this run too.
 
+Each POST carries ``Idempotency-Key: <alert_id>``: a sink that honours it ignores the one resend a killed
+run can make (the alert in flight when it died).
+
 Webhook URLs carry a token: nothing here ever puts one in a message. A sink is named by ``origin(url)``
 (scheme and host), and every error text passes through ``redact_url`` before it leaves this module.
 """
@@ -120,15 +123,15 @@ class _NoRedirects(urllib.request.HTTPRedirectHandler):
 _OPENER = urllib.request.build_opener(_NoRedirects)
 
 
-def http_post_json(url: str, body: dict[str, Any], timeout_s: float) -> Answer:
+def http_post_json(
+    url: str, body: dict[str, Any], timeout_s: float, *, idempotency_key: str | None = None
+) -> Answer:
     """POST ``body`` as JSON; never raises for what the network or the server does (an Answer says it).
     Error texts are redacted of the URL here."""
-    request = urllib.request.Request(
-        url,
-        data=json.dumps(body).encode(),
-        headers={"Content-Type": "application/json", "User-Agent": "pg-regression-radar"},
-        method="POST",
-    )
+    headers = {"Content-Type": "application/json", "User-Agent": "pg-regression-radar"}
+    if idempotency_key:
+        headers["Idempotency-Key"] = idempotency_key
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers=headers, method="POST")
     try:
         with _OPENER.open(request, timeout=timeout_s) as answer:
             text = answer.read(4096).decode("utf-8", "replace")

@@ -3,9 +3,11 @@
 Bookkeeping is per sink, in the lake: ``alerts_sent`` holds one row per alert a sink accepted and
 ``alert_dead_letters`` one per alert a sink refused for good or that ran out of attempts (also appended,
 with the payload, to the dead-letter JSONL file). A sink is never sent an alert it accepted, whatever
-the other sinks did, nor one dead-lettered for it (unless ``retry_dead_letters``). Each sink's rows are
-written as soon as that sink is done (also when the run is interrupted), so a sink that failed costs
-the others nothing. A run holds the lake lock ``alerts``: two runs at once cannot send an alert twice.
+the other sinks did, nor one dead-lettered for it (unless ``retry_dead_letters``). Each alert's row is its
+own lake file, written (fsynced, renamed into place; one PUT on an object store) as soon as the sink
+answered and before the next alert is sent: a run killed at any moment (kill -9 skips every ``finally``)
+can send again only the one alert in flight, to the one sink that had it, with the same alert_id as its
+idempotency key. A run holds the lake lock ``alerts``: two runs at once cannot send an alert twice.
 
 A sink that looks down (attempts exhausted, a long Retry-After, a revoked URL, a file that cannot be
 written) is stopped for the rest of the run: its other alerts are deferred, sent by the next run.
@@ -368,31 +370,28 @@ def _send_to(
     now: datetime | None,
     dead_letter_file: Path | None,
 ) -> SinkReport:
+    """Each alert to ``sink``, its row written before the next is sent (what makes a kill cost at most the
+    alert in flight); stops when the sink looks down."""
     result = SinkReport(sink.key, sink.name, pending=len(payloads))
-    delivered: list[tuple[dict[str, Any], Outcome]] = []
-    dead: list[DeadLetter] = []
-    try:
-        for index, payload in enumerate(payloads):
-            outcome = sink.deliver(payload)
-            result.attempts += outcome.attempts
-            result.delays_s.extend(outcome.delays_s)
-            if outcome.status == DELIVERED:
-                delivered.append((payload, outcome))
-                result.delivered.append(payload["alert_id"])
-                sent.setdefault(payload["alert_id"], payload)
-            elif outcome.status == DEAD:
-                letter = _dead_letter(sink, payload, outcome, (now or datetime.now(UTC)).astimezone(UTC))
-                dead.append(letter)
-                result.dead_lettered.append(letter)
-            else:
-                result.deferred += 1
-            if outcome.sink_down:
-                result.deferred += len(payloads) - index - 1
-                result.stopped = f"stopped after: {scrub(outcome.reason)}"
-                break
-    finally:
+    for index, payload in enumerate(payloads):
+        outcome = sink.deliver(payload)
+        result.attempts += outcome.attempts
+        result.delays_s.extend(outcome.delays_s)
         moment = (now or datetime.now(UTC)).astimezone(UTC)
-        _record(lake_root, sink, delivered, dead, moment, dead_letter_file, report)
+        if outcome.status == DELIVERED:
+            _record(lake_root, sink, [(payload, outcome)], [], moment, dead_letter_file, report)
+            result.delivered.append(payload["alert_id"])
+            sent.setdefault(payload["alert_id"], payload)
+        elif outcome.status == DEAD:
+            letter = _dead_letter(sink, payload, outcome, moment)
+            _record(lake_root, sink, [], [letter], moment, dead_letter_file, report)
+            result.dead_lettered.append(letter)
+        else:
+            result.deferred += 1
+        if outcome.sink_down:
+            result.deferred += len(payloads) - index - 1
+            result.stopped = f"stopped after: {scrub(outcome.reason)}"
+            break
     return result
 
 
@@ -409,7 +408,7 @@ def send_new_alerts(
     work_severity: str = "warning",
 ) -> AlertReport:
     """Send each sink every alert (finding, state) it has not accepted, nor dead-lettered (unless
-    ``retry_dead_letters``); record per sink what it accepted and what it refused for good."""
+    ``retry_dead_letters``); record per sink and alert what it accepted and what it refused for good."""
     report = AlertReport()
     if not sinks:
         return report

@@ -3,8 +3,9 @@
 A sink has a ``key`` (``file``, ``slack``, ``webhook``: what the lake's bookkeeping records, so a moved file
 or a rotated webhook token does not send everything again), a ``name`` to show (a webhook shows only its
 scheme and host) and ``deliver(payload) -> Outcome`` for one alert. Only the HTTP sinks retry
-(``jobs.alerts.delivery``); the file sink appends, fsyncs, and skips an alert_id the file already holds
-(so a run that died between writing the line and recording it in the lake writes no second line).
+(``jobs.alerts.delivery``), each POST with the alert_id as its ``Idempotency-Key``; the file sink appends,
+fsyncs, and skips an alert_id the file already holds (so a run that died between writing the line and
+recording it in the lake writes no second line).
 """
 
 from __future__ import annotations
@@ -115,7 +116,9 @@ class _HttpSink:
         body = self.body(payload)
 
         def post() -> Answer:
-            return http_post_json(self.url, body, self.settings.timeout_s)
+            return http_post_json(
+                self.url, body, self.settings.timeout_s, idempotency_key=payload["alert_id"]
+            )
 
         return deliver_with_retries(post, self.settings, sleep=self.sleep, rng=self.rng)
 

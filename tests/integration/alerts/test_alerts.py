@@ -31,6 +31,7 @@ from jobs.alerts.sinks import JsonlFileSink, SlackSink, WebhookSink
 from jobs.detect.findings import latest_states
 from jobs.lake import io as lake
 from jobs.lake import locks
+from jobs.lake.compaction import compact_lake
 from jobs.pipeline.detection import run_detection
 from jobs.schemas.analysed import ALERT_DEAD_LETTERS, ALERTS_SENT, FINDING_STATES
 from jobs.schemas.registry import TABLES
@@ -497,3 +498,33 @@ def test_the_asset_says_when_no_slack_or_webhook_is_configured(
     note = materialization.metadata["note"].value
     assert "no Slack or webhook sink is configured" in note and str(file) in note
     assert "no Slack or webhook sink is configured" in events
+
+
+def test_each_alert_is_recorded_on_its_own_and_compaction_merges_a_closed_day(
+    lake_root: Path, tmp_path: Path, slack: Emulator
+) -> None:
+    """Issue 28: each accepted alert is its row's own file, written before the next alert is sent (a run
+    killed mid-way keeps what it sent); compaction merges a closed day's files and nothing is sent again."""
+    write_findings(lake_root, [finding_row(n) for n in (1, 2, 3)])
+    slack.rule = lambda body: (400, {}, "invalid_payload") if "orders_3 " in body["text"] else None
+    day = datetime(2026, 11, 29, 13, 0, tzinfo=UTC)
+
+    def run() -> Any:
+        sinks = [
+            JsonlFileSink(tmp_path / "alerts.jsonl"),
+            SlackSink(slack.url, Retry(), sleep=lambda s: None),
+        ]
+        return send_new_alerts(lake_root, sinks, now=day)
+
+    first = run()
+    assert len(first.sent) == 3 and len(first.dead_lettered) == 1
+    assert len(lake.table_files(lake_root, ALERTS_SENT)) == 5, "3 to the file, 2 to Slack"
+    assert len(lake.table_files(lake_root, ALERT_DEAD_LETTERS)) == 1
+    before = lake.read_table(lake_root, ALERTS_SENT).sort("alert_id", "sink")
+    done = compact_lake(
+        lake_root, today=day.date() + timedelta(days=1), tables=(ALERTS_SENT, ALERT_DEAD_LETTERS)
+    )
+    assert [(d.table, d.files_before) for d in done] == [("alerts_sent", 5)]
+    assert len(lake.table_files(lake_root, ALERTS_SENT)) == 1
+    assert lake.read_table(lake_root, ALERTS_SENT).sort("alert_id", "sink").equals(before)
+    assert run().pending == 0 and len(slack.requests) == 3
