@@ -9,6 +9,10 @@ answered and before the next alert is sent: a run killed at any moment (kill -9 
 can send again only the one alert in flight, to the one sink that had it, with the same alert_id as its
 idempotency key. A run holds the lake lock ``alerts``: two runs at once cannot send an alert twice.
 
+A run has a deadline (``run_deadline_s`` from taking the lock): no attempt or retry wait goes past it, and
+the alerts not sent by then are deferred to the next run, so the lock is held at most that long plus the
+writing of the last alert's row.
+
 A sink that looks down (attempts exhausted, a long Retry-After, a revoked URL, a file that cannot be
 written) is stopped for the rest of the run: its other alerts are deferred, sent by the next run.
 
@@ -361,6 +365,26 @@ def _dead_letter(sink: AlertSink, payload: dict[str, Any], outcome: Outcome, mom
     )
 
 
+@dataclass(frozen=True)
+class RunDeadline:
+    """When a run stops sending: a ``time.monotonic()`` time (None: never), what the sinks' retry loops
+    are given too."""
+
+    at: float | None
+    seconds: float | None = None
+
+    @classmethod
+    def after(cls, seconds: float | None) -> RunDeadline:
+        return cls(None if seconds is None else time.monotonic() + seconds, seconds)
+
+    def passed(self) -> bool:
+        return self.at is not None and time.monotonic() >= self.at
+
+    @property
+    def reason(self) -> str:
+        return f"the run's deadline (run_deadline_s = {self.seconds:g} s) passed"
+
+
 def _send_to(
     lake_root: Path,
     sink: AlertSink,
@@ -369,12 +393,17 @@ def _send_to(
     sent: dict[str, dict[str, Any]],
     now: datetime | None,
     dead_letter_file: Path | None,
+    deadline: RunDeadline,
 ) -> SinkReport:
     """Each alert to ``sink``, its row written before the next is sent (what makes a kill cost at most the
-    alert in flight); stops when the sink looks down."""
+    alert in flight); stops at the run's deadline or when the sink looks down."""
     result = SinkReport(sink.key, sink.name, pending=len(payloads))
     for index, payload in enumerate(payloads):
-        outcome = sink.deliver(payload)
+        if deadline.passed():
+            result.deferred += len(payloads) - index
+            result.stopped = f"stopped: {deadline.reason}"
+            break
+        outcome = sink.deliver(payload, deadline.at)
         result.attempts += outcome.attempts
         result.delays_s.extend(outcome.delays_s)
         moment = (now or datetime.now(UTC)).astimezone(UTC)
@@ -390,7 +419,8 @@ def _send_to(
             result.deferred += 1
         if outcome.sink_down:
             result.deferred += len(payloads) - index - 1
-            result.stopped = f"stopped after: {scrub(outcome.reason)}"
+            reason = deadline.reason if deadline.passed() else scrub(outcome.reason)
+            result.stopped = f"stopped after: {reason}"
             break
     return result
 
@@ -406,13 +436,16 @@ def send_new_alerts(
     lake_config: locks.LakeConfig | None = None,
     severity: str = "critical",
     work_severity: str = "warning",
+    run_deadline_s: float | None = None,
 ) -> AlertReport:
     """Send each sink every alert (finding, state) it has not accepted, nor dead-lettered (unless
-    ``retry_dead_letters``); record per sink and alert what it accepted and what it refused for good."""
+    ``retry_dead_letters``); record per sink and alert what it accepted and what it refused for good.
+    Sending stops ``run_deadline_s`` after the lock is taken (None: no deadline); the rest is deferred."""
     report = AlertReport()
     if not sinks:
         return report
     with locks.exclusive_lock(lake_root, ALERTS_LOCK, lake_config):
+        deadline = RunDeadline.after(run_deadline_s)
         findings = read_findings(lake_root)
         latest_drift, drift, drift_texts = read_execution_drift(lake_root)
         if latest_drift.height:
@@ -441,7 +474,7 @@ def send_new_alerts(
         sent: dict[str, dict[str, Any]] = {}
         try:
             for sink, payloads in plans:
-                result = _send_to(lake_root, sink, payloads, report, sent, now, dead_letter_file)
+                result = _send_to(lake_root, sink, payloads, report, sent, now, dead_letter_file, deadline)
                 result.history_skipped = skipped[sink.key]
                 report.sinks.append(result)
         finally:
@@ -473,4 +506,5 @@ def send_alerts(
         retry_dead_letters=retry_dead_letters,
         dead_letter_file=Path(alerts.dead_letter_file) if alerts.dead_letter_file else None,
         lake_config=lake_config,
+        run_deadline_s=alerts.run_deadline_s,
     )

@@ -1,5 +1,6 @@
 """Local webhook servers for the delivery-guarantee tests: one that counts every POST and whether its 200
-reached a live client (the kill -9 test)."""
+reached a live client (the kill -9 test), one that trickles its answer a byte at a time (the deadline
+tests)."""
 
 from __future__ import annotations
 
@@ -96,6 +97,60 @@ def serve_counting_webhook(delay_s: tuple[float, float], seed: int) -> Iterator[
 
     with _serving(Handler) as port:
         hook.url = f"http://127.0.0.1:{port}/hook"
+        yield hook
+
+
+@dataclass
+class TricklingWebhook:
+    """``status``: the status sent at once before the body trickles; None: the status line itself
+    trickles. ``requests`` counts the POSTs."""
+
+    url: str = ""
+    status: int | None = 200
+    interval_s: float = 1.0
+    for_s: float = 30.0
+    requests: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+@contextlib.contextmanager
+def serve_trickling_webhook(
+    status: int | None, interval_s: float = 1.0, for_s: float = 30.0
+) -> Iterator[TricklingWebhook]:
+    """A webhook that answers every POST one byte per ``interval_s`` for ``for_s`` seconds: after the status
+    line and headers (a Content-Length it never reaches) when ``status`` is set, else from the first byte of
+    the status line."""
+    hook = TricklingWebhook(status=status, interval_s=interval_s, for_s=for_s)
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["Content-Length"]))
+            with hook.lock:
+                hook.requests += 1
+            head = b""
+            if status is not None:
+                self.send_response(status)
+                self.send_header("Content-Type", "text/plain")
+                self.send_header("Content-Length", "100000")
+                self.end_headers()
+                self.wfile.flush()
+            else:
+                head = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+            stop = time.monotonic() + for_s
+            index = 0
+            with contextlib.suppress(OSError):
+                while time.monotonic() < stop:
+                    self.wfile.write(head[index : index + 1] if index < len(head) else b".")
+                    self.wfile.flush()
+                    index += 1
+                    time.sleep(interval_s)
+            self.close_connection = True
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    with _serving(Handler) as port:
+        hook.url = f"http://127.0.0.1:{port}/trickle"
         yield hook
 
 

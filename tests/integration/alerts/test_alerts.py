@@ -172,10 +172,48 @@ def test_backoff_is_capped_and_jitter_stays_within_its_fraction() -> None:
     assert retry_after_seconds("7") == 7.0 and retry_after_seconds("soon") is None
     answers = iter([Answer(503, "busy", "3"), Answer(502, "", "99"), Answer(200, "ok")])
     sleeps: list[float] = []
-    done = deliver_with_retries(lambda: next(answers), Retry(jitter=0.0), sleep=sleeps.append)
+    done = deliver_with_retries(lambda seconds: next(answers), Retry(jitter=0.0), sleep=sleeps.append)
     assert (done.status, done.attempts, sleeps) == ("delivered", 3, [3.0, 2.0]), "503 Retry-After, 502 not"
     http_date = "Sun, 29 Nov 2026 12:00:30 GMT"
     assert retry_after_seconds(http_date, now=datetime(2026, 11, 29, 12, 0, tzinfo=UTC)) == 30.0
+
+
+def test_the_run_deadline_cuts_attempts_and_waits_and_defers_the_alert() -> None:
+    """Issue 28: an attempt gets at most the run's time left; an attempt the deadline cut, or a wait that
+    would end after it, defers the alert to the next run (retry_later), never dead-letters it."""
+    now = [0.0]
+    budgets: list[float] = []
+
+    def post(answers: list[Answer], took: float) -> Any:
+        def attempt(seconds: float) -> Answer:
+            budgets.append(seconds)
+            now[0] += took
+            return answers.pop(0)
+
+        return attempt
+
+    def clock() -> float:
+        return now[0]
+
+    settings = Retry(max_attempts=4, timeout_s=2.0, backoff_initial_s=1.0, jitter=0.0)
+    timeouts = [Answer(None, error="no complete answer within 2 s")] * 4
+    cut = deliver_with_retries(
+        post(timeouts, 2.0),
+        settings,
+        sleep=lambda s: now.__setitem__(0, now[0] + s),
+        deadline=4.5,
+        clock=clock,
+    )
+    assert budgets == [2.0, 1.5] and (cut.status, cut.attempts, cut.delays_s) == ("retry_later", 2, (1.0,))
+    assert cut.sink_down and cut.reason == "the run's deadline (run_deadline_s) passed"
+    now[0], budgets[:] = 0.0, []
+    waits = deliver_with_retries(
+        post([Answer(500, "x")] * 4, 0.1), settings, sleep=lambda s: None, deadline=1.05, clock=clock
+    )
+    assert (waits.status, waits.attempts, waits.delays_s) == ("retry_later", 1, ()), "1 s wait > 0.95 s left"
+    now[0] = 5.0
+    late = deliver_with_retries(post([Answer(200, "ok")], 0.1), settings, deadline=5.0, clock=clock)
+    assert (late.status, late.attempts) == ("retry_later", 0), "no attempt starts after the deadline"
 
 
 def test_429_waits_for_retry_after_and_a_too_long_one_is_not_waited_for(
