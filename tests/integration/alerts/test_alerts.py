@@ -566,3 +566,16 @@ def test_each_alert_is_recorded_on_its_own_and_compaction_merges_a_closed_day(
     assert len(lake.table_files(lake_root, ALERTS_SENT)) == 1
     assert lake.read_table(lake_root, ALERTS_SENT).sort("alert_id", "sink").equals(before)
     assert run().pending == 0 and len(slack.requests) == 3
+
+
+def test_an_object_store_lake_records_each_alert_on_its_own(
+    s3_lake: Any, tmp_path: Path, slack: Emulator
+) -> None:
+    """The per-alert rows go through the lake's own write path: one PUT per alert on an object store (no
+    local journal a run on another machine would not see); the lock is the lease object."""
+    write_findings(s3_lake, [finding_row(n) for n in (1, 2)])
+    first = send_new_alerts(s3_lake, [SlackSink(slack.url, Retry())], run_deadline_s=60.0)
+    assert len(first.sent) == 2 and first.ok
+    assert len(lake.table_files(s3_lake, ALERTS_SENT)) == 2
+    again = send_new_alerts(s3_lake, [SlackSink(slack.url, Retry())], run_deadline_s=60.0)
+    assert again.pending == 0 and len(slack.requests) == 2
