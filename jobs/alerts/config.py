@@ -49,7 +49,11 @@ class AlertsConfig:
     max_retry_after_s: float = 60.0
     """A Retry-After longer than this is not waited for: the alert is dead-lettered instead."""
     timeout_s: float = 10.0
-    """HTTP timeout of one delivery attempt."""
+    """Deadline of one HTTP delivery attempt: connect, send and the whole answer (a server that trickles
+    its answer is cut off then; the status decides, an answer without one is a timeout)."""
+    run_deadline_s: float = 120.0
+    """Deadline of one alerts run, from taking the alerts lock: no attempt or retry wait goes past it, the
+    alerts not sent by then are deferred to the next run, and the lock is released."""
 
     def __post_init__(self) -> None:
         for name in ("severity", "work_severity"):
@@ -65,6 +69,8 @@ class AlertsConfig:
             raise ConfigError("[alerts] jitter must be between 0 and 1")
         if self.timeout_s <= 0:
             raise ConfigError("[alerts] timeout_s must be > 0")
+        if self.run_deadline_s <= 0:
+            raise ConfigError("[alerts] run_deadline_s must be > 0")
         for name in ("slack_webhook_url", "webhook_url"):
             if getattr(self, name):  # an ftp:// or hostless URL is refused now, not at the first alert
                 check_url(getattr(self, name), f"[alerts] {name}")

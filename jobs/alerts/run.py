@@ -3,9 +3,15 @@
 Bookkeeping is per sink, in the lake: ``alerts_sent`` holds one row per alert a sink accepted and
 ``alert_dead_letters`` one per alert a sink refused for good or that ran out of attempts (also appended,
 with the payload, to the dead-letter JSONL file). A sink is never sent an alert it accepted, whatever
-the other sinks did, nor one dead-lettered for it (unless ``retry_dead_letters``). Each sink's rows are
-written as soon as that sink is done (also when the run is interrupted), so a sink that failed costs
-the others nothing. A run holds the lake lock ``alerts``: two runs at once cannot send an alert twice.
+the other sinks did, nor one dead-lettered for it (unless ``retry_dead_letters``). Each alert's row is its
+own lake file, written (fsynced, renamed into place; one PUT on an object store) as soon as the sink
+answered and before the next alert is sent: a run killed at any moment (kill -9 skips every ``finally``)
+can send again only the one alert in flight, to the one sink that had it, with the same alert_id as its
+idempotency key. A run holds the lake lock ``alerts``: two runs at once cannot send an alert twice.
+
+A run has a deadline (``run_deadline_s`` from taking the lock): no attempt or retry wait goes past it, and
+the alerts not sent by then are deferred to the next run, so the lock is held at most that long plus the
+writing of the last alert's row.
 
 A sink that looks down (attempts exhausted, a long Retry-After, a revoked URL, a file that cannot be
 written) is stopped for the rest of the run: its other alerts are deferred, sent by the next run.
@@ -374,6 +380,26 @@ def _dead_letter(sink: AlertSink, payload: dict[str, Any], outcome: Outcome, mom
     )
 
 
+@dataclass(frozen=True)
+class RunDeadline:
+    """When a run stops sending: a ``time.monotonic()`` time (None: never), what the sinks' retry loops
+    are given too."""
+
+    at: float | None
+    seconds: float | None = None
+
+    @classmethod
+    def after(cls, seconds: float | None) -> RunDeadline:
+        return cls(None if seconds is None else time.monotonic() + seconds, seconds)
+
+    def passed(self) -> bool:
+        return self.at is not None and time.monotonic() >= self.at
+
+    @property
+    def reason(self) -> str:
+        return f"the run's deadline (run_deadline_s = {self.seconds:g} s) passed"
+
+
 def _send_to(
     lake_root: Path,
     sink: AlertSink,
@@ -382,32 +408,35 @@ def _send_to(
     sent: dict[str, dict[str, Any]],
     now: datetime | None,
     dead_letter_file: Path | None,
+    deadline: RunDeadline,
 ) -> SinkReport:
+    """Each alert to ``sink``, its row written before the next is sent (what makes a kill cost at most the
+    alert in flight); stops at the run's deadline or when the sink looks down."""
     result = SinkReport(sink.key, sink.name, pending=len(payloads))
-    delivered: list[tuple[dict[str, Any], Outcome]] = []
-    dead: list[DeadLetter] = []
-    try:
-        for index, payload in enumerate(payloads):
-            outcome = sink.deliver(payload)
-            result.attempts += outcome.attempts
-            result.delays_s.extend(outcome.delays_s)
-            if outcome.status == DELIVERED:
-                delivered.append((payload, outcome))
-                result.delivered.append(payload["alert_id"])
-                sent.setdefault(payload["alert_id"], payload)
-            elif outcome.status == DEAD:
-                letter = _dead_letter(sink, payload, outcome, (now or datetime.now(UTC)).astimezone(UTC))
-                dead.append(letter)
-                result.dead_lettered.append(letter)
-            else:
-                result.deferred += 1
-            if outcome.sink_down:
-                result.deferred += len(payloads) - index - 1
-                result.stopped = f"stopped after: {scrub(outcome.reason)}"
-                break
-    finally:
+    for index, payload in enumerate(payloads):
+        if deadline.passed():
+            result.deferred += len(payloads) - index
+            result.stopped = f"stopped: {deadline.reason}"
+            break
+        outcome = sink.deliver(payload, deadline.at)
+        result.attempts += outcome.attempts
+        result.delays_s.extend(outcome.delays_s)
         moment = (now or datetime.now(UTC)).astimezone(UTC)
-        _record(lake_root, sink, delivered, dead, moment, dead_letter_file, report)
+        if outcome.status == DELIVERED:
+            _record(lake_root, sink, [(payload, outcome)], [], moment, dead_letter_file, report)
+            result.delivered.append(payload["alert_id"])
+            sent.setdefault(payload["alert_id"], payload)
+        elif outcome.status == DEAD:
+            letter = _dead_letter(sink, payload, outcome, moment)
+            _record(lake_root, sink, [], [letter], moment, dead_letter_file, report)
+            result.dead_lettered.append(letter)
+        else:
+            result.deferred += 1
+        if outcome.sink_down:
+            result.deferred += len(payloads) - index - 1
+            reason = deadline.reason if deadline.passed() else scrub(outcome.reason)
+            result.stopped = f"stopped after: {reason}"
+            break
     return result
 
 
@@ -423,14 +452,17 @@ def send_new_alerts(
     severity: str = "critical",
     work_severity: str = "warning",
     pileups: PileupConfig | None = None,
+    run_deadline_s: float | None = None,
 ) -> AlertReport:
     """Send each sink every alert (finding, state) it has not accepted, nor dead-lettered (unless
-    ``retry_dead_letters``); record per sink what it accepted and what it refused for good.
-    ``pileups``: also the live pile-ups of the lake's latest snapshots (None or disabled: not looked at)."""
+    ``retry_dead_letters``); record per sink and alert what it accepted and what it refused for good.
+    ``pileups``: also the live pile-ups of the lake's latest snapshots (None or disabled: not looked at).
+    Sending stops ``run_deadline_s`` after the lock is taken (None: no deadline); the rest is deferred."""
     report = AlertReport()
     if not sinks:
         return report
     with locks.exclusive_lock(lake_root, ALERTS_LOCK, lake_config):
+        deadline = RunDeadline.after(run_deadline_s)
         findings = read_findings(lake_root)
         latest_drift, drift, drift_texts = read_execution_drift(lake_root)
         if latest_drift.height:
@@ -469,7 +501,7 @@ def send_new_alerts(
         sent: dict[str, dict[str, Any]] = {}
         try:
             for sink, payloads in plans:
-                result = _send_to(lake_root, sink, payloads, report, sent, now, dead_letter_file)
+                result = _send_to(lake_root, sink, payloads, report, sent, now, dead_letter_file, deadline)
                 result.history_skipped = skipped[sink.key]
                 report.sinks.append(result)
         finally:
@@ -503,4 +535,5 @@ def send_alerts(
         dead_letter_file=Path(alerts.dead_letter_file) if alerts.dead_letter_file else None,
         lake_config=lake_config,
         pileups=pileups,
+        run_deadline_s=alerts.run_deadline_s,
     )

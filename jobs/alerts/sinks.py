@@ -2,9 +2,11 @@
 
 A sink has a ``key`` (``file``, ``slack``, ``webhook``: what the lake's bookkeeping records, so a moved file
 or a rotated webhook token does not send everything again), a ``name`` to show (a webhook shows only its
-scheme and host) and ``deliver(payload) -> Outcome`` for one alert. Only the HTTP sinks retry
-(``jobs.alerts.delivery``); the file sink appends, fsyncs, and skips an alert_id the file already holds
-(so a run that died between writing the line and recording it in the lake writes no second line).
+scheme and host) and ``deliver(payload, deadline) -> Outcome`` for one alert (``deadline``: the run's, a
+``time.monotonic()`` time, or None). Only the HTTP sinks retry (``jobs.alerts.delivery``), each POST with
+the alert_id as its ``Idempotency-Key``; the file sink appends, fsyncs, and skips an alert_id the file
+already holds (so a run that died between writing the line and recording it in the lake writes no second
+line).
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ class AlertSink(Protocol):
     key: str
     name: str
 
-    def deliver(self, payload: dict[str, Any]) -> Outcome: ...
+    def deliver(self, payload: dict[str, Any], deadline: float | None = None) -> Outcome: ...
 
 
 @dataclass
@@ -73,7 +75,8 @@ class JsonlFileSink:
                             continue
         return self._written
 
-    def deliver(self, payload: dict[str, Any]) -> Outcome:
+    def deliver(self, payload: dict[str, Any], deadline: float | None = None) -> Outcome:
+        """Append the line (a local write: the run's deadline is checked between alerts, not here)."""
         try:
             if payload["alert_id"] not in self.written_ids():
                 self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -111,13 +114,13 @@ class _HttpSink:
     def body(self, payload: dict[str, Any]) -> dict[str, Any]:
         raise NotImplementedError
 
-    def deliver(self, payload: dict[str, Any]) -> Outcome:
+    def deliver(self, payload: dict[str, Any], deadline: float | None = None) -> Outcome:
         body = self.body(payload)
 
-        def post() -> Answer:
-            return http_post_json(self.url, body, self.settings.timeout_s)
+        def post(timeout_s: float) -> Answer:
+            return http_post_json(self.url, body, timeout_s, idempotency_key=payload["alert_id"])
 
-        return deliver_with_retries(post, self.settings, sleep=self.sleep, rng=self.rng)
+        return deliver_with_retries(post, self.settings, sleep=self.sleep, rng=self.rng, deadline=deadline)
 
 
 @dataclass(repr=False)

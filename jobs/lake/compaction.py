@@ -32,6 +32,8 @@ from jobs.lake import locks
 from jobs.lake.objectpath import ObjectPath
 from jobs.lake.storage import LakePath, lake_path
 from jobs.schemas.analysed import (
+    ALERT_DEAD_LETTERS,
+    ALERTS_SENT,
     ANALYSIS_RUNS,
     INSTANCE_SLOWDOWNS,
     PERFORMANCE_REGRESSIONS,
@@ -65,6 +67,8 @@ COMPACTABLE: tuple[TableSchema, ...] = (
     QUERY_TEXTS,
     PLAN_CAPTURE_LOG,
     *ANALYSIS_TABLES,
+    ALERTS_SENT,  # one file per alert and sink (written before the next alert is sent)
+    ALERT_DEAD_LETTERS,
 )
 STAGING = "_compaction"
 _AT_FDCWD = -100

@@ -31,6 +31,7 @@ from jobs.alerts.sinks import JsonlFileSink, SlackSink, WebhookSink
 from jobs.detect.findings import latest_states
 from jobs.lake import io as lake
 from jobs.lake import locks
+from jobs.lake.compaction import compact_lake
 from jobs.pipeline.detection import run_detection
 from jobs.schemas.analysed import ALERT_DEAD_LETTERS, ALERTS_SENT, FINDING_STATES
 from jobs.schemas.registry import TABLES
@@ -171,10 +172,48 @@ def test_backoff_is_capped_and_jitter_stays_within_its_fraction() -> None:
     assert retry_after_seconds("7") == 7.0 and retry_after_seconds("soon") is None
     answers = iter([Answer(503, "busy", "3"), Answer(502, "", "99"), Answer(200, "ok")])
     sleeps: list[float] = []
-    done = deliver_with_retries(lambda: next(answers), Retry(jitter=0.0), sleep=sleeps.append)
+    done = deliver_with_retries(lambda seconds: next(answers), Retry(jitter=0.0), sleep=sleeps.append)
     assert (done.status, done.attempts, sleeps) == ("delivered", 3, [3.0, 2.0]), "503 Retry-After, 502 not"
     http_date = "Sun, 29 Nov 2026 12:00:30 GMT"
     assert retry_after_seconds(http_date, now=datetime(2026, 11, 29, 12, 0, tzinfo=UTC)) == 30.0
+
+
+def test_the_run_deadline_cuts_attempts_and_waits_and_defers_the_alert() -> None:
+    """Issue 28: an attempt gets at most the run's time left; an attempt the deadline cut, or a wait that
+    would end after it, defers the alert to the next run (retry_later), never dead-letters it."""
+    now = [0.0]
+    budgets: list[float] = []
+
+    def post(answers: list[Answer], took: float) -> Any:
+        def attempt(seconds: float) -> Answer:
+            budgets.append(seconds)
+            now[0] += took
+            return answers.pop(0)
+
+        return attempt
+
+    def clock() -> float:
+        return now[0]
+
+    settings = Retry(max_attempts=4, timeout_s=2.0, backoff_initial_s=1.0, jitter=0.0)
+    timeouts = [Answer(None, error="no complete answer within 2 s")] * 4
+    cut = deliver_with_retries(
+        post(timeouts, 2.0),
+        settings,
+        sleep=lambda s: now.__setitem__(0, now[0] + s),
+        deadline=4.5,
+        clock=clock,
+    )
+    assert budgets == [2.0, 1.5] and (cut.status, cut.attempts, cut.delays_s) == ("retry_later", 2, (1.0,))
+    assert cut.sink_down and cut.reason == "the run's deadline (run_deadline_s) passed"
+    now[0], budgets[:] = 0.0, []
+    waits = deliver_with_retries(
+        post([Answer(500, "x")] * 4, 0.1), settings, sleep=lambda s: None, deadline=1.05, clock=clock
+    )
+    assert (waits.status, waits.attempts, waits.delays_s) == ("retry_later", 1, ()), "1 s wait > 0.95 s left"
+    now[0] = 5.0
+    late = deliver_with_retries(post([Answer(200, "ok")], 0.1), settings, deadline=5.0, clock=clock)
+    assert (late.status, late.attempts) == ("retry_later", 0), "no attempt starts after the deadline"
 
 
 def test_429_waits_for_retry_after_and_a_too_long_one_is_not_waited_for(
@@ -497,3 +536,46 @@ def test_the_asset_says_when_no_slack_or_webhook_is_configured(
     note = materialization.metadata["note"].value
     assert "no Slack or webhook sink is configured" in note and str(file) in note
     assert "no Slack or webhook sink is configured" in events
+
+
+def test_each_alert_is_recorded_on_its_own_and_compaction_merges_a_closed_day(
+    lake_root: Path, tmp_path: Path, slack: Emulator
+) -> None:
+    """Issue 28: each accepted alert is its row's own file, written before the next alert is sent (a run
+    killed mid-way keeps what it sent); compaction merges a closed day's files and nothing is sent again."""
+    write_findings(lake_root, [finding_row(n) for n in (1, 2, 3)])
+    slack.rule = lambda body: (400, {}, "invalid_payload") if "orders_3 " in body["text"] else None
+    day = datetime(2026, 11, 29, 13, 0, tzinfo=UTC)
+
+    def run() -> Any:
+        sinks = [
+            JsonlFileSink(tmp_path / "alerts.jsonl"),
+            SlackSink(slack.url, Retry(), sleep=lambda s: None),
+        ]
+        return send_new_alerts(lake_root, sinks, now=day)
+
+    first = run()
+    assert len(first.sent) == 3 and len(first.dead_lettered) == 1
+    assert len(lake.table_files(lake_root, ALERTS_SENT)) == 5, "3 to the file, 2 to Slack"
+    assert len(lake.table_files(lake_root, ALERT_DEAD_LETTERS)) == 1
+    before = lake.read_table(lake_root, ALERTS_SENT).sort("alert_id", "sink")
+    done = compact_lake(
+        lake_root, today=day.date() + timedelta(days=1), tables=(ALERTS_SENT, ALERT_DEAD_LETTERS)
+    )
+    assert [(d.table, d.files_before) for d in done] == [("alerts_sent", 5)]
+    assert len(lake.table_files(lake_root, ALERTS_SENT)) == 1
+    assert lake.read_table(lake_root, ALERTS_SENT).sort("alert_id", "sink").equals(before)
+    assert run().pending == 0 and len(slack.requests) == 3
+
+
+def test_an_object_store_lake_records_each_alert_on_its_own(
+    s3_lake: Any, tmp_path: Path, slack: Emulator
+) -> None:
+    """The per-alert rows go through the lake's own write path: one PUT per alert on an object store (no
+    local journal a run on another machine would not see); the lock is the lease object."""
+    write_findings(s3_lake, [finding_row(n) for n in (1, 2)])
+    first = send_new_alerts(s3_lake, [SlackSink(slack.url, Retry())], run_deadline_s=60.0)
+    assert len(first.sent) == 2 and first.ok
+    assert len(lake.table_files(s3_lake, ALERTS_SENT)) == 2
+    again = send_new_alerts(s3_lake, [SlackSink(slack.url, Retry())], run_deadline_s=60.0)
+    assert again.pending == 0 and len(slack.requests) == 2
