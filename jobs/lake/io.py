@@ -69,9 +69,9 @@ TEMP_SUFFIX = ".partial"
 QUARANTINE = "_quarantine"
 NOTE_SUFFIX = ".quarantine.json"
 REPLACES_KEY = "radar.replaces"
+"""Parquet metadata of an object-store compaction's merged file: the JSON list of file names it replaces."""
 TABLE_KEY = "radar.table"
 """Parquet metadata naming the table the radar wrote a file for (every writer since the first lake)."""
-"""Parquet metadata of an object-store compaction's merged file: the JSON list of file names it replaces."""
 _SAFE_VALUE = re.compile(r"^[A-Za-z0-9_.\-]+$")
 _MAGIC = b"PAR1"
 log = logging.getLogger("jobs.lake.io")
