@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -116,9 +115,15 @@ def drift_score_payload(args: argparse.Namespace) -> int:
     from jobs.publish.output import plain_rows
 
     source = "stdin" if args.payload == "-" else args.payload
+    limit = settings_of(args).drift.max_payload_bytes
     try:
-        text = sys.stdin.read() if args.payload == "-" else Path(args.payload).read_text()
-        payload = parse_payload(text)
+        # Read at most one byte past the limit: a 50 MB payload must not be read whole to be refused.
+        if args.payload == "-":
+            text = sys.stdin.buffer.read(limit + 1)
+        else:
+            with open(args.payload, "rb") as handle:
+                text = handle.read(limit + 1)
+        payload = parse_payload(text, limit)
     except (OSError, UnicodeDecodeError) as exc:
         say(args, f"[red]payload {escaped(source)} unreadable:[/red] {escaped(str(exc))}")
         return EXIT_PAYLOAD_INVALID
@@ -151,7 +156,7 @@ def drift_score_payload(args: argparse.Namespace) -> int:
         )
         return EXIT_NO_BASELINE
     baseline = chosen.row(0, named=True)
-    score = score_payload(payload, baseline["samples"], settings_of(args).drift.score)
+    score = score_payload(payload, baseline["samples"], settings_of(args).drift.score, validated=True)
     result = {"instance": baseline["instance"], "baseline_version": version, **score}
     if args.format == "json":
         (row,) = plain_rows([result], list(result))

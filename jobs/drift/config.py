@@ -115,6 +115,9 @@ class DriftConfig:
 
     current_window: timedelta = timedelta(days=1)
     """The window under test ends at ``now`` (samples by interval_end in (now - window, now])."""
+    max_payload_bytes: int = 64 * 1024 * 1024
+    """A CI drift payload (`radar drift score --payload`) larger than this is refused unread past it
+    (exit 3): 64 MiB holds about 7 M samples."""
     baseline_days: int = 7
     """Default baseline when no anchor applies: this many days right before the current window."""
     bins: int = 20

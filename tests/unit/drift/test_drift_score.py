@@ -442,3 +442,44 @@ def test_score_payload_scores_a_validated_candidate() -> None:
     assert (row["query_hash"], row["metric"], row["flag"]) == (H1, "latency", BLOCK)
     with pytest.raises(PayloadError, match="metric"):
         score_payload({**GOOD, "metric": "Latency"}, [1.0])
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # numbers no finite double holds: an OverflowError traceback (exit 1, read by CI as WARN) before
+        ('"candidate_samples": [1.0, 1' + "0" * 400 + "]", r"candidate_samples/1: 1000.*not a finite double"),
+        ('"candidate_samples": [1.0, 1e400]', r"candidate_samples/1: 1e400 \(not a finite double\)"),
+        ('"candidate_samples": [1.0, -1e400]', r"candidate_samples/1: -1e400"),
+        # a key given twice took the last value without a word
+        ('"candidate_samples": [1.0], "metric": "cost"', r"drift payload: metric: the key is given twice"),
+    ],
+)
+def test_numbers_no_double_holds_and_duplicate_keys_are_rejected_naming_the_field(
+    text: str, expected: str
+) -> None:
+    head = json.dumps({k: v for k, v in GOOD.items() if k != "candidate_samples"})[:-1]
+    with pytest.raises(PayloadError, match=expected):
+        parse_payload(f"{head}, {text}}}")
+
+
+def test_a_payload_over_the_size_cap_or_nested_too_deeply_is_refused() -> None:
+    text = json.dumps(GOOD)
+    assert parse_payload(text, max_bytes=len(text)) == GOOD
+    with pytest.raises(PayloadError, match=r"larger than 10 bytes \(\[drift\] max_payload_bytes\)"):
+        parse_payload(text, max_bytes=10)
+    with pytest.raises(PayloadError, match="nested too deeply"):
+        parse_payload("[" * 100_000 + "]" * 100_000)
+
+
+def test_samples_checked_in_bulk_name_the_first_bad_one_as_the_contract_does() -> None:
+    many = [1.0] * 10_000
+    for index, bad, words in (
+        (7_000, "1.5", "is not of type 'number'"),
+        (9_999, -0.5, "less than the minimum"),
+    ):
+        samples = [*many]
+        samples[index] = bad
+        with pytest.raises(PayloadError, match=f"candidate_samples/{index}: .*{words}"):
+            validate_payload({**GOOD, "candidate_samples": samples})
+    assert validate_payload({**GOOD, "candidate_samples": many})["candidate_samples"] is many
