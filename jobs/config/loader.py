@@ -8,6 +8,7 @@ then each section is built by its config class, whose own checks (ranges, relati
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import re
@@ -201,8 +202,12 @@ def _typed_layer(
     out: dict[Key, object] = {}
     hints = _hints(cls)
     valid = section_keys(cls)
-    for name, value in raw.items():
+    aliases: Mapping[str, str] = getattr(cls, "CONFIG_ALIASES", {})
+    for given, value in raw.items():
+        name = aliases.get(given, given)
         key = (*prefix, name)
+        if name != given and name in raw:
+            raise ConfigError(f"{label}: [{dotted(prefix)}] sets {name} twice ({given} is its other name)")
         if name not in valid:
             table = f"[{dotted(prefix)}]" if prefix else "the top level"
             raise ConfigError(
@@ -222,6 +227,21 @@ def _leaf_types() -> dict[Key, Any]:
     return {leaf.key: leaf.type for leaf in leaves()}
 
 
+def canonical_key(key: Key, cls: type = RadarSettings) -> Key:
+    """``key`` with a name a section also accepts (its class's ``CONFIG_ALIASES``, e.g. the drift design's
+    ``js_block_threshold``) replaced by the field's own name; any other key as it is."""
+    out: list[str] = []
+    for part in key:
+        if cls is None:
+            out.append(part)
+            continue
+        name = getattr(cls, "CONFIG_ALIASES", {}).get(part, part)
+        out.append(name)
+        hints = _hints(cls) if dataclasses.is_dataclass(cls) else {}
+        cls = hints.get(name) if name in hints and _is_section(hints[name]) else None
+    return tuple(out)
+
+
 def _env_layer(env: Mapping[str, str]) -> tuple[dict[Key, object], dict[Key, str]]:
     """``RADAR_DETECTOR__LATENCY_CHANGE_THRESHOLD=0.3`` -> detector.latency_change_threshold = 0.3."""
     types = _leaf_types()
@@ -230,7 +250,7 @@ def _env_layer(env: Mapping[str, str]) -> tuple[dict[Key, object], dict[Key, str
     for variable in sorted(env):
         if not variable.startswith(ENV_PREFIX) or ENV_SEPARATOR not in variable:
             continue
-        key = tuple(part.lower() for part in variable[len(ENV_PREFIX) :].split(ENV_SEPARATOR))
+        key = canonical_key(tuple(part.lower() for part in variable[len(ENV_PREFIX) :].split(ENV_SEPARATOR)))
         label = f"environment variable {variable}"
         if key not in types:
             candidates = [ENV_PREFIX + ENV_SEPARATOR.join(k).upper() for k in types]
@@ -262,10 +282,10 @@ def setting_override(assignment: str) -> Override:
             f"{label}: expected KEY=VALUE with a dotted key, e.g. drift.samples.stale_window=15m"
         )
     types = _leaf_types()
-    key = tuple(name.split("."))
+    key = canonical_key(tuple(name.split(".")))
     if key not in types:
         raise ConfigError(f"{label}: no such setting {name!r}{closest(name, [dotted(k) for k in types])}")
-    return Override(name, _value_of_text(types[key], text.strip(), key, label), label)
+    return Override(dotted(key), _value_of_text(types[key], text.strip(), key, label), label)
 
 
 def _override_layer(overrides: Sequence[Override]) -> tuple[dict[Key, object], dict[Key, str]]:
@@ -273,7 +293,7 @@ def _override_layer(overrides: Sequence[Override]) -> tuple[dict[Key, object], d
     values: dict[Key, object] = {}
     sources: dict[Key, str] = {}
     for item in overrides:
-        key = tuple(item.key.split("."))
+        key = canonical_key(tuple(item.key.split(".")))
         if key not in types:
             raise ConfigError(
                 f"{item.source}: no such setting {item.key!r}{closest(item.key, [dotted(k) for k in types])}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import ClassVar
 
 from jobs.detect.config import RegressionConfig
 
@@ -15,6 +16,16 @@ PROFILES = ("calibrated", "design")
 @dataclass(frozen=True)
 class DriftScoreConfig:
     """Every constant of the drift scorer, with the design's default."""
+
+    CONFIG_ALIASES: ClassVar[dict[str, str]] = {
+        "js_block_threshold": "js_block",
+        "psi_block_threshold": "psi_block",
+        "js_warn_threshold": "js_warn",
+        "psi_warn_threshold": "psi_warn",
+        "smoothing_epsilon": "smoothing",
+    }
+    """The design's names of these keys, accepted in the config file, the environment and --set
+    (``n_bins`` and ``min_samples`` are the same in both)."""
 
     n_bins: int = 32
     """Bins of the one grid over the union support of both sides."""

@@ -10,15 +10,23 @@ PASS / WARN / BLOCK flag. Per pair, exactly as the design says (``profile="desig
 2. one grid over the union support of baseline and winsorized candidate: lo = min, hi = max,
    ``bin_width = (hi - lo) / n_bins``, ``index = min(int((v - lo) / bin_width), n_bins - 1)``; int()
    truncates toward zero and v >= lo, so it is a floor; hi == lo puts every sample in bin 0 (JS = PSI = 0);
-3. each histogram becomes frequencies (count / n; an empty side: all zeros), gets ``smoothing`` (1e-9)
-   added to every bin, and is normalised to sum 1 (p = candidate, q = baseline);
+3. each histogram gets ``smoothing`` (1e-9) added to every bin's *count* and is normalised to sum 1
+   (p = candidate, q = baseline; an empty side: uniform);
 4. JS = Jensen-Shannon *divergence*, base 2 (in [0, 1]; clipped to it against rounding): the drift score.
    PSI = sum((p - q) * ln(p / q)). KL appears only inside JS. Wasserstein-1 between the sorted *raw*
    samples (candidate not winsorized), in the metric's unit: metadata only, never a flag;
-5. flags: fewer than ``min_samples`` (200) on either side: WARN ``insufficient_samples`` (never a silent
-   PASS); PSI > ``psi_data_quality`` (10): the PSI is not trusted (``psi_data_quality`` is true) and the
-   flag falls back to JS alone (reason ``psi_data_quality_fallback`` unless JS itself says WARN/BLOCK);
-   else BLOCK if JS > 0.25 or PSI > 0.25, WARN if JS > 0.1 or PSI >= 0.1, else PASS.
+5. flags: fewer than ``min_samples`` (200) on either side: WARN ``insufficient_samples`` with JS = PSI = 0
+   (never a silent PASS, and no score from too few samples); PSI > ``psi_data_quality`` (10): the PSI is
+   not trusted (``psi_data_quality`` is true) and the flag falls back to JS alone (reason
+   ``psi_data_quality_fallback`` unless JS itself says WARN/BLOCK); else BLOCK if JS > 0.25 or PSI > 0.25,
+   WARN if JS > 0.1 or PSI >= 0.1, else PASS.
+
+Every row also carries its grid: ``bins``, ``support_lo``, ``support_hi`` (null for a side with no sample).
+
+Before issue 27 the design profile added the smoothing to each bin's *frequency* (count / n): an empty
+bin then weighs 1e-9 instead of 1e-9 / n, and the PSI of a few candidate samples in a bin the baseline
+never had came out smaller (baseline 200 x 0 and 200 x 1, candidate 197 x 0, 5 x 0.5, 198 x 1: PSI 0.204
+WARN, the design's 0.279 BLOCK). The calibrated profile keeps the frequency form it was measured with.
 
 The default ``profile="calibrated"`` keeps the scale, bands and flag names but a band only counts when the
 distance also exceeds what sampling noise gives at the pair's sample sizes: a permutation null per pair
@@ -75,6 +83,9 @@ OUTPUT_SCHEMA: dict[str, pl.DataType] = {
     "profile": pl.String(),
     "js_noise": pl.Float64(),
     "psi_noise": pl.Float64(),
+    "bins": pl.Int64(),
+    "support_lo": pl.Float64(),
+    "support_hi": pl.Float64(),
 }
 
 
@@ -270,11 +281,17 @@ def _clipped_at(counts: np.ndarray, top_bin: np.ndarray) -> np.ndarray:
     return out
 
 
-def _normalised(counts: np.ndarray, n: np.ndarray, smoothing: float) -> np.ndarray:
-    """Frequencies (count / n, zeros for n == 0) + smoothing, normalised over the last axis."""
-    with np.errstate(invalid="ignore", divide="ignore"):
-        freq = np.where(n[..., None] > 0, counts / np.maximum(n, 1)[..., None], 0.0)
-    smoothed = freq + smoothing
+def _normalised(
+    counts: np.ndarray, n: np.ndarray, smoothing: float, *, on_counts: bool = False
+) -> np.ndarray:
+    """The histogram + smoothing, normalised over the last axis: added to each bin's count
+    (``on_counts``, the design's rule) or to its frequency (count / n, zeros for n == 0: calibrated)."""
+    if on_counts:
+        smoothed = counts + smoothing
+    else:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            freq = np.where(n[..., None] > 0, counts / np.maximum(n, 1)[..., None], 0.0)
+        smoothed = freq + smoothing
     return smoothed / smoothed.sum(axis=-1, keepdims=True)
 
 
@@ -391,6 +408,8 @@ class _Histograms:
     js: np.ndarray
     psi: np.ndarray
     pooled: np.ndarray  # (pairs, n_bins): baseline + raw candidate counts on the observed grid
+    support_lo: np.ndarray  # the grid's ends (NaN: no sample on either side)
+    support_hi: np.ndarray
 
 
 def _histograms(s: _Samples, config: DriftScoreConfig) -> _Histograms:
@@ -423,11 +442,17 @@ def _histograms(s: _Samples, config: DriftScoreConfig) -> _Histograms:
         n_bins - 1,
     )
     cand_hist = _clipped_at(raw_cand, winsor_bin)
-    q = _normalised(base_hist, counts[:, 0], config.smoothing)
-    p = _normalised(cand_hist, counts[:, 1], config.smoothing)
+    design = config.profile == "design"
+    q = _normalised(base_hist, counts[:, 0], config.smoothing, on_counts=design)
+    p = _normalised(cand_hist, counts[:, 1], config.smoothing, on_counts=design)
     js, psi = _js_psi(p, q)
+    if design:  # too few samples on a side: no score (the design reports 0 with its WARN)
+        thin = (counts < config.min_samples).any(axis=1)
+        js, psi = np.where(thin, 0.0, js), np.where(thin, 0.0, psi)
     pooled = base_hist + raw_cand if config.profile == "calibrated" else base_hist
-    return _Histograms(js, psi, pooled)
+    return _Histograms(
+        js, psi, pooled, np.where(np.isfinite(lo), lo, np.nan), np.where(np.isfinite(hi), hi, np.nan)
+    )
 
 
 def _pair_seed(config: DriftScoreConfig, query_hash_value: str, metric: str) -> np.random.Generator:
@@ -628,7 +653,8 @@ def _chunk(s: _Samples, start: int, stop: int) -> _Samples:
 
 
 def _kernel(s: _Samples, config: DriftScoreConfig) -> tuple[np.ndarray, ...]:
-    """(js, psi, wasserstein, flag, reason, psi_data_quality, js_noise, psi_noise) of every pair of ``s``."""
+    """(js, psi, wasserstein, flag, reason, psi_data_quality, js_noise, psi_noise, support_lo, support_hi)
+    of every pair of ``s``."""
     h = _histograms(s, config)
     wasserstein = _wasserstein(s)
     counts = s.counts
@@ -640,7 +666,18 @@ def _kernel(s: _Samples, config: DriftScoreConfig) -> tuple[np.ndarray, ...]:
         sufficient = (counts >= config.min_samples).all(axis=1)
         js_noise, psi_noise = _noise(s, h, sufficient & (design_flag != PASS), config)
     flag, reason, data_quality = flag_pairs(h.js, h.psi, counts, config, js_noise, psi_noise)
-    return h.js, h.psi, wasserstein, flag, reason, data_quality, js_noise, psi_noise
+    return (
+        h.js,
+        h.psi,
+        wasserstein,
+        flag,
+        reason,
+        data_quality,
+        js_noise,
+        psi_noise,
+        h.support_lo,
+        h.support_hi,
+    )
 
 
 def _score(s: _Samples, config: DriftScoreConfig) -> pl.DataFrame:
@@ -666,7 +703,7 @@ def _score_chunks(
             parts = list(pool.map(work, bounds))
     else:
         parts = [work(bound) for bound in bounds]
-    js, psi, wasserstein, flag, reason, data_quality, js_noise, psi_noise, counts = (
+    js, psi, wasserstein, flag, reason, data_quality, js_noise, psi_noise, support_lo, support_hi, counts = (
         np.concatenate(column) for column in zip(*parts, strict=True)
     )
     out = keys.with_columns(
@@ -682,5 +719,8 @@ def _score_chunks(
         pl.lit(config.profile, dtype=pl.String).alias("profile"),
         pl.Series("js_noise", js_noise, dtype=pl.Float64, nan_to_null=True),
         pl.Series("psi_noise", psi_noise, dtype=pl.Float64, nan_to_null=True),
+        pl.lit(config.n_bins, dtype=pl.Int64).alias("bins"),
+        pl.Series("support_lo", support_lo, dtype=pl.Float64, nan_to_null=True),
+        pl.Series("support_hi", support_hi, dtype=pl.Float64, nan_to_null=True),
     )
     return out.select(list(OUTPUT_SCHEMA))

@@ -59,10 +59,12 @@ KEPT_ON_FAILED_WRITE = "every file already in the lake, whole (this one was not 
 bucket), so the failed file keeps its earlier version, or stays absent."""
 
 
-class LakeStorageError(LakeError):
+class LakeStorageError(LakeError, OSError):
     """The operating system refused a lake write (disk full, over quota, read-only, not permitted, I/O
     error): one line naming the path, the OS's reason and what is kept, for its own exit code. A traceback
-    or "internal error" told an operator nothing about whether collected data survived; it always does."""
+    or "internal error" told an operator nothing about whether collected data survived; it always does.
+    Still an OSError: code that kept going past a refused write (the deploy inbox leaves the file for the
+    next run) still does."""
 
     def __init__(self, path: object, cause: OSError, kept: str = KEPT_ON_FAILED_WRITE) -> None:
         self.path, self.cause, self.kept = path, cause, kept

@@ -462,6 +462,11 @@ EXECUTION_DRIFT = TableSchema(
         Column("profile", pl.String(), "calibrated | design"),
         Column("js_noise", pl.Float64(), "calibrated: the pair's null quantile of JS"),
         Column("psi_noise", pl.Float64(), "calibrated: the pair's null quantile of PSI"),
+        Column("bins", pl.Int64(), "bins of the grid (n_bins)"),
+        Column("support_lo", pl.Float64(), "the grid's low end: the union support's minimum"),
+        Column(
+            "support_hi", pl.Float64(), "its high end (the winsorized candidate's maximum or the baseline's)"
+        ),
     ),
 )
 

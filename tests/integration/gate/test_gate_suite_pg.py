@@ -261,10 +261,15 @@ def test_the_cli_runs_scenarios_with_flags_json_and_the_lake(
     assert "bad.sql" in captured.out + captured.err
 
 
+# A sleep of 0-4 ms drawn from a hash of the database's name and a counter: a different, fixed sequence
+# on each side. With random() a chance 0.7x on the candidate (a few runs in a hundred) ruled a 10% regression
+# out and PASSed honestly, failing this test on CI; a fixed sequence makes the premise hold every run.
 JITTERY = """
 -- @scenario jittery
+-- @init
+CREATE SEQUENCE IF NOT EXISTS gate_jitter;
 -- @benchmark
-SELECT pg_sleep(random() * 0.004);
+SELECT pg_sleep((hashtext(current_database() || nextval('gate_jitter')::text) & 1023) / 1023.0 * 0.004);
 """
 
 

@@ -231,6 +231,21 @@ def test_environment_variables_are_checked_like_the_file() -> None:
     assert loaded.settings.plans.capture_plans is True and loaded.settings.report.out == "/srv/reports"
 
 
+def test_the_drift_designs_key_names_are_accepted_everywhere(tmp_path: Path) -> None:
+    """js_block_threshold, psi_block_threshold, smoothing_epsilon (issue 27): the design's names of the
+    scorer's keys, in the file, the environment and --set; both names at once is an error."""
+    path = write(tmp_path, "[drift.score]\njs_block_threshold = 0.3\nsmoothing_epsilon = 1e-8\nn_bins = 16\n")
+    score = load_settings(path, env={}).settings.drift.score
+    assert (score.js_block, score.smoothing, score.n_bins) == (0.3, 1e-8, 16)
+    env = load_settings(env={"RADAR_DRIFT__SCORE__PSI_BLOCK_THRESHOLD": "0.4"}).settings.drift.score
+    assert env.psi_block == 0.4
+    flag = load_settings(env={}, overrides=[setting_override("drift.score.psi_block_threshold=0.5")])
+    assert flag.settings.drift.score.psi_block == 0.5
+    both = write(tmp_path, "[drift.score]\njs_block_threshold = 0.3\njs_block = 0.2\n")
+    with pytest.raises(ConfigError, match="sets js_block twice"):
+        load_settings(both, env={})
+
+
 def test_the_fleet_files_collector_table_yields_to_keys_the_config_sets(tmp_path: Path) -> None:
     fleet = FleetConfig(
         instances=(InstanceConfig(name="a", dsn="postgresql://x@h/db"),),

@@ -74,8 +74,8 @@ def test_disjoint_histograms_give_js_one_and_a_finite_psi() -> None:
     row = one([0.0] * 10, [1.0] * 10, TINY)
     assert row["js"] == pytest.approx(1.0, abs=1e-7)
     assert math.isfinite(row["psi"])
-    eps = 1e-9 / (1 + 32e-9)  # the empty bin's probability after smoothing and normalisation
-    top = (1 + 1e-9) / (1 + 32e-9)
+    eps = 1e-9 / (10 + 32e-9)  # the empty bin's probability: smoothing on its count, then normalisation
+    top = (10 + 1e-9) / (10 + 32e-9)
     assert row["psi"] == pytest.approx(2 * (top - eps) * math.log(top / eps), rel=1e-9)
     assert row["psi_data_quality"] is True  # PSI ~41 > 10: falls back to JS, which blocks
     assert (row["flag"], row["reason"]) == (BLOCK, "js_block")
@@ -91,12 +91,13 @@ def test_identical_and_constant_samples_score_zero() -> None:
 
 def test_the_design_rule_warns_on_identical_heavy_tailed_samples_the_calibrated_one_does_not() -> None:
     # winsorizing only the candidate moves its top 1% into a lower bin while the baseline's stay in bins
-    # the candidate left empty: PSI 0.16 for the very same 300 samples on both sides
+    # the candidate left empty: PSI 0.22 (design: smoothing on counts; 0.16 with the calibrated profile's
+    # smoothing on frequencies) for the very same 300 samples on both sides
     same = lognormal(1, 300)
     design = one(same, same)
     assert (design["flag"], design["reason"], design["wasserstein"]) == (WARN, "psi_warn", 0.0)
     calibrated = one(same, same, DriftScoreConfig(null_resamples=200))
-    assert calibrated["psi"] == design["psi"] and calibrated["flag"] == PASS
+    assert calibrated["psi"] < design["psi"] and calibrated["flag"] == PASS
     assert calibrated["psi_noise"] > calibrated["psi"]
 
 
@@ -214,15 +215,15 @@ def plain_rule(baseline: np.ndarray, candidate: np.ndarray, c: DriftScoreConfig)
         counts = np.zeros(c.n_bins)
         for v in values:
             counts[0 if hi == lo else min(int((v - lo) / width), c.n_bins - 1)] += 1
-        freq = counts / len(values) + c.smoothing
-        return freq / freq.sum()
+        smoothed = counts + c.smoothing  # the design: smoothing on each bin's count
+        return smoothed / smoothed.sum()
 
     p, q = histogram(cand), histogram(baseline)
     m = (p + q) / 2
     js = min(max(0.5 * sum(p * np.log2(p / m)) + 0.5 * sum(q * np.log2(q / m)), 0.0), 1.0)
     psi = sum((p - q) * np.log(p / q))
     if len(baseline) < c.min_samples or len(candidate) < c.min_samples:
-        return js, psi, WARN
+        return 0.0, 0.0, WARN  # no score from too few samples
     if psi > c.psi_data_quality:
         return js, psi, BLOCK if js > c.js_block else WARN if js > c.js_warn else PASS
     if js > c.js_block or psi > c.psi_block:
@@ -483,3 +484,23 @@ def test_samples_checked_in_bulk_name_the_first_bad_one_as_the_contract_does() -
         with pytest.raises(PayloadError, match=f"candidate_samples/{index}: .*{words}"):
             validate_payload({**GOOD, "candidate_samples": samples})
     assert validate_payload({**GOOD, "candidate_samples": many})["candidate_samples"] is many
+
+
+def test_the_design_profile_is_the_designs_rule_on_the_issues_minimal_case() -> None:
+    """Smoothing on counts, not on frequencies (issue 27): five candidate samples in a bin the baseline
+    never had give PSI 0.279 and BLOCK, as the design computes (frequency smoothing gave 0.204, WARN)."""
+    row = one([0.0] * 200 + [1.0] * 200, [0.0] * 197 + [0.5] * 5 + [1.0] * 198)
+    total = 400 + 32e-9
+    p = {0: 197, 16: 5, 31: 198}  # candidate counts per bin (0.5 falls in bin 16 of 32 over [0, 1])
+    q = {0: 200, 31: 200}
+    psi = sum(
+        ((p.get(b, 0) + 1e-9) - (q.get(b, 0) + 1e-9))
+        / total
+        * math.log((p.get(b, 0) + 1e-9) / (q.get(b, 0) + 1e-9))
+        for b in range(32)
+    )
+    assert row["psi"] == pytest.approx(psi, rel=1e-9)
+    assert round(row["psi"], 3) == 0.279 and row["flag"] == BLOCK
+    assert (row["bins"], row["support_lo"], row["support_hi"]) == (32, 0.0, 1.0)
+    thin = one([0.0] * 10, [1.0] * 10)  # the design reports no score from too few samples
+    assert (thin["js"], thin["psi"], thin["flag"], thin["reason"]) == (0.0, 0.0, WARN, "insufficient_samples")
