@@ -64,8 +64,8 @@ def read_live_pileups(lake_root: Path, now: datetime, config: PileupConfig) -> p
 
 
 def read_query_texts(lake_root: Path, pairs: pl.DataFrame) -> dict[tuple[str, int], str]:
-    """(instance, queryid) -> the latest text in the lake, for the pairs named (the blockers' query ids,
-    when the snapshot did not read their text)."""
+    """(instance, queryid) -> the latest text in the lake, for the pairs named (drift alerts' queries, the
+    pile-ups' blockers when the snapshot did not read their text): one narrow read."""
     if pairs.is_empty():
         return {}
     texts = lake.read_table(

@@ -49,7 +49,6 @@ from jobs.lake import io as lake
 from jobs.lake import locks
 from jobs.redaction import scrub
 from jobs.schemas.analysed import ALERT_DEAD_LETTERS, ALERTS_SENT, EXECUTION_DRIFT, FINDING_STATES
-from jobs.schemas.collected import QUERY_TEXTS
 
 if TYPE_CHECKING:
     from jobs.alerts.config import AlertsConfig
@@ -270,16 +269,8 @@ def read_execution_drift(lake_root: Path) -> tuple[pl.DataFrame, pl.DataFrame, d
     )
     if drift.is_empty():
         return latest, drift, {}
-    wanted = drift.select("instance", "queryid").drop_nulls().unique()
-    texts = lake.read_table(
-        lake_root,
-        QUERY_TEXTS,
-        lambda f: f.join(wanted.lazy(), on=["instance", "queryid"], how="semi").select(
-            "instance", "queryid", "query", "captured_at"
-        ),
-    )
-    named = texts.sort("captured_at").unique(["instance", "queryid"], keep="last")
-    return latest, drift, {(i, q): t for i, q, t in named.select("instance", "queryid", "query").iter_rows()}
+    named = drift.select("instance", "queryid").drop_nulls().unique()
+    return latest, drift, read_query_texts(lake_root, named)
 
 
 def _pileup_texts(lake_root: Path, episodes: pl.DataFrame) -> dict[tuple[str, int], str]:

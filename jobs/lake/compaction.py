@@ -21,6 +21,7 @@ import json
 import os
 import shutil
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
@@ -108,6 +109,23 @@ def _partition_files(folder: LakePath) -> list[LakePath]:
     return lake.drop_replaced(sorted(folder.glob("*.parquet")))
 
 
+def _quarantine_failing(
+    lake_root: LakePath,
+    table: TableSchema,
+    files: list[LakePath],
+    check: Callable[[LakePath, TableSchema], str | None],
+) -> None:
+    """Quarantine each of ``files`` that ``check`` finds a problem with (the compaction lock is held, so
+    moving them is safe); a file gone meanwhile is skipped."""
+    for path in files:
+        try:
+            problem = check(path, table)
+        except FileNotFoundError:
+            continue
+        if problem is not None:
+            lake.quarantine_file(lake_root, table, path, problem, compaction_held=True)
+
+
 def _merge_readable(
     lake_root: LakePath, table: TableSchema, folder: LakePath
 ) -> tuple[list[LakePath], pl.DataFrame]:
@@ -117,26 +135,14 @@ def _merge_readable(
     files = _partition_files(folder)
     if len(files) <= 1:
         return files, pl.DataFrame()
-    for path in files:
-        try:
-            problem = lake.file_problem(path, table)
-        except FileNotFoundError:
-            continue
-        if problem is not None:
-            lake.quarantine_file(lake_root, table, path, problem, compaction_held=True)
+    _quarantine_failing(lake_root, table, files, lake.file_problem)
     files = _partition_files(folder)
     if len(files) <= 1:
         return files, pl.DataFrame()
     try:
         return files, _merge(files, table)
     except lake.READ_ERRORS:
-        for path in files:
-            try:
-                problem = lake.read_problem(path, table)
-            except FileNotFoundError:
-                continue
-            if problem is not None:
-                lake.quarantine_file(lake_root, table, path, problem, compaction_held=True)
+        _quarantine_failing(lake_root, table, files, lake.read_problem)
     files = _partition_files(folder)
     if len(files) <= 1:
         return files, pl.DataFrame()

@@ -301,36 +301,9 @@ def _signature(path: LakePath) -> Signature | None:
 
 
 def envelope_problem(path: LakePath) -> str | None:
-    """Why ``path`` is not a whole Parquet file, judged by its first and last bytes; None if whole."""
-    if isinstance(path, ObjectPath):
-        return _object_envelope_problem(path)
-    try:
-        with open(path, "rb") as handle:
-            size = os.fstat(handle.fileno()).st_size
-            if size < 12:
-                return f"{size} bytes: too short for a Parquet file"
-            head = handle.read(4)
-            handle.seek(size - 8)
-            tail = handle.read(8)
-    except FileNotFoundError:
-        raise
-    except OSError as exc:
-        return f"cannot be opened: {exc}"
-    return _envelope_verdict(head, tail, size)
-
-
-def _object_envelope_problem(path: ObjectPath) -> str | None:
-    """The envelope check on an object: its size from a HEAD, then two ranged GETs."""
-    size = path.stat().st_size
-    if size < 12:
-        return f"{size} bytes: too short for a Parquet file"
-    try:
-        head, tail = path.read_range(0, 4), path.read_range(size - 8, size)
-    except FileNotFoundError:
-        raise
-    except Exception as exc:
-        return f"cannot be read: {type(exc).__name__}"
-    return _envelope_verdict(head, tail, size)
+    """Why ``path`` is not a whole Parquet file (magic bytes at both ends, a footer length that fits);
+    None if whole."""
+    return _envelope_and_footer(path)[0]
 
 
 def _envelope_verdict(head: bytes, tail: bytes, size: int) -> str | None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import io
 import re
-from html.parser import HTMLParser
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -27,6 +26,7 @@ from jobs.escaping import (
     terminal_text,
     visible_controls,
 )
+from tests.support.html import parse_html as _parsed
 
 PIECES = [
     "`", "``", "```", "\\", "\\`", "[", "]", "[/x]", "[bold]", "[link=http://e.vil]x[/link]", "tags[idx]",
@@ -39,30 +39,6 @@ HOSTILE = st.lists(st.one_of(st.sampled_from(PIECES), st.text(max_size=8)), max_
 ONE_MB = ("select `x` [/x] <script>|\x1b[2J" * 40_000)[:1_000_000]
 MARKDOWN = MarkdownIt("commonmark").enable("table").enable("strikethrough")
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-
-class _Html(HTMLParser):
-    """Every element and attribute of an HTML fragment, and its text (entities resolved)."""
-
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.tags: list[str] = []
-        self.attrs: list[str] = []
-        self.text: list[str] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        self.tags.append(tag)
-        self.attrs += [name for name, _ in attrs]
-
-    def handle_data(self, data: str) -> None:
-        self.text.append(data)
-
-
-def _parsed(html: str) -> _Html:
-    parser = _Html()
-    parser.feed(html)
-    parser.close()
-    return parser
 
 
 def _expected(value: str) -> str:
@@ -95,7 +71,7 @@ def test_a_markdown_table_row_keeps_its_cells(query: str, version: str) -> None:
     html = _parsed(MARKDOWN.render(table))
     assert [t for t in html.tags if t in ("th", "td")] == ["th", "th", "td", "td"]
     assert set(html.tags) <= {"table", "thead", "tbody", "tr", "th", "td", "code"}, html.tags
-    assert not html.attrs or set(html.attrs) <= {"style"}
+    assert not html.attribute_names or set(html.attribute_names) <= {"style"}
 
 
 @SETTINGS

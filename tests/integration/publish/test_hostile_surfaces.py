@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import io
 import json
-from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +25,7 @@ from jobs.publish.markdown import markdown_table
 from jobs.publish.output import write_rows
 from jobs.publish.weekly import write_weekly_report
 from jobs.publish.weekly_summary import iso_week
+from tests.support.html import Elements, parse_html
 from tests.support.lakes import write_step_change_lake
 
 QUERY = (
@@ -36,30 +36,8 @@ VERSION = "v1[/x]`<script>alert(1)</script>`[a](http://e.vil)<!channel>"
 MARKDOWN = MarkdownIt("commonmark").enable("table").enable("strikethrough")
 
 
-class _Elements(HTMLParser):
-    """Every element of an HTML document with its attributes, and its text."""
-
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.elements: list[tuple[str, dict[str, str | None]]] = []
-        self.text: list[str] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        self.elements.append((tag, dict(attrs)))
-
-    def handle_data(self, data: str) -> None:
-        self.text.append(data)
-
-
-def _elements(html: str) -> _Elements:
-    parser = _Elements()
-    parser.feed(html)
-    parser.close()
-    return parser
-
-
-def _assert_no_injected_markup(html: str, where: str) -> _Elements:
-    parsed = _elements(html)
+def _assert_no_injected_markup(html: str, where: str) -> Elements:
+    parsed = parse_html(html)
     for tag, attrs in parsed.elements:
         assert tag not in ("script", "iframe", "object", "embed"), (where, tag)
         assert not any(name.startswith("on") for name in attrs), (where, tag, attrs)
