@@ -117,28 +117,46 @@ def reanchor_command(now: datetime, start: datetime, instances: list[str]) -> st
     )
 
 
+def _anchored_until(blocks: pl.DataFrame, anchors: pl.DataFrame | None) -> datetime | None:
+    """The latest end of the anchor windows the BLOCKed pairs were scored against (their baseline
+    versions' ``window_end``); None when unknown (no anchors given or none matches)."""
+    if anchors is None or anchors.height == 0 or blocks.height == 0 or "baseline_version" not in blocks:
+        return None
+    keys = ["baseline_version", "instance", "query_hash", "metric"]
+    ends = blocks.select(keys).join(anchors.select(*keys, "window_end"), on=keys, how="inner")["window_end"]
+    return ends.max() if ends.len() else None  # type: ignore[return-value]
+
+
 def stale_baseline_check(
     drift: pl.DataFrame,
     table_stats: pl.DataFrame,
     now: datetime,
     config: DriftConfig = DriftConfig(),
     relations: pl.DataFrame | None = None,
+    anchors: pl.DataFrame | None = None,
 ) -> DriftCheck:
-    """BLOCK share of the pairs scored over the last stale_window above stale_block_share: "baseline likely
-    stale", naming the tables analysed in the last analyze_lookback: those the BLOCKed queries' plans read
-    when ``relations`` (instance, query_hash, relation: from execution_samples) names any of them, else
-    every analysed table of the BLOCKing instances."""
+    """BLOCK share of the pairs scored over the last stale_window above stale_block_share, with at least
+    stale_min_block_pairs of them: "baseline likely stale", naming the tables analysed in the last
+    analyze_lookback (those the BLOCKed queries' plans read when ``relations``, instance, query_hash,
+    relation, names any, else every analysed table of the BLOCKing instances).
+
+    A re-anchor is proposed only from a stats event after the baseline was anchored (``anchors``: the
+    drift_sample_baselines rows, their ``window_end``): an ANALYZE before the anchor explains nothing the
+    baseline did not already see, and a real regression then reads as a stale baseline. The proposed
+    window starts at that event and ends at the first BLOCK scored after it: never one that spans the good
+    baseline, or later phases, with the regressed one."""
     samples = config.samples
     window = format_duration(samples.stale_window)
     scored = latest_scores(drift, now, samples.stale_window).filter(~pl.col("reason").is_in(UNSCORED_REASONS))
     blocks = scored.filter(pl.col("flag") == BLOCK)
     share = blocks.height / scored.height if scored.height else 0.0
-    passed = share <= samples.stale_block_share
+    passed = share <= samples.stale_block_share or blocks.height < samples.stale_min_block_pairs
     metadata: dict[str, object] = {
         "scored_pairs": scored.height,
         "block_pairs": blocks.height,
         "block_share": share,
         "stale_block_share": samples.stale_block_share,
+        "stale_min_block_pairs": samples.stale_min_block_pairs,
         "stale_window": window,
     }
     if passed:
@@ -146,13 +164,16 @@ def stale_baseline_check(
             STALE_BASELINE,
             True,
             f"{blocks.height} of {scored.height} scored pairs BLOCK over the last {window} ({share:.1%}, "
-            f"limit {samples.stale_block_share:.1%})",
+            f"limit {samples.stale_block_share:.1%} and {samples.stale_min_block_pairs} pairs)",
             metadata,
         )
     instances = sorted(set(blocks["instance"].to_list()))
     tables = analysed_tables(table_stats, now, samples.analyze_lookback).filter(
         pl.col("instance").is_in(instances)
     )
+    anchored = _anchored_until(blocks, anchors)
+    if anchored is not None:  # only stats events the baseline did not already see
+        tables = tables.filter(pl.col("analysed_at") > anchored)
     if relations is not None and relations.height:
         read = relations.join(blocks.select("instance", "query_hash").unique(), on=["instance", "query_hash"])
         theirs = tables.join(
@@ -162,21 +183,40 @@ def stale_baseline_check(
             tables = theirs.sort("instance", "dbname", "schemaname", "relname")
     metadata["tables_of_blocked_queries"] = relations is not None and relations.height > 0
     names = table_names(tables)
-    start = tables["analysed_at"].max() if tables.height else as_utc(now) - samples.current_window
-    command = reanchor_command(now, start, instances)  # type: ignore[arg-type]
     lookback = format_duration(samples.analyze_lookback)
-    analysed = (
-        f"tables analysed in the last {lookback}: {', '.join(names)}"
-        if names
-        else f"no table of {', '.join(instances)} was analysed in the last {lookback}"
-    )
+    since = " since the baseline was anchored" if anchored is not None else ""
+    command = None
+    if tables.height:
+        start = tables["analysed_at"].max()
+        blocked = drift.join(blocks.select(PAIR), on=PAIR, how="semi").filter(pl.col("flag") == BLOCK)
+        after = blocked.filter((pl.col("scored_at") > start) & (pl.col("scored_at") <= as_utc(now)))[
+            "scored_at"
+        ]
+        if after.len():  # the new plans' samples up to the first BLOCK that judged them
+            command = reanchor_command(after.min(), start, instances)  # type: ignore[arg-type]
     metadata |= {"analysed_tables": names, "reanchor": command}
+    figures = (
+        f"{blocks.height} of {scored.height} scored pairs ({share:.1%}) BLOCK over the last {window} "
+        f"(limit {samples.stale_block_share:.1%})"
+    )
+    if not names:
+        return DriftCheck(
+            STALE_BASELINE,
+            False,
+            f"{figures}; no table of {', '.join(instances)} was analysed in the last {lookback}{since}: no "
+            "stats event explains them, so no re-anchor is proposed; look at them as regressions",
+            metadata,
+        )
+    advice = (
+        f"if the new plans are the expected ones, re-anchor: {command}"
+        if command
+        else "no BLOCK was scored after them yet: no window to re-anchor"
+    )
     return DriftCheck(
         STALE_BASELINE,
         False,
-        f"baseline likely stale: {blocks.height} of {scored.height} scored pairs ({share:.1%}) BLOCK over "
-        f"the last {window} (limit {samples.stale_block_share:.1%}); {analysed}; if the new plans are the "
-        f"expected ones, re-anchor: {command}",
+        f"baseline likely stale: {figures}; tables analysed in the last {lookback}{since}: "
+        f"{', '.join(names)}; {advice}",
         metadata,
     )
 
@@ -227,9 +267,10 @@ def drift_checks(
     now: datetime,
     config: DriftConfig = DriftConfig(),
     relations: pl.DataFrame | None = None,
+    anchors: pl.DataFrame | None = None,
 ) -> list[DriftCheck]:
-    """Both checks, stale baseline first."""
+    """Both checks, stale baseline first (``anchors``: drift_sample_baselines rows, their windows)."""
     return [
-        stale_baseline_check(drift, table_stats, now, config, relations),
+        stale_baseline_check(drift, table_stats, now, config, relations, anchors),
         degenerate_samples_check(drift, now, config),
     ]

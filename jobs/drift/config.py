@@ -93,6 +93,9 @@ class SampleDriftConfig:
     likely stale (names the tables analysed within ``analyze_lookback``, suggests a re-anchor)."""
     stale_window: timedelta = timedelta(minutes=10)
     """The window of the stale-baseline check."""
+    stale_min_block_pairs: int = 3
+    """...and at least this many BLOCKed pairs: 2 of 15 pairs over a 5% share once read a dropped index as
+    a stale baseline."""
     analyze_lookback: timedelta = timedelta(minutes=30)
     """Tables analysed (ANALYZE or autoanalyze) within this before the check are named as the likely cause."""
     degenerate_share: float = 0.10
@@ -112,8 +115,8 @@ class SampleDriftConfig:
     def __post_init__(self) -> None:
         if self.current_window <= timedelta(0) or self.stale_window <= timedelta(0):
             raise ValueError("current_window and stale_window must be positive")
-        if self.max_baseline_samples < 1:
-            raise ValueError("max_baseline_samples must be >= 1")
+        if self.max_baseline_samples < 1 or self.stale_min_block_pairs < 1:
+            raise ValueError("max_baseline_samples and stale_min_block_pairs must be >= 1")
         if not 0.0 < self.instance_shift_share <= 1.0 or self.instance_shift_min_pairs < 1:
             raise ValueError("instance_shift_share must be in (0, 1] and instance_shift_min_pairs >= 1")
         if not 0.0 <= self.stale_block_share <= 1.0 or not 0.0 <= self.degenerate_share <= 1.0:

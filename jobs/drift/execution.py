@@ -34,7 +34,7 @@ from jobs.drift.clock import as_utc
 from jobs.drift.config import DriftConfig
 from jobs.drift.scorer import INSUFFICIENT_SAMPLES, OUTPUT_SCHEMA, WARN, score_drift, shard_expr
 from jobs.lake import io as lake
-from jobs.schemas.analysed import EXECUTION_DRIFT
+from jobs.schemas.analysed import DRIFT_SAMPLE_BASELINES, EXECUTION_DRIFT
 from jobs.schemas.collected import TABLE_STATS_SNAPSHOTS
 
 INSTANCE_WIDE_LATENCY = "instance_wide_latency"
@@ -289,4 +289,9 @@ def check_lake(
         if recent.height
         else None
     )
-    return drift_checks(drift, stats, at, config, relations)
+    anchors = lake.read_table(
+        lake_root,
+        DRIFT_SAMPLE_BASELINES,
+        lambda f: f.select("baseline_version", "instance", "query_hash", "metric", "window_end"),
+    )
+    return drift_checks(drift, stats, at, config, relations, anchors)

@@ -94,7 +94,12 @@ def test_analyze_recosts_plans_the_stale_check_fires_and_a_reanchor_clears_it(
     run_query(fleet, RUNS)
     collect_until(config, lake_root, analysed, RUNS)
     now = datetime.now(UTC)
-    window = replace(drift_config, samples=replace(SampleDriftConfig(), current_window=now - analysed))
+    # two pairs BLOCK (cost and cardinality of one query): under stale_min_block_pairs (3), which a fleet
+    # of many queries has; one is enough to judge this one query's baseline here
+    window = replace(
+        drift_config,
+        samples=replace(SampleDriftConfig(), current_window=now - analysed, stale_min_block_pairs=1),
+    )
     drift = run_execution_drift(lake_root, window, now)
     orders = drift.filter(pl.col("n_baseline") >= 200)
     flags = dict(zip(orders["metric"], orders["flag"], strict=True))

@@ -51,13 +51,14 @@ def test_definitions_wire_the_stage_into_the_analysis_job() -> None:
 
 
 def test_anchor_score_stale_check_and_reanchor_as_assets(lake_root: Path) -> None:
-    # q1 and q2 steady for an hour; after an ANALYZE of "orders" at NOW - 8 min both run at 3x the cost
+    # q1-q3 steady for an hour; after an ANALYZE of "orders" at NOW - 8 min all run at 3x the cost (three
+    # BLOCKed pairs: [drift.samples] stale_min_block_pairs)
     base = pl.concat(
         [
             executions(
                 f"q{i}", T0, lognormal(i, 400), cost=lognormal(10 + i, 400) * 10, step=timedelta(seconds=9)
             )
-            for i in (1, 2)
+            for i in (1, 2, 3)
         ]
     )
     cand = pl.concat(
@@ -69,7 +70,7 @@ def test_anchor_score_stale_check_and_reanchor_as_assets(lake_root: Path) -> Non
                 cost=lognormal(30 + i, 300) * 30,
                 step=MIN / 60,
             )
-            for i in (1, 2)
+            for i in (1, 2, 3)
         ]
     )
     write_executions(lake_root, pl.concat([base, cand]))
@@ -108,7 +109,7 @@ def test_anchor_score_stale_check_and_reanchor_as_assets(lake_root: Path) -> Non
             run_config=anchor_config("v1", T0, T0 + H),
         )
         meta = anchored.asset_materializations_for_node("drift_sample_baselines")[0].metadata
-        assert (meta["baseline_version"].value, meta["pairs"].value) == ("v1", 6)
+        assert (meta["baseline_version"].value, meta["pairs"].value) == ("v1", 9)
         again = dg.materialize(
             [drift_sample_baselines],
             resources=res,
@@ -126,7 +127,7 @@ def test_anchor_score_stale_check_and_reanchor_as_assets(lake_root: Path) -> Non
         )
         assert scored.success
         meta = scored.asset_materializations_for_node("execution_drift")[0].metadata
-        assert (meta["pairs"].value, meta["BLOCK"].value, meta["PASS"].value) == (6, 2, 4)
+        assert (meta["pairs"].value, meta["BLOCK"].value, meta["PASS"].value) == (9, 3, 6)
         assert (meta["insufficient_samples"].value, meta["no_baseline"].value, meta["degenerate"].value) == (
             0,
             0,

@@ -390,15 +390,52 @@ def scored(n_block: int, n_pass: int, extra: list[tuple[str, str]] | None = None
     )
 
 
+ANY_COUNT = replace(CONFIG, samples=SampleDriftConfig(stale_min_block_pairs=1))
+"""The share alone decides (the minimum number of BLOCKed pairs set to 1)."""
+
+
 def test_stale_baseline_check_at_its_boundary() -> None:
-    stats = table_stats([])
-    at_limit = stale_baseline_check(scored(1, 19), stats, NOW, CONFIG)  # 1 of 20 = 5%: not above
+    stats = table_stats([stats_row("orders", NOW - MIN, last_analyze=NOW - 5 * MIN)])
+    at_limit = stale_baseline_check(scored(1, 19), stats, NOW, ANY_COUNT)  # 1 of 20 = 5%: not above
     assert at_limit.passed and at_limit.metadata["block_share"] == 0.05
-    over = stale_baseline_check(scored(2, 18), stats, NOW, CONFIG)  # 10%
+    over = stale_baseline_check(scored(2, 18), stats, NOW, ANY_COUNT)  # 10%
     assert not over.passed and over.description.startswith("baseline likely stale: 2 of 20 scored pairs")
     assert "re-anchor: radar drift anchor-samples --version reanchor-" in over.description
-    stricter = replace(CONFIG, samples=SampleDriftConfig(stale_block_share=0.04))
+    stricter = replace(CONFIG, samples=SampleDriftConfig(stale_block_share=0.04, stale_min_block_pairs=1))
     assert not stale_baseline_check(scored(1, 19), stats, NOW, stricter).passed  # the threshold is config
+
+
+def test_a_few_blocked_pairs_are_not_a_stale_baseline_whatever_their_share() -> None:
+    """2 of 15 pairs BLOCK (13%, over the 5% share) once read a dropped index as a stale baseline: at
+    least stale_min_block_pairs (3) BLOCKed pairs are needed (issue 27)."""
+    stats = table_stats([stats_row("orders", NOW - MIN, last_analyze=NOW - 5 * MIN)])
+    two = stale_baseline_check(scored(2, 13), stats, NOW, CONFIG)
+    assert two.passed and "limit 5.0% and 3 pairs" in two.description
+    assert not stale_baseline_check(scored(3, 12), stats, NOW, CONFIG).passed
+
+
+def test_a_re_anchor_comes_only_from_a_stats_event_after_the_anchor_and_ends_at_the_first_block() -> None:
+    """An ANALYZE before the baseline was anchored explains nothing it did not see: no re-anchor (the
+    BLOCKs are to be looked at as regressions). After it, the window runs from the ANALYZE to the first
+    BLOCK scored after it, never over the good baseline and the BLOCKed phase together (issue 27)."""
+    earlier = scored(4, 6).with_columns(
+        pl.lit("v1").alias("baseline_version"),
+        pl.lit(NOW - 3 * MIN).cast(pl.Datetime("us", "UTC")).alias("scored_at"),
+    )
+    drift = pl.concat([earlier, scored(4, 6).with_columns(pl.lit("v1").alias("baseline_version"))])
+    anchors = drift.select("baseline_version", "instance", "query_hash", "metric").unique()
+    stats = table_stats([stats_row("orders", NOW - MIN, last_analyze=NOW - 8 * MIN, analyze_count=2)])
+    before = anchors.with_columns(pl.lit(NOW - 6 * MIN).cast(pl.Datetime("us", "UTC")).alias("window_end"))
+    check = stale_baseline_check(drift, stats, NOW, CONFIG, anchors=before)
+    assert not check.passed and check.metadata["reanchor"] is None and check.metadata["analysed_tables"] == []
+    assert "no stats event explains them, so no re-anchor is proposed" in check.description
+    after = anchors.with_columns(pl.lit(NOW - 9 * MIN).cast(pl.Datetime("us", "UTC")).alias("window_end"))
+    check = stale_baseline_check(drift, stats, NOW, CONFIG, anchors=after)
+    assert check.metadata["analysed_tables"] == ["alpha:app.public.orders"]
+    assert check.metadata["reanchor"] == (  # from the ANALYZE (11:52) to the first BLOCK after it (11:57)
+        "radar drift anchor-samples --version reanchor-20261201T115700Z --start 2026-12-01T11:52:00Z "
+        "--end 2026-12-01T11:57:00Z --instance alpha"
+    )
 
 
 def test_stale_baseline_check_counts_verdicts_only_and_latest_per_pair_in_its_window() -> None:
@@ -526,8 +563,9 @@ def test_anchor_and_score_on_lake_files(lake_root: Path) -> None:
     # the stale check over the lake, as of its latest run: 1 BLOCK of 6 scored pairs is above 5%, and it
     # names the table table_stats_snapshots saw analysed 3 minutes before
     write_table_stats(lake_root, table_stats([stats_row("orders", NOW - MIN, last_analyze=NOW - 3 * MIN)]))
-    stale, degenerate = check_lake(lake_root, CONFIG)
+    stale, degenerate = check_lake(lake_root, ANY_COUNT)
     assert not stale.passed and stale.metadata["block_pairs"] == 1 and degenerate.passed
+    assert check_lake(lake_root, CONFIG)[0].passed  # one BLOCKed pair is below stale_min_block_pairs (3)
     assert stale.metadata["analysed_tables"] == ["alpha:app.public.orders"]
 
 
@@ -608,7 +646,8 @@ def test_cli_score_exits_by_the_worst_flag(capsys: pytest.CaptureFixture[str], a
     assert code == 2  # q-slow's latency BLOCKs
     rows = json.loads(out)
     assert [(r["flag"], r["metric"]) for r in rows] == [("BLOCK", "latency")]
-    assert "PASS: 5  WARN: 0  BLOCK: 1" in err and "check stale_baseline FAILED" in err
+    # one BLOCKed pair of six: above the 5% share, below stale_min_block_pairs (3): not a stale baseline
+    assert "PASS: 5  WARN: 0  BLOCK: 1" in err and "check stale_baseline ok" in err
     assert len(lake.read_table(anchored_lake, "execution_drift")) == 6
     # a window holding none of the samples: every baseline pair is WARN insufficient_samples (exit 1)
     later = (NOW + H).isoformat()
@@ -634,8 +673,11 @@ def test_cli_score_exits_by_the_worst_flag(capsys: pytest.CaptureFixture[str], a
         "--all",
     )
     assert code == 2 and out.count("design") == 6  # --profile is [drift.score] profile
-    code, out, _ = cli(capsys, *lk, "drift", "checks", "--now", NOW.isoformat(), "--format", "json")
-    assert code == 1 and [r["passed"] for r in json.loads(out)] == [False, True]  # the run at NOW
+    checks = [*lk, "drift", "checks", "--now", NOW.isoformat(), "--format", "json"]
+    code, out, _ = cli(capsys, *checks)  # the run at NOW: one BLOCKed pair, below stale_min_block_pairs
+    assert code == 0 and [r["passed"] for r in json.loads(out)] == [True, True]
+    code, out, _ = cli(capsys, "--set", "drift.samples.stale_min_block_pairs=1", *checks)
+    assert code == 1 and [r["passed"] for r in json.loads(out)] == [False, True]
 
 
 @pytest.mark.parametrize(
