@@ -1,7 +1,7 @@
 """The gate's per-execution timings scored by the drift stage's scorer (pure): a drift flag per query.
 
 Every measured call's client latency (baseline side as ``baseline``, candidate side as ``candidate``) goes
-to ``jobs.drift.scorer.score_drift`` with metric ``latency``, keyed by ``query_hash`` = SHA-256 of the
+to ``jobs.drift.scorer.score_drift_arrays`` with metric ``latency``, keyed by ``query_hash`` = SHA-256 of the
 query's fingerprint (``jobs.query.identity.fingerprint_text`` of the workload SQL: the fingerprint the lake
 gives the same statement, so a gate's query_hash lines up with ``execution_drift``). Informational only:
 the flag is reported next to the verdict and never changes it (issue 12 decides whether it should).
@@ -17,7 +17,7 @@ import numpy as np
 import polars as pl
 
 from jobs.drift.config import DriftScoreConfig
-from jobs.drift.scorer import query_hash, score_drift
+from jobs.drift.scorer import query_hash, score_drift_arrays
 from jobs.query.identity import fingerprint_text
 
 GATE_DRIFT_METRIC = "latency"
@@ -79,19 +79,14 @@ def gate_drift(
         batch[name] = hashes[name]
     out = {}
     for batch in batches:
-        frames = [
-            pl.DataFrame(
-                {
-                    "query_hash": digest,
-                    "metric": GATE_DRIFT_METRIC,
-                    "side": side,
-                    "value": np.asarray(values, dtype=np.float64),
-                }
-            )
-            for name, digest in batch.items()
-            for side, values in zip(("baseline", "candidate"), timings[name], strict=True)
-        ]
-        scores = {r["query_hash"]: r for r in score_drift(pl.concat(frames), config).iter_rows(named=True)}
+        names = list(batch)
+        sides = [[np.asarray(timings[name][side], dtype=np.float64) for name in names] for side in (0, 1)]
+        offsets = [np.concatenate(([0], np.cumsum([v.size for v in values]))) for values in sides]
+        keys = pl.DataFrame({"query_hash": [batch[n] for n in names], "metric": GATE_DRIFT_METRIC})
+        scored = score_drift_arrays(
+            keys, np.concatenate(sides[0]), offsets[0], np.concatenate(sides[1]), offsets[1], config
+        )  # the batched kernel on flat arrays: no frame of one row per timing
+        scores = {r["query_hash"]: r for r in scored.iter_rows(named=True)}
         for name, digest in batch.items():
             row = scores[digest]
             out[name] = GateDrift(
