@@ -70,6 +70,20 @@ def long_samples(samples: pl.DataFrame) -> pl.DataFrame:
     return out
 
 
+def plan_shapes(samples: pl.DataFrame) -> pl.DataFrame:
+    """Per (instance, query_hash): the plan shapes (shape_hash) its execution samples ran, sorted; the
+    baseline keeps them so a later BLOCK can say whether the plan changed (the design's stronger signal)."""
+    if "shape_hash" not in samples.columns or samples.height == 0:
+        return pl.DataFrame(
+            schema={"instance": pl.String(), "query_hash": pl.String(), "shapes": pl.List(pl.String())}
+        )
+    return (
+        samples.filter(pl.col("query_hash").is_not_null() & pl.col("shape_hash").is_not_null())
+        .group_by(pl.col("instance").cast(pl.String), pl.col("query_hash").cast(pl.String))
+        .agg(pl.col("shape_hash").cast(pl.String).unique().sort().alias("shapes"))
+    )
+
+
 def _pair_generator(seed: int, instance: str, query_hash: str, metric: str) -> np.random.Generator:
     digest = hashlib.sha256(f"{instance}\x00{query_hash}\x00{metric}".encode()).digest()
     return np.random.default_rng([seed, int.from_bytes(digest[:16], "big")])
@@ -142,8 +156,10 @@ def baseline_rows(
         ).tolist()
         for inst, qh, metric, values in grouped.iter_rows()
     ]
-    rows = grouped.with_columns(pl.Series("samples", kept, dtype=pl.List(pl.Float64))).join(
-        _modes(long), on=list(PAIR_KEY), how="left"
+    rows = (
+        grouped.with_columns(pl.Series("samples", kept, dtype=pl.List(pl.Float64)))
+        .join(_modes(long), on=list(PAIR_KEY), how="left")
+        .join(plan_shapes(window), on=["instance", "query_hash"], how="left")
     )
     return DRIFT_SAMPLE_BASELINES.conform(
         rows.with_columns(

@@ -27,6 +27,7 @@ from jobs.drift.baselines import (
     PAIR_KEY,
     load_sample_baselines,
     long_samples,
+    plan_shapes,
     read_execution_samples,
     select_baselines,
 )
@@ -154,8 +155,27 @@ def score_execution_drift(
             )
         )
     )
+    rows = with_plan_change(rows, chosen, in_window)
     rows = instance_wide_latency(EXECUTION_DRIFT.conform(rows.drop("_cand_fp", "_cand_qid")), config)
     return rows.sort("instance", "query_hash", "metric")
+
+
+def with_plan_change(rows: pl.DataFrame, baselines: pl.DataFrame, in_window: pl.DataFrame) -> pl.DataFrame:
+    """``plan_changed`` and ``new_shapes`` of each row: did the candidate window run a plan shape the
+    baseline's anchor window never did (the design's stronger signal beside a BLOCK)? Null when a side's
+    shapes are unknown (a baseline anchored before shapes were kept, or no shape logged)."""
+    query = ["instance", "query_hash"]
+    if "shapes" not in baselines.columns:  # rows anchored before the column: shapes unknown
+        baselines = baselines.with_columns(pl.lit(None, dtype=pl.List(pl.String())).alias("shapes"))
+    before = baselines.select(*query, "baseline_version", "shapes").unique([*query, "baseline_version"])
+    now = plan_shapes(in_window).rename({"shapes": "_now"})
+    joined = rows.join(before, on=[*query, "baseline_version"], how="left").join(now, on=query, how="left")
+    known = pl.col("shapes").list.len().fill_null(0).gt(0) & pl.col("_now").list.len().fill_null(0).gt(0)
+    new = pl.col("_now").list.set_difference(pl.col("shapes")).list.sort()
+    return joined.with_columns(
+        pl.when(known).then(new.list.len() > 0).otherwise(None).alias("plan_changed"),
+        pl.when(known).then(new).otherwise(None).alias("new_shapes"),
+    ).drop("shapes", "_now")
 
 
 def instance_wide_latency(drift: pl.DataFrame, config: DriftConfig = DriftConfig()) -> pl.DataFrame:

@@ -22,6 +22,9 @@ PAIR_KEY = ("instance", "query_hash", "metric")
 DRIFT_FLAG_COLUMNS: tuple[str, ...] = tuple(f"drift_{metric}" for metric in METRICS)
 """drift_cost, drift_latency, drift_cardinality: the latest flag of that metric, or null."""
 NOT_SCORED = "–"
+PLAN_CHANGED_COLUMN = "drift_plan_changed"
+"""True when the query's latest scoring ran a plan shape its baseline's window never did (the design's
+stronger signal beside a BLOCK); null when unknown."""
 
 
 def latest_execution_drift(drift: pl.DataFrame | None) -> pl.DataFrame:
@@ -45,7 +48,10 @@ def with_drift_flags(frame: pl.DataFrame, drift_latest: pl.DataFrame | None) -> 
     """``frame`` (with ``instance`` and ``fingerprint``) plus one column per metric (DRIFT_FLAG_COLUMNS):
     the latest execution_drift flag of that query on that instance, null when it was never scored."""
     if frame.is_empty() or "fingerprint" not in frame.columns:
-        return frame.with_columns(pl.lit(None, pl.String()).alias(c) for c in DRIFT_FLAG_COLUMNS)
+        return frame.with_columns(
+            *(pl.lit(None, pl.String()).alias(c) for c in DRIFT_FLAG_COLUMNS),
+            pl.lit(None, pl.Boolean()).alias(PLAN_CHANGED_COLUMN),
+        )
     latest = latest_execution_drift(drift_latest)
     flags = (
         latest.select("instance", "query_hash", pl.format("drift_{}", "metric").alias("column"), "flag")
@@ -57,19 +63,32 @@ def with_drift_flags(frame: pl.DataFrame, drift_latest: pl.DataFrame | None) -> 
     for column in DRIFT_FLAG_COLUMNS:
         if column not in flags.columns:
             flags = flags.with_columns(pl.lit(None, pl.String()).alias(column))
-    keyed = frame.drop([c for c in DRIFT_FLAG_COLUMNS if c in frame.columns]).with_columns(
-        query_hash_column().alias("_drift_query_hash")
+    if "plan_changed" not in latest.columns:  # rows scored before the column: unknown
+        latest = latest.with_columns(pl.lit(None, pl.Boolean()).alias("plan_changed"))
+    # any metric's row saying so (max of booleans: null only when every row is unknown)
+    changed = latest.group_by("instance", "query_hash").agg(pl.col("plan_changed").max())
+    flags = flags.join(changed, on=["instance", "query_hash"], how="left").rename(
+        {"plan_changed": PLAN_CHANGED_COLUMN}
     )
+    dropped = [c for c in (*DRIFT_FLAG_COLUMNS, PLAN_CHANGED_COLUMN) if c in frame.columns]
+    keyed = frame.drop(dropped).with_columns(query_hash_column().alias("_drift_query_hash"))
     return keyed.join(
-        flags.select("instance", pl.col("query_hash").alias("_drift_query_hash"), *DRIFT_FLAG_COLUMNS),
+        flags.select(
+            "instance",
+            pl.col("query_hash").alias("_drift_query_hash"),
+            *DRIFT_FLAG_COLUMNS,
+            PLAN_CHANGED_COLUMN,
+        ),
         on=["instance", "_drift_query_hash"],
         how="left",
     ).drop("_drift_query_hash")
 
 
 def drift_flags_text(row: dict[str, object]) -> str:
-    """``latency WARN · cost PASS · cardinality –``: a row's drift flags in words, "–" where not scored."""
-    return " · ".join(f"{metric} {row.get(f'drift_{metric}') or NOT_SCORED}" for metric in METRICS)
+    """``latency BLOCK · cost PASS · cardinality – · plan shape changed``: a row's drift flags in words,
+    "–" where not scored, and whether the query ran a plan shape its baseline never did."""
+    text = " · ".join(f"{metric} {row.get(f'drift_{metric}') or NOT_SCORED}" for metric in METRICS)
+    return text + (" · plan shape changed" if row.get(PLAN_CHANGED_COLUMN) is True else "")
 
 
 FLAG_ORDER = {"BLOCK": 0, "WARN": 1, "PASS": 2}
@@ -118,6 +137,7 @@ def week_drift(drift: pl.DataFrame | None, start: datetime, end: datetime) -> We
             pl.col("js").max(),
             pl.col("psi").max(),
             pl.col("baseline_version").last(),
+            pl.col("plan_changed").max(),  # a flagged scoring beside a new plan shape (null: unknown)
             pl.len().alias("scorings_flagged"),
             pl.col("scored_at").min().alias("first_flagged_at"),
             pl.col("scored_at").max().alias("last_flagged_at"),

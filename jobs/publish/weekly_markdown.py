@@ -133,6 +133,11 @@ def render_markdown(
     return "\n".join(out) + "\n"
 
 
+def _plan_words(changed: bool | None) -> str:
+    """The design's stronger signal: the flagged scorings ran a plan shape the baseline never did."""
+    return "**changed**" if changed is True else "same" if changed is False else "–"
+
+
 def _flag_number(value: float | None) -> str:
     return "–" if value is None else f"{value:.3f}"
 
@@ -154,9 +159,9 @@ def render_execution_drift(summary: WeeklySummary) -> list[str]:
         out += ["No pair's distribution drifted to WARN or BLOCK this week.", ""]
     else:
         out += [
-            "| flag | instance | query | metric | JS | PSI | baseline | scorings flagged | first flagged "
-            "| latest |",
-            "|---|---|---|---|---|---|---|---|---|---|",
+            "| flag | instance | query | metric | JS | PSI | plan shape | baseline | scorings flagged "
+            "| first flagged | latest |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for row in week.flagged.iter_rows(named=True):
             name = summary.query_names.get((row["instance"], row["queryid"]))
@@ -165,6 +170,7 @@ def render_execution_drift(summary: WeeklySummary) -> list[str]:
                 f"| {row['flag']} | {md(row['instance'])} | "
                 f"{code(query, max_width=100, in_table=True)} | "
                 f"{md(row['metric'])} | {_flag_number(row['js'])} | {_flag_number(row['psi'])} | "
+                f"{_plan_words(row.get('plan_changed'))} | "
                 f"{md(row['baseline_version'])} | "
                 f"{row['scorings_flagged']} | {row['first_flagged_at']:%Y-%m-%d %H:%M} UTC | "
                 f"{row['latest_flag'] or '–'} |"

@@ -430,6 +430,7 @@ DRIFT_SAMPLE_BASELINES = TableSchema(
         Column("window_start", UTC_TS, "execution samples with logged_at > window_start..."),
         Column("window_end", UTC_TS, "...and <= window_end"),
         Column("n_window", pl.Int64(), "samples in the window"),
+        Column("shapes", pl.List(pl.String()), "the query's plan shapes (shape_hash) in the window, sorted"),
         Column("samples", pl.List(pl.Float64()), "the kept samples (at most max_baseline_samples, seeded)"),
         Column("created_at", UTC_TS, "the anchor's time (its date is the partition)"),
     ),
@@ -467,6 +468,12 @@ EXECUTION_DRIFT = TableSchema(
         Column(
             "support_hi", pl.Float64(), "its high end (the winsorized candidate's maximum or the baseline's)"
         ),
+        Column(
+            "plan_changed",
+            pl.Boolean(),
+            "the candidate ran a plan shape the baseline's window never did (null: shapes unknown on a side)",
+        ),
+        Column("new_shapes", pl.List(pl.String()), "those shapes (shape_hash), sorted"),
     ),
 )
 

@@ -217,6 +217,27 @@ def history(seed: int = 0) -> pl.DataFrame:
     return pl.concat([base, cand])
 
 
+def test_a_block_says_whether_the_plan_shape_changed() -> None:
+    """The design's stronger signal (issue 27): a BLOCK beside a plan shape the baseline's window never
+    ran. q-slow runs shape "s2" now where its baseline ran "s1"; q-steady keeps "s1"; a baseline anchored
+    before shapes were kept (no shapes) says nothing (null), never False."""
+    samples = history().with_columns(
+        pl.when((pl.col("fingerprint") == "q-slow") & (pl.col("logged_at") > CAND_START))
+        .then(pl.lit("s2"))
+        .otherwise(pl.lit("s1"))
+        .alias("shape_hash")
+    )
+    baselines = anchor(samples)
+    assert set(baselines["shapes"].to_list()[0]) == {"s1"}
+    drift = score_execution_drift(samples, baselines, NOW, CONFIG)
+    by = {(r["fingerprint"], r["metric"]): r for r in drift.iter_rows(named=True)}
+    slow, steady = by[("q-slow", "latency")], by[("q-steady", "latency")]
+    assert (slow["flag"], slow["plan_changed"], slow["new_shapes"]) == ("BLOCK", True, ["s2"])
+    assert (steady["plan_changed"], steady["new_shapes"]) == (False, [])
+    old = score_execution_drift(samples, baselines.drop("shapes"), NOW, CONFIG)
+    assert old["plan_changed"].null_count() == old.height
+
+
 def test_scoring_flags_the_shifted_latency_and_passes_the_rest() -> None:
     samples = history()
     drift = score_execution_drift(samples, anchor(samples), NOW, CONFIG)

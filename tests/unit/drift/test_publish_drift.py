@@ -10,6 +10,7 @@ import polars as pl
 
 from jobs.drift.finding_flags import (
     DRIFT_FLAG_COLUMNS,
+    PLAN_CHANGED_COLUMN,
     drift_flags_text,
     latest_execution_drift,
     with_drift_flags,
@@ -110,7 +111,7 @@ def test_drift_flags_join_by_fingerprint_hash_and_unscored_is_null() -> None:
         }
     )
     out = with_drift_flags(findings, drift_frame(_history()))
-    assert out.columns == ["instance", "fingerprint", "x", *DRIFT_FLAG_COLUMNS]
+    assert out.columns == ["instance", "fingerprint", "x", *DRIFT_FLAG_COLUMNS, PLAN_CHANGED_COLUMN]
     assert out.select("x", *DRIFT_FLAG_COLUMNS).rows() == [
         (1, "WARN", "PASS", None),  # fp-a on db1: cost WARN, latency cleared to PASS, cardinality unscored
         (2, None, "WARN", None),  # insufficient_samples is a WARN, shown
@@ -120,7 +121,7 @@ def test_drift_flags_join_by_fingerprint_hash_and_unscored_is_null() -> None:
     assert drift_flags_text(out.row(0, named=True)) == "cost WARN · latency PASS · cardinality –"
     empty = with_drift_flags(findings, None)
     assert empty.height == 4 and empty.select(DRIFT_FLAG_COLUMNS).null_count().row(0) == (4, 4, 4)
-    assert with_drift_flags(findings.clear(), None).columns[-3:] == list(DRIFT_FLAG_COLUMNS)
+    assert with_drift_flags(findings.clear(), None).columns[-4:] == [*DRIFT_FLAG_COLUMNS, PLAN_CHANGED_COLUMN]
     assert query_hash("fp-a") == drift_frame(_history())["query_hash"][0]
 
 

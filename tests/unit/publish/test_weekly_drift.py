@@ -64,7 +64,7 @@ def test_report_section_names_the_query_metric_scores_and_baseline() -> None:
     section = _section(render_markdown(summary, {}))
     assert "5 (instance, query, metric) pair(s) scored" in section and "1 BLOCK, 2 WARN, 2 PASS" in section
     assert (
-        "| BLOCK | db1 | `fp-a` | latency | 0.410 | 1.200 | v812 | 1 | 2026-11-30 10:00 UTC | PASS |"
+        "| BLOCK | db1 | `fp-a` | latency | 0.410 | 1.200 | – | v812 | 1 | 2026-11-30 10:00 UTC | PASS |"
         in section
     )
     assert "| WARN | db1 | `select * from items where sku = $1` | cardinality |" in section
