@@ -40,7 +40,8 @@ def read_live_pileups(lake_root: Path, now: datetime, config: PileupConfig) -> p
     """The pile-up episodes of the last ``config.lookback`` (jobs.detect.pileups.live_pileups), read from
     the lake: every snapshot's time, the running groups, and the samples of those query ids only."""
     since = now - config.lookback
-    recent = pl.col("captured_at") >= since
+    # the date partitions first: a lake keeps months of activity files, a run reads the last hours'
+    recent = (pl.col("date") >= since.date().isoformat()) & (pl.col("captured_at") >= since)
     running = lake.read_table(lake_root, ACTIVITY_QUERIES, lambda f: f.filter(recent))
     if running.is_empty():
         return live_pileups(running, running, running, config)
@@ -54,7 +55,8 @@ def read_live_pileups(lake_root: Path, now: datetime, config: PileupConfig) -> p
         lake_root,
         QUERY_SAMPLES,
         lambda f: (
-            f.filter(pl.col("queryid").is_in(wanted["queryid"].implode()))
+            f.filter(pl.col("date") >= usual_since.date().isoformat())
+            .filter(pl.col("queryid").is_in(wanted["queryid"].implode()))
             .filter(pl.col("interval_end") >= usual_since)
             .select(*by_query, "interval_end", "calls", "total_exec_time")
             .join(wanted.lazy(), on=by_query, how="semi")
