@@ -274,16 +274,17 @@ def read_execution_drift(lake_root: Path) -> tuple[pl.DataFrame, pl.DataFrame, d
 
 
 def _pileup_texts(lake_root: Path, episodes: pl.DataFrame) -> dict[tuple[str, int], str]:
-    """The texts of the pile-ups' query ids and of their blockers' (one narrow read)."""
+    """The lake's texts of the blockers whose statement the snapshot did not read (a pile-up's own text
+    comes with its snapshot rows): one narrow read, none when every text is at hand."""
     if episodes.is_empty():
         return {}
-    pairs = pl.concat(
-        [
-            episodes.select("instance", "queryid"),
-            episodes.select("instance", pl.col("blocker_queryid").alias("queryid")).drop_nulls(),
-        ]
-    ).unique()
-    return read_query_texts(lake_root, pairs)
+    pairs = (
+        episodes.filter(pl.col("blocker_query").is_null())
+        .select("instance", pl.col("blocker_queryid").alias("queryid"))
+        .drop_nulls()
+        .unique()
+    )
+    return read_query_texts(lake_root, pairs) if pairs.height else {}
 
 
 def _merged(*ledgers: Mapping[str, set[str]]) -> dict[str, set[str]]:

@@ -19,7 +19,6 @@ it resolves. Pure: frames in, frames out.
 from __future__ import annotations
 
 import hashlib
-from datetime import datetime
 
 import polars as pl
 
@@ -184,7 +183,3 @@ def live_pileups(
     )
     usual = usual_latency(samples, first_seen)
     return pileup_episodes(snapshots, pileup_rows(running, usual, config))
-
-
-def window_start(now: datetime, config: PileupConfig) -> datetime:
-    return now - config.lookback
