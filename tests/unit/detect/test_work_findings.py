@@ -73,6 +73,29 @@ def test_the_same_step_in_latency_and_work_is_one_finding_naming_both() -> None:
     assert "rows per call" in row["work_summary"] and "temp blocks per call" in row["work_summary"]
 
 
+def test_an_unannounced_latency_step_that_is_a_deploys_work_step_is_that_deploys_finding() -> None:
+    # CI: a work_mem cut at deploy v-d2, temp blocks 0 -> 116; the deploy's latency test let +26% pass
+    # (below its threshold), the unannounced analysis saw it. One finding, at the deploy, naming the work.
+    latency = rows(
+        analysis_row(T, status=NO_REGRESSION, reason="below_latency_change_threshold"),
+        analysis_row(T + MINUTE, analysis="unannounced", before=9.6, after=12.1),
+    )
+    work = resources(work_row(T))
+    found = findings_of(latency, work)
+    assert found.height == 1, found
+    row = found.row(0, named=True)
+    assert (row["analysis"], row["deploy_version"], row["kind"]) == ("deploy", "v-d2", "plan_or_work")
+    assert (row["before_mean_ms"], row["after_mean_ms"]) == (9.6, 12.1)
+    assert row["work_summary"].startswith("temp blocks per call 0 → 116")
+    # The next run sees the same: nothing changes.
+    steps = finding_rows_with_work(latency, work, INTERVALS)
+    again = update_findings(latency_states(found), steps, computed_at=T + 30 * MINUTE, intervals=INTERVALS)
+    assert again.height == 0, again
+    # Without the work step at the deploy it stays unannounced.
+    alone = findings_of(latency, resources(work_row(T, analysis="unannounced")))
+    assert alone.row(0, named=True)["deploy_version"] is None
+
+
 def test_a_work_step_far_from_the_latency_step_is_its_own_finding_and_neither_supersedes_the_other() -> None:
     latency = rows(analysis_row(T))
     far = resources(work_row(T - 20 * MINUTE, ratio=4.0, analysis="unannounced"))  # no deploy in common
