@@ -528,7 +528,7 @@ def build_parser(command: str | None = ALL_COMMANDS) -> argparse.ArgumentParser:
     )
     drift.add_argument(
         "--profile",
-        choices=["calibrated", "design"],
+        choices=["calibrated", "calibrated_linear", "design"],
         default=None,
         help="score: the scorer's profile ([drift.score] profile, calibrated)",
     )

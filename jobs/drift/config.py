@@ -9,8 +9,9 @@ from typing import ClassVar
 
 from jobs.detect.config import RegressionConfig
 
-PROFILES = ("calibrated", "design")
-"""The drift scorer's profiles: the noise-calibrated default and the design's rule exactly."""
+PROFILES = ("calibrated", "calibrated_linear", "design")
+"""The drift scorer's profiles: the noise-calibrated default (its grid in log space), the same in the
+metric's own unit (the default before issue 27: blind to heavy tails), and the design's rule exactly."""
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,25 @@ class DriftScoreConfig:
     psi_data_quality: float = 10.0
     """PSI above this is a data-quality flag: the PSI is not trusted and the flag falls back to JS."""
     profile: str = "calibrated"
-    """'calibrated' (bands count only over the pair's noise quantile) or 'design' (the rule, exactly)."""
+    """'calibrated' (bands count only over the pair's noise quantile; the grid over log(v + offset)),
+    'calibrated_linear' (the same on the raw values) or 'design' (the rule, exactly)."""
+    log_offset_share: float = 0.01
+    """Calibrated: the log space is log(v + offset), offset = this share of the baseline's median (of the
+    mean positive sample when that median is 0), so zeros are finite and the space is unit-free."""
+    shift_warn_ratio: float = 1.1
+    """Calibrated: a significant shift (the mean log value moved beyond its permutation noise quantile)
+    whose geometric-mean ratio is at least this (or at most its inverse) warns..."""
+    shift_block_ratio: float = 1.5
+    """...and at least this blocks."""
+    tail_quantile: float = 0.90
+    """Calibrated: the slow-tail test counts the candidate's samples above the baseline's quantile..."""
+    tail_p_value: float = 0.001
+    """...and its exact (hypergeometric) p must be below this."""
+    tail_warn_ratio: float = 1.25
+    """Calibrated: a significantly slower tail whose largest p90/p95/p99 ratio (candidate / baseline) is
+    at least this warns..."""
+    tail_block_ratio: float = 2.0
+    """...and at least this blocks."""
     null_resamples: int = 1000
     """Calibrated: permutation relabellings per pair for the noise null (~10-15 ms a flagged pair)."""
     null_quantile: float = 0.999
@@ -67,12 +86,18 @@ class DriftScoreConfig:
             raise ValueError("n_bins, null_resamples and shard_count must be >= 1, min_samples >= 0")
         if self.threads < 0:
             raise ValueError("threads must be >= 0 (0: one per CPU)")
+        if not 0.0 < self.tail_quantile < 1.0 or not 0.0 < self.tail_p_value < 1.0:
+            raise ValueError("tail_quantile and tail_p_value must be in (0, 1)")
         if not 0.0 < self.winsor_quantile <= 1.0 or not 0.0 < self.null_quantile <= 1.0:
             raise ValueError("winsor_quantile and null_quantile must be in (0, 1]")
-        if not self.smoothing > 0:
-            raise ValueError("smoothing must be > 0")
+        if not self.smoothing > 0 or not self.log_offset_share > 0:
+            raise ValueError("smoothing and log_offset_share must be > 0")
         if self.js_warn > self.js_block or self.psi_warn > self.psi_block:
             raise ValueError("warn bands must not exceed block bands")
+        if not 1.0 < self.shift_warn_ratio <= self.shift_block_ratio or not (
+            1.0 < self.tail_warn_ratio <= self.tail_block_ratio
+        ):
+            raise ValueError("shift and tail ratios must be > 1, warn <= block")
         if self.profile not in PROFILES:
             raise ValueError(f"profile must be one of {PROFILES}, got {self.profile!r}")
 

@@ -49,10 +49,11 @@ import os
 import re
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import polars as pl
+from scipy import stats
 
 from jobs.drift.config import DriftScoreConfig
 
@@ -408,6 +409,8 @@ class _Histograms:
     js: np.ndarray
     psi: np.ndarray
     pooled: np.ndarray  # (pairs, n_bins): baseline + raw candidate counts on the observed grid
+    baseline_counts: np.ndarray  # (pairs, n_bins) on the observed grid
+    candidate_counts: np.ndarray  # (pairs, n_bins) raw (not winsorized) candidate counts
     support_lo: np.ndarray  # the grid's ends (NaN: no sample on either side)
     support_hi: np.ndarray
 
@@ -449,9 +452,15 @@ def _histograms(s: _Samples, config: DriftScoreConfig) -> _Histograms:
     if design:  # too few samples on a side: no score (the design reports 0 with its WARN)
         thin = (counts < config.min_samples).any(axis=1)
         js, psi = np.where(thin, 0.0, js), np.where(thin, 0.0, psi)
-    pooled = base_hist + raw_cand if config.profile == "calibrated" else base_hist
+    pooled = base_hist if design else base_hist + raw_cand
     return _Histograms(
-        js, psi, pooled, np.where(np.isfinite(lo), lo, np.nan), np.where(np.isfinite(hi), hi, np.nan)
+        js,
+        psi,
+        pooled,
+        base_hist,
+        raw_cand,
+        np.where(np.isfinite(lo), lo, np.nan),
+        np.where(np.isfinite(hi), hi, np.nan),
     )
 
 
@@ -467,28 +476,66 @@ few MB, reused by the allocator (a whole chunk at once faulted in hundreds of MB
 
 def _noise(
     s: _Samples, h: _Histograms, which: np.ndarray, config: DriftScoreConfig
-) -> tuple[np.ndarray, np.ndarray]:
-    """The permutation null's ``null_quantile`` of JS and PSI for the pairs ``which`` (others NaN)."""
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The permutation null's ``null_quantile`` of JS, PSI and the shift statistic (``_shift``) for the
+    pairs ``which`` (others NaN)."""
     counts = s.counts
     pairs = counts.shape[0]
-    js_noise = np.full(pairs, np.nan)
-    psi_noise = np.full(pairs, np.nan)
+    noise = [np.full(pairs, np.nan) for _ in range(3)]
     chosen = np.flatnonzero(which)
     hashes = s.keys["query_hash"].to_list()
     metrics = s.keys["metric"].to_list()
     for start in range(0, chosen.size, _NULL_GROUP_PAIRS):
         idx = chosen[start : start + _NULL_GROUP_PAIRS]
-        js, psi = _null_distances(h.pooled[idx], counts[idx], [(hashes[i], metrics[i]) for i in idx], config)
-        js_noise[idx] = np.quantile(js, config.null_quantile, axis=1)
-        psi_noise[idx] = np.quantile(psi, config.null_quantile, axis=1)
-    return js_noise, psi_noise
+        null = _null_distances(h.pooled[idx], counts[idx], [(hashes[i], metrics[i]) for i in idx], config)
+        for out, values in zip(noise, null, strict=True):
+            out[idx] = np.quantile(values, config.null_quantile, axis=1)
+    js_noise, psi_noise, shift_noise = noise
+    return js_noise, psi_noise, shift_noise
+
+
+def _shift(base: np.ndarray, cand: np.ndarray, n_b: np.ndarray, n_c: np.ndarray) -> np.ndarray:
+    """|mean bin of the candidate - mean bin of the baseline| of binned counts (last axis: bins): the
+    calibrated profile's location statistic (on its log grid, about a t-test of the log values), which
+    a moderate shift of the whole distribution moves long before JS and PSI over 32 bins leave noise."""
+    bins = np.arange(base.shape[-1], dtype=np.float64)
+    nb = np.maximum(n_b, 1).astype(np.float64)
+    nc = np.maximum(n_c, 1).astype(np.float64)
+    return np.abs((cand * bins).sum(axis=-1) / nc - (base * bins).sum(axis=-1) / nb)
+
+
+def slow_tail_p_values(s: _Samples, quantile: float) -> np.ndarray:
+    """Per pair, the exact p-value of the candidate's samples above the baseline's ``quantile`` (its k-th
+    largest sample, k = max(1, floor((1 - quantile) n_b))): with exchangeable samples the count X of
+    candidates above it satisfies P(X >= x) = P(at most k - 1 baseline samples among the pooled top
+    x + k - 1), a hypergeometric CDF. A new slow tail (10% of executions 5x slower) raises X far more
+    than it moves JS, PSI or the mean. Ties count as not above (conservative). NaN when a side is empty."""
+    counts = s.counts
+    pairs = counts.shape[0]
+    out = np.full(pairs, np.nan)
+    rows = np.flatnonzero((counts > 0).all(axis=1))
+    if rows.size == 0:
+        return out
+    n_b, n_c = counts[rows, 0], counts[rows, 1]
+    k = np.maximum(1, np.floor((1.0 - quantile) * n_b + 1e-9).astype(np.int64))  # (1 - 0.9) * 50 < 5
+    threshold = s.baseline[s.baseline_offsets[:-1][rows] + n_b - k]
+    sizes = np.diff(s.candidate_offsets)
+    owner = np.repeat(np.arange(pairs), sizes)
+    per_pair = np.full(pairs, np.inf)
+    per_pair[rows] = threshold
+    above = np.bincount(owner, weights=(s.candidate > per_pair[owner]).astype(np.float64), minlength=pairs)
+    x = above[rows].astype(np.int64)
+    p = stats.hypergeom.cdf(k - 1, n_b + n_c, n_b, x + k - 1)
+    out[rows] = np.where(x > 0, p, 1.0)
+    return out
 
 
 def _null_distances(
     pooled: np.ndarray, counts: np.ndarray, keys: list[tuple[str, str]], config: DriftScoreConfig
-) -> tuple[np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, ...]:
     """(pairs, null_resamples) JS and PSI of random relabellings of each pair's pooled bin counts into
-    n_baseline / n_candidate samples, the pseudo-candidate winsorized at the bin level as the real one is."""
+    n_baseline / n_candidate samples, the pseudo-candidate winsorized at the bin level as the real one is;
+    and (the calibrated profile's) shift statistic of the same relabellings, not winsorized."""
     r = config.null_resamples
     draws = np.empty((len(keys), r, config.n_bins), dtype=np.int64)
     for k, (query_hash_value, metric) in enumerate(keys):  # a pair's null never depends on the batch
@@ -497,6 +544,7 @@ def _null_distances(
     n_c = counts[:, 1]
     n_b = counts[:, 0]
     pseudo_base = pooled[:, None, :] - draws
+    shift = _shift(pseudo_base, draws, n_b[:, None], n_c[:, None])
     # winsorize each pseudo-candidate at the bin level: its quantile's bin takes everything above it
     virtual = (n_c - 1) * config.winsor_quantile
     rank = np.minimum(np.ceil(virtual), n_c - 1).astype(np.int64)  # 0-based rank of the upper neighbour
@@ -509,7 +557,8 @@ def _null_distances(
     pseudo_cand = np.where(below, draws, 0) + np.where(at, (n_c[:, None] - before)[..., None], 0)
     p = _normalised(pseudo_cand, np.broadcast_to(n_c[:, None], (len(keys), r)), config.smoothing)
     q = _normalised(pseudo_base, np.broadcast_to(n_b[:, None], (len(keys), r)), config.smoothing)
-    return _js_psi(p, q)
+    js, psi = _js_psi(p, q)
+    return js, psi, shift
 
 
 def flag_pairs(
@@ -519,9 +568,11 @@ def flag_pairs(
     config: DriftScoreConfig,
     js_noise: np.ndarray | None = None,
     psi_noise: np.ndarray | None = None,
+    moves: ShiftTail | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(flag, reason, psi_data_quality) per pair from the distances and the (pairs, 2) sample counts
-    (baseline, candidate); a noise threshold of None / NaN means no noise floor (the design rule)."""
+    (baseline, candidate); a noise threshold of None / NaN means no noise floor (the design rule).
+    ``moves``: the calibrated profile's significant shift and tail bands (None: none)."""
     js, psi = np.asarray(js, dtype=np.float64), np.asarray(psi, dtype=np.float64)
     counts = np.asarray(counts, dtype=np.int64).reshape(-1, 2)
     js_noise = np.full(js.shape, np.nan) if js_noise is None else np.asarray(js_noise, dtype=np.float64)
@@ -536,32 +587,74 @@ def flag_pairs(
     psi_warn = (psi >= config.psi_warn) & psi_over_noise
     insufficient = (counts[:, 0] < config.min_samples) | (counts[:, 1] < config.min_samples)
     data_quality = psi > config.psi_data_quality
-    conditions = [
-        insufficient,
-        data_quality & js_block,
-        data_quality & js_warn,
-        data_quality,
-        js_block,
-        psi_block,
-        js_warn,
-        psi_warn,
+    none = np.zeros(js.shape, dtype=bool)
+    moves = moves or ShiftTail(none, none, none, none)
+    # first that applies: (flag, reason, condition)
+    rules = [
+        (WARN, INSUFFICIENT_SAMPLES, insufficient),
+        (BLOCK, "js_block", data_quality & js_block),
+        (BLOCK, "shift_block", data_quality & moves.shift_block),
+        (BLOCK, "tail_block", data_quality & moves.tail_block),
+        (WARN, "js_warn", data_quality & js_warn),
+        (WARN, "shift_warn", data_quality & moves.shift_warn),
+        (WARN, "tail_warn", data_quality & moves.tail_warn),
+        (PASS, PSI_DATA_QUALITY_FALLBACK, data_quality),
+        (BLOCK, "js_block", js_block),
+        (BLOCK, "psi_block", psi_block),
+        (BLOCK, "shift_block", moves.shift_block),
+        (BLOCK, "tail_block", moves.tail_block),
+        (WARN, "js_warn", js_warn),
+        (WARN, "psi_warn", psi_warn),
+        (WARN, "shift_warn", moves.shift_warn),
+        (WARN, "tail_warn", moves.tail_warn),
     ]
-    flag = np.select(conditions, [WARN, BLOCK, WARN, PASS, BLOCK, BLOCK, WARN, WARN], default=PASS)
-    reason = np.select(
-        conditions,
-        [
-            INSUFFICIENT_SAMPLES,
-            "js_block",
-            "js_warn",
-            PSI_DATA_QUALITY_FALLBACK,
-            "js_block",
-            "psi_block",
-            "js_warn",
-            "psi_warn",
-        ],
-        default=WITHIN_BANDS,
-    )
+    conditions = [condition for _, _, condition in rules]
+    flag = np.select(conditions, [f for f, _, _ in rules], default=PASS)
+    reason = np.select(conditions, [r for _, r, _ in rules], default=WITHIN_BANDS)
     return flag, reason, data_quality
+
+
+@dataclass(frozen=True)
+class ShiftTail:
+    """The calibrated profile's two tests beside JS and PSI, per pair, each significant and material: the
+    shift (mean log value beyond its permutation noise quantile; geometric-mean ratio over its band) and
+    the slow tail (exact exceedance test over the baseline's ``tail_quantile``; the largest p90/p95/p99
+    ratio over its band)."""
+
+    shift_block: np.ndarray
+    shift_warn: np.ndarray
+    tail_block: np.ndarray
+    tail_warn: np.ndarray
+
+
+TAIL_QUANTILES = (0.90, 0.95, 0.99)
+"""The quantiles whose candidate / baseline ratio measures a tail change (the largest in size counts)."""
+
+
+def log_ratios(logs: _Samples) -> tuple[np.ndarray, np.ndarray]:
+    """Per pair, in the log space (NaN when a side is empty): the shift, mean log candidate - mean log
+    baseline (the log of the geometric means' ratio), and the tail, the log ratio of candidate to baseline
+    quantile at the one of ``TAIL_QUANTILES`` where it is largest in size (signed)."""
+    counts = logs.counts
+    pairs = counts.shape[0]
+    both = (counts > 0).all(axis=1)
+    means = []
+    for values, off in ((logs.baseline, logs.baseline_offsets), (logs.candidate, logs.candidate_offsets)):
+        owner = np.repeat(np.arange(pairs), np.diff(off))
+        sums = np.bincount(owner, weights=values, minlength=pairs)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            means.append(sums / np.diff(off))
+    shift = np.where(both, means[1] - means[0], np.nan)
+    tail = np.full(pairs, np.nan)
+    rows = np.flatnonzero(both)
+    if rows.size:
+        best = np.zeros(rows.size)
+        for q in TAIL_QUANTILES:
+            b = _linear_quantile(logs.baseline, logs.baseline_offsets[:-1][rows], counts[rows, 0], q)
+            c = _linear_quantile(logs.candidate, logs.candidate_offsets[:-1][rows], counts[rows, 1], q)
+            best = np.where(np.abs(c - b) > np.abs(best), c - b, best)
+        tail[rows] = best
+    return shift, tail
 
 
 def score_drift(samples: pl.DataFrame, config: DriftScoreConfig = DriftScoreConfig()) -> pl.DataFrame:
@@ -652,20 +745,91 @@ def _chunk(s: _Samples, start: int, stop: int) -> _Samples:
     )
 
 
+def log_offsets(s: _Samples, share: float) -> np.ndarray:
+    """Per pair, the offset of the calibrated profile's log space: ``share`` of the baseline's median (a
+    fixed fraction of the pair's own scale, so the space does not depend on the metric's unit); a baseline
+    whose median is 0 (row counts of an often-empty query) takes ``share`` of the mean of every positive
+    sample of the pair; a pair with no positive sample, 1."""
+    pairs = s.counts.shape[0]
+    offsets = np.ones(pairs)
+    b_sizes = np.diff(s.baseline_offsets)
+    has = b_sizes > 0
+    if has.any():
+        offsets[has] = share * _linear_quantile(s.baseline, s.baseline_offsets[:-1][has], b_sizes[has], 0.5)
+    missing = ~(offsets > 0)
+    if missing.any():
+        total = np.zeros(pairs)
+        positive = np.zeros(pairs)
+        for values, off in ((s.baseline, s.baseline_offsets), (s.candidate, s.candidate_offsets)):
+            owner = np.repeat(np.arange(pairs), np.diff(off))
+            total += np.bincount(owner, weights=values, minlength=pairs)
+            positive += np.bincount(owner, weights=(values > 0).astype(np.float64), minlength=pairs)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mean = np.where(positive > 0, total / np.maximum(positive, 1.0), 0.0)
+        offsets[missing] = np.where(mean[missing] > 0, share * mean[missing], 1.0)
+    return offsets
+
+
+def _in_log_space(s: _Samples, offsets: np.ndarray) -> _Samples:
+    """``s`` with every sample v of pair i replaced by log(v + offsets[i]): monotone, so each side stays
+    sorted within its pair."""
+    return _Samples(
+        s.keys,
+        np.log(s.baseline + np.repeat(offsets, np.diff(s.baseline_offsets))),
+        s.baseline_offsets,
+        np.log(s.candidate + np.repeat(offsets, np.diff(s.candidate_offsets))),
+        s.candidate_offsets,
+    )
+
+
 def _kernel(s: _Samples, config: DriftScoreConfig) -> tuple[np.ndarray, ...]:
     """(js, psi, wasserstein, flag, reason, psi_data_quality, js_noise, psi_noise, support_lo, support_hi)
     of every pair of ``s``."""
-    h = _histograms(s, config)
+    if config.profile == "calibrated":  # the grid in log space; W1 and the support in the metric's unit
+        offsets = log_offsets(s, config.log_offset_share)
+        logs = _in_log_space(s, offsets)
+        h = _histograms(logs, config)
+        b_first, _ = _segment_ends(s.baseline, s.baseline_offsets)
+        c_first, _ = _segment_ends(s.candidate, s.candidate_offsets)
+        lowest = np.minimum(b_first, c_first)  # exact: the smaller first sample
+        h = replace(
+            h,
+            support_lo=np.where(np.isfinite(lowest), lowest, np.nan),
+            support_hi=np.exp(h.support_hi) - offsets,
+        )
+    else:
+        h = _histograms(s, config)
     wasserstein = _wasserstein(s)
     counts = s.counts
     pairs = counts.shape[0]
     js_noise = np.full(pairs, np.nan)
     psi_noise = np.full(pairs, np.nan)
-    if config.profile == "calibrated":
+    moves = None
+    if config.profile != "design":
         design_flag, _, _ = flag_pairs(h.js, h.psi, counts, config, js_noise, psi_noise)
         sufficient = (counts >= config.min_samples).all(axis=1)
-        js_noise, psi_noise = _noise(s, h, sufficient & (design_flag != PASS), config)
-    flag, reason, data_quality = flag_pairs(h.js, h.psi, counts, config, js_noise, psi_noise)
+        screened = design_flag != PASS
+        if config.profile == "calibrated":
+            shift, tail = log_ratios(logs)
+            with np.errstate(invalid="ignore"):
+                shift_size, tail_size = np.abs(shift), np.abs(tail)
+                shift_material = shift_size >= np.log(config.shift_warn_ratio)
+                tail_material = tail_size >= np.log(config.tail_warn_ratio)
+            screened = screened | shift_material | tail_material
+        js_noise, psi_noise, shift_noise = _noise(s, h, sufficient & screened, config)
+        if config.profile == "calibrated":
+            shift_seen = _shift(h.baseline_counts, h.candidate_counts, counts[:, 0], counts[:, 1])
+            tail_p = slow_tail_p_values(s, config.tail_quantile)
+            with np.errstate(invalid="ignore"):
+                shift_significant = sufficient & (shift_seen > shift_noise)  # NaN noise: False
+                slower_tail = sufficient & (tail_p < config.tail_p_value) & (tail > 0)
+                moves = ShiftTail(
+                    shift_block=shift_significant & (shift_size >= np.log(config.shift_block_ratio)),
+                    shift_warn=shift_significant & shift_material,
+                    tail_block=slower_tail & (tail_size >= np.log(config.tail_block_ratio)),
+                    tail_warn=slower_tail & tail_material,
+                )
+    flag, reason, data_quality = flag_pairs(h.js, h.psi, counts, config, js_noise, psi_noise, moves)
     return (
         h.js,
         h.psi,

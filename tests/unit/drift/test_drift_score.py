@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from dataclasses import replace
 
 import numpy as np
 import polars as pl
@@ -19,11 +20,15 @@ from jobs.drift.scorer import (
     METRICS,
     PASS,
     WARN,
+    _prepare,
+    _Samples,
     flag_pairs,
+    log_offsets,
     query_hash,
     score_drift,
     score_drift_arrays,
     shard_of,
+    slow_tail_p_values,
 )
 
 DESIGN = DriftScoreConfig(profile="design")
@@ -357,10 +362,75 @@ def test_calibrated_profile_stops_flagging_noise_but_still_blocks_a_shift() -> N
     calibrated = score_drift(samples, DriftScoreConfig(null_resamples=200))
     assert (design["flag"] != PASS).sum() >= 10  # the exact rule flags sampling noise...
     assert (calibrated["flag"] == BLOCK).sum() <= 1  # ...the calibrated one mostly does not
+    assert (calibrated["flag"] != PASS).sum() <= 1, calibrated.filter(pl.col("flag") != PASS)
     assert calibrated["js_noise"].drop_nulls().len() > 0
     shifted = one(lognormal(1, 672), lognormal(2, 384, 2.0), DriftScoreConfig(null_resamples=200))
     assert shifted["flag"] == BLOCK and shifted["js"] > shifted["js_noise"]
     assert shifted["profile"] == "calibrated"
+
+
+def test_the_default_sees_a_moderate_shift_of_heavy_tailed_latency_the_linear_grid_does_not() -> None:
+    # Pareto alpha 1.5 (infinite variance): on a linear grid the tail takes the bins and a x1.5 shift of
+    # every execution hides in the first one; in log space it is a clear move of the whole distribution.
+    rng = np.random.default_rng(11)
+    base, cand = rng.pareto(1.5, 600) + 1.0, (rng.pareto(1.5, 500) + 1.0) * 1.5
+    config = DriftScoreConfig(null_resamples=300)
+    assert one(base, cand, replace(config, profile="calibrated_linear"))["flag"] == PASS
+    seen = one(base, cand, config)
+    assert seen["flag"] == BLOCK, seen
+    # a x1.2 shift of lognormal sigma 0.5: material (over x1.1) and beyond its noise: WARN by the shift
+    rng = np.random.default_rng(12)
+    moved = one(rng.lognormal(0, 0.5, 500), rng.lognormal(0, 0.5, 500) * 1.2, config)
+    assert (moved["flag"], moved["reason"]) == (WARN, "shift_warn"), moved
+
+
+def test_a_new_slow_tail_is_flagged_by_the_exceedance_test_a_faster_tail_is_not_a_tail_flag() -> None:
+    rng = np.random.default_rng(13)
+    base = rng.lognormal(0, 0.5, 2000)
+    cand = rng.lognormal(0, 0.5, 2000)
+    cand[:200] *= 5.0  # 10% of the executions 5x slower
+    config = DriftScoreConfig(null_resamples=300)
+    seen = one(base, cand, config)
+    assert seen["flag"] != PASS and seen["reason"].startswith(("tail_", "js_", "psi_")), seen
+    faster = rng.lognormal(0, 0.5, 2000)
+    faster[:200] /= 5.0  # a faster tail: no slow-tail flag (it may be a shape change, never "tail_")
+    assert not one(base, faster, config)["reason"].startswith("tail_")
+
+
+def test_the_slow_tail_p_value_is_the_exact_exceedance_law() -> None:
+    rng = np.random.default_rng(14)
+    n_b, n_c, k = 50, 40, 5  # the baseline's 0.9 quantile: its 5th largest sample
+    exceed = []
+    for _ in range(20_000):
+        values = rng.random(n_b + n_c)
+        exceed.append(int((values[n_b:] > np.sort(values[:n_b])[n_b - k]).sum()))
+    counts = np.bincount(exceed, minlength=n_c + 1)
+    for x in (8, 12):
+        b = np.sort(rng.random(n_b))
+        c = np.sort(np.r_[b[n_b - k] + 0.5 * rng.random(x), b[0] * rng.random(n_c - x)])
+        samples = _Samples(
+            pl.DataFrame({"query_hash": [H1], "metric": ["latency"]}),
+            b,
+            np.array([0, n_b]),
+            c,
+            np.array([0, n_c]),
+        )
+        p = slow_tail_p_values(samples, 0.9)[0]
+        assert p == pytest.approx(counts[x:].sum() / counts.sum(), abs=0.005), x
+
+
+def test_log_offsets_are_a_share_of_the_baseline_median_and_finite_for_zeros() -> None:
+    pairs = {
+        (H1, "cardinality"): ([0.0] * 150 + [4.0] * 50, [0.0] * 200),  # median 0: the positive mean
+        (H2, "cardinality"): ([0.0] * 200, [0.0] * 200),  # nothing positive: 1
+        (query_hash("x"), "latency"): ([2.0] * 201, [3.0] * 200),
+    }
+    samples = _prepare(frame(pairs))
+    offsets = dict(zip(samples.keys["query_hash"], log_offsets(samples, 0.01).tolist(), strict=True))
+    assert offsets == pytest.approx({H1: 0.04, H2: 1.0, query_hash("x"): 0.02})
+    out = score_drift(frame(pairs), DriftScoreConfig(null_resamples=50))
+    lows = dict(zip(out["query_hash"], out["support_lo"], strict=True))
+    assert out["js"].is_finite().all() and lows == {H1: 0.0, H2: 0.0, query_hash("x"): 2.0}
 
 
 def test_config_rejects_an_unknown_profile() -> None:
