@@ -9,6 +9,7 @@ import polars as pl
 
 from jobs.query.config import IdentityConfig
 from jobs.query.identity import identify_samples
+from jobs.query.texts import is_utility_statement
 
 DEFAULT_IDENTITY = IdentityConfig()
 
@@ -59,12 +60,49 @@ def fingerprinted_samples(
             f"samples: instance {row['instance']} queryid {row['queryid']} at {row['interval_end']}: "
             "calls must be positive and exec time finite (build samples with jobs.detect.samples)"
         )
+    samples = without_utility_statements(samples, texts, identity)
     # Numbered in the order of (instance, series): grouping and sorting on the number orders series as
     # the strings do, at the cost of integers (merge_intervals: 1.0 -> 0.1 s per call at 1,000 series).
     identified = identify_samples(samples, texts, identity, number_as=SERIES_ID)
     # hstack, not with_columns: with_columns copied every column of the samples into one chunk (+575 MiB
     # over 5 M samples read from a week of files) to add a constant.
     return identified.hstack([pl.repeat(True, identified.height, eager=True).alias(IDENTIFIED)])
+
+
+def utility_queryids(texts: pl.DataFrame, keywords: tuple[str, ...]) -> pl.DataFrame:
+    """(instance, queryid) of the texts that are utility statements (``is_utility_statement``); each
+    distinct text is read once."""
+    schema = {"instance": pl.String, "queryid": pl.Int64}
+    if not keywords or texts.height == 0 or not {"instance", "queryid", "query"} <= set(texts.columns):
+        return pl.DataFrame(schema=schema)
+    distinct = texts.select(pl.col("query").cast(pl.String).drop_nulls().unique())["query"]
+    utility = [q for q in distinct if is_utility_statement(q, keywords)]
+    if not utility:
+        return pl.DataFrame(schema=schema)
+    return (
+        texts.filter(pl.col("query").cast(pl.String).is_in(utility))
+        .select(pl.col("instance").cast(pl.String), pl.col("queryid").cast(pl.Int64))
+        .unique()
+    )
+
+
+def without_utility_statements(
+    samples: pl.DataFrame, texts: pl.DataFrame, identity: IdentityConfig = DEFAULT_IDENTITY
+) -> pl.DataFrame:
+    """``samples`` without those of utility statements (``IdentityConfig.utility_statements``: BEGIN,
+    COMMIT, SET, SHOW, …): they are never a series. A queryid with no known text is kept."""
+    utility = utility_queryids(texts, identity.utility_statements)
+    if utility.height == 0:
+        return samples
+    return samples.join(
+        utility.with_columns(
+            pl.col("instance").cast(samples.schema["instance"]),
+            pl.col("queryid").cast(samples.schema["queryid"]),
+        ),
+        on=["instance", "queryid"],
+        how="anti",
+        maintain_order="left",
+    )
 
 
 SERIES_ID = "_series_id"

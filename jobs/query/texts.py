@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Collection
 from typing import Any
 
 from pglast.parser import ParseError, normalize, scan
@@ -40,6 +41,25 @@ def is_explain_text(text: object) -> bool:
 def is_radar_text(text: object) -> bool:
     """A statement the radar itself sent (it carries ``RADAR_MARKER`` in a comment)."""
     return isinstance(text, str) and RADAR_MARKER in text
+
+
+_KEYWORD = re.compile(r"[A-Za-z]+")
+
+
+def first_keyword(text: object) -> str | None:
+    """The statement's first keyword, upper-cased (``BEGIN`` of ``/* app */ begin isolation level …``);
+    None for a text that does not start with one (a withheld-text marker, an empty text)."""
+    if not isinstance(text, str):
+        return None
+    found = _KEYWORD.match(_strip_leading_comments(text))
+    return found.group(0).upper() if found else None
+
+
+def is_utility_statement(text: object, keywords: Collection[str]) -> bool:
+    """A statement whose first keyword is one of ``keywords`` (jobs.query.config.UTILITY_STATEMENTS: BEGIN,
+    COMMIT, SET, SHOW, …): never analysed as a series."""
+    keyword = first_keyword(text)
+    return keyword is not None and keyword in {k.upper() for k in keywords}
 
 
 # ---------------------------------------------------------------------------------------------------------
