@@ -20,6 +20,7 @@ from typing import Any
 
 from jobs.detect.evidence import EvidenceCutoffs, evidence_words
 from jobs.escaping import escape_mrkdwn
+from jobs.readable import ratio_number, slowdown_ratio
 
 HEADER_MAX = 150
 SECTION_TEXT_MAX = 3000
@@ -67,13 +68,15 @@ def format_ms(ms: float) -> str:
 
 
 def format_ratio(before_ms: float, after_ms: float) -> str:
-    """``81× slower`` / ``2.5× slower`` / ``1.2× faster``; empty when a level is zero or unknown."""
+    """``81× slower`` / ``2.5× slower`` / ``1.2× faster``; empty when a level is zero or unknown. The
+    finding's one ratio (jobs.readable.slowdown_ratio), with the digits of the console and the report."""
     if not before_ms or not after_ms or before_ms <= 0 or after_ms <= 0:
         return ""
-    ratio = after_ms / before_ms
+    ratio = slowdown_ratio(before_ms, after_ms)
+    if ratio is None:
+        return ""
     word = "slower" if ratio >= 1 else "faster"
-    ratio = ratio if ratio >= 1 else 1 / ratio
-    return f"{ratio:.0f}× {word}" if ratio >= 10 else f"{ratio:.2g}× {word}"
+    return f"{ratio_number(ratio if ratio >= 1 else 1 / ratio)}× {word}"
 
 
 def before_after(before_ms: float, after_ms: float) -> str:

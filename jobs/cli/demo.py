@@ -19,5 +19,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
         fleet_root=Path(args.embedded_root).parent / "demo-fleet",
         seconds=args.seconds,
         keep_fleet=args.keep,
+        show_all=args.all,
     )
     return run_demo(config, console._real())

@@ -648,5 +648,8 @@ def build_parser(command: str | None = ALL_COMMANDS) -> argparse.ArgumentParser:
     demo = _command(sub, "demo", "embedded fleet + workload + a real regression found and explained")
     demo.add_argument("--seconds", type=float, default=75.0, help="workload duration")
     demo.add_argument("--keep", action="store_true", help="leave the demo fleet running")
+    demo.add_argument(
+        "--all", action="store_true", help="also list every series analysed and not reported (each line)"
+    )
     demo.set_defaults(func=cmd_demo, lake="data/demo/lake")
     return parser

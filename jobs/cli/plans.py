@@ -24,6 +24,7 @@ PLANS_TABLE_COLUMNS = [
 
 def cmd_plans(args: argparse.Namespace) -> int:
     from jobs.plans.query_plans import last_change, read_query_plans
+    from jobs.readable import moment_text
 
     settings = settings_of(args)
     found = read_query_plans(
@@ -61,7 +62,7 @@ def cmd_plans(args: argparse.Namespace) -> int:
             latest = found.regression_diffs.row(0, named=True)
             console.print(
                 f"plan diff of the latest regression ({latest['instance']}, change at "
-                f"{latest['detected_change_at']:%Y-%m-%d %H:%M:%S}): {latest['plan_diff_summary']}",
+                f"{moment_text(latest['detected_change_at'])}): {latest['plan_diff_summary']}",
                 markup=False,
                 soft_wrap=True,
             )

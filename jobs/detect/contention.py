@@ -482,7 +482,7 @@ def _summary() -> pl.Expr:
                     pl.lit("; ")
                     + pl.col("load_sources")
                     + pl.lit(" since ")
-                    + pl.col("began_at").dt.strftime("%H:%M:%S")
+                    + pl.col("began_at").dt.strftime("%Y-%m-%d %H:%M:%S UTC")
                 )
                 .otherwise(pl.lit("")),
             )

@@ -492,8 +492,10 @@ def _times(ratio: float) -> str:
     return f"×{ratio:.0f}" if ratio >= 10 else f"×{ratio:.1f}"
 
 
-def resource_summary(row: dict) -> str:
-    """'temp blocks per call ×4.8 (120 → 576) at deploy v42, latency +9%' (doubled or more: 'latency ×5')."""
+def resource_summary(row: dict, *, latency: bool = True) -> str:
+    """'temp blocks per call ×4.8 (120 → 576) at deploy v42, latency +9%' (doubled or more: 'latency ×5');
+    ``latency`` False: without the latency clause (a latency finding's work step: the finding's own ratio
+    is the one its surfaces show, never a second one from the work analysis's segments)."""
     metric = WORK_METRIC_BY_NAME[row["metric"]]
     before, after, ratio = row["before_per_call"], row["after_per_call"], row["ratio"]
     change = (
@@ -509,13 +511,15 @@ def resource_summary(row: dict) -> str:
         if at
         else "(unannounced)"
     )
-    latency = row["latency_change"]
+    if not latency:
+        return f"{metric.display} per call {change} {where}"
+    latency_change = row["latency_change"]
     latency_text = (
         "latency unknown"
-        if latency is None
-        else f"latency {_times(1.0 + latency)}"
-        if latency >= 1.0
-        else f"latency {latency * 100:+.0f}%"
+        if latency_change is None
+        else f"latency {_times(1.0 + latency_change)}"
+        if latency_change >= 1.0
+        else f"latency {latency_change * 100:+.0f}%"
     )
     return f"{metric.display} per call {change} {where}, {latency_text}"
 

@@ -33,6 +33,7 @@ WORK_COLUMNS: dict[str, pl.DataType] = {
 every metric's summary ("temp blocks per call 0 → 116 at deploy v42, latency +10%")."""
 
 _STEP = ["analysis", "deploy_id", "instance", "series", "detected_change_at"]
+_WORK_ONLY_SUMMARY = "_work_only_summary"
 
 
 def work_steps(resources: pl.DataFrame) -> pl.DataFrame:
@@ -49,8 +50,22 @@ def work_steps(resources: pl.DataFrame) -> pl.DataFrame:
     ).sort(
         [*_STEP, "_rank_ratio", "metric"], descending=[False] * len(_STEP) + [True, False], nulls_last=True
     )
-    summaries = ranked.group_by(_STEP).agg(
-        pl.col("summary").drop_nulls().sort().str.join("; ").alias("work_summary")
+    from jobs.detect.work import resource_summary  # work.py imports findings, which imports this module
+
+    # Without the latency clause: what a latency finding carries of its work step (its own ratio is the
+    # one shown; the work analysis's segments give a second, different one).
+    work_only = pl.Series(
+        _WORK_ONLY_SUMMARY,
+        [resource_summary(row, latency=False) for row in ranked.iter_rows(named=True)],
+        dtype=pl.String,
+    )
+    summaries = (
+        ranked.with_columns(work_only)
+        .group_by(_STEP)
+        .agg(
+            pl.col("summary").drop_nulls().sort().str.join("; ").alias("work_summary"),
+            pl.col(_WORK_ONLY_SUMMARY).drop_nulls().sort().str.join("; "),
+        )
     )
     first = ranked.unique(_STEP, keep="first", maintain_order=True)
     return (
@@ -122,10 +137,16 @@ def finding_rows_with_work(
     )
     # A latency row takes the nearest work step; a work step named by any latency row is that finding's.
     nearest = pairs.sort("_row", "_distance", "_work").unique("_row", keep="first", maintain_order=True)
-    named = nearest.join(work.select("_work", *WORK_COLUMNS), on="_work").select("_row", *WORK_COLUMNS)
+    named = (
+        nearest.join(work.select("_work", *WORK_COLUMNS, _WORK_ONLY_SUMMARY), on="_work")
+        .with_columns(pl.col(_WORK_ONLY_SUMMARY).alias("work_summary"))
+        .select("_row", *WORK_COLUMNS)
+    )
     merged = rows.drop(*WORK_COLUMNS).join(named, on="_row", how="left").sort("_row")
     merged = _attributed_to_work_deploys(merged, nearest, work).drop("_row")
-    alone = work.join(pairs.select("_work").unique(), on="_work", how="anti").drop("_work")
+    alone = work.join(pairs.select("_work").unique(), on="_work", how="anti").drop(
+        "_work", _WORK_ONLY_SUMMARY
+    )
     if alone.height == 0:
         return merged
     as_findings = alone.with_columns(

@@ -43,6 +43,9 @@ class DemoConfig:
     bump_to_s: float = 20.0
     threads_per_instance: int = 2
     keep_fleet: bool = False
+    show_all: bool = False
+    """Also list every series analysed and not reported (`radar demo --all`; by default counts per reason,
+    so the output fits on one screen)."""
     detection: DetectionConfig = field(
         default_factory=lambda: DetectionConfig(
             # The demo squeezes hours into a minute: windows of 45 s and a 6 s tolerance floor instead of
@@ -131,8 +134,9 @@ def run_demo(config: DemoConfig, console: Console) -> int:
     console.print(f"workload done: {calls:,} statements, {snapshots + 1} snapshot cycles")
     with console.status("detecting regressions across the fleet"):
         outcome = run_detection(config.lake_root, config.detection)
+    # The finding first; what else was analysed as counts (`radar detect --all` lists each series).
+    print_detection(outcome, console, show_all=config.show_all)
     _print_lake_summary(config.lake_root, console)
-    print_detection(outcome, console, show_all=True)
     verdict = _verdict(outcome.findings.filter(pl.col("status") != "superseded"), console)
     if not config.keep_fleet:
         fleet.destroy()
@@ -162,7 +166,15 @@ def _print_lake_summary(lake_root: Path, console: Console) -> None:
         "select instance, snapshots, failed_snapshots, statements from lake_summary order by 1"
     ).pl()
     samples = lake.read_table(lake_root, "query_samples", lambda s: s.group_by("instance").len("samples"))
-    console.print("lake:", summary.join(samples, on="instance", how="left") if samples.height else summary)
+    if samples.height:
+        summary = summary.join(samples, on="instance", how="left")
+    for row in summary.iter_rows(named=True):
+        console.print(
+            f"lake {lake_root}: {row['instance']}: {row['snapshots']} snapshots ({row['failed_snapshots']} "
+            f"failed), {row['statements']} statements, {row.get('samples') or 0} samples",
+            markup=False,
+            highlight=False,
+        )
 
 
 def _verdict(findings: pl.DataFrame, console: Console) -> int:

@@ -8,10 +8,12 @@ from rich.table import Table
 from rich.text import Text
 
 from jobs.detect.verdicts import DETECTED
+from jobs.detect.work_config import WORK_METRIC_BY_NAME
 from jobs.drift.finding_flags import DRIFT_FLAG_COLUMNS, drift_flags_text, with_drift_flags
 from jobs.escaping import terminal_text
 from jobs.pipeline.detection import DetectionOutcome
 from jobs.query.series import SERIES_KEY
+from jobs.readable import moment_text, p_value_text, ratio_text, slowdown_ratio
 
 # ---------------------------------------------------------------------------------------------------------
 # Rendering
@@ -24,7 +26,7 @@ def _plain(value: object) -> Text:
 
 
 def _ratio(value: float | None) -> str:
-    return "-" if value is None else f"×{value:.2f}"
+    return ratio_text(value)
 
 
 def _ms(value: float | None) -> str:
@@ -43,8 +45,8 @@ def resource_table(frame: pl.DataFrame, title: str = "Resource regressions") -> 
             _plain(row["instance"]),
             _plain(str(row.get("query") or row.get("queryid"))[:90]),
             _plain(row.get("summary") or row.get("metric")),
-            began.strftime("%H:%M:%S") if began else "-",
-            f"{p_value:.2g}" if p_value is not None else "-",
+            moment_text(began),
+            p_value_text(p_value),
         )
     return table
 
@@ -67,7 +69,7 @@ def slowdowns_table(frame: pl.DataFrame) -> Table:
         began = row.get("began_at")
         table.add_row(
             _plain(row["instance"]),
-            began.strftime("%H:%M:%S") if began else "-",
+            moment_text(began),
             _plain(row.get("deploy_version") or "unannounced"),
             f"{row['queries']} of {row['series_compared']}",
             f"{_ratio(row['median_ratio'])} → {_ratio(row['max_ratio'])}",
@@ -80,9 +82,7 @@ def slowdowns_table(frame: pl.DataFrame) -> Table:
 def _status_text(row: dict) -> str:
     status = str(row["status"])
     if status == "recovered" and row.get("recovered_at") is not None:
-        return (
-            f"recovered at {row['recovered_at'].strftime('%H:%M:%S')} (now {_ms(row.get('latest_mean_ms'))})"
-        )
+        return f"recovered at {moment_text(row['recovered_at'])} (now {_ms(row.get('latest_mean_ms'))})"
     if status == "superseded":
         return f"superseded by {row.get('superseded_by')}"
     return status
@@ -94,6 +94,14 @@ def _deploy_text(row: dict) -> str:
     others = f" (also near: {row['other_deploys']})" if row.get("other_deploys") else ""
     later = f" (deployed after: {row['deploys_after']})" if row.get("deploys_after") else ""
     return f"{row.get('deploy_version')}{others}{later}"
+
+
+def _change_text(row: dict) -> str:
+    """``0.037 ms → 27.4 ms (×749)``: the finding's levels and its one ratio (jobs.readable.slowdown_ratio,
+    the same digits as its alert and its report line)."""
+    before, after = row.get("before_mean_ms"), row.get("after_mean_ms")
+    ratio = slowdown_ratio(before, after)
+    return f"{_ms(before)} → {_ms(after)}" + (f" ({ratio_text(ratio)})" if ratio is not None else "")
 
 
 def findings_table(frame: pl.DataFrame, title: str = "Findings") -> Table:
@@ -122,16 +130,55 @@ def findings_table(frame: pl.DataFrame, title: str = "Findings") -> Table:
             _plain(row["instance"]),
             _plain(str(row.get("query") or row.get("queryid"))[:90]),
             _status_text(row),
-            f"{_ms(row.get('before_mean_ms'))} → {_ms(row.get('after_mean_ms'))}",
-            began.strftime("%H:%M:%S") if began else "-",
-            f"{row['p_value']:.2g}" if row.get("p_value") is not None else "-",
+            _change_text(row),
+            moment_text(began),
+            p_value_text(row.get("p_value")),
             _plain(_deploy_text(row)),  # versions come from other people's deploy files
             _kind_text(row),
             _plain(row.get("plan_diff_summary") or "no plans captured"),
-            _plain(row.get("work_evidence") or "-"),
+            _plain(row.get("work_evidence") or row.get("work_summary") or "-"),
             *([drift_flags_text(row)] if drifted else []),
         )
     return table
+
+
+ANALYSES = (
+    ("at deploys", "regressions", "series"),
+    ("unannounced", "unannounced", "series"),
+    ("for work per call", "resource_regressions", "series × metric"),
+)
+"""(label, DetectionOutcome attribute, what one row is) of the analyses whose rows are not reported."""
+
+
+def not_reported_lines(outcome: DetectionOutcome, show_all: bool = False) -> list[str]:
+    """What was analysed and not reported: per analysis one line of counts per reason; with ``show_all``
+    each row after it (a work row names its metric: "shared blocks per call")."""
+    lines: list[str] = []
+    for label, attribute, unit in ANALYSES:
+        frame: pl.DataFrame = getattr(outcome, attribute)
+        rejected = frame.filter(pl.col("status") != DETECTED) if frame.height else frame
+        if not rejected.height:
+            continue
+        counts = rejected.group_by("reason").len().sort("len", "reason", descending=[True, False])
+        reasons = ", ".join(f"{row['len']} {row['reason']}" for row in counts.iter_rows(named=True))
+        lines.append(f"  {label}: {rejected.height} {unit} not reported: {reasons}")
+        if show_all:
+            for row in rejected.sort(*SERIES_KEY).iter_rows(named=True):
+                lines.append(f"      {_series_line(row)} → {row['reason']}")
+    return lines
+
+
+def _series_line(row: dict) -> str:
+    """``alpha: SELECT … [shared blocks per call, deploy v2.0]``: a rejected row's query and what of it."""
+    query = " ".join(str(row.get("query") or row.get("queryid")).split())[:70]
+    what = []
+    if row.get("metric"):
+        metric = WORK_METRIC_BY_NAME.get(str(row["metric"]))
+        what.append(f"{metric.display} per call" if metric else str(row["metric"]))
+        what.append(f"deploy {row['deploy_version']}" if row.get("deploy_version") else "unannounced")
+    elif row.get("deploy_version"):
+        what.append(f"deploy {row['deploy_version']}")
+    return f"{row['instance']}: {query}" + (f" [{', '.join(what)}]" if what else "")
 
 
 def print_detection(
@@ -140,8 +187,10 @@ def print_detection(
     show_all: bool = False,
     drift: pl.DataFrame | None = None,
 ) -> None:
-    """The run as tables; ``drift`` (execution_drift rows): each finding's latest drift flags in a column
-    (none on a lake without drift scores: the table stays as narrow as before)."""
+    """The run for people, the findings first: the findings table, the resource regressions no finding
+    shows already (every one with ``show_all``), the instance slowdowns, then what was analysed and not
+    reported as counts per reason (each row with ``show_all``). ``drift`` (execution_drift rows): each
+    finding's latest drift flags in a column (none on a lake without drift scores)."""
     if outcome.settings_changed:
         console.print(
             "The analysis settings changed since the last run: every deploy and series re-examined."
@@ -156,31 +205,20 @@ def print_detection(
     resources = outcome.resource_detected
     if resources.height:
         # The unannounced analysis often finds a deploy's step again: show each (query, metric, time) once.
-        shown = resources.sort(pl.col("analysis") != "deploy", maintain_order=True).unique(
+        resources = resources.sort(pl.col("analysis") != "deploy", maintain_order=True).unique(
             [*SERIES_KEY, "metric", "detected_change_at"], keep="first", maintain_order=True
         )
-        console.print(resource_table(shown))
+        if not show_all:  # a finding's own work step is its "work" cell already
+            resources = resources.join(shown.select(*SERIES_KEY).unique(), on=list(SERIES_KEY), how="anti")
+        if resources.height:
+            console.print(resource_table(resources))
     else:
         console.print("No resource regression (work per call) found.")
     if outcome.instance_slowdowns.height:
         console.print(slowdowns_table(outcome.instance_slowdowns))
-    for label, frame in (
-        ("at deploys", outcome.regressions),
-        ("unannounced", outcome.unannounced),
-        ("for work per call", outcome.resource_regressions),
-    ):
-        rejected = frame.filter(pl.col("status") != DETECTED)
-        if not rejected.height:
-            continue
-        counts = rejected.group_by("status", "reason").len().sort("len", "reason", descending=[True, False])
-        console.print(f"{rejected.height} series analysed {label} and not reported:")
-        for row in counts.head(8).iter_rows(named=True):
-            console.print(f"  {row['len']:>4} × {row['status']}: {row['reason']}")
-        if show_all:
-            for row in rejected.iter_rows(named=True):
-                metric = f" [{row['metric']}]" if row.get("metric") else ""
-                console.print(
-                    f"       {row['instance']}: {str(row['query'])[:70]}{metric} → {row['reason']}",
-                    markup=False,
-                    highlight=False,
-                )
+    lines = not_reported_lines(outcome, show_all)
+    if lines:
+        hint = "" if show_all else " (--all lists each)"
+        console.print(f"Analysed and not reported{hint}:", markup=False, highlight=False)
+        for line in lines:
+            console.print(line, markup=False, highlight=False, soft_wrap=True)

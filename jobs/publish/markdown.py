@@ -19,28 +19,21 @@ from typing import Any, Literal
 import polars as pl
 
 from jobs.escaping import markdown_text
+from jobs.readable import p_value_text, ratio_text
 
 CellFormat = Literal["text", "int", "float", "p_value", "ratio", "ms", "timestamp", "bytes"]
-P_VALUE_FLOOR = 1e-10
-"""p-values below this are shown as ``< 1e-10``: beyond it the digits say nothing a reader can use."""
 MAX_CELL_WIDTH = 120
 DEFAULT_MAX_ROWS = 50
 
 
 def format_p_value(value: float) -> str:
-    """``0.042``, ``1.3e-05``, ``< 1e-10``."""
-    if value < P_VALUE_FLOOR:
-        return "< 1e-10"
-    if value < 1e-3:
-        return f"{value:.1e}"
-    return f"{value:.3g}"
+    """``0.042``, ``1.3e-05``, ``< 1e-10`` (jobs.readable: every surface alike)."""
+    return p_value_text(value)
 
 
 def format_ratio(value: float) -> str:
-    """``×82``, ``×1.4``, ``×0.51`` (after / before)."""
-    if value >= 10:
-        return f"×{value:,.0f}"
-    return f"×{value:.2g}" if value < 1 else f"×{value:.2f}".rstrip("0").rstrip(".")
+    """``×82``, ``×1.4``, ``×0.51`` (after / before; jobs.readable: every surface alike)."""
+    return ratio_text(value)
 
 
 def format_ms(value: float) -> str:

@@ -27,6 +27,7 @@ from jobs.publish.weekly_words import (
     severity,
     status_words,
 )
+from jobs.readable import p_text
 
 TEMPLATE = "weekly_report.html.j2"
 
@@ -62,7 +63,7 @@ def _finding(
         "status": row["status"],
         "status_words": status_words(row),
         "confidence": confidence_words(p, config),
-        "p": "not computed" if p is None else f"p = {p:.2g} (Welch's t-test of the levels before and after)",
+        "p": "not computed" if p is None else f"{p_text(p)} (Welch's t-test of the levels before and after)",
         "added_load": f"{row.get('added_load_ms_per_s') or 0:,.1f} ms of execution per second",
         "ids": query_ids_words(row),
         "other_deploys": row.get("other_deploys"),

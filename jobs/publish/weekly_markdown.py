@@ -17,6 +17,7 @@ from jobs.publish.weekly_words import (
     regression_words,
     status_words,
 )
+from jobs.readable import p_text
 
 
 def render_markdown(
@@ -60,7 +61,7 @@ def render_markdown(
     for number, row in enumerate(shown.iter_rows(named=True)):
         p = row["p_value"]
         others = f"; other deploys near: {row['other_deploys']}" if row.get("other_deploys") else ""
-        evidence = f"p = {p:.2g}" if p is not None else "p not computed"
+        evidence = p_text(p)
         out += [
             f"### {number + 1}. {md(row['instance'])}: {code(row['query'], max_width=160)}",
             "",

@@ -14,6 +14,8 @@ from jobs.detect.findings import OPEN, RECOVERED
 from jobs.publish.config import WeeklyReportConfig
 from jobs.publish.plots import LaterStep
 from jobs.publish.weekly_summary import HEALTH_COUNTS, WeeklySummary
+from jobs.readable import ratio_number
+from jobs.readable import slowdown_ratio as levels_ratio
 
 # ---------------------------------------------------------------------------------------------------------
 # Words: what on-call reads in 30 seconds (pure)
@@ -24,23 +26,18 @@ def in_ms(value: float | None) -> str:
 
 
 def slowdown_ratio(row: dict[str, Any]) -> float | None:
-    before, after = row.get("before_mean_ms"), row.get("after_mean_ms")
-    if before is None or after is None or before <= 0:
-        return None
-    return after / before
+    """The finding's one ratio (jobs.readable.slowdown_ratio: after / before level, as every surface)."""
+    return levels_ratio(row.get("before_mean_ms"), row.get("after_mean_ms"))
 
 
 def slowdown_words(row: dict[str, Any]) -> str:
-    """'82× slower', '2.4× slower', '45% slower' (after / before level); 'slower' without both levels."""
+    """'82× slower', '2.4× slower', '1.4× slower' (the digits of the console and the alerts); 'slower'
+    without both levels."""
     ratio = slowdown_ratio(row)
     if ratio is None:
         return "slower"
-    if ratio >= 10:
-        return f"{ratio:,.0f}× slower"
-    if ratio >= 2:
-        return f"{ratio:.1f}× slower"
     if ratio > 1:
-        return f"{(ratio - 1) * 100:.0f}% slower"
+        return f"{ratio_number(ratio)}× slower"
     return "no slower on average"
 
 

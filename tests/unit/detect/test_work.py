@@ -376,10 +376,17 @@ def test_radar_detect_prints_resource_regressions_and_writes_them(tmp_path: Path
     console = Console(record=True, width=220)
     print_detection(outcome, console)
     text = console.export_text()
+    # The finding's own work step is its "work" cell: no second table (nor a second latency ratio) for it.
+    assert "shared blocks per call ×10, rows" in text  # the latency finding's work column
+    assert "(×9.9)" in text  # its one ratio, after / before of its levels
+    assert "Resource regressions" not in text
+    assert "for work per call:" in text and "series × metric not reported" in text
+    console = Console(record=True, width=220)
+    print_detection(outcome, console, show_all=True)
+    text = console.export_text()
     assert "Resource regressions" in text
     assert "shared blocks per call ×10 (75 → 750) at deploy v9, latency ×" in text
-    assert "shared blocks per call ×10, rows unchanged" in text  # the latency finding's work column
-    assert "series analysed for work per call and not reported" in text
+    assert "[shared blocks per call, deploy v9] → " in text or "[rows per call, deploy v9] → " in text
     assert any(p.parts[-3] == "resource_regressions" for p in outcome.files)
 
 

@@ -142,7 +142,7 @@ def test_the_regression_in_plain_words() -> None:
     )
     assert regression_words(row) == "82× slower, since Tue 03 Nov 07:07 UTC, at deploy v4"
     assert slowdown_words(_finding(after_mean_ms=2.44)) == "2.4× slower"
-    assert slowdown_words(_finding(after_mean_ms=1.45)) == "45% slower"
+    assert slowdown_words(_finding(after_mean_ms=1.45)) == "1.45× slower"  # the console's ×1.45
     assert "no deploy" in regression_words(_finding(analysis="unannounced", deploy_version=None))
     assert confidence_words(8.9e-18).startswith("very strong evidence")
     assert confidence_words(0.04).startswith("weak evidence")

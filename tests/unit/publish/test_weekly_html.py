@@ -50,7 +50,7 @@ def test_html_report_says_what_regressed_in_words_with_plan_diff_plot_and_recove
     )
     assert "recovered Mon 02 Nov 10:00 UTC" in html
     # confidence in words, p in the tooltip
-    assert re.search(r'<span title="p = [0-9.]+e-\d+ \(Welch[^"]*">very strong evidence', html)
+    assert re.search(r'<span title="p (= [0-9.]+e-\d+|&lt; 1e-10) \(Welch[^"]*">very strong evidence', html)
     # the plan diff: the changed nodes before → after
     table = html.split('<table class="plan-diff">')[1].split("</table>")[0]
     assert '<td class="removed">Index Scan</td><td class="added">Seq Scan</td>' in table
