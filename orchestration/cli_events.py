@@ -9,6 +9,7 @@ error into one warning line: telling Dagster is never a reason for a collection 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,26 @@ def _metadata_value(value: Any) -> Any:
     return value if isinstance(value, bool | int | float | str) or value is None else str(value)
 
 
+class _NoMissingYamlWarning(logging.Filter):
+    """Drops Dagster's "No dagster instance configuration file (dagster.yaml) found" line: a folder
+    without one is the instance `make dev` and the README's DAGSTER_HOME use, not a problem to report on
+    every `radar` run's stderr."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "No dagster instance configuration file" not in record.getMessage()
+
+
+def _instance_without_default_warning(home: Path) -> dg.DagsterInstance:
+    """The instance of the folder ``home`` (its dagster.yaml, else Dagster's defaults there), quietly."""
+    dagster_logger = logging.getLogger("dagster")
+    quiet = _NoMissingYamlWarning()
+    dagster_logger.addFilter(quiet)
+    try:
+        return dg.DagsterInstance.from_config(str(home))
+    finally:
+        dagster_logger.removeFilter(quiet)
+
+
 def report_cli_materializations(
     assets: Sequence[str],
     lake_root: Path,
@@ -65,7 +86,7 @@ def report_cli_materializations(
     if instance is not None:
         target = instance
     elif home is not None:
-        target = dg.DagsterInstance.from_config(str(home))
+        target = _instance_without_default_warning(home)
     else:
         target = dg.DagsterInstance.get()
     assert target is not None

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     pass
-from jobs.cli.common import console, escaped, lake_config, lake_root, settings_of
+from jobs.cli.common import console, escaped, lake_config, lake_root, say, settings_of
 from jobs.escaping import visible_controls
 
 
@@ -29,13 +29,15 @@ def cmd_alerts(args: argparse.Namespace) -> int:
         pileups=settings.pileups,
     )
     if not report.sinks:
-        console.print(
+        say(
+            args,
             "[red]no alert sink[/red]: [alerts] file is empty and no webhook URL is set "
-            f"(env {alerts.slack_webhook_env} / {alerts.webhook_env})"
+            f"(env {alerts.slack_webhook_env} / {alerts.webhook_env})",
         )
         return 2
-    if args.format == "json":
-        sys.stdout.write(json.dumps(report.as_json(), indent=2, default=str) + "\n")
+    if args.format in ("json", "jsonl"):
+        indent = 2 if args.format == "json" else None
+        sys.stdout.write(json.dumps(report.as_json(), indent=indent, default=str) + "\n")
         return 0 if report.ok else 1
     for payload in report.sent:
         to = ", ".join(s.name for s in report.sinks if payload["alert_id"] in s.delivered)

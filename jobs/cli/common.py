@@ -86,7 +86,7 @@ def status(text: str) -> Any:
 
 
 def _machine(args: argparse.Namespace) -> bool:
-    return getattr(args, "format", "table") in ("json", "csv")
+    return getattr(args, "format", "table") in ("json", "jsonl", "csv")
 
 
 _STYLE_TAG = re.compile(r"(?<!\\)\[/?(?:red|yellow|dim|bold|green)?\]")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     pass
@@ -56,9 +56,23 @@ def cmd_deploy(args: argparse.Namespace) -> int:
         show_rows(args, pl.DataFrame([e.as_row() for e in events]), "deploy recorded")
         return 0
     report = ingest_deploy_files(Path(settings.deploys.inbox), lake_root(args), config, known)
+    if args.format != "table":
+        show_rows(args, ingest_rows(report))
+        return 1 if report.rejected or report.failed else 0
     say(args, f"{len(report.processed)} files processed, {len(report.events)} deploys recorded")
     for path, why in report.rejected.items():
         say(args, f"[red]rejected[/red] {escaped(str(path))}: {escaped(why)}")
     for path, why in report.failed.items():
         say(args, f"[red]not recorded[/red] {escaped(str(path))}: {escaped(why)}")
     return 1 if report.rejected or report.failed else 0
+
+
+def ingest_rows(report: Any) -> Any:
+    """One row per inbox file of an ingest (jobs.collect.deploys.IngestReport): file, outcome
+    (processed | rejected | not_recorded) and why (null when processed)."""
+    import polars as pl
+
+    rows = [{"file": str(p), "outcome": "processed", "reason": None} for p in report.processed]
+    rows += [{"file": str(p), "outcome": "rejected", "reason": why} for p, why in report.rejected.items()]
+    rows += [{"file": str(p), "outcome": "not_recorded", "reason": why} for p, why in report.failed.items()]
+    return pl.DataFrame(rows, schema={"file": pl.String, "outcome": pl.String, "reason": pl.String})

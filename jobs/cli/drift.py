@@ -158,7 +158,7 @@ def drift_score_payload(args: argparse.Namespace) -> int:
     baseline = chosen.row(0, named=True)
     score = score_payload(payload, baseline["samples"], settings_of(args).drift.score, validated=True)
     result = {"instance": baseline["instance"], "baseline_version": version, **score}
-    if args.format == "json":
+    if args.format in ("json", "jsonl"):
         (row,) = plain_rows([result], list(result))
         sys.stdout.write(json.dumps(row) + "\n")  # one DriftScore object
     else:

@@ -132,9 +132,11 @@ EXIT_CODES = {
     ),
 }
 FORMAT_HELP = (
-    "table (default), json (an array of objects, one per row; ISO-8601 UTC times) or csv; "
-    "see jobs/publish/output.py and the README's 'Use from scripts'"
+    "table (default), json (an array of objects, one per row; ISO-8601 UTC times), jsonl (the same objects, "
+    "one per line and nothing else: for a file cron appends to) or csv; see jobs/publish/output.py and the "
+    "README's 'Use from scripts'"
 )
+ROW_FORMATS = ["table", "json", "jsonl", "csv"]
 
 
 def _global_options(parser: argparse.ArgumentParser, *, in_subcommand: bool) -> None:
@@ -209,7 +211,9 @@ def _command(
     chosen = getattr(sub, "_radar_command", ALL_COMMANDS)
     parser._radar_full = chosen in (ALL_COMMANDS, name)  # type: ignore[attr-defined]
     if formats:
-        parser.add_argument("--format", choices=["table", "json", "csv"], default="table", help=FORMAT_HELP)
+        # The gate's json is one report object (its contract), not rows: no JSON Lines of it.
+        choices = ["table", "json", "csv"] if name == "gate" else ROW_FORMATS
+        parser.add_argument("--format", choices=choices, default="table", help=FORMAT_HELP)
     return parser
 
 
@@ -270,7 +274,7 @@ def build_parser(command: str | None = ALL_COMMANDS) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     sub._radar_command = command  # type: ignore[attr-defined]
 
-    fleet = _command(sub, "fleet", "start, stop or list a local embedded PostgreSQL 18 fleet")
+    fleet = _command(sub, "fleet", "start, stop or list a local embedded PostgreSQL 18 fleet", formats=True)
     fleet.add_argument("action", choices=["up", "down", "status"])
     fleet.add_argument("--names", default="alpha,beta", help="comma-separated instance names (up)")
     fleet.add_argument("--destroy", action="store_true", help="delete the data folders too (down)")
@@ -295,7 +299,14 @@ def build_parser(command: str | None = ALL_COMMANDS) -> argparse.ArgumentParser:
     _design_flags(snapshot, "capture_plans", "auto_explain")
     snapshot.set_defaults(func=cmd_snapshot)
 
-    deploy = _command(sub, "deploy", "record deploys")
+    deploy = _command(
+        sub,
+        "deploy",
+        "record deploys",
+        formats=True,
+        description="Record deploys. JSON/CSV rows: mark, the deploy events recorded; ingest, one row per "
+        "inbox file (file, outcome processed | rejected | not_recorded, reason).",
+    )
     deploy.add_argument("action", choices=["mark", "ingest"])
     target = deploy.add_mutually_exclusive_group()
     target.add_argument("--instance", action="append", help="instance deployed to (repeatable)")
@@ -325,7 +336,9 @@ def build_parser(command: str | None = ALL_COMMANDS) -> argparse.ArgumentParser:
     )
     deploy.set_defaults(func=cmd_deploy)
 
-    samples = _command(sub, "samples", "append per-interval samples for new snapshots (or --rebuild)")
+    samples = _command(
+        sub, "samples", "append per-interval samples for new snapshots (or --rebuild)", formats=True
+    )
     _design_flags(samples, "min_executions")
     samples.add_argument(
         "--rebuild",
@@ -406,7 +419,12 @@ def build_parser(command: str | None = ALL_COMMANDS) -> argparse.ArgumentParser:
         action="store_true",
         help="send dead-lettered alerts again (each sink: those it refused or did not take)",
     )
-    alerts.add_argument("--format", choices=["text", "json"], default="text", help="output (default: text)")
+    alerts.add_argument(
+        "--format",
+        choices=["text", "json", "jsonl"],
+        default="text",
+        help="output (default: text); json: the run's report object; jsonl: that object on one line",
+    )
     alerts.set_defaults(func=cmd_alerts)
 
     gate = _command(
@@ -544,7 +562,15 @@ def build_parser(command: str | None = ALL_COMMANDS) -> argparse.ArgumentParser:
     drift.add_argument("--fail-on-drift", action="store_true", help="exit 1 when a series has status drift")
     drift.set_defaults(func=cmd_drift)
 
-    compact = _command(sub, "compact", "merge each closed day's snapshot files into one per instance")
+    compact = _command(
+        sub,
+        "compact",
+        "merge each closed day's snapshot files into one per instance",
+        formats=True,
+        description="Merge each closed day's snapshot files into one per instance, and expire analysis "
+        "rows past [lake] analysis_retention_days. JSON/CSV rows: one per partition (action compacted or "
+        "expired).",
+    )
     compact.add_argument(
         "--min-age-days", type=int, default=1, help="only days at least this old (default 1)"
     )

@@ -19,6 +19,7 @@ import polars as pl
 
 from jobs.detect.config import FindingsConfig
 from jobs.detect.verdicts import DETECTED
+from jobs.detect.work_words import resource_summary
 
 WORK = "work"
 """The ``kind`` of a finding opened by a work-per-call step alone."""
@@ -50,8 +51,6 @@ def work_steps(resources: pl.DataFrame) -> pl.DataFrame:
     ).sort(
         [*_STEP, "_rank_ratio", "metric"], descending=[False] * len(_STEP) + [True, False], nulls_last=True
     )
-    from jobs.detect.work import resource_summary  # work.py imports findings, which imports this module
-
     # Without the latency clause: what a latency finding carries of its work step (its own ratio is the
     # one shown; the work analysis's segments give a second, different one).
     work_only = pl.Series(

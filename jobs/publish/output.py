@@ -3,7 +3,9 @@
 The JSON shape (stable; README "Use from scripts"):
 
 - one JSON array per command run, one object per row, keys in column order, every row the same keys;
-  printed one row per line, so ``jq`` and line tools both work;
+  printed one row per line, so ``jq`` and line tools both work; ``jsonl`` (JSON Lines) is the same objects
+  without the array: one object per line and nothing else, what a file appended to by cron needs (each
+  run's lines stay valid after the previous run's);
 - timestamps are ISO-8601 UTC strings with microseconds and a ``Z`` (``2026-11-30T10:00:00.000000Z``);
   a timestamp without a zone (a DuckDB ``TIMESTAMP``) is printed as it is, without an offset;
   dates are ``YYYY-MM-DD``; durations are seconds (a number);
@@ -32,7 +34,9 @@ from typing import IO, Any
 
 from jobs.escaping import terminal_text, visible_controls
 
-FORMATS: tuple[str, ...] = ("table", "json", "csv")
+FORMATS: tuple[str, ...] = ("table", "json", "jsonl", "csv")
+MACHINE_FORMATS: frozenset[str] = frozenset({"json", "jsonl", "csv"})
+"""Formats whose stdout carries only rows (every message goes to stderr)."""
 IDENTIFIER_COLUMNS: frozenset[str] = frozenset({"queryid", "planid"})
 """int64 identifiers written as decimal strings in JSON and CSV alike."""
 
@@ -87,6 +91,11 @@ def rows_to_json(rows: Sequence[Mapping[str, Any]]) -> str:
         return "[]\n"
     lines = [json.dumps(row, ensure_ascii=False, allow_nan=False) for row in rows]
     return "[\n" + ",\n".join(lines) + "\n]\n"
+
+
+def rows_to_jsonl(rows: Sequence[Mapping[str, Any]]) -> str:
+    """JSON Lines: one object per line, each line ending with a newline; no rows: nothing."""
+    return "".join(json.dumps(row, ensure_ascii=False, allow_nan=False) + "\n" for row in rows)
 
 
 def csv_cell(value: Any) -> str:
@@ -171,6 +180,8 @@ def write_rows(
     note = cut_note(len(shown), len(rows)) if len(shown) < len(rows) else None
     if fmt == "json":
         stdout.write(rows_to_json(shown))
+    elif fmt == "jsonl":
+        stdout.write(rows_to_jsonl(shown))
     elif fmt == "csv":
         stdout.write(rows_to_csv(columns, shown))
     else:

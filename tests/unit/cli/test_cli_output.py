@@ -3,10 +3,12 @@ codes, settings and flags, and a start-up that imports nothing heavy. Pure lakes
 
 from __future__ import annotations
 
+import argparse
 import csv
 import io
 import json
 import math
+import os
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
@@ -443,3 +445,71 @@ def test_report_json_lists_the_findings_of_the_week(
         "json",
     )
     assert rows == []
+
+
+# ---------------------------------------------------------------------------------------------------------
+# scripting (issue 29, item 4): JSON Lines for appended files, JSON from each reporting command, quiet stderr
+
+
+def test_jsonl_is_one_object_per_line_and_appends_to_a_valid_file(
+    lake_root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sql = ["--lake", str(lake_root), "sql", "select 1 as a, 'x' as b union all select 2, 'y' order by a"]
+    capsys.readouterr()
+    appended = ""
+    for _ in range(2):  # what the README's cron line does: each run's lines after the previous run's
+        assert radar(*sql, "--format", "jsonl") == 0
+        appended += capsys.readouterr().out
+    assert [json.loads(line) for line in appended.splitlines()] == [
+        {"a": 1, "b": "x"},
+        {"a": 2, "b": "y"},
+    ] * 2
+
+
+@pytest.mark.parametrize("fmt", ["json", "jsonl"])
+def test_deploy_mark_and_ingest_report_in_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], fmt: str
+) -> None:
+    lake_root, inbox = tmp_path / "lake", tmp_path / "inbox"
+    inbox.mkdir()
+    (inbox / "bad.json").write_text("{not json")
+    base = ["--lake", str(lake_root), "--format", fmt]
+    capsys.readouterr()
+    assert radar("deploy", "mark", "--version", "v7", "--fleet", *base) == 0
+    out = capsys.readouterr().out
+    rows = json.loads(out) if fmt == "json" else [json.loads(line) for line in out.splitlines()]
+    assert [r["version"] for r in rows] == ["v7"] and rows[0]["scope"] == "fleet"
+    assert radar("deploy", "ingest", "--inbox", str(inbox), "--allow-unknown-instance", *base) == 1
+    captured = capsys.readouterr()
+    rows = (
+        json.loads(captured.out)
+        if fmt == "json"
+        else [json.loads(line) for line in captured.out.splitlines()]
+    )
+    assert [(Path(r["file"]).name, r["outcome"]) for r in rows] == [("bad.json", "rejected")]
+
+
+def test_every_reporting_command_takes_format_json() -> None:
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    # views and setup-sql print SQL, demo a show: none of them reports rows.
+    for name, command in commands.items():
+        if name in ("views", "setup-sql", "demo"):
+            continue
+        formats = next((a.choices for a in command._actions if a.dest == "format"), None)
+        assert formats is not None and "json" in formats, f"radar {name} has no --format json"
+
+
+def test_a_normal_run_with_dagster_home_prints_nothing_on_stderr(lake_root: Path, tmp_path: Path) -> None:
+    home = tmp_path / "dagster_home"  # as the README sets it: a folder, no dagster.yaml in it
+    home.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-m", "jobs.cli.main", "--lake", str(lake_root), "samples", "--format", "json"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "DAGSTER_HOME": str(home), "PYTHONPATH": str(ROOT)},
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    assert json.loads(done.stdout)[0]["instances"] >= 0
