@@ -25,6 +25,7 @@ import polars as pl
 
 from jobs.drift.baselines import (
     PAIR_KEY,
+    SAMPLE_METRICS,
     load_sample_baselines,
     long_samples,
     plan_shapes,
@@ -51,18 +52,54 @@ def candidate_window(now: datetime, config: DriftConfig) -> tuple[datetime, date
     return end - config.samples.current_window, end
 
 
-def _score_instance(base: pl.DataFrame, candidate: pl.DataFrame, config: DriftConfig) -> pl.DataFrame:
-    """One instance's anchored pairs scored on the batched kernel: each pair's baseline samples (its row's
-    list) and candidate values as flat arrays with offsets, not a long frame of one row per sample (that
-    frame's string keys, sorted, were 85% of the time). Pairs with no sample on either side are left to
-    the caller (rows without a score), as before."""
+def candidate_lists(in_window: pl.DataFrame) -> pl.DataFrame:
+    """The window's samples per (instance, query_hash, metric) with a value: ``value`` (the pair's values,
+    a list in no particular order: the scorer sorts them), ``n_candidate`` and the fingerprint and queryid
+    logged most often (ties: the smallest), as the long frame (``long_samples``) gives them. One group-by
+    over the executions, one row each: the string keys are hashed once per execution, not once per
+    (execution, metric) and again to find each pair's baseline (that was most of the scoring's time)."""
+    frame = in_window.filter(pl.col("query_hash").is_not_null())
+    bad = [
+        (~pl.col(column).cast(pl.Float64).is_finite() | (pl.col(column).cast(pl.Float64) < 0)).fill_null(False)
+        for column in SAMPLE_METRICS.values()
+    ]
+    if frame.height and frame.select(pl.any_horizontal(bad).any()).item():
+        long_samples(frame)  # raises the long frame's error, naming the first bad sample
+    aggs: list[pl.Expr] = []
+    for metric, column in SAMPLE_METRICS.items():
+        has = pl.col(column).is_not_null()
+        aggs += [
+            pl.col(column).filter(has).cast(pl.Float64).alias(f"value_{metric}"),
+            *(
+                pl.col(name).cast(dtype).filter(has).drop_nulls().mode().sort().first().alias(f"{name}_{metric}")
+                for name, dtype in (("fingerprint", pl.String), ("queryid", pl.Int64))
+            ),
+        ]
+    grouped = frame.group_by(pl.col("instance").cast(pl.String), pl.col("query_hash").cast(pl.String)).agg(aggs)
+    parts = [
+        grouped.select(
+            "instance",
+            "query_hash",
+            pl.lit(metric, dtype=pl.String).alias("metric"),
+            pl.col(f"value_{metric}").alias("value"),
+            pl.col(f"value_{metric}").list.len().cast(pl.Int64).alias("n_candidate"),
+            pl.col(f"fingerprint_{metric}").alias("fingerprint"),
+            pl.col(f"queryid_{metric}").alias("queryid"),
+        ).filter(pl.col("n_candidate") > 0)
+        for metric in SAMPLE_METRICS
+    ]
+    return pl.concat(parts)
+
+
+def _score_instance(base: pl.DataFrame, candidates: pl.DataFrame, config: DriftConfig) -> pl.DataFrame:
+    """One instance's anchored pairs scored on the batched kernel: each pair's baseline samples and
+    candidate values (a list per pair on each side, ``candidate_lists``) as flat arrays with offsets; no
+    frame of one row per sample, no string key per sample. Pairs with no sample on either side are left
+    to the caller (rows without a score), as before."""
     key = ["query_hash", "metric"]
-    candidates = (
-        candidate.join(base.select(key), on=key, how="semi").group_by(key).agg(pl.col("value").drop_nulls())
-    )
     pairs = (
         base.select(*key, pl.col("samples").list.drop_nulls())
-        .join(candidates, on=key, how="left")
+        .join(candidates.select(*key, "value"), on=key, how="left")
         .with_columns(pl.col("value").fill_null(pl.lit([], dtype=pl.List(pl.Float64))))
         .filter((pl.col("samples").list.len() + pl.col("value").list.len()) > 0)
         .sort(key)
@@ -91,13 +128,10 @@ def score_execution_drift(
     ``version``). Returns EXECUTION_DRIFT rows sorted by (instance, query_hash, metric)."""
     start, end = candidate_window(now, config)
     in_window = samples.filter((pl.col("logged_at") > start) & (pl.col("logged_at") <= end))
-    candidate = long_samples(in_window)
+    candidate = candidate_lists(in_window)
     chosen = select_baselines(baselines, version) if (baselines.height or version) else baselines
     base = chosen.select(*PAIR_KEY, "baseline_version", "fingerprint", "queryid", "samples")
-    cand_meta = candidate.group_by(*PAIR_KEY).agg(
-        pl.col("fingerprint").drop_nulls().mode().sort().first(),
-        pl.col("queryid").drop_nulls().mode().sort().first(),
-    )
+    cand_meta = candidate.select(*PAIR_KEY, "fingerprint", "queryid")
     scored_parts: list[pl.DataFrame] = []
     instances = sorted(set(base["instance"].to_list()))
     for instance in instances:  # the scorer's pair is (query_hash, metric): one call per instance
@@ -126,7 +160,7 @@ def score_execution_drift(
         pl.lit(config.score.profile).alias("profile"),
     )
     unanchored = cand_meta.join(base.select(PAIR_KEY), on=list(PAIR_KEY), how="anti")
-    counts = candidate.group_by(*PAIR_KEY).len("n_candidate")
+    counts = candidate.select(*PAIR_KEY, "n_candidate")
     no_baseline = unanchored.join(counts, on=list(PAIR_KEY)).with_columns(
         shard_expr(config.score.shard_count),
         pl.lit(0, dtype=pl.Int64).alias("n_baseline"),
