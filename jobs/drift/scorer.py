@@ -195,11 +195,23 @@ def _prepare(samples: pl.DataFrame) -> _Samples:
 # The kernel: every pair at once
 
 
+_LOOP_SORT_MIN_MEAN = 32
+"""Segments at least this long on average are sorted one by one in place (a C sort per segment, no index
+arrays); shorter ones by length, as 2-D blocks, where a call per segment would cost more than its sort."""
+
+
 def _sort_segments(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """``values`` sorted within each segment ``[offsets[i], offsets[i + 1])``: the segments of one length
-    are sorted as one 2-D block (one C call per distinct length, no Python loop per pair)."""
-    out = np.empty_like(values)
+    """``values`` sorted within each segment ``[offsets[i], offsets[i + 1])``. Either way each segment
+    goes through numpy's sort of its own values alone (a 2-D sort sorts each row as a 1-D array), so
+    the bytes are the same; the loop avoids gathering each length's block through index arrays (3x
+    faster for ragged sizes of a few hundred)."""
     sizes = np.diff(offsets)
+    if sizes.size and values.size >= _LOOP_SORT_MIN_MEAN * sizes.size:
+        out = values.copy()
+        for start, stop in zip(offsets[:-1].tolist(), offsets[1:].tolist(), strict=True):
+            out[start:stop].sort()
+        return out
+    out = np.empty_like(values)
     for size in np.unique(sizes):
         if size == 0:
             continue
@@ -264,11 +276,9 @@ def _bin_keys(
 
 
 def _binned_counts(keys: np.ndarray, pairs: int, n_bins: int) -> np.ndarray:
-    """(pairs, n_bins) counts from sorted bin keys: one searchsorted counts every bin of every pair (the
-    same counts as a bincount)."""
-    return np.diff(np.searchsorted(keys, np.arange(pairs * n_bins + 1, dtype=np.int64))).reshape(
-        pairs, n_bins
-    )
+    """(pairs, n_bins) counts from bin keys: one bincount counts every bin of every pair (one pass over the
+    keys; a searchsorted of every bin's edge in the sorted keys gave the same counts in twice the time)."""
+    return np.bincount(keys, minlength=pairs * n_bins).reshape(pairs, n_bins)
 
 
 def _clipped_at(counts: np.ndarray, top_bin: np.ndarray) -> np.ndarray:
