@@ -54,10 +54,9 @@ def candidate_window(now: datetime, config: DriftConfig) -> tuple[datetime, date
 
 def candidate_lists(in_window: pl.DataFrame) -> pl.DataFrame:
     """The window's samples per (instance, query_hash, metric) with a value: ``value`` (the pair's values,
-    a list in no particular order: the scorer sorts them), ``n_candidate`` and the fingerprint and queryid
-    logged most often (ties: the smallest), as the long frame (``long_samples``) gives them. One group-by
-    over the executions, one row each: the string keys are hashed once per execution, not once per
-    (execution, metric) and again to find each pair's baseline (that was most of the scoring's time)."""
+    a list in no particular order: the scorer sorts them) and ``n_candidate``. One group-by over the
+    executions, one row each: the string keys are hashed once per execution, not once per (execution,
+    metric) and again to find each pair's baseline (that was most of the scoring's time)."""
     frame = in_window.filter(pl.col("query_hash").is_not_null())
     bad = [
         (~pl.col(column).cast(pl.Float64).is_finite() | (pl.col(column).cast(pl.Float64) < 0)).fill_null(False)
@@ -65,30 +64,39 @@ def candidate_lists(in_window: pl.DataFrame) -> pl.DataFrame:
     ]
     if frame.height and frame.select(pl.any_horizontal(bad).any()).item():
         long_samples(frame)  # raises the long frame's error, naming the first bad sample
-    aggs: list[pl.Expr] = []
-    for metric, column in SAMPLE_METRICS.items():
-        has = pl.col(column).is_not_null()
-        aggs += [
-            pl.col(column).filter(has).cast(pl.Float64).alias(f"value_{metric}"),
-            *(
-                pl.col(name).cast(dtype).filter(has).drop_nulls().mode().sort().first().alias(f"{name}_{metric}")
-                for name, dtype in (("fingerprint", pl.String), ("queryid", pl.Int64))
-            ),
-        ]
-    grouped = frame.group_by(pl.col("instance").cast(pl.String), pl.col("query_hash").cast(pl.String)).agg(aggs)
-    parts = [
+    grouped = frame.group_by(pl.col("instance").cast(pl.String), pl.col("query_hash").cast(pl.String)).agg(
+        pl.col(column).filter(pl.col(column).is_not_null()).cast(pl.Float64).alias(metric)
+        for metric, column in SAMPLE_METRICS.items()
+    )
+    return pl.concat(
         grouped.select(
             "instance",
             "query_hash",
             pl.lit(metric, dtype=pl.String).alias("metric"),
-            pl.col(f"value_{metric}").alias("value"),
-            pl.col(f"value_{metric}").list.len().cast(pl.Int64).alias("n_candidate"),
-            pl.col(f"fingerprint_{metric}").alias("fingerprint"),
-            pl.col(f"queryid_{metric}").alias("queryid"),
+            pl.col(metric).alias("value"),
+            pl.col(metric).list.len().cast(pl.Int64).alias("n_candidate"),
         ).filter(pl.col("n_candidate") > 0)
         for metric in SAMPLE_METRICS
-    ]
-    return pl.concat(parts)
+    )
+
+
+def candidate_identity(in_window: pl.DataFrame, pairs: pl.DataFrame) -> pl.DataFrame:
+    """Per pair of ``pairs`` (instance, query_hash, metric): the fingerprint and queryid its samples in the
+    window logged most often (ties: the smallest). Only for the rows that need them (no baseline, or a
+    baseline that does not name them), so only those queries' executions are read again."""
+    schema = {"instance": pl.String(), "query_hash": pl.String(), "metric": pl.String()}
+    if pairs.height == 0:
+        return pl.DataFrame(schema={**schema, "fingerprint": pl.String(), "queryid": pl.Int64()})
+    hashes = pairs["query_hash"].unique()
+    long = long_samples(in_window.filter(pl.col("query_hash").cast(pl.String).is_in(hashes.implode())))
+    return (
+        long.join(pairs.select(PAIR_KEY), on=list(PAIR_KEY), how="semi")
+        .group_by(*PAIR_KEY)
+        .agg(
+            pl.col("fingerprint").drop_nulls().mode().sort().first(),
+            pl.col("queryid").drop_nulls().mode().sort().first(),
+        )
+    )
 
 
 def _score_instance(base: pl.DataFrame, candidates: pl.DataFrame, config: DriftConfig) -> pl.DataFrame:
@@ -131,7 +139,10 @@ def score_execution_drift(
     candidate = candidate_lists(in_window)
     chosen = select_baselines(baselines, version) if (baselines.height or version) else baselines
     base = chosen.select(*PAIR_KEY, "baseline_version", "fingerprint", "queryid", "samples")
-    cand_meta = candidate.select(*PAIR_KEY, "fingerprint", "queryid")
+    named = base.filter(pl.col("fingerprint").is_not_null() & pl.col("queryid").is_not_null())
+    cand_meta = candidate_identity(
+        in_window, candidate.select(PAIR_KEY).join(named.select(PAIR_KEY), on=list(PAIR_KEY), how="anti")
+    )
     scored_parts: list[pl.DataFrame] = []
     instances = sorted(set(base["instance"].to_list()))
     for instance in instances:  # the scorer's pair is (query_hash, metric): one call per instance
@@ -159,7 +170,11 @@ def score_execution_drift(
         pl.lit(False).alias("psi_data_quality"),
         pl.lit(config.score.profile).alias("profile"),
     )
-    unanchored = cand_meta.join(base.select(PAIR_KEY), on=list(PAIR_KEY), how="anti")
+    unanchored = (
+        candidate.select(PAIR_KEY)
+        .join(base.select(PAIR_KEY), on=list(PAIR_KEY), how="anti")
+        .join(cand_meta, on=list(PAIR_KEY), how="left")
+    )
     counts = candidate.select(*PAIR_KEY, "n_candidate")
     no_baseline = unanchored.join(counts, on=list(PAIR_KEY)).with_columns(
         shard_expr(config.score.shard_count),
