@@ -59,7 +59,9 @@ def candidate_lists(in_window: pl.DataFrame) -> pl.DataFrame:
     metric) and again to find each pair's baseline (that was most of the scoring's time)."""
     frame = in_window.filter(pl.col("query_hash").is_not_null())
     bad = [
-        (~pl.col(column).cast(pl.Float64).is_finite() | (pl.col(column).cast(pl.Float64) < 0)).fill_null(False)
+        (~pl.col(column).cast(pl.Float64).is_finite() | (pl.col(column).cast(pl.Float64) < 0)).fill_null(
+            False
+        )
         for column in SAMPLE_METRICS.values()
     ]
     if frame.height and frame.select(pl.any_horizontal(bad).any()).item():

@@ -52,7 +52,9 @@ def executions(keys: pl.DataFrame, cand: list[np.ndarray]) -> pl.DataFrame:
     return pl.concat(parts)
 
 
-def run(keys: pl.DataFrame, base_values: list[np.ndarray], cand_values: list[np.ndarray]) -> dict[str, object]:
+def run(
+    keys: pl.DataFrame, base_values: list[np.ndarray], cand_values: list[np.ndarray]
+) -> dict[str, object]:
     config = DriftConfig(score=DriftScoreConfig(profile="design"))
     base = keys.with_columns(
         pl.Series("samples", [v.tolist() for v in base_values], dtype=pl.List(pl.Float64))
@@ -73,7 +75,9 @@ def run(keys: pl.DataFrame, base_values: list[np.ndarray], cand_values: list[np.
             base.select("query_hash", "metric", pl.lit("baseline").alias("side"), "samples")
             .explode("samples")
             .rename({"samples": "value"}),
-            keys.with_columns(pl.Series("value", [v.tolist() for v in cand_values], dtype=pl.List(pl.Float64)))
+            keys.with_columns(
+                pl.Series("value", [v.tolist() for v in cand_values], dtype=pl.List(pl.Float64))
+            )
             .explode("value")
             .select("query_hash", "metric", pl.lit("candidate").alias("side"), "value"),
         ]
@@ -117,7 +121,8 @@ def main() -> None:
         r = run(keys, base, cand)
         result[name] = r
         print(
-            f"{pairs:,} pairs, {name}: scoring {r['scoring_s']:.3f} s (x{r['scoring_vs_loop']} the numpy/scipy "
+            f"{pairs:,} pairs, {name}: scoring {r['scoring_s']:.3f} s (x{r['scoring_vs_loop']} the "
+            "numpy/scipy "
             f"loop's speed), grouping the executions {r['grouping_s']:.3f} s (both: x"
             f"{r['grouping_and_scoring_vs_loop']}), the long frame before {r['long_frame_s']:.3f} s "
             f"(x{r['long_frame_vs_loop']}), loop {r['numpy_scipy_loop_s']:.3f} s; same rows: {r['same_rows']}"
