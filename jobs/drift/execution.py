@@ -25,6 +25,7 @@ import polars as pl
 
 from jobs.drift.baselines import (
     PAIR_KEY,
+    SAMPLE_METRICS,
     load_sample_baselines,
     long_samples,
     plan_shapes,
@@ -51,18 +52,64 @@ def candidate_window(now: datetime, config: DriftConfig) -> tuple[datetime, date
     return end - config.samples.current_window, end
 
 
-def _score_instance(base: pl.DataFrame, candidate: pl.DataFrame, config: DriftConfig) -> pl.DataFrame:
-    """One instance's anchored pairs scored on the batched kernel: each pair's baseline samples (its row's
-    list) and candidate values as flat arrays with offsets, not a long frame of one row per sample (that
-    frame's string keys, sorted, were 85% of the time). Pairs with no sample on either side are left to
-    the caller (rows without a score), as before."""
-    key = ["query_hash", "metric"]
-    candidates = (
-        candidate.join(base.select(key), on=key, how="semi").group_by(key).agg(pl.col("value").drop_nulls())
+def candidate_lists(in_window: pl.DataFrame) -> pl.DataFrame:
+    """The window's samples per (instance, query_hash, metric) with a value: ``value`` (the pair's values,
+    a list in no particular order: the scorer sorts them) and ``n_candidate``. One group-by over the
+    executions, one row each: the string keys are hashed once per execution, not once per (execution,
+    metric) and again to find each pair's baseline (that was most of the scoring's time)."""
+    frame = in_window.filter(pl.col("query_hash").is_not_null())
+    bad = [
+        (~pl.col(column).cast(pl.Float64).is_finite() | (pl.col(column).cast(pl.Float64) < 0)).fill_null(
+            False
+        )
+        for column in SAMPLE_METRICS.values()
+    ]
+    if frame.height and frame.select(pl.any_horizontal(bad).any()).item():
+        long_samples(frame)  # raises the long frame's error, naming the first bad sample
+    grouped = frame.group_by(pl.col("instance").cast(pl.String), pl.col("query_hash").cast(pl.String)).agg(
+        pl.col(column).filter(pl.col(column).is_not_null()).cast(pl.Float64).alias(metric)
+        for metric, column in SAMPLE_METRICS.items()
     )
+    return pl.concat(
+        grouped.select(
+            "instance",
+            "query_hash",
+            pl.lit(metric, dtype=pl.String).alias("metric"),
+            pl.col(metric).alias("value"),
+            pl.col(metric).list.len().cast(pl.Int64).alias("n_candidate"),
+        ).filter(pl.col("n_candidate") > 0)
+        for metric in SAMPLE_METRICS
+    )
+
+
+def candidate_identity(in_window: pl.DataFrame, pairs: pl.DataFrame) -> pl.DataFrame:
+    """Per pair of ``pairs`` (instance, query_hash, metric): the fingerprint and queryid its samples in the
+    window logged most often (ties: the smallest). Only for the rows that need them (no baseline, or a
+    baseline that does not name them), so only those queries' executions are read again."""
+    schema = {"instance": pl.String(), "query_hash": pl.String(), "metric": pl.String()}
+    if pairs.height == 0:
+        return pl.DataFrame(schema={**schema, "fingerprint": pl.String(), "queryid": pl.Int64()})
+    hashes = pairs["query_hash"].unique()
+    long = long_samples(in_window.filter(pl.col("query_hash").cast(pl.String).is_in(hashes.implode())))
+    return (
+        long.join(pairs.select(PAIR_KEY), on=list(PAIR_KEY), how="semi")
+        .group_by(*PAIR_KEY)
+        .agg(
+            pl.col("fingerprint").drop_nulls().mode().sort().first(),
+            pl.col("queryid").drop_nulls().mode().sort().first(),
+        )
+    )
+
+
+def _score_instance(base: pl.DataFrame, candidates: pl.DataFrame, config: DriftConfig) -> pl.DataFrame:
+    """One instance's anchored pairs scored on the batched kernel: each pair's baseline samples and
+    candidate values (a list per pair on each side, ``candidate_lists``) as flat arrays with offsets; no
+    frame of one row per sample, no string key per sample. Pairs with no sample on either side are left
+    to the caller (rows without a score), as before."""
+    key = ["query_hash", "metric"]
     pairs = (
         base.select(*key, pl.col("samples").list.drop_nulls())
-        .join(candidates, on=key, how="left")
+        .join(candidates.select(*key, "value"), on=key, how="left")
         .with_columns(pl.col("value").fill_null(pl.lit([], dtype=pl.List(pl.Float64))))
         .filter((pl.col("samples").list.len() + pl.col("value").list.len()) > 0)
         .sort(key)
@@ -91,12 +138,12 @@ def score_execution_drift(
     ``version``). Returns EXECUTION_DRIFT rows sorted by (instance, query_hash, metric)."""
     start, end = candidate_window(now, config)
     in_window = samples.filter((pl.col("logged_at") > start) & (pl.col("logged_at") <= end))
-    candidate = long_samples(in_window)
+    candidate = candidate_lists(in_window)
     chosen = select_baselines(baselines, version) if (baselines.height or version) else baselines
     base = chosen.select(*PAIR_KEY, "baseline_version", "fingerprint", "queryid", "samples")
-    cand_meta = candidate.group_by(*PAIR_KEY).agg(
-        pl.col("fingerprint").drop_nulls().mode().sort().first(),
-        pl.col("queryid").drop_nulls().mode().sort().first(),
+    named = base.filter(pl.col("fingerprint").is_not_null() & pl.col("queryid").is_not_null())
+    cand_meta = candidate_identity(
+        in_window, candidate.select(PAIR_KEY).join(named.select(PAIR_KEY), on=list(PAIR_KEY), how="anti")
     )
     scored_parts: list[pl.DataFrame] = []
     instances = sorted(set(base["instance"].to_list()))
@@ -125,8 +172,12 @@ def score_execution_drift(
         pl.lit(False).alias("psi_data_quality"),
         pl.lit(config.score.profile).alias("profile"),
     )
-    unanchored = cand_meta.join(base.select(PAIR_KEY), on=list(PAIR_KEY), how="anti")
-    counts = candidate.group_by(*PAIR_KEY).len("n_candidate")
+    unanchored = (
+        candidate.select(PAIR_KEY)
+        .join(base.select(PAIR_KEY), on=list(PAIR_KEY), how="anti")
+        .join(cand_meta, on=list(PAIR_KEY), how="left")
+    )
+    counts = candidate.select(*PAIR_KEY, "n_candidate")
     no_baseline = unanchored.join(counts, on=list(PAIR_KEY)).with_columns(
         shard_expr(config.score.shard_count),
         pl.lit(0, dtype=pl.Int64).alias("n_baseline"),

@@ -195,11 +195,23 @@ def _prepare(samples: pl.DataFrame) -> _Samples:
 # The kernel: every pair at once
 
 
+_LOOP_SORT_MIN_MEAN = 32
+"""Segments at least this long on average are sorted one by one in place (a C sort per segment, no index
+arrays); shorter ones by length, as 2-D blocks, where a call per segment would cost more than its sort."""
+
+
 def _sort_segments(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """``values`` sorted within each segment ``[offsets[i], offsets[i + 1])``: the segments of one length
-    are sorted as one 2-D block (one C call per distinct length, no Python loop per pair)."""
-    out = np.empty_like(values)
+    """``values`` sorted within each segment ``[offsets[i], offsets[i + 1])``. Either way each segment
+    goes through numpy's sort of its own values alone (a 2-D sort sorts each row as a 1-D array), so
+    the bytes are the same; the loop avoids gathering each length's block through index arrays (3x
+    faster for ragged sizes of a few hundred)."""
     sizes = np.diff(offsets)
+    if sizes.size and values.size >= _LOOP_SORT_MIN_MEAN * sizes.size:
+        out = values.copy()
+        for start, stop in zip(offsets[:-1].tolist(), offsets[1:].tolist(), strict=True):
+            out[start:stop].sort()
+        return out
+    out = np.empty_like(values)
     for size in np.unique(sizes):
         if size == 0:
             continue
@@ -264,11 +276,9 @@ def _bin_keys(
 
 
 def _binned_counts(keys: np.ndarray, pairs: int, n_bins: int) -> np.ndarray:
-    """(pairs, n_bins) counts from sorted bin keys: one searchsorted counts every bin of every pair (the
-    same counts as a bincount)."""
-    return np.diff(np.searchsorted(keys, np.arange(pairs * n_bins + 1, dtype=np.int64))).reshape(
-        pairs, n_bins
-    )
+    """(pairs, n_bins) counts from bin keys: one bincount counts every bin of every pair (one pass over the
+    keys; a searchsorted of every bin's edge in the sorted keys gave the same counts in twice the time)."""
+    return np.bincount(keys, minlength=pairs * n_bins).reshape(pairs, n_bins)
 
 
 def _clipped_at(counts: np.ndarray, top_bin: np.ndarray) -> np.ndarray:
@@ -395,13 +405,61 @@ def _wasserstein(s: _Samples) -> np.ndarray:
         w[rows] = _pair_sums(contributions.reshape(-1), np.full(rows.size, int(covers.sum())))
     rest = np.flatnonzero(both & ~blocked)
     if rest.size:
-        n_b, n_c = counts[rest, 0].astype(np.int64), counts[rest, 1].astype(np.int64)
-        seg, dt, ib, ic = _quantile_merge(n_b, n_c)
-        covers = dt > 0
-        seg, dt, ib, ic = seg[covers], dt[covers], ib[covers], ic[covers]
-        gap = np.abs(b[b_off[rest][seg] + ib] - c[c_off[rest][seg] + ic])
-        w[rest] = _pair_sums(dt * gap, np.bincount(seg, minlength=rest.size))
+        w[rest] = _wasserstein_ragged(s, rest)
     return w
+
+
+_W1_BLOCK = 1 << 20
+"""Breakpoints of a side handled at once by ``_wasserstein_ragged``: its dozen temporaries stay about 100 MB
+when one pair brings millions of samples (a 5.6 M-sample CI payload took 600 MB over its samples)."""
+
+
+def _wasserstein_ragged(s: _Samples, rest: np.ndarray) -> np.ndarray:
+    """W1 of the pairs ``rest`` (both sides non-empty, sizes of their own): ``_quantile_merge``'s
+    contributions, each side's computed over that side's own breakpoints (its i-th at t = i / n, the
+    interval since the previous breakpoint of either side, the other side's sample there) and then put in
+    merged order. The same contributions in the same order as the merge gives, so the same sums, without
+    its passes over the merged length (scatter, cumulative counts, per-slot gathers): 1.5x faster. Each
+    breakpoint's term depends on its pair's sizes alone, so a side is done in blocks of ``_W1_BLOCK``."""
+    n_b = s.counts[rest, 0].astype(np.int64)
+    n_c = s.counts[rest, 1].astype(np.int64)
+    length = n_b + n_c
+    merged_start = np.cumsum(length) - length
+    contributions = np.empty(int(length.sum()))
+    covers = np.empty(contributions.size, dtype=bool)
+    sides = (
+        (s.baseline, s.baseline_offsets, n_b, s.candidate, s.candidate_offsets, n_c, True),
+        (s.candidate, s.candidate_offsets, n_c, s.baseline, s.baseline_offsets, n_b, False),
+    )
+    for own, own_off, n_own, other, other_off, n_other, is_baseline in sides:
+        own_start = np.cumsum(n_own) - n_own  # each pair's first breakpoint among this side's
+        own_end = own_start + n_own
+        for first in range(0, int(n_own.sum()), _W1_BLOCK):
+            last = first + min(_W1_BLOCK, int(own_end[-1]) - first)
+            pairs = slice(
+                int(np.searchsorted(own_end, first, side="right")), int(np.searchsorted(own_start, last))
+            )
+            here = np.minimum(own_end[pairs], last) - np.maximum(own_start[pairs], first)
+            n_own_each = np.repeat(n_own[pairs], here)
+            n_other_each = np.repeat(n_other[pairs], here)
+            i = np.arange(first, last, dtype=np.int64) - np.repeat(own_start[pairs], here) + 1
+            # the other side's breakpoints before this one (at a tie the baseline's comes first): i / n_own
+            # against j / n_other in integers, as _quantile_merge places them
+            scaled = i * n_other_each
+            if is_baseline:
+                scaled -= 1
+            other_before = scaled // n_own_each
+            t = i / n_own_each
+            dt = t - np.maximum((i - 1) / n_own_each, other_before / n_other_each)  # since the previous one
+            own_at = own[np.repeat(own_off[rest[pairs]], here) + (i - 1)]
+            other_rows = np.repeat(other_off[rest[pairs]], here) + np.minimum(other_before, n_other_each - 1)
+            other_at = other[other_rows]
+            gap = np.abs(own_at - other_at) if is_baseline else np.abs(other_at - own_at)
+            position = np.repeat(merged_start[pairs], here) + (i - 1) + other_before
+            contributions[position] = dt * gap
+            covers[position] = dt > 0  # a tie of breakpoints covers no t: dropped, as the merge drops it
+    kept = np.add.reduceat(covers.astype(np.int64), merged_start)
+    return _pair_sums(contributions[covers], kept)
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ import polars as pl
 import pytest
 from scipy.stats import wasserstein_distance
 
+import jobs.drift.scorer as scorer_module
 from jobs.drift.config import DriftScoreConfig
 from jobs.drift.contract import PayloadError, parse_payload, score_payload, validate_payload
 from jobs.drift.scorer import (
@@ -574,3 +575,24 @@ def test_the_design_profile_is_the_designs_rule_on_the_issues_minimal_case() -> 
     assert (row["bins"], row["support_lo"], row["support_hi"]) == (32, 0.0, 1.0)
     thin = one([0.0] * 10, [1.0] * 10)  # the design reports no score from too few samples
     assert (thin["js"], thin["psi"], thin["flag"], thin["reason"]) == (0.0, 0.0, WARN, "insufficient_samples")
+
+
+def test_w1_in_blocks_gives_the_same_bytes_and_scipys_value(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a side's breakpoints are done in blocks (bounded memory for a payload of millions of samples): blocks
+    # that cut through pairs must give the very same W1 as one block, and scipy's value
+    rng = np.random.default_rng(27)
+    sizes = [(1, 3), (7, 5), (300, 210), (1, 1), (40, 160), (999, 2)]
+    pairs = {
+        (query_hash(f"w{i}"), "latency"): (
+            rng.lognormal(0, 1, nb).round(1),
+            rng.lognormal(0.2, 1, nc).round(1),
+        )
+        for i, (nb, nc) in enumerate(sizes)
+    }
+    whole = score_drift(frame(pairs), DESIGN)
+    monkeypatch.setattr(scorer_module, "_W1_BLOCK", 5)
+    blocked = score_drift(frame(pairs), DESIGN)
+    assert _bytes(blocked) == _bytes(whole)
+    for row in blocked.iter_rows(named=True):
+        b, c = pairs[(row["query_hash"], row["metric"])]
+        assert row["wasserstein"] == pytest.approx(wasserstein_distance(b, c), rel=1e-12)

@@ -359,6 +359,26 @@ def test_unanchored_and_thin_pairs_are_rows_never_dropped() -> None:
     assert (counts["insufficient_samples"], counts["no_baseline"], counts["WARN"]) == (2, 1, 3)
 
 
+def test_a_baseline_without_identity_takes_the_candidates_most_common() -> None:
+    # the candidate's identity is looked up only for rows whose baseline does not name it: it must still be
+    # the most common fingerprint and queryid of that pair's samples (ties: the smallest)
+    base = executions("q1", T0, lognormal(0, 300))
+    cand = pl.concat(
+        [
+            executions("q1", CAND_START, lognormal(1, 200), queryid=9),
+            executions("q1", CAND_START, lognormal(2, 100), queryid=8, session="other"),
+        ]
+    )
+    unnamed = anchor(base).with_columns(
+        pl.lit(None, dtype=pl.String).alias("fingerprint"), pl.lit(None, dtype=pl.Int64).alias("queryid")
+    )
+    drift = score_execution_drift(pl.concat([base, cand]), unnamed, NOW, CONFIG)
+    assert drift.height == 3
+    assert set(zip(drift["fingerprint"], drift["queryid"], strict=True)) == {("q1", 9)}
+    named = score_execution_drift(pl.concat([base, cand]), anchor(base), NOW, CONFIG)
+    assert set(named["queryid"]) == {7}  # the baseline's own, when it names one
+
+
 def test_instances_are_scored_apart() -> None:
     # the same query on two instances: only beta's got slower; alpha's verdict must not see beta's samples
     base = pl.concat(
