@@ -364,6 +364,9 @@ def read_instance_snapshot(
     explain_ids |= set(texts.filter(pl.col("is_explain"))["queryid"].to_list())
     own_ids = set(known.filter(pl.col("is_radar"))["queryid"].to_list())
     own_ids |= set(texts.filter(pl.col("is_radar"))["queryid"].to_list())
+    # The capture's own EXPLAINs (marker and EXPLAIN both): the design's "EXPLAIN statements skipped"
+    # counter counts these, while explain_rows_dropped counts the EXPLAINs other sessions ran.
+    own_explain_dropped = sum(1 for r in rows if r["queryid"] in own_ids and r["queryid"] in explain_ids)
     rows, own_dropped = drop_own_rows(rows, own_ids)
     statements, explain_dropped, hidden = statements_frame(rows, identity, info, explain_ids)
     statements = statements.with_columns(
@@ -399,6 +402,7 @@ def read_instance_snapshot(
         "statement_rows": statements.height,
         "explain_rows_dropped": explain_dropped,
         "own_rows_dropped": own_dropped,
+        "own_explain_rows_dropped": own_explain_dropped,
         "insufficient_privilege_rows": hidden,
         "new_texts": texts.height,
         "server_ms": server_ms,
