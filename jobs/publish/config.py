@@ -40,7 +40,7 @@ DEFAULT_SCORE_BUCKETS: tuple[float, ...] = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5
 
 @dataclass(frozen=True)
 class MetricsConfig:
-    """[metrics]: the Prometheus exposition of `radar metrics` and `radar serve-metrics` (jobs.publish.metrics).
+    """[metrics]: the Prometheus exposition of `radar metrics` and `radar serve-metrics`.
     The two alert rules take their thresholds from [drift.samples] (stale_block_share, stale_min_block_pairs,
     stale_window, degenerate_share): the same as the drift asset checks."""
 
