@@ -23,7 +23,9 @@ from psycopg.types.numeric import Int4
 
 from jobs.cli.main import main
 from jobs.local.embedded import EmbeddedFleet
+from jobs.plans.generic import generic_explain_text
 from jobs.publish.metrics import EXPOSED_TYPES
+from jobs.query.texts import is_explain_text, is_radar_text
 from tests.conftest import FleetFactory
 from tests.support.drift_frames import drift_row, write_drift
 from tests.support.promql_subset import evaluate, samples_of
@@ -92,6 +94,12 @@ def test_metrics_endpoint_after_a_snapshot_and_a_detection(
     fleet_file = tmp_path / "fleet.toml"
     fleet_file.write_text(metrics_fleet.fleet_config_toml())
     common = ["--lake", str(lake_root), "--fleet-file", str(fleet_file)]
+    with psycopg.connect(metrics_fleet.server("metrics").dsn, autocommit=True) as conn:
+        # The capture's EXPLAIN as a session that may not switch tracking off sends it (marker and EXPLAIN:
+        # the design's skipped statement), and two EXPLAINs somebody ran (not the collector's: not counted).
+        conn.execute(generic_explain_text("SELECT sku FROM items WHERE id = $1"))
+        conn.execute("EXPLAIN SELECT count(*) FROM items")
+        conn.execute("EXPLAIN SELECT max(id) FROM items")
     for round_ in range(2):
         with psycopg.connect(metrics_fleet.server("metrics").dsn) as conn:
             for i in range(5 + round_):
@@ -116,7 +124,17 @@ def test_metrics_endpoint_after_a_snapshot_and_a_detection(
     assert one("pg_regression_radar_snapshot_attempts_total", instance="metrics", status="failed") == 0
     assert 0 <= one("pg_regression_radar_snapshot_lag_seconds", instance="metrics") < 300
     assert 0 < one("pg_regression_radar_snapshot_server_read_seconds", instance="metrics") < 60
-    assert one("pg_regression_radar_collector_explain_statements_skipped_total", instance="metrics") >= 0
+    # The capture's EXPLAIN entries (with track = all its inner statement too, under the EXPLAIN's text)
+    # are skipped by each of the two snapshots; the superuser's own capture sessions switch tracking off
+    # and add none. Somebody's EXPLAIN entries are the other gauge.
+    with psycopg.connect(metrics_fleet.server("metrics").dsn) as conn:
+        texts = [r[0] for r in conn.execute("SELECT query FROM pg_stat_statements").fetchall()]
+    own_explains = sum(1 for t in texts if is_explain_text(t) and is_radar_text(t))
+    others_explains = sum(1 for t in texts if is_explain_text(t) and not is_radar_text(t))
+    assert 1 <= own_explains < others_explains  # told apart: a count of the others' would not match
+    skipped = one("pg_regression_radar_collector_explain_statements_skipped_total", instance="metrics")
+    assert skipped == 2 * own_explains
+    assert one("pg_regression_radar_snapshot_others_explain_rows", instance="metrics") == others_explains
     captured = [v for labels, v in samples["pg_regression_radar_plan_capture_attempts_total"]]
     assert sum(captured) > 0  # --capture-plans tried the top queries
     assert all(v == 1 for _, v in samples["pg_regression_radar_lake_table_readable"])
