@@ -29,7 +29,19 @@ from jobs.cli.parser import build_parser, command_in
 LAKELESS_COMMANDS = frozenset({"fleet", "setup-sql", "config", "gate"})
 """Commands that never read or write the lake (their run does not resolve [lake] root)."""
 LAKE_READING_COMMANDS = frozenset(
-    {"samples", "detect", "alerts", "drift", "compact", "report", "views", "sql", "plans"}
+    {
+        "samples",
+        "detect",
+        "alerts",
+        "drift",
+        "compact",
+        "report",
+        "views",
+        "sql",
+        "plans",
+        "metrics",
+        "serve-metrics",
+    }
 )
 """Commands that need a lake to exist: on a folder that is not there they stop (exit 2) instead of reading
 nothing and saying so ("No open regression", exit 0) while creating ``<typo>/_locks``."""
@@ -38,8 +50,8 @@ nothing and saying so ("No open regression", exit 0) while creating ``<typo>/_lo
 def missing_lake(args: argparse.Namespace) -> str | None:
     """Why a lake-reading command cannot run on ``--lake`` (a local folder that does not exist), else None.
     An object-store root is not checked: an empty prefix is a new lake there, and listing costs a request."""
-    if args.command not in LAKE_READING_COMMANDS:
-        return None
+    if args.command not in LAKE_READING_COMMANDS or getattr(args, "rules", False):
+        return None  # `radar metrics --rules` prints the rules of the settings alone
     root = lake_root(args)
     if isinstance(root, Path) and not root.is_dir():
         return (

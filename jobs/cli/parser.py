@@ -29,6 +29,7 @@ from jobs.cli.detect import cmd_detect, shard_flag
 from jobs.cli.drift import EXIT_NO_BASELINE, EXIT_PAYLOAD_INVALID, cmd_drift
 from jobs.cli.fleet import cmd_fleet
 from jobs.cli.gate import cmd_gate
+from jobs.cli.metrics import cmd_metrics, cmd_serve_metrics
 from jobs.cli.plans import cmd_plans
 from jobs.cli.report import cmd_report
 from jobs.cli.samples import cmd_samples
@@ -108,6 +109,16 @@ EXIT_CODES = {
     ),
     "compact": _exit_codes("compact", "0  done"),
     "report": _exit_codes("report", "0  report written"),
+    "metrics": _exit_codes(
+        "metrics",
+        "0  printed (or --textfile written whole: a temp file renamed over it)",
+        "   a folder that does not exist, or no path, exits 2",
+    ),
+    "serve-metrics": _exit_codes(
+        "serve-metrics",
+        "0  stopped by Ctrl-C or SIGTERM",
+        "   a port in use or not permitted exits 2 (one line naming host and port)",
+    ),
     "views": _exit_codes("views", "0  done"),
     "sql": _exit_codes("sql", "0  rows printed (a failing query exits 2 with DuckDB's message)"),
     "plans": _exit_codes(
@@ -595,6 +606,46 @@ def build_parser(command: str | None = ALL_COMMANDS) -> argparse.ArgumentParser:
     report.add_argument("--week", help="ISO week YYYY-Www (default: the current week, so far)")
     report.add_argument("--out", default=None, help="report folder (default: [report] out, data/reports)")
     report.set_defaults(func=cmd_report)
+
+    metrics = _command(
+        sub,
+        "metrics",
+        "the lake's Prometheus exposition, to stdout or a node_exporter textfile",
+        description="The lake's metrics in the Prometheus text format (README 'Metrics'): collection "
+        "health per instance, the collector's skipped EXPLAINs, drift scores, verdicts and degenerate pairs, "
+        "open findings by kind, alerts sent and dead-lettered. --textfile writes them atomically for "
+        "node_exporter's textfile collector (run it from cron); --rules prints the drift alert rules of "
+        "the effective settings instead (data/prometheus/radar.rules.yml is the default's).",
+    )
+    metrics.add_argument(
+        "--format", choices=["prom"], default="prom", help="prom: the Prometheus text format (default)"
+    )
+    metrics.add_argument(
+        "--textfile",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="PATH",
+        help="write to PATH (a .prom file in node_exporter's textfile folder) instead of stdout; without "
+        "PATH: [metrics] textfile",
+    )
+    metrics.add_argument(
+        "--rules", action="store_true", help="print the Prometheus alert rules ([drift.samples] thresholds)"
+    )
+    metrics.set_defaults(func=cmd_metrics)
+
+    serve = _command(
+        sub,
+        "serve-metrics",
+        "serve the lake's Prometheus exposition over HTTP until stopped",
+        description="A long-running HTTP endpoint (any path, e.g. /metrics) with the exposition of `radar "
+        "metrics`, the lake read again at most once per [metrics] cache_s.",
+    )
+    serve.add_argument(
+        "--port", type=int, default=None, help="port ([metrics] port, 9188; 0: any free one, printed)"
+    )
+    serve.add_argument("--host", default=None, help="address to listen on ([metrics] host, 127.0.0.1)")
+    serve.set_defaults(func=cmd_serve_metrics)
 
     views = _command(sub, "views", "print the DuckDB view definitions over the lake")
     views.set_defaults(func=cmd_views)

@@ -202,6 +202,14 @@ def texts_frame(
     return QUERY_TEXTS.conform(frame)
 
 
+def count_own_explains(rows: list[dict[str, Any]], own_queryids: set[int], explain_queryids: set[int]) -> int:
+    """Rows of the plan capture's own EXPLAINs (the radar's marker and EXPLAIN both): what the detector
+    design's "EXPLAIN statements skipped" counter counts. ``explain_rows_dropped`` counts the others' (the
+    collector's own rows are dropped first, so an EXPLAIN row left is somebody else's)."""
+    both = own_queryids & explain_queryids
+    return sum(1 for r in rows if r["queryid"] in both) if both else 0
+
+
 def drop_own_rows(rows: list[dict[str, Any]], own_queryids: set[int]) -> tuple[list[dict[str, Any]], int]:
     """The statement rows without the collector's own statements, and how many were dropped."""
     if not own_queryids:
@@ -364,6 +372,7 @@ def read_instance_snapshot(
     explain_ids |= set(texts.filter(pl.col("is_explain"))["queryid"].to_list())
     own_ids = set(known.filter(pl.col("is_radar"))["queryid"].to_list())
     own_ids |= set(texts.filter(pl.col("is_radar"))["queryid"].to_list())
+    own_explain_dropped = count_own_explains(rows, own_ids, explain_ids)
     rows, own_dropped = drop_own_rows(rows, own_ids)
     statements, explain_dropped, hidden = statements_frame(rows, identity, info, explain_ids)
     statements = statements.with_columns(
@@ -399,6 +408,7 @@ def read_instance_snapshot(
         "statement_rows": statements.height,
         "explain_rows_dropped": explain_dropped,
         "own_rows_dropped": own_dropped,
+        "own_explain_rows_dropped": own_explain_dropped,
         "insufficient_privilege_rows": hidden,
         "new_texts": texts.height,
         "server_ms": server_ms,

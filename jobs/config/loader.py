@@ -93,7 +93,7 @@ def _type_name(tp: Any) -> str:
     if tp is timedelta:
         return 'a duration such as "30m"'
     if typing.get_origin(tp) is tuple:
-        return "a list of strings"
+        return "a list of numbers" if typing.get_args(tp)[0] is float else "a list of strings"
     names = {
         bool: "true or false",
         int: "an integer",
@@ -172,6 +172,10 @@ def convert(tp: Any, value: object, key: Key, label: str) -> object:
         if not isinstance(moment, datetime) or moment.tzinfo is None:
             raise ConfigError(f"{name} must be a date-time with a time zone (e.g. 2000-01-01T00:00:00Z)")
         return moment
+    if typing.get_origin(tp) is tuple and typing.get_args(tp)[0] is float:
+        if not isinstance(value, list | tuple):
+            raise wrong
+        return tuple(float(convert(float, v, key, label)) for v in value)  # type: ignore[arg-type]
     if typing.get_origin(tp) is tuple:
         if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
             raise wrong

@@ -25,7 +25,7 @@ from jobs.errors import ConfigError
 from jobs.gate.config import GateConfig
 from jobs.lake.locks import LakeConfig
 from jobs.plans.config import AutoExplainConfig, PlanCaptureConfig, PlanDiffConfig
-from jobs.publish.config import WeeklyReportConfig
+from jobs.publish.config import MetricsConfig, WeeklyReportConfig
 
 if TYPE_CHECKING:
     from jobs.pipeline.collection import CycleConfig
@@ -183,6 +183,8 @@ class RadarSettings:
     """Live pile-ups (statements piling up now, from pg_stat_activity): alerted with the others."""
     report: ReportSettings = field(default_factory=ReportSettings)
     """The weekly report."""
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    """The Prometheus exposition (`radar metrics`, `radar serve-metrics`)."""
     lake: LakeSettings = field(default_factory=LakeSettings)
     """The lake's location and writers."""
     deploys: DeploysSettings = field(default_factory=DeploysSettings)

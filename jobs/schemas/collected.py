@@ -175,6 +175,11 @@ SNAPSHOT_RUNS = TableSchema(
         Column("statement_rows", pl.Int64(), "rows written to statement_snapshots"),
         Column("explain_rows_dropped", pl.Int64(), "rows whose text starts with EXPLAIN"),
         Column("own_rows_dropped", pl.Int64(), "rows of the collector's own statements (marker in the text)"),
+        Column(
+            "own_explain_rows_dropped",
+            pl.Int64(),
+            "of those, the plan capture's own EXPLAINs (marker and EXPLAIN; null before issue 29)",
+        ),
         Column("insufficient_privilege_rows", pl.Int64(), "rows hidden from this role (NULL queryid)"),
         Column("new_texts", pl.Int64(), "texts fetched this time (only for unseen queryids)"),
         Column("server_ms", pl.Float64(), "time spent in the server's snapshot queries"),

@@ -4,7 +4,7 @@
 CREATE OR REPLACE VIEW instance_health AS
 SELECT instance, captured_at, status, error, failed_phase, health, warnings, server_version_num,
        extension_version, statement_rows, explain_rows_dropped, own_rows_dropped,
-       insufficient_privilege_rows, dealloc, server_ms
+       own_explain_rows_dropped, insufficient_privilege_rows, dealloc, server_ms
 FROM (
     SELECT *, row_number() OVER (PARTITION BY instance ORDER BY captured_at DESC) AS rn
     FROM snapshot_runs

@@ -545,6 +545,7 @@ def simulate_instance(shape: FleetShape, i: int, regressions_here: int = 0) -> I
                 "statement_rows": int(rows_per_snapshot[t]),
                 "explain_rows_dropped": 0,
                 "own_rows_dropped": 0,
+                "own_explain_rows_dropped": 0,
                 "insufficient_privilege_rows": 0,
                 "new_texts": q if t == 0 else 0,
                 "server_ms": round(0.5 + 0.004 * int(rows_per_snapshot[t]), 3),
