@@ -297,7 +297,9 @@ def test_a_finding_recovers_from_a_later_change_point_or_from_its_latest_samples
     console = Console(record=True, width=250)
     console.print(findings_table(rechecked))  # radar detect's table: both levels and when it came back
     shown = console.export_text()
-    assert "1.000 ms → 10.0 ms" in shown and "recovered at 2026-11-29 12:35:00 UTC (now 1.050 ms)" in shown, shown
+    assert "1.000 ms → 10.0 ms" in shown and "recovered at 2026-11-29 12:35:00 UTC (now 1.050 ms)" in shown, (
+        shown
+    )
     still = run(first, rows(), 60, points=points.head(38))  # 3 samples back: not yet
     assert still.height == 0
     # A recovered finding is not reopened by a later run's row of the same (fixed) deploy window.
