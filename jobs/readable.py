@@ -49,7 +49,7 @@ def ratio_number(ratio: float) -> str:
         return f"{ratio:,.0f}"
     if ratio < 1:
         return f"{ratio:.2g}"
-    return f"{ratio:.1f}" if ratio >= 2 else f"{ratio:.2f}"
+    return f"{ratio:.1f}" if ratio >= 2 else f"{ratio:.3g}"  # 1.25, 1.4 (no trailing zero)
 
 
 def ratio_text(ratio: float | None) -> str:

@@ -21,6 +21,17 @@ def cmd_metrics(args: argparse.Namespace) -> int:
         return 0
     from jobs.publish.metrics import exposition_text, write_textfile
 
+    if args.textfile is None and args.format in ("json", "jsonl"):
+        import json
+
+        from jobs.publish.metrics import exposition_rows
+
+        rows = exposition_rows(lake_root(args), settings.metrics)
+        if args.format == "json":
+            sys.stdout.write(json.dumps(rows, indent=2) + "\n")
+        else:
+            sys.stdout.write("".join(json.dumps(row) + "\n" for row in rows))
+        return 0
     if args.textfile is None:
         sys.stdout.write(exposition_text(lake_root(args), settings.metrics))
         return 0

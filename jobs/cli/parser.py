@@ -618,7 +618,11 @@ def build_parser(command: str | None = ALL_COMMANDS) -> argparse.ArgumentParser:
         "the effective settings instead (data/prometheus/radar.rules.yml is the default's).",
     )
     metrics.add_argument(
-        "--format", choices=["prom"], default="prom", help="prom: the Prometheus text format (default)"
+        "--format",
+        choices=["prom", "json", "jsonl"],
+        default="prom",
+        help="prom: the Prometheus text format (default); json / jsonl: one object per sample (family, type, "
+        "name, labels, value); --textfile always writes prom",
     )
     metrics.add_argument(
         "--textfile",

@@ -434,6 +434,24 @@ def exposition_text(lake_root: LakePath, config: MetricsConfig | None = None) ->
     return generate_latest(lake_registry(lake_root, config)).decode()
 
 
+def exposition_rows(lake_root: LakePath, config: MetricsConfig | None = None) -> list[dict[str, object]]:
+    """The same metrics as JSON-ready rows, one per sample: family, type, sample name, labels, value (for
+    scripts that do not parse the Prometheus text format)."""
+    rows: list[dict[str, object]] = []
+    for family in lake_registry(lake_root, config).collect():
+        for sample in family.samples:
+            rows.append(
+                {
+                    "family": family.name,
+                    "type": family.type,
+                    "name": sample.name,
+                    "labels": dict(sample.labels),
+                    "value": sample.value,
+                }
+            )
+    return rows
+
+
 def write_textfile(path: Path, lake_root: LakePath, config: MetricsConfig | None = None) -> None:
     """The exposition written whole or not at all (a temp file beside it renamed over it), as node_exporter's
     textfile collector needs: it never reads a half-written file."""

@@ -365,7 +365,10 @@ def test_detect_from_frames_and_run_detection_carry_the_slowdowns(lake_root: Pat
     print_detection(outcome, console)
     shown = console.export_text()
     assert "Instance slowdowns" in shown and "7 of 7 queries on alpha" not in shown  # 8 compared
-    assert "both (instance ×" in shown and "× no_regression: instance_slowdown" in shown
+    assert "both (instance ×" in shown and "7 series not reported: 7 instance_slowdown" in shown
+    console = Console(record=True, width=200)
+    print_detection(outcome, console, show_all=True)  # --all: each series not reported, with its reason
+    assert "alpha: select 1 from t1 where id = $1 → instance_slowdown" in console.export_text()
 
 
 def contention_lake(lake_root: Path) -> None:

@@ -3,6 +3,7 @@ input as one line with exit 2 (never a traceback)."""
 
 from __future__ import annotations
 
+import json
 import socket
 from pathlib import Path
 
@@ -19,6 +20,20 @@ def test_metrics_prints_the_exposition(small_lake: Path, capsys: pytest.CaptureF
     out = capsys.readouterr().out
     for name, kind in EXPOSED_TYPES.items():
         assert f"# TYPE {name} {kind}\n" in out
+
+
+def test_metrics_as_json_and_jsonl_name_every_sample(
+    small_lake: Path,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+
+    assert main(["--lake", str(small_lake), "metrics", "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert {"family", "type", "name", "labels", "value"} <= set(rows[0])
+    assert any(r["family"] == "pg_regression_radar_collector_explain_statements_skipped" for r in rows)
+    assert main(["--lake", str(small_lake), "metrics", "--format", "jsonl"]) == 0
+    again = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(r["name"], r["labels"]) for r in again] == [(r["name"], r["labels"]) for r in rows]  # lag moves
 
 
 def test_metrics_textfile_from_the_flag_or_the_config(

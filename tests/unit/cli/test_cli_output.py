@@ -492,9 +492,9 @@ def test_deploy_mark_and_ingest_report_in_json(
 def test_every_reporting_command_takes_format_json() -> None:
     parser = build_parser()
     commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
-    # views and setup-sql print SQL, demo a show: none of them reports rows.
+    # views and setup-sql print SQL, demo a show, serve-metrics serves: none of them reports rows.
     for name, command in commands.items():
-        if name in ("views", "setup-sql", "demo"):
+        if name in ("views", "setup-sql", "demo", "serve-metrics"):
             continue
         formats = next((a.choices for a in command._actions if a.dest == "format"), None)
         assert formats is not None and "json" in formats, f"radar {name} has no --format json"
