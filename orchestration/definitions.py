@@ -29,6 +29,7 @@ from orchestration.jobs import (
     analysis_job,
     compaction_job,
     deploy_job,
+    detection_job,
     fleet_analysis_job,
     report_job,
     samples_job,
@@ -46,6 +47,7 @@ from orchestration.run_config import definitions_settings
 from orchestration.schedules import (
     analysis_schedule,
     compaction_schedule,
+    detection_schedule,
     samples_schedule,
     snapshot_schedule,
     weekly_report_schedule,
@@ -77,7 +79,7 @@ defs = dg.Definitions(
         analysis_job,
         report_job,
         compaction_job,
-        *[job for job in (shard_analysis_job, fleet_analysis_job) if job is not None],
+        *[job for job in (shard_analysis_job, fleet_analysis_job, detection_job) if job is not None],
     ],
     schedules=[
         snapshot_schedule,
@@ -85,6 +87,7 @@ defs = dg.Definitions(
         analysis_schedule,
         weekly_report_schedule,
         compaction_schedule,
+        *([detection_schedule] if detection_schedule is not None else []),
     ],
     sensors=[deploy_inbox_sensor, *([shard_analysis_sensor] if shard_analysis_sensor is not None else [])],
     # Steps of one run in separate processes (`make dev` and the tests): a step that dies (out of memory, a

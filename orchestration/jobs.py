@@ -5,6 +5,7 @@ import dagster as dg
 from jobs.pipeline.detection import DETECTION_ASSETS
 from orchestration.assets.regressions import CANDIDATES_ASSET
 from orchestration.partitions import SHARD_COUNT
+from orchestration.run_config import definitions_settings
 
 # plan_snapshots is always part of the snapshot job: its run config (capture_plans / ingest_auto_explain,
 # defaults from [plans] of the config file, off unless set) decides whether it captures anything.
@@ -26,9 +27,20 @@ if SHARD_COUNT > 1:
     fleet_analysis_job = dg.define_asset_job(
         "fleet_analysis_job", selection=dg.AssetSelection.assets(*FLEET_ASSETS)
     )
+    detection_job = None
 else:
+    # Per-minute detection (issue 26): the detection, its plan diffs and the regression alerts, the samples
+    # appended first by the detection itself; steps in one process unless [schedules] says otherwise.
+    detection_job = dg.define_asset_job(
+        "detection_job",
+        selection=dg.AssetSelection.assets(*DETECTION_ASSETS, "regression_alerts"),
+        executor_def=dg.in_process_executor
+        if definitions_settings().settings.schedules.detection_in_process
+        else dg.multiprocess_executor,
+    )
     analysis_job = dg.define_asset_job(
-        "analysis_job", selection=dg.AssetSelection.assets(*DETECTION_ASSETS, *FLEET_ASSETS)
+        "analysis_job",
+        selection=dg.AssetSelection.assets(*(a for a in FLEET_ASSETS if a != "regression_alerts")),
     )
     shard_analysis_job = fleet_analysis_job = None  # type: ignore[assignment]
 samples_job = dg.define_asset_job("samples_job", selection=dg.AssetSelection.assets("query_samples"))

@@ -1,16 +1,26 @@
-"""The schedules: a fleet snapshot every minute, samples every 15 minutes, the analysis 5 minutes after
-each, the weekly report on Mondays and compaction at night (UTC), unless the config file's [schedules]
-says otherwise. A run a schedule starts takes its run config's defaults, i.e. the config file's values.
+"""The schedules: a fleet snapshot and a detection (with its alerts) every minute, samples every 15
+minutes, the drift analysis 5 minutes after each, the weekly report on Mondays and compaction at night
+(UTC), unless the config file's [schedules] says otherwise. A run a schedule starts takes its run
+config's defaults, i.e. the config file's values.
 
 Every schedule (and the deploy sensor) starts STOPPED (Dagster's default): loading the code location on a
-laptop must not begin polling a fleet. Switch on snapshot_schedule, samples_schedule and analysis_schedule
-(and the others you want) in the UI or with `dagster schedule start` (README, Orchestration)."""
+laptop must not begin polling a fleet. Switch on snapshot_schedule and detection_schedule (and the others
+you want: samples_schedule, analysis_schedule) in the UI or with `dagster schedule start` (README,
+Orchestration)."""
 
 from datetime import UTC
+from typing import Any
 
 import dagster as dg
 
-from orchestration.jobs import analysis_job, compaction_job, report_job, samples_job, snapshot_job
+from orchestration.jobs import (
+    analysis_job,
+    compaction_job,
+    detection_job,
+    report_job,
+    samples_job,
+    snapshot_job,
+)
 from orchestration.partitions import COLLECTION_DAYS, SHARD_COUNT, shard_run_requests
 from orchestration.run_config import definitions_settings
 
@@ -59,6 +69,32 @@ def analysis_schedule(context: dg.ScheduleEvaluationContext) -> dg.RunRequest | 
     phase 1 of the detection (detection_candidates) once per shard; the shard analysis sensor starts the
     rest when every shard is done."""
     return _one_or_per_shard(shard_run_requests(SHARD_COUNT, context.scheduled_execution_time.isoformat()))
+
+
+def _detection_schedule(job: Any) -> dg.ScheduleDefinition:
+    @dg.schedule(job=job, cron_schedule=CRONS.detection, execution_timezone="UTC", name="detection_schedule")
+    def detection_schedule(context: dg.ScheduleEvaluationContext) -> dg.RunRequest | dg.SkipReason:
+        """Every minute: append the samples, detect, diff plans, alert. A tick while the previous run is
+        still queued or going is skipped (runs would pile up behind a slow one and alert late anyway)."""
+        going = context.instance.get_runs_count(
+            dg.RunsFilter(
+                job_name=job.name,
+                statuses=[
+                    dg.DagsterRunStatus.QUEUED,
+                    dg.DagsterRunStatus.NOT_STARTED,
+                    dg.DagsterRunStatus.STARTING,
+                    dg.DagsterRunStatus.STARTED,
+                ],
+            )
+        )
+        if going:
+            return dg.SkipReason(f"{going} {job.name} run(s) still going: this tick is skipped")
+        return dg.RunRequest(run_key=context.scheduled_execution_time.isoformat())
+
+    return detection_schedule
+
+
+detection_schedule = _detection_schedule(detection_job) if detection_job is not None else None
 
 
 @dg.schedule(job=compaction_job, cron_schedule=CRONS.compaction, execution_timezone="UTC")

@@ -111,9 +111,19 @@ class ScheduleSettings:
     snapshot: str = "* * * * *"
     """A fleet snapshot (and the plan capture, when on)."""
     samples: str = "*/15 * * * *"
-    """Today's samples from today's snapshots."""
+    """Today's samples from today's snapshots (the per-minute detection appends them itself too)."""
+    detection: str = "* * * * *"
+    """Detection, plan diffs and regression alerts (``detection_job``), each run appending the samples
+    first: every minute, a regression alerts within about 3 minutes of its step (README, Time to alert).
+    A tick is skipped while the previous run is still going. Unsharded fleets (with shard_count above 1
+    the sharded detection runs in ``analysis``)."""
+    detection_in_process: bool = True
+    """``detection_job``'s steps run in one process (Dagster's in_process executor): a per-minute run
+    spent most of its time starting a process per step (2-4 s each). False: a process per step, so a
+    step that dies (out of memory) fails alone."""
     analysis: str = "5-59/15 * * * *"
-    """Detection, plan diffs, alerts and drift: best a few minutes after each samples run."""
+    """The drift analyses (latency and per-execution); with shard_count above 1, the sharded detection,
+    its plan diffs and alerts too."""
     compaction: str = "30 1 * * *"
     """Merging each closed day's files (and expiring old analysis rows)."""
     freshness_periods: float = 3.0
@@ -144,11 +154,15 @@ class ScheduleSettings:
                 "[schedules] freshness_periods must be at least 1 (a schedule period), "
                 f"not {self.freshness_periods}"
             )
+        if not isinstance(self.detection_in_process, bool):
+            raise ConfigError(
+                f"[schedules] detection_in_process must be true or false, not {self.detection_in_process!r}"
+            )
         if not self.shard_wait_s >= 0:
             raise ConfigError(f"[schedules] shard_wait_s must be >= 0 seconds, not {self.shard_wait_s}")
         for item in fields(self):
             value = getattr(self, item.name)
-            if item.name in ("freshness_periods", "shard_count", "shard_wait_s"):
+            if item.name in ("freshness_periods", "shard_count", "shard_wait_s", "detection_in_process"):
                 continue
             if not isinstance(value, str) or len(value.split()) != 5:
                 raise ConfigError(

@@ -321,6 +321,19 @@ class RegressionConfig:
     at most 5 anyway."""
     history: timedelta = timedelta(days=7)
     """Unannounced analysis: history analysed, counted back from the latest sample of the input."""
+    large_step_ratio: float = 2.0
+    """Unannounced analysis, evidence that grows with the effect (jobs.detect.large_steps): a step whose
+    newest 2 to min_segment - 1 samples are each above every sample of the reference before them and
+    above this multiple of its median is confirmed without waiting for min_segment samples. 0: off."""
+    large_step_reference_samples: int = 60
+    """...the reference: at most this many samples right before them (an hour of one-minute samples)..."""
+    large_step_min_reference: int = 20
+    """...and at least this many (a shorter history waits for the segment tests)..."""
+    large_step_max_p: float = 1e-4
+    """...and the exact rank p-value 1 / C(m + k, k) must be at most this (besides the fleet's
+    Benjamini-Hochberg step it joins): with 60 reference samples 3 new ones give 2.5e-5, 2 give 5.3e-4
+    (too weak: a per-minute detection looks at every series every minute, and at 1e-3 two consecutive
+    spikes fired on 36 of 501 unchanged series of the change-point benchmark; at 1e-4, on none)."""
     max_change_points: int = 5
     """Unannounced analysis: change points per series at most."""
     fdr_q: float = 0.05
@@ -350,6 +363,12 @@ class RegressionConfig:
             raise ValueError("mixed_min_fraction must be in [0, 1) and mixed_noise_z >= 0")
         if self.deploy_max_change_points < 1:
             raise ValueError("deploy_max_change_points must be >= 1")
+        if not (self.large_step_ratio == 0 or self.large_step_ratio > 1):
+            raise ValueError("large_step_ratio must be 0 (off) or > 1")
+        if not 2 <= self.large_step_min_reference <= self.large_step_reference_samples:
+            raise ValueError("need 2 <= large_step_min_reference <= large_step_reference_samples")
+        if not 0.0 < self.large_step_max_p <= 1.0:
+            raise ValueError("large_step_max_p must be in (0, 1]")
         if not isinstance(self.search_every_series, bool):
             raise ValueError("search_every_series must be true or false")
         if self.min_added_load_ms_per_s < 0 or self.min_latency_increase_ms < 0:

@@ -12,6 +12,7 @@ import polars as pl
 from jobs.detect.changepoint_memo import ChangePointMemo
 from jobs.detect.config import RegressionConfig
 from jobs.detect.fleet_fdr import FdrAdjust, within_call
+from jobs.detect.large_steps import large_steps_at_end
 from jobs.schemas.analysed import PERFORMANCE_REGRESSIONS
 
 if TYPE_CHECKING:  # scope imports this module's series building
@@ -127,38 +128,87 @@ def detect_unannounced_regressions(
     recovered = config.require_ongoing & ~(latest_change >= config.latency_change_threshold)
     stepped_up = (change >= config.latency_change_threshold) & np.isfinite(welch.p)
     candidate = stepped_up & ~small & ~recovered
+    # Large steps too new for the segment tests (fewer than min_segment samples after them).
+    large = large_steps_at_end(values, sizes, config)
+    large_rate = _tail_rates(series, offsets, sizes, large.group, large.new_samples)
+    large_small = immaterial(large.before_mean, large.after_mean, large_rate, config)
+    large_candidate = ~large_small
+    p_values = np.concatenate([welch.p[candidate], large.p_value[large_candidate]])
+    adjusted_all = fdr(p_values) if p_values.size else p_values
     adjusted = np.full(candidate.shape[0], np.nan)
-    if candidate.any():
-        adjusted[candidate] = fdr(welch.p[candidate])
+    adjusted[candidate] = adjusted_all[: int(candidate.sum())]
+    large_adjusted = np.full(large.group.shape[0], np.nan)
+    large_adjusted[large_candidate] = adjusted_all[int(candidate.sum()) :]
     detected = candidate & (adjusted < config.fdr_q)
-    tests = int(candidate.sum()) + fleet_tests
+    tests = int(candidate.sum()) + int(large_candidate.sum()) + fleet_tests
     starts = series["interval_start"]
-    candidates = pl.DataFrame(
-        {
-            "group": searched[candidate_group],
-            "changepoint_index": first_new,
-            "mixed_index": pl.Series([int(m) if m >= 0 else None for m in steps.mixed], dtype=pl.Int64),
-            "detected_change_at": pl.Series(
-                [starts[int(offsets[g] + i)] for g, i in zip(candidate_group, first_new, strict=True)],
-                dtype=pl.Datetime("us", "UTC"),
+    with np.errstate(divide="ignore", invalid="ignore"):
+        large_change = (large.after_mean - large.before_mean) / large.before_mean
+    candidates = pl.concat(
+        [
+            pl.DataFrame(
+                {
+                    "group": searched[candidate_group],
+                    "changepoint_index": first_new,
+                    "mixed_index": pl.Series(
+                        [int(m) if m >= 0 else None for m in steps.mixed], dtype=pl.Int64
+                    ),
+                    "detected_change_at": pl.Series(
+                        [
+                            starts[int(offsets[g] + i)]
+                            for g, i in zip(candidate_group, first_new, strict=True)
+                        ],
+                        dtype=pl.Datetime("us", "UTC"),
+                    ),
+                    "latency_change": change,
+                    "changepoint_p_value": candidate_cp_p,
+                    "before_mean_ms": welch.before_mean,
+                    "after_mean_ms": welch.after_mean,
+                    "before_count": welch.before_count,
+                    "after_count": welch.after_count,
+                    "t_statistic": welch.t,
+                    "p_value": welch.p,
+                    "p_adjusted": adjusted,
+                    "added_load_ms_per_s": added_load,
+                    "stepped_up": stepped_up,
+                    "immaterial": stepped_up & small,
+                    "recovered": stepped_up & ~small & recovered,
+                    "candidate": candidate,
+                    "detected": detected,
+                    "confirmed_by": pl.Series(["segments"] * candidate.shape[0], dtype=pl.String),
+                },
+                schema_overrides=_CANDIDATE_TYPES,
             ),
-            "latency_change": change,
-            "changepoint_p_value": candidate_cp_p,
-            "before_mean_ms": welch.before_mean,
-            "after_mean_ms": welch.after_mean,
-            "before_count": welch.before_count,
-            "after_count": welch.after_count,
-            "t_statistic": welch.t,
-            "p_value": welch.p,
-            "p_adjusted": adjusted,
-            "added_load_ms_per_s": added_load,
-            "stepped_up": stepped_up,
-            "immaterial": stepped_up & small,
-            "recovered": stepped_up & ~small & recovered,
-            "candidate": candidate,
-            "detected": detected,
-        },
-        schema_overrides={"group": pl.Int64, "changepoint_index": pl.Int64, "mixed_index": pl.Int64},
+            pl.DataFrame(
+                {
+                    "group": searched[large.group],
+                    "changepoint_index": large.cut,
+                    "mixed_index": pl.Series([None] * large.group.shape[0], dtype=pl.Int64),
+                    "detected_change_at": pl.Series(
+                        [starts[int(offsets[g] + c)] for g, c in zip(large.group, large.cut, strict=True)],
+                        dtype=pl.Datetime("us", "UTC"),
+                    ),
+                    "latency_change": large_change,
+                    "changepoint_p_value": large.p_value,
+                    "before_mean_ms": large.before_mean,
+                    "after_mean_ms": large.after_mean,
+                    "before_count": large.reference_samples,
+                    "after_count": large.new_samples,
+                    "t_statistic": np.full(large.group.shape[0], np.nan),
+                    "p_value": large.p_value,
+                    "p_adjusted": large_adjusted,
+                    "added_load_ms_per_s": (large.after_mean - large.before_mean) * large_rate,
+                    "stepped_up": np.ones(large.group.shape[0], dtype=bool),
+                    "immaterial": large_small,
+                    "recovered": np.zeros(large.group.shape[0], dtype=bool),
+                    "candidate": large_candidate,
+                    "detected": large_candidate & (large_adjusted < config.fdr_q),
+                    "confirmed_by": pl.Series(["large_step"] * large.group.shape[0], dtype=pl.String),
+                },
+                schema_overrides=_CANDIDATE_TYPES,
+            ),
+        ],
+        how="vertical_relaxed",
     )
     # Per series: the detected step with the smallest adjusted p (ties: earliest), else the best candidate.
     best = candidates.sort(
@@ -200,6 +250,31 @@ def detect_unannounced_regressions(
     )
     result = result.drop("_searched")
     return PERFORMANCE_REGRESSIONS.conform(result.select(known_columns(result))).sort(*SERIES_KEY)
+
+
+_CANDIDATE_TYPES = {
+    "group": pl.Int64,
+    "changepoint_index": pl.Int64,
+    "mixed_index": pl.Int64,
+    "before_count": pl.Int64,
+    "after_count": pl.Int64,
+}
+
+
+def _tail_rates(
+    series: pl.DataFrame, offsets: np.ndarray, sizes: np.ndarray, groups: np.ndarray, newest: np.ndarray
+) -> np.ndarray:
+    """Calls per second over the ``newest[i]`` last intervals of series ``groups[i]`` (a large step's)."""
+    if groups.size == 0:
+        return np.zeros(0)
+    calls = series["calls"].to_numpy().astype(np.float64)
+    seconds = series["interval_seconds"].to_numpy().astype(np.float64)
+    out = np.zeros(groups.size)
+    for i, (g, k) in enumerate(zip(groups, newest, strict=True)):
+        stop = int(offsets[g]) + int(sizes[g])
+        spent = seconds[stop - int(k) : stop].sum()
+        out[i] = calls[stop - int(k) : stop].sum() / spent if spent > 0 else 0.0
+    return out
 
 
 def _rates(series: pl.DataFrame) -> np.ndarray:

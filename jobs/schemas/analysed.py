@@ -75,6 +75,13 @@ PERFORMANCE_REGRESSIONS = TableSchema(
         Column("before_mean_ms", pl.Float64()),
         Column("after_mean_ms", pl.Float64()),
         *SEGMENT_TEST_COLUMNS,
+        Column(
+            "confirmed_by",
+            pl.String(),
+            "unannounced: segments (the change-point search and Welch) | large_step (its newest 2 to 4 "
+            "samples above every sample of the hour before and the large-step ratio; "
+            "jobs.detect.large_steps)",
+        ),
         Column("confidence", pl.Float64(), "1 - p (1 - adjusted p for the unannounced analysis)"),
         Column("fdr_method", pl.String(), "false discovery control applied, if any"),
         Column(
@@ -265,6 +272,17 @@ FINDING_STATES = TableSchema(
         Column("queryids", pl.String()),
         Column("query", pl.String()),
         Column("onset", UTC_TS, "the change time when the finding opened; identity, never updated"),
+        Column(
+            "opened_on_samples",
+            pl.Int64(),
+            "samples after the step when the finding opened (fewer for a large step: issue 26); "
+            "never updated",
+        ),
+        Column(
+            "opened_by",
+            pl.String(),
+            "the test that opened it: segments | large_step (unannounced), deploy, or work; never updated",
+        ),
         Column("detected_change_at", UTC_TS, "the latest run's change time (within the onset tolerance)"),
         Column("analysis", pl.String(), "deploy | unannounced: the analysis the finding is attributed to"),
         Column("deploy_id", pl.String(), "the deploy blamed (latest at or before the change); null: none"),

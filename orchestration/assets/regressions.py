@@ -34,7 +34,17 @@ DetectorRunConfig = section_config(
                 "last run (a run whose settings differ from the last run's, e.g. after changing a "
                 "threshold, does so by itself).",
             ),
-        )
+        ),
+        "append_samples": (
+            bool,
+            pydantic.Field(
+                default=True,
+                description="Bring query_samples up to date (an append of what is new) before detecting, "
+                "so a per-minute run sees the last snapshot; the samples schedule keeps them too. "
+                "Incremental, unsharded runs (a full run, or a shard's, reads them as the samples runs "
+                "left them).",
+            ),
+        ),
     },
 )
 
@@ -114,7 +124,11 @@ def build_regressions_and_plan_diffs(shard_count: int) -> dg.AssetsDefinition:
     ) -> Iterator[dg.MaterializeResult]:
         settings = settings_from_config("detector", config, "regressions_and_plan_diffs")
         mark = lake_io.incident_mark()
-        detection = settings.detection_config(incremental=not config.full_run, rebuild_samples=False)
+        detection = settings.detection_config(
+            incremental=not config.full_run,
+            # an append only: a full run reads the samples as the samples job left them
+            rebuild_samples=config.append_samples and shard_count == 1 and not config.full_run,
+        )
         shard_metadata: dict[str, object] = {}
         if shard_count > 1:
             shard = _one_shard(context, shard_count)

@@ -100,6 +100,48 @@ def _header() -> str:
     return f"{'detector':44s} " + " ".join(f"{name:>{width}s}" for name, width in columns)
 
 
+def large_step_false_alarms(labeled: list, config: object = None) -> dict[str, object]:
+    """The fast confirmation of large steps (jobs.detect.large_steps, the unannounced analysis' defaults)
+    at *every* look, as a per-minute detection sees a series grow: each prefix of each unchanged series,
+    and each prefix of a changed one that ends before its change (its steps are +10-100%: none is large).
+    A series counts once if any look fires. Today's false-positive rate (the segmentation, one look at the
+    whole series) is the reference; what the fast path adds is this share."""
+    from jobs.detect.config import RegressionConfig
+    from jobs.detect.large_steps import large_steps_at_end
+
+    config = config or RegressionConfig()
+    window = config.large_step_reference_samples + config.unannounced_changepoint.min_segment - 1
+    windows: list[np.ndarray] = []
+    owners: list[int] = []
+    for number, item in enumerate(labeled):
+        end = len(item.values) if item.change is None else item.change
+        for stop in range(config.large_step_min_reference + 2, end + 1):
+            windows.append(item.values[max(0, stop - window) : stop])
+            owners.append(number)
+    started = time.perf_counter()
+    sizes = np.array([w.size for w in windows], dtype=np.int64)
+    found = large_steps_at_end(np.concatenate(windows), sizes, config)
+    seconds = time.perf_counter() - started
+    fired = sorted({owners[int(g)] for g in found.group})
+    looked = sorted(set(owners))
+    negatives = [i for i in looked if labeled[i].change is None]
+    out = {
+        "looks": len(windows),
+        "series_looked_at": len(looked),
+        "series_fired": len(fired),
+        "unchanged_series": len(negatives),
+        "unchanged_series_fired": sum(1 for i in fired if labeled[i].change is None),
+        "fired_with_outliers": sum(1 for i in fired if labeled[i].has_outliers),
+        "seconds": round(seconds, 3),
+    }
+    print(
+        f"\nlarge-step fast path at every look: {out['looks']:,} looks on {len(looked)} series "
+        f"({len(negatives)} unchanged): fired on {len(fired)} ({out['unchanged_series_fired']} unchanged), "
+        f"{seconds:.2f} s"
+    )
+    return out
+
+
 def main() -> None:
     report: dict[str, object] = {"machine": platform.platform(), "cpus": os.cpu_count(), "quick": QUICK}
     count = 120 if QUICK else 1000
@@ -179,6 +221,7 @@ def main() -> None:
             segmentation[label] = {**scores, "seconds": took}
             print(_row(label, scores, took / count))
     report["segmentation_labeled"] = segmentation
+    report["large_steps"] = large_step_false_alarms(labeled)
 
     # ---- multi-step series: recall of every step, binary vs seeded, and their speed --------------------
     multi_truth = [item.changes for item in multi]

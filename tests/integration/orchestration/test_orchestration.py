@@ -282,6 +282,7 @@ def test_samples_and_analysis_schedules() -> None:
         "analysis_schedule",
         "weekly_report_schedule",
         "compaction_schedule",
+        "detection_schedule",
     }
 
 

@@ -1,0 +1,79 @@
+"""Evidence that grows with the effect (jobs.detect.large_steps): a large step is confirmed with 2 to 4 new
+samples, by an exact rank p-value; noise, spikes, moderate steps and short histories wait."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from scipy import special
+
+from jobs.detect.config import RegressionConfig
+from jobs.detect.large_steps import large_steps_at_end
+from jobs.detect.unannounced import detect_unannounced_regressions
+from tests.support.lakes import series_samples, series_texts
+
+CONFIG = RegressionConfig()
+
+
+def noise(seed: int, n: int, level: float = 10.0) -> np.ndarray:
+    return level * np.random.default_rng(seed).lognormal(0.0, 0.1, n)
+
+
+def found(*series: np.ndarray, config: RegressionConfig = CONFIG) -> dict[int, tuple[int, float]]:
+    values = np.concatenate(series)
+    sizes = np.array([s.size for s in series])
+    steps = large_steps_at_end(values, sizes, config)
+    return {
+        int(g): (int(k), float(p))
+        for g, k, p in zip(steps.group, steps.new_samples, steps.p_value, strict=True)
+    }
+
+
+def test_a_x3_step_is_confirmed_by_its_newest_three_samples_with_the_exact_rank_p() -> None:
+    stepped = np.r_[noise(1, 60), 30.0, 31.0, 29.0]
+    assert found(stepped) == {0: (3, pytest.approx(1 / special.comb(63, 3)))}
+    # two new samples: 1 / C(62, 2) = 5.3e-4, over the default bound (1e-4); allowed when it is looser
+    assert found(np.r_[noise(1, 60), 30.0, 31.0]) == {}
+    loose = replace(CONFIG, large_step_max_p=1e-3)
+    assert found(np.r_[noise(1, 60), 30.0, 31.0], config=loose) == {
+        0: (2, pytest.approx(1 / special.comb(62, 2)))
+    }
+
+
+def test_noise_a_spike_a_moderate_step_an_old_step_and_a_short_history_wait() -> None:
+    quiet = noise(2, 80)
+    spike = np.r_[noise(3, 60), 50.0]  # one sample: never enough
+    moderate = np.r_[noise(4, 60), 15.0, 15.5]  # x1.5: the segment tests' job
+    old = np.r_[noise(5, 60), 30.0, 31.0, 29.0, 30.5, 30.2]  # 5 new samples: the change-point search's
+    short = np.r_[noise(6, 12), 30.0, 31.0]  # 12 reference samples < 20
+    dip_inside = np.r_[noise(7, 60), 30.0, 9.0, 31.0]  # the newest are not all new-regime
+    assert found(quiet, spike, moderate, old, short, dip_inside) == {}
+    assert found(np.r_[noise(1, 60), 30.0, 31.0], config=replace(CONFIG, large_step_ratio=0.0)) == {}
+    # the p bound: with 20 reference samples three new ones give 1/1771 = 5.6e-4 > 1e-4, four 1/10626
+    assert found(np.r_[noise(8, 20), 30.0, 31.0, 32.0]) == {}
+    assert 0 in found(np.r_[noise(8, 20), 30.0, 31.0, 32.0, 31.5])
+
+
+def unannounced(values: np.ndarray, config: RegressionConfig = CONFIG) -> dict:
+    samples = series_samples(values, calls=6000, instance="alpha", queryid=7, first=0)
+    out = detect_unannounced_regressions(samples, series_texts([("alpha", 7, QUERY)]), config)
+    return out.row(0, named=True)
+
+
+QUERY = "select total from invoices where account_id = $1"
+
+
+def test_the_unannounced_analysis_opens_a_large_step_after_three_samples_and_says_so() -> None:
+    row = unannounced(np.r_[noise(9, 90), 40.0, 41.0, 39.5])
+    assert (row["status"], row["confirmed_by"], row["after_count"]) == ("detected", "large_step", 3), row
+    assert row["p_value"] == pytest.approx(1 / special.comb(63, 3))
+    assert row["before_mean_ms"] == pytest.approx(noise(9, 90)[-60:].mean())
+    # Off: the same series waits for the segment tests (too few new samples for them).
+    off = unannounced(np.r_[noise(9, 90), 40.0, 41.0, 39.5], replace(CONFIG, large_step_ratio=0.0))
+    assert off["status"] != "detected", off
+    # Five new samples: the change-point search finds it (segments), at the same change time.
+    later = unannounced(np.r_[noise(9, 90), 40.0, 41.0, 39.5, 40.5, 40.2])
+    assert (later["status"], later["confirmed_by"]) == ("detected", "segments"), later
+    assert later["detected_change_at"] == row["detected_change_at"]
