@@ -142,3 +142,97 @@ def attribute_to_deploys(
         rest = rest.join(replaced, on=["deploy_id", *keys], how="anti", nulls_equal=True)
     out = pl.concat([rest, pl.DataFrame(records, schema=table.schema)])
     return out.sort("deployed_at", "deploy_id", *keys, maintain_order=True)
+
+
+def attribute_large_steps(
+    rows: pl.DataFrame,
+    deploys: pl.DataFrame,
+    intervals: dict[str, timedelta],
+    config: RegressionConfig = RegressionConfig(),
+) -> pl.DataFrame:
+    """The findings' rows with each large step (an unannounced detection ``confirmed_by`` large_step,
+    jobs.detect.large_steps) blamed on a deploy as ``attribute_to_deploys`` would blame it: the latest
+    deploy of its instance at or before its change (with the slack), within the tolerance; the others
+    listed. A large step is confirmed with 3 samples, before the deploy analysis has its 5; without this
+    an index dropped at a deploy was first reported unannounced, then re-attributed 2 minutes later.
+    Only the findings' input: the analysis tables keep the row as the unannounced analysis found it."""
+    if rows.height == 0 or deploys.height == 0 or "confirmed_by" not in rows.columns:
+        return rows
+    fast = (
+        (pl.col("analysis") == "unannounced")
+        & (pl.col("status") == DETECTED)
+        & (pl.col("confirmed_by") == "large_step")
+    ).fill_null(False)
+    if not rows.select(fast.any()).item():
+        return rows
+    marked = rows.with_row_index("_row")
+    chosen_rows: list[dict] = []
+    targets = deploys_for_instances(deploys, marked.filter(fast)["instance"].unique().to_list())
+    by_instance: dict[str, list[dict]] = {}
+    for deploy in targets.iter_rows(named=True):
+        by_instance.setdefault(deploy["instance"], []).append(deploy)
+    tolerance = config.tolerance()
+    for record in marked.filter(fast).iter_rows(named=True):
+        change = record["detected_change_at"]
+        near = sorted(
+            (
+                d
+                for d in by_instance.get(record["instance"], [])
+                if abs(d["deployed_at"] - change) <= tolerance
+            ),
+            key=lambda d: (d["deployed_at"], d["deploy_id"]),
+        )
+        if not near:
+            continue
+        slack = intervals.get(record["instance"], timedelta(0)) * config.attribution_slack_samples
+        latest_cause = change + slack
+        before = [d for d in near if d["deployed_at"] <= latest_cause]
+        chosen = (
+            before[-1]
+            if before
+            else min(near, key=lambda d: (abs(d["deployed_at"] - change), d["deployed_at"]))
+        )
+        others = [d for d in near if d["deploy_id"] != chosen["deploy_id"]]
+        chosen_rows.append(
+            {
+                "_row": record["_row"],
+                "_deploy_id": chosen["deploy_id"],
+                "_deploy_version": chosen["version"],
+                "_deployed_at": chosen["deployed_at"],
+                "_other_deploys": ", ".join(
+                    _deploy_label(d["version"], d["deployed_at"])
+                    for d in others
+                    if d["deployed_at"] <= latest_cause
+                )
+                or None,
+                "_deploys_after": ", ".join(
+                    _deploy_label(d["version"], d["deployed_at"])
+                    for d in others
+                    if d["deployed_at"] > latest_cause
+                )
+                or None,
+            }
+        )
+    if not chosen_rows:
+        return rows
+    blamed = pl.DataFrame(
+        chosen_rows,
+        schema={
+            "_row": pl.UInt32,
+            "_deploy_id": pl.String,
+            "_deploy_version": pl.String,
+            "_deployed_at": pl.Datetime("us", "UTC"),
+            "_other_deploys": pl.String,
+            "_deploys_after": pl.String,
+        },
+    )
+    out = marked.join(blamed, on="_row", how="left")
+    hit = pl.col("_deploy_id").is_not_null()
+    columns = ("deploy_id", "deploy_version", "deployed_at", "other_deploys", "deploys_after")
+    return out.with_columns(
+        pl.when(hit).then(pl.lit("deploy")).otherwise(pl.col("analysis")).alias("analysis"),
+        *(
+            pl.when(hit).then(pl.col(f"_{c}")).otherwise(pl.col(c) if c in out.columns else None).alias(c)
+            for c in columns
+        ),
+    ).drop("_row", *(f"_{c}" for c in columns))

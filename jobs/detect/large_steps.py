@@ -26,6 +26,7 @@ import numpy as np
 from scipy import special
 
 from jobs.detect.config import RegressionConfig
+from jobs.detect.segments import settle_boundary
 
 
 @dataclass(frozen=True)
@@ -44,11 +45,14 @@ class LargeSteps:
     """1 / C(m + k, k)."""
     before_mean: np.ndarray
     after_mean: np.ndarray
+    mixed: np.ndarray
+    """The sample whose interval holds the step (its mean mixes both regimes), in neither level, as the
+    segment tests settle it (jobs.detect.segments.settle_boundary); -1: none. ``cut`` is after it."""
 
 
 def _empty() -> LargeSteps:
     none = np.zeros(0, dtype=np.int64)
-    return LargeSteps(none, none, none, none, np.zeros(0), np.zeros(0), np.zeros(0))
+    return LargeSteps(none, none, none, none, np.zeros(0), np.zeros(0), np.zeros(0), none)
 
 
 def large_steps_at_end(values: np.ndarray, sizes: np.ndarray, config: RegressionConfig) -> LargeSteps:
@@ -98,12 +102,29 @@ def large_steps_at_end(values: np.ndarray, sizes: np.ndarray, config: Regression
     p = 1.0 / special.comb(m + k, k, exact=False)
     keep = p <= config.large_step_max_p
     groups, k, m, p = groups[keep], k[keep], m[keep], p[keep]
+    cut = sizes[groups] - k
+    before_mean, after_mean = before[groups], after[groups]
+    mixed = np.full(groups.size, -1, dtype=np.int64)
+    # The levels and the onset as the segment tests will settle them when the step has min_segment
+    # samples, so that the finding does not move then: the sample holding the step is in neither level.
+    for i, g in enumerate(groups):
+        lo = int(ends[g] - sizes[g])
+        series = values[lo : int(ends[g])]
+        c = int(cut[i])
+        settled = settle_boundary(series, np.arange(c - int(m[i]), c), np.arange(c, series.size), c, config)
+        if settled.mixed is None:
+            continue
+        mixed[i] = settled.mixed
+        cut[i] = settled.first_new
+        before_mean[i] = float(series[settled.before].mean())
+        after_mean[i] = float(series[settled.after].mean())
     return LargeSteps(
         group=groups,
-        cut=sizes[groups] - k,
+        cut=cut,
         new_samples=k,
         reference_samples=m,
         p_value=p,
-        before_mean=before[groups],
-        after_mean=after[groups],
+        before_mean=before_mean,
+        after_mean=after_mean,
+        mixed=mixed,
     )

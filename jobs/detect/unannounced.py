@@ -183,7 +183,9 @@ def detect_unannounced_regressions(
                 {
                     "group": searched[large.group],
                     "changepoint_index": large.cut,
-                    "mixed_index": pl.Series([None] * large.group.shape[0], dtype=pl.Int64),
+                    "mixed_index": pl.Series(
+                        [int(x) if x >= 0 else None for x in large.mixed], dtype=pl.Int64
+                    ),
                     "detected_change_at": pl.Series(
                         [starts[int(offsets[g] + c)] for g, c in zip(large.group, large.cut, strict=True)],
                         dtype=pl.Datetime("us", "UTC"),

@@ -15,7 +15,7 @@ from pathlib import Path
 import polars as pl
 
 from jobs.collect.deploys import load_deploy_events
-from jobs.detect.attribution import attribute_to_deploys
+from jobs.detect.attribution import attribute_large_steps, attribute_to_deploys
 from jobs.detect.changepoint_memo import ChangePointMemo
 from jobs.detect.config import FindingsConfig, MemoryConfig, RegressionConfig, SampleConfig, ScopeConfig
 from jobs.detect.contention import separate_contention
@@ -395,9 +395,10 @@ def run_detection(
     )
     latency = pl.concat([found.regressions, found.unannounced], how="diagonal_relaxed")
     # Work steps are findings too (kind work), or name the work change of the latency finding they share.
-    steps = finding_rows_with_work(
-        latency, found.resource_regressions, sample_intervals(samples), config.findings
-    )
+    intervals = sample_intervals(samples)
+    steps = finding_rows_with_work(latency, found.resource_regressions, intervals, config.findings)
+    # A large step, confirmed before the deploy analysis has its samples, blamed as that analysis will.
+    steps = attribute_large_steps(steps, deploys, intervals, config.regression)
     previous, changes = findings_of_run(
         lake_root, steps, samples, texts, computed_at, config, None if shard is None else shard.instances
     )

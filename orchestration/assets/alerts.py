@@ -5,6 +5,7 @@ re-run safe: nothing a sink accepted is sent to it again."""
 import dataclasses
 
 import dagster as dg
+import pydantic
 
 from jobs.alerts.run import send_alerts
 from jobs.alerts.sinks import SLACK, WEBHOOK
@@ -13,7 +14,21 @@ from orchestration.run_config import definitions_settings, section_config, secti
 
 # [alerts] of the config file; where alerts go (file, dead_letter_file) is AlertResource's, and the webhook
 # URLs are never run config (section_config leaves secrets out; the file's or the environment's are used).
-AlertsRunConfig = section_config("alerts", exclude=("file", "dead_letter_file"))
+PileupsRunConfig = section_config("pileups")  # [pileups]: the live pile-up alerts' thresholds
+AlertsRunConfig = section_config(
+    "alerts",
+    exclude=("file", "dead_letter_file"),
+    extra={
+        "pileups": (
+            PileupsRunConfig,
+            pydantic.Field(
+                default_factory=PileupsRunConfig,
+                description="[pileups] of the config file: when a live pile-up (a lock queue, or backends "
+                "running one statement far longer than usual) is alerted",
+            ),
+        )
+    },
+)
 
 
 @dg.asset(
@@ -37,9 +52,8 @@ def regression_alerts(
     # Webhook URLs: [alerts] or its environment variables, now; the evidence words' cut-offs are the weekly
     # report's, so Slack and the report call one finding the same.
     settings = definitions_settings().settings
-    report = send_alerts(
-        lake.path, alerts, cutoffs=settings.report.evidence_cutoffs(), pileups=settings.pileups
-    )
+    pileups = section_from_config("pileups", config.pileups, "regression_alerts")
+    report = send_alerts(lake.path, alerts, cutoffs=settings.report.evidence_cutoffs(), pileups=pileups)
     metadata: dict[str, int | str] = {
         "alerts_sent": len(report.sent),
         "pending": report.pending,

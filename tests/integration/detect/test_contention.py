@@ -415,7 +415,7 @@ def test_the_regressions_asset_materializes_instance_slowdowns(lake_root: Path) 
     assert "instance_slowdowns" in {
         k.to_user_string() for k in defs.resolve_asset_graph().get_all_asset_keys()
     }
-    analysis = defs.resolve_job_def("analysis_job")
+    analysis = defs.resolve_job_def("detection_job")  # the per-minute detection and its alerts
     assert "instance_slowdowns" in {k.to_user_string() for k in analysis.asset_layer.executable_asset_keys}
 
 

@@ -304,3 +304,20 @@ def test_the_launchpad_shows_each_key_with_the_reference_text() -> None:
     assert fields["findings"].description.startswith("Finding identity")
     assert "rank" in fields["changepoint"].config_type.fields["test"].description
     assert "after changing a threshold" in fields["full_run"].description
+
+
+def test_pileup_thresholds_are_regression_alerts_run_config() -> None:
+    from orchestration.assets.alerts import AlertsRunConfig, regression_alerts
+    from orchestration.run_config import section_from_config
+
+    fields = regression_alerts.op.config_schema.config_type.fields
+    assert "pile-up" in fields["pileups"].description
+    config = AlertsRunConfig(pileups={"min_backends": 5})  # type: ignore[call-arg]
+    pileups = section_from_config("pileups", config.pileups, "regression_alerts")  # type: ignore[attr-defined]
+    assert pileups.min_backends == 5
+    with pytest.raises(dg.Failure, match=r"\[pileups\]"):
+        section_from_config(
+            "pileups",
+            AlertsRunConfig(pileups={"min_backends": -1}).pileups,  # type: ignore[call-arg,attr-defined]
+            "regression_alerts",
+        )

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
+import polars as pl
 import pytest
 from scipy import special
 
@@ -77,3 +78,29 @@ def test_the_unannounced_analysis_opens_a_large_step_after_three_samples_and_say
     later = unannounced(np.r_[noise(9, 90), 40.0, 41.0, 39.5, 40.5, 40.2])
     assert (later["status"], later["confirmed_by"]) == ("detected", "segments"), later
     assert later["detected_change_at"] == row["detected_change_at"]
+
+
+def test_a_finding_opened_by_a_large_step_keeps_its_identity_when_the_segment_tests_confirm_it() -> None:
+    from jobs.detect.findings import latest_states, update_findings
+    from tests.unit.detect.test_findings import INTERVALS, MINUTE, T, analysis_row, rows
+
+    fast = analysis_row(T, analysis="unannounced", before=10.0, after=40.0)
+    opened = update_findings(
+        pl.DataFrame(),
+        rows({**fast, "confirmed_by": "large_step", "after_count": 3}),
+        computed_at=T + 3 * MINUTE,
+        intervals=INTERVALS,
+    )
+    assert opened.select("status", "opened_by", "opened_on_samples").rows() == [("open", "large_step", 3)]
+    # Two samples later the change-point search has it (same change time, levels refined): an update.
+    refined = analysis_row(T, analysis="unannounced", before=10.2, after=40.5)
+    later = update_findings(
+        latest_states(opened),
+        rows({**refined, "confirmed_by": "segments", "after_count": 5}),
+        computed_at=T + 5 * MINUTE,
+        intervals=INTERVALS,
+    )
+    assert later["finding_id"].to_list() == opened["finding_id"].to_list()
+    assert later.select("change", "opened_by", "opened_on_samples", "after_mean_ms").rows() == [
+        ("updated", "large_step", 3, 40.5)
+    ]
