@@ -133,7 +133,7 @@ EXIT_CODES = {
 }
 FORMAT_HELP = (
     "table (default), json (an array of objects, one per row; ISO-8601 UTC times) or csv; "
-    "see jobs/publish/output.py and the README's 'Use from scripts'"
+    "see jobs/publish/output.py and docs/scripting.md"
 )
 
 
