@@ -10,12 +10,15 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # mkdocs loads this file by path; the code it documents is this checkout's
-    sys.path.insert(0, str(ROOT))
 
 
 def on_files(files: Any, config: Any) -> Any:
     from mkdocs.structure.files import File
+
+    # mkdocs loads this file by path (and restores sys.path after): the code documented is this checkout's,
+    # whatever the virtualenv's editable install points at.
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
 
     from docsgen.reference import PAGES
 
