@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test test-unit test-slow test-soak test-store-plans test-browser lint bench dev clean fmt config-reference
+.PHONY: venv demo test test-unit test-slow test-soak test-store-plans test-browser lint bench dev clean fmt config-reference docs
 
 venv: $(STAMP)
 
@@ -53,9 +53,15 @@ lint: venv
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/python .ci/import_cycles.py
 
-# The README's configuration reference and data/radar.example.toml, regenerated from the config classes (a test checks it is current).
+# data/radar.example.toml (every key at its default, commented out), regenerated from the config classes (a test
+# checks it is current). The reference table itself is a page of the docs site, generated at every `make docs`.
 config-reference: venv
-	$(BIN)/python -m jobs.config.reference README.md data/radar.example.toml
+	$(BIN)/python -m jobs.config.reference --example data/radar.example.toml
+
+# The documentation site (mkdocs.yml, docs/): warnings are errors; the reference pages are generated from the
+# code by docsgen/hooks.py. Output in site/ (open site/index.html).
+docs: venv
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 fmt: venv
 	$(BIN)/ruff format .
@@ -68,4 +74,4 @@ dev: venv
 	DAGSTER_HOME=$(CURDIR)/.dagster_home sh -c 'mkdir -p $$DAGSTER_HOME && $(BIN)/dagster dev -m orchestration.definitions'
 
 clean:
-	rm -rf $(VENV) .bench .pytest_cache .ruff_cache build/store_plans build/browser
+	rm -rf $(VENV) .bench .pytest_cache .ruff_cache build/store_plans build/browser site

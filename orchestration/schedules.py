@@ -5,8 +5,8 @@ config's defaults, i.e. the config file's values.
 
 Every schedule (and the deploy sensor) starts STOPPED (Dagster's default): loading the code location on a
 laptop must not begin polling a fleet. Switch on snapshot_schedule and detection_schedule (and the others
-you want: samples_schedule, analysis_schedule) in the UI or with `dagster schedule start` (README,
-Orchestration)."""
+you want: samples_schedule, analysis_schedule) in the UI or with `dagster schedule start`
+(docs/dagster.md)."""
 
 from datetime import UTC
 from typing import Any

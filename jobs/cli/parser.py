@@ -144,8 +144,8 @@ EXIT_CODES = {
 }
 FORMAT_HELP = (
     "table (default), json (an array of objects, one per row; ISO-8601 UTC times), jsonl (the same objects, "
-    "one per line and nothing else: for a file cron appends to) or csv; see jobs/publish/output.py and the "
-    "README's 'Use from scripts'"
+    "one per line and nothing else: for a file cron appends to) or csv; see jobs/publish/output.py and "
+    "docs/scripting.md"
 )
 ROW_FORMATS = ["table", "json", "jsonl", "csv"]
 
@@ -611,7 +611,7 @@ def build_parser(command: str | None = ALL_COMMANDS) -> argparse.ArgumentParser:
         sub,
         "metrics",
         "the lake's Prometheus exposition, to stdout or a node_exporter textfile",
-        description="The lake's metrics in the Prometheus text format (README 'Metrics'): collection "
+        description="The lake's metrics in the Prometheus text format (docs/metrics.md): collection "
         "health per instance, the collector's skipped EXPLAINs, drift scores, verdicts and degenerate pairs, "
         "open findings by kind, alerts sent and dead-lettered. --textfile writes them atomically for "
         "node_exporter's textfile collector (run it from cron); --rules prints the drift alert rules of "

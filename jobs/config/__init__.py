@@ -4,5 +4,5 @@ aggregates them into the config file (every threshold) with the fleet file (``jo
 - ``sections``: one dataclass per table of ``data/radar.toml`` (the domains' classes, extended).
 - ``loader``: defaults < file < environment < flags, strict, with provenance.
 - ``flags``: the design's command-line flags as overrides.
-- ``reference``: the README's configuration reference, generated from the classes.
+- ``reference``: the configuration reference (a docs site page) and the example file, from the classes.
 """

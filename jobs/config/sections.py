@@ -114,9 +114,9 @@ class ScheduleSettings:
     """Today's samples from today's snapshots (the per-minute detection appends them itself too)."""
     detection: str = "* * * * *"
     """Detection, plan diffs and regression alerts (``detection_job``), each run appending the samples
-    first: every minute, a regression alerts within about 3 minutes of its step (README, Time to alert).
-    A tick is skipped while the previous run is still going. Unsharded fleets (with shard_count above 1
-    the sharded detection runs in ``analysis``)."""
+    first: every minute, a regression alerts within about 3 minutes of its step (docs/scripting.md, Time to
+    alert). A tick is skipped while the previous run is still going. Unsharded fleets (with shard_count
+    above 1 the sharded detection runs in ``analysis``)."""
     detection_in_process: bool = True
     """``detection_job``'s steps run in one process (Dagster's in_process executor): a per-minute run
     spent most of its time starting a process per step (2-4 s each). False: a process per step, so a

@@ -232,7 +232,7 @@ class MemoryConfig:
     """The estimate's fixed part: one pass's memory over no samples (interpreter, libraries, buffers)."""
     sample_bytes: int = 660
     """The estimate's part per sample row a pass analyses (all of its chunk's instances'); measured with
-    ``bench_detection`` (README, "Detection at the speed of its input")."""
+    ``bench_detection`` (docs/benchmarks.md, "Detection at the speed of its input")."""
     rebuild_bytes: int = 1700
     """The estimate's part per snapshot row of the largest instance (or piece of days: ``[samples]
     rebuild_piece_rows``) whose samples a pass rebuilds (the samples job differences one instance at a
@@ -303,7 +303,7 @@ class RegressionConfig:
     On: their rows name the step found and why it fell short, at the cost of the search (the detection
     run's largest step on a fleet of steady statements). The search's Benjamini-Hochberg family is then
     every series, as before issue 25: on the benchmarks' lakes the findings were the same either way,
-    but a cut of a searched series can move (README, "Detection at the speed of its input")."""
+    but a cut of a searched series can move (docs/benchmarks.md, "Detection at the speed of its input")."""
     require_ongoing: bool = True
     """Unannounced analysis: the series' latest segment must still be above the level before the step;
     a step that came back down is a transient episode (lock contention, a backup), not a regression."""

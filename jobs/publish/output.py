@@ -1,6 +1,6 @@
 """Rows out of the CLI: a rich table for people, JSON or CSV for scripts.
 
-The JSON shape (stable; README "Use from scripts"):
+The JSON shape (stable; docs/scripting.md):
 
 - one JSON array per command run, one object per row, keys in column order, every row the same keys;
   printed one row per line, so ``jq`` and line tools both work; ``jsonl`` (JSON Lines) is the same objects

@@ -1,6 +1,6 @@
-"""The README's CI example, run as printed (the first ``sh`` block of "The gate" section, by bash, with
-`radar` on PATH) against a real server: a dropped index prints BLOCK, an unreachable candidate says the
-gate could not run, each through the exit code the README documents."""
+"""The documented CI example (docs/gate.md, once the README's), run as printed (the first ``sh`` block of
+"The gate" section, by bash, with `radar` on PATH) against a real server: a dropped index prints BLOCK, an
+unreachable candidate says the gate could not run, each through the exit code the page documents."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 def readme_ci_example() -> str:
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / "docs" / "gate.md").read_text()
     section = text[text.index("## The gate: PASS / WARN / BLOCK before a change ships") :]
     start = section.index("```sh\n") + len("```sh\n")
     return section[start : section.index("```", start)]

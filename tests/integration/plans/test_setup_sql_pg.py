@@ -53,11 +53,15 @@ def example_fleet_role() -> str:
     return users.pop()
 
 
-def test_the_example_fleet_file_and_readme_use_the_login_the_script_creates() -> None:
+def test_the_example_fleet_file_readme_and_docs_use_the_login_the_script_creates() -> None:
     role = script_login_role()
     assert example_fleet_role() == role
-    readme_roles = example_roles((REPO_ROOT / "README.md").read_text())
-    assert readme_roles <= {role}, f"README DSNs name other logins: {sorted(readme_roles - {role})}"
+    pages = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").rglob("*.md"))]
+    for page in pages:
+        roles = example_roles(page.read_text())
+        assert roles <= {role}, (
+            f"{page.relative_to(REPO_ROOT)} DSNs name other logins: {sorted(roles - {role})}"
+        )
 
 
 def run_radar(*argv: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:

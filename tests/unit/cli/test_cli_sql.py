@@ -59,7 +59,7 @@ def test_every_duckdb_type_prints_in_table_csv_and_json(
     code, out, _ = run(capsys, "--lake", str(lake_root), "sql", TYPES_SQL, "--format", "json")
     assert code == 0
     (row,) = json.loads(out)
-    assert row["pause"] == 86400 + 90 * 60  # durations are seconds (README, Use from scripts)
+    assert row["pause"] == 86400 + 90 * 60  # durations are seconds (docs/scripting.md)
     assert row["ids"] == [1, 2, 3] and row["pair"] == {"a": 1, "b": "x"} and row["names"] == {"1": "one"}
     assert row["u"] == "6f1c9a5e-3c1f-4b6e-9d62-0c2b8a4f1e11" and row["d"] == 1.25 and row["raw"] == "6162"
     assert row["huge"] == 170141183460469231731687303715884105727 and row["t"] == "10:11:12.000000"
