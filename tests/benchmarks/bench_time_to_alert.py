@@ -40,8 +40,8 @@ import numpy as np
 import polars as pl
 
 from jobs.lake.io import stem_for, write_table
-from jobs.local.simulate.simulated_fleet import query_text
 from jobs.schemas.collected import QUERY_TEXTS, SNAPSHOT_RUNS, STATEMENT_SNAPSHOTS
+from tests.benchmarks.detection_lake import collector_frames
 
 RESULTS = Path(".bench/results")
 SEED = 20261206
@@ -112,8 +112,6 @@ def generate(instances: int, series: int, minutes: int, steps: int) -> Fleet:
     names = [f"tta-{i:02d}" for i in range(instances)]
     queryids = np.empty((instances, series), dtype=np.int64)
     snapshots, runs, texts, chosen = [], [], [], []
-    before = np.datetime64((START - timedelta(days=1)).replace(tzinfo=None), "us")
-    captured = np.datetime64(START.replace(tzinfo=None), "us") + np.arange(n) * np.timedelta64(60, "s")
     for i in range(instances):
         r = np.random.default_rng([SEED, i])
         queryids[i] = r.integers(-(2**62), 2**62, series, dtype=np.int64)
@@ -143,67 +141,11 @@ def generate(instances: int, series: int, minutes: int, steps: int) -> Fleet:
         calls = np.cumsum(calls_step, axis=0) + 1000
         exec_ms = np.cumsum(calls_step * mean_ms, axis=0) + 1000 * latency
         hits = np.cumsum(np.rint(calls_step * blocks * block_factor).astype(np.int64), axis=0)
-        rows = n * series
-        snapshots.append(
-            pl.DataFrame(
-                {
-                    "captured_at": np.repeat(captured, series),
-                    "collector_clock": np.repeat(captured, series),
-                    "system_identifier": np.full(rows, 8_000_000 + i, dtype=np.int64),
-                    "postmaster_start": np.full(rows, before),
-                    "stats_reset": np.full(rows, before),
-                    "userid": np.full(rows, 10, dtype=np.int64),
-                    "dbid": np.full(rows, 5, dtype=np.int64),
-                    "toplevel": np.ones(rows, dtype=bool),
-                    "queryid": np.tile(queryids[i], n),
-                    "calls": calls.ravel(),
-                    "plans": np.zeros(rows, dtype=np.int64),
-                    "total_exec_time": exec_ms.ravel(),
-                    "total_plan_time": np.zeros(rows),
-                    "rows": calls.ravel() * 3,
-                    "shared_blks_hit": hits.ravel(),
-                    "shared_blks_read": np.zeros(rows, dtype=np.int64),
-                    "stats_since": np.full(rows, before),
-                }
-            ).with_columns(
-                pl.col(
-                    "captured_at", "collector_clock", "postmaster_start", "stats_reset", "stats_since"
-                ).dt.replace_time_zone("UTC")
-            )
+        frames = collector_frames(
+            START, queryids[i], calls, exec_ms, hits, np.zeros_like(hits), system_identifier=8_000_000 + i
         )
-        runs.append(
-            pl.DataFrame(
-                {
-                    "captured_at": captured,
-                    "collector_clock": captured,
-                    "status": ["ok"] * n,
-                    "health": ["ok"] * n,
-                    "system_identifier": np.full(n, 8_000_000 + i, dtype=np.int64),
-                    "postmaster_start": np.full(n, before),
-                    "server_version_num": np.full(n, 180000, dtype=np.int64),
-                    "dealloc": np.zeros(n, dtype=np.int64),
-                    "stats_reset": np.full(n, before),
-                    "statement_rows": np.full(n, series, dtype=np.int64),
-                }
-            ).with_columns(
-                pl.col(
-                    "captured_at", "collector_clock", "postmaster_start", "stats_reset"
-                ).dt.replace_time_zone("UTC")
-            )
-        )
-        texts.append(
-            pl.DataFrame(
-                {
-                    "captured_at": [START] * series,
-                    "queryid": queryids[i],
-                    "dbid": np.full(series, 5, dtype=np.int64),
-                    "userid": np.full(series, 10, dtype=np.int64),
-                    "query": [query_text(k) for k in range(series)],
-                    "is_explain": [False] * series,
-                    "is_radar": [False] * series,
-                }
-            )
-        )
+        for out, frame in zip((snapshots, runs, texts), frames, strict=True):
+            out.append(frame)
     return Fleet(names, queryids, snapshots, runs, texts, chosen, episodes)
 
 

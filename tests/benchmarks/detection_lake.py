@@ -175,14 +175,34 @@ def generate_instance(
     exec_ms = np.cumsum(calls_step * mean_ms, axis=0) + 1000 * latency
     hits = np.cumsum(np.rint(calls_step * blocks * block_factor).astype(np.int64), axis=0)
     reads = np.cumsum(rng.poisson(0.05 * calls_step), axis=0)
-    captured = np.datetime64(START.replace(tzinfo=None), "us") + np.arange(n) * np.timedelta64(60, "s")
-    before = np.datetime64((START - timedelta(days=1)).replace(tzinfo=None), "us")
+    snapshots, runs, texts = collector_frames(
+        START, queryid, calls, exec_ms, hits, reads, system_identifier=7_000_000 + i
+    )
+    return snapshots, runs, texts, events, injected
+
+
+def collector_frames(
+    start: datetime,
+    queryid: np.ndarray,
+    calls: np.ndarray,
+    exec_ms: np.ndarray,
+    hits: np.ndarray,
+    reads: np.ndarray,
+    *,
+    system_identifier: int,
+) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """statement_snapshots, snapshot_runs and query_texts of one instance as the collector writes them, from
+    cumulative (snapshots x statements) counters of one-minute snapshots from ``start``: one home for the
+    generated lakes' row shapes (this module's and the time-to-alert benchmark's)."""
+    n, q = calls.shape
+    captured = np.datetime64(start.replace(tzinfo=None), "us") + np.arange(n) * np.timedelta64(60, "s")
+    before = np.datetime64((start - timedelta(days=1)).replace(tzinfo=None), "us")
     rows = n * q
     snapshots = pl.DataFrame(
         {
             "captured_at": np.repeat(captured, q),
             "collector_clock": np.repeat(captured, q),
-            "system_identifier": np.full(rows, 7_000_000 + i, dtype=np.int64),
+            "system_identifier": np.full(rows, system_identifier, dtype=np.int64),
             "postmaster_start": np.full(rows, before),
             "stats_reset": np.full(rows, before),
             "userid": np.full(rows, 10, dtype=np.int64),
@@ -209,7 +229,7 @@ def generate_instance(
             "collector_clock": captured,
             "status": ["ok"] * n,
             "health": ["ok"] * n,
-            "system_identifier": np.full(n, 7_000_000 + i, dtype=np.int64),
+            "system_identifier": np.full(n, system_identifier, dtype=np.int64),
             "postmaster_start": np.full(n, before),
             "server_version_num": np.full(n, 180000, dtype=np.int64),
             "dealloc": np.zeros(n, dtype=np.int64),
@@ -223,7 +243,7 @@ def generate_instance(
     )
     texts = pl.DataFrame(
         {
-            "captured_at": [START] * q,
+            "captured_at": [start] * q,
             "queryid": queryid,
             "dbid": np.full(q, 5, dtype=np.int64),
             "userid": np.full(q, 10, dtype=np.int64),
@@ -232,7 +252,7 @@ def generate_instance(
             "is_radar": [False] * q,
         }
     )
-    return snapshots, runs, texts, events, injected
+    return snapshots, runs, texts
 
 
 def _write_by_date(root: Path, table: object, frame: pl.DataFrame, name: str) -> int:
