@@ -13,7 +13,17 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev]'
 	touch $(STAMP)
 
-demo: venv
+# `make demo` needs only the production install (no test, notebook or UI packages): .venv gets `-e .` unless
+# the dev install (a superset) is already current.
+RUNTIME_STAMP := $(VENV)/.installed-runtime
+
+$(RUNTIME_STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	if [ -f $(STAMP) ] && [ $(STAMP) -nt pyproject.toml ]; then :; \
+	else $(BIN)/pip install --quiet --disable-pip-version-check -e .; fi
+	touch $(RUNTIME_STAMP)
+
+demo: $(RUNTIME_STAMP)
 	$(BIN)/radar demo
 
 # The pg_store_plans tier is separate (it needs root, Debian packages and a C build): see test-store-plans.

@@ -6,7 +6,9 @@ from functools import cache
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-SQL_ROOT = REPO_ROOT / "sql"
+PACKAGED_SQL = Path(__file__).resolve().parent / "sql"
+"""Where an installed wheel keeps ``sql/`` (setup.py copies it into the package); a checkout has none."""
+SQL_ROOT = PACKAGED_SQL if PACKAGED_SQL.is_dir() else REPO_ROOT / "sql"
 
 
 @cache

@@ -44,11 +44,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import polars as pl
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from jobs.lake.locks import (
     COMPACTION_LOCK,
@@ -62,6 +60,11 @@ from jobs.lake.objectpath import ObjectPath
 from jobs.lake.storage import LakePath, lake_path, polars_storage_options
 from jobs.schemas.registry import TABLES
 from jobs.schemas.table import SCHEMA_VERSION, TableSchema
+
+if TYPE_CHECKING:
+    # pyarrow (0.1-0.2 s to import) is imported by the functions that write or read footers with it: a
+    # reader such as `radar sql` never needs it.
+    import pyarrow as pa
 
 DEFAULT_LAKE_ROOT = Path("data/lake")
 TEMP_MARK = ".tmp-"
@@ -172,6 +175,8 @@ def write_file(
     sweep_stale_temp_files(folder, config.stale_temp_after_s)
     tmp = folder / f"{TEMP_MARK}{stem}.{uuid.uuid4().hex}{TEMP_SUFFIX}"
     try:
+        import pyarrow.parquet as pq
+
         with open(tmp, "wb") as handle:
             pq.write_table(arrow, handle, compression="zstd")
             handle.flush()
@@ -189,6 +194,9 @@ def write_file(
 
 def put_parquet(final: ObjectPath, arrow: pa.Table) -> None:
     """The lake's Parquet bytes (zstd) as one PUT: an object is whole or absent, never partial."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     buffer = pa.BufferOutputStream()
     pq.write_table(arrow, buffer, compression="zstd")
     final.write_bytes(buffer.getvalue().to_pybytes())
@@ -660,6 +668,8 @@ def drop_replaced(paths: list[LakePath]) -> list[LakePath]:
     merged = [p for p in paths if isinstance(p, ObjectPath) and p.name.startswith("compacted-")]
     if not merged:
         return paths
+    import pyarrow as pa
+
     replaced: set[tuple[str, str]] = set()
     for path in merged:
         signature = _signature(path)
@@ -842,6 +852,9 @@ def read_file(root: LakePath, table: str | TableSchema, path: LakePath) -> pl.Da
 
 
 def read_file_metadata(path: LakePath) -> dict[str, str]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     source = pa.BufferReader(path.read_bytes()) if isinstance(path, ObjectPath) else path
     meta = pq.read_schema(source).metadata or {}
     return {k.decode(): v.decode() for k, v in meta.items() if k.startswith(b"radar.")}

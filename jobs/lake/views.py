@@ -3,17 +3,24 @@
 Base views come from the same schema catalogue the writers use (jobs/schemas/analysed.py); a table with no
 file
 yet gets an empty view of the right types, so derived views and users' queries never fail on a young lake.
+
+`radar sql` defines only the views its query names and the views those are built on (``views_needed``):
+binding a base view reads its files' footers, so all ~50 views cost about a second on every call. A query
+that looks at the catalogue (SHOW, DESCRIBE, information_schema, duckdb_views(), ...) or names something
+that is not a view gets every view, so its result is the same as on a fully defined connection.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+import json
+import re
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import duckdb
-import polars as pl
 
 from jobs.lake import io as lake
 from jobs.lake import locks
@@ -27,9 +34,14 @@ BASE_TEMPLATE = "base_table_view"
 COLUMNS_TEMPLATE = "base_table_columns"
 T = TypeVar("T")
 
+if TYPE_CHECKING:
+    import polars as pl
+
 
 def duckdb_type(dtype: pl.DataType) -> str:
     """The DuckDB type for a polars type used in the lake schemas."""
+    import polars as pl
+
     if isinstance(dtype, pl.Datetime):
         return "TIMESTAMPTZ" if dtype.time_zone else "TIMESTAMP"
     if isinstance(dtype, pl.List):
@@ -165,11 +177,146 @@ def search_path_sql(lake_root: LakePath, *also: LakePath) -> str:
 
 def derived_view_statements() -> list[str]:
     """The statements of the views built on the base views (sql/duckdb/views_*.sql), in order."""
-    out: list[str] = []
+    return list(_derived_views())
+
+
+_VIEW_NAME = re.compile(r"CREATE\s+OR\s+REPLACE\s+VIEW\s+(\w+)", re.IGNORECASE)
+
+
+@cache
+def _derived_views() -> dict[str, str]:
+    """Each derived view's statement by its name, in order (a view's dependencies come before it)."""
+    out: dict[str, str] = {}
     for path in sorted((SQL_ROOT / "duckdb").glob("views_*.sql")):
         text = path.read_text()
-        out += [s.strip() for s in text.split(";\n") if s.strip() and not _only_comments(s)]
+        for statement in (s.strip() for s in text.split(";\n") if s.strip() and not _only_comments(s)):
+            match = _VIEW_NAME.search(statement)
+            if match is None:
+                raise ValueError(f"{path.name}: a statement that creates no view: {statement[:80]}")
+            out[match.group(1).lower()] = statement
     return out
+
+
+def view_names() -> list[str]:
+    """Every view ``connect`` defines: the base views (one per lake table), then the derived ones."""
+    return [*TABLES, *_derived_views()]
+
+
+@cache
+def _view_dependencies() -> dict[str, frozenset[str]]:
+    """The views each derived view's statement names (every view name appearing in it as a word: a name
+    in a comment or a string counts too, which only defines a view more)."""
+    names = view_names()
+    words = {name: re.compile(rf"\b{re.escape(name)}\b", re.IGNORECASE) for name in names}
+    return {
+        view: frozenset(n for n in names if n != view and words[n].search(statement))
+        for view, statement in _derived_views().items()
+    }
+
+
+# Table functions that read files or make rows, never the catalogue: a query calling any other (duckdb_views,
+# query_table, pragma_table_info, ...) gets every view.
+_PLAIN_TABLE_FUNCTIONS = frozenset(
+    {
+        "range",
+        "generate_series",
+        "unnest",
+        "read_parquet",
+        "parquet_scan",
+        "read_csv",
+        "read_csv_auto",
+        "read_json",
+        "read_json_auto",
+        "read_ndjson",
+        "read_ndjson_auto",
+        "read_text",
+        "read_blob",
+        "glob",
+    }
+)
+_THIS_CATALOGUE = ("", "memory")
+_THIS_SCHEMA = ("", "main")
+
+
+def views_needed(conn: duckdb.DuckDBPyConnection, sql: str) -> frozenset[str] | None:
+    """The views ``sql`` reads: those it names and those they are built on; None: define every view.
+
+    DuckDB's own parser names the tables (``json_serialize_sql``); every view is needed when it cannot
+    serialize the statements (not SELECTs: SHOW TABLES, PRAGMA, CREATE, COPY; or a syntax error, whose
+    message must stay DuckDB's), a statement reads the catalogue (SHOW/DESCRIBE/SUMMARIZE, a table function
+    other than a file reader, information_schema or pg_catalog), or names a table that is not a view or a
+    CTE of the query (a typo: DuckDB's "did you mean" lists the catalogue)."""
+    try:
+        rows = conn.execute("SELECT json_serialize_sql(?)", [sql]).fetchall()  # all: the result is done
+        tree = json.loads(rows[0][0]) if rows else {"error": True}
+    except (duckdb.Error, ValueError, TypeError):
+        return None
+    if not isinstance(tree, dict) or tree.get("error") is not False:
+        return None
+    known = set(view_names())
+    ctes = {str(key).lower() for key in _cte_names(tree)}
+    named: set[str] = set()
+    for ref in _table_refs(tree):
+        kind = ref.get("type")
+        if kind == "BASE_TABLE":
+            name = str(ref.get("table_name", "")).lower()
+            schema, catalogue = str(ref.get("schema_name", "")), str(ref.get("catalog_name", ""))
+            if schema.lower() not in _THIS_SCHEMA or catalogue.lower() not in _THIS_CATALOGUE:
+                return None
+            if name in known:
+                named.add(name)
+            elif name not in ctes or schema or catalogue:
+                return None
+        elif kind == "TABLE_FUNCTION":
+            function = ref.get("function")
+            if not isinstance(function, dict):
+                return None
+            if function.get("schema") or function.get("catalog"):
+                return None
+            if str(function.get("function_name", "")).lower() not in _PLAIN_TABLE_FUNCTIONS:
+                return None
+        elif kind == "SHOW_REF":
+            return None
+    return _with_dependencies(named)
+
+
+def _with_dependencies(names: Collection[str]) -> frozenset[str]:
+    depends = _view_dependencies()
+    out: set[str] = set()
+    todo = list(names)
+    while todo:
+        name = todo.pop()
+        if name not in out:
+            out.add(name)
+            todo += depends.get(name, ())
+    return frozenset(out)
+
+
+def _nodes(tree: Any) -> Iterator[dict[str, Any]]:
+    stack = [tree]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            yield item
+            stack += item.values()
+        elif isinstance(item, list):
+            stack += item
+
+
+def _table_refs(tree: Any) -> Iterator[dict[str, Any]]:
+    """The table references of a serialized statement (expressions have a ``class``, table refs do not)."""
+    for node in _nodes(tree):
+        if "class" not in node and node.get("type") in ("BASE_TABLE", "TABLE_FUNCTION", "SHOW_REF"):
+            yield node
+
+
+def _cte_names(tree: Any) -> Iterator[str]:
+    for node in _nodes(tree):
+        cte_map = node.get("cte_map")
+        if isinstance(cte_map, dict):
+            for entry in cte_map.get("map") or ():
+                if isinstance(entry, dict) and "key" in entry:
+                    yield entry["key"]
 
 
 def view_statements(lake_root: LakePath) -> list[str]:
@@ -185,14 +332,18 @@ def _only_comments(sql: str) -> bool:
     return all(not line.strip() or line.strip().startswith("--") for line in sql.splitlines())
 
 
-def connect(lake_root: LakePath, database: str = ":memory:") -> duckdb.DuckDBPyConnection:
+def connect(
+    lake_root: LakePath, database: str = ":memory:", *, for_query: str | None = None
+) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection with every lake view defined (an object-store lake read through obstore's
     fsspec adapter, registered with the connection: the installed DuckDB has no object-store extension
-    and none is downloaded)."""
-    return _connect(lake_root, database)[0]
+    and none is downloaded). ``for_query``: only the views that query needs (``views_needed``)."""
+    return _connect(lake_root, database, for_query)[0]
 
 
-def _connect(lake_root: LakePath, database: str) -> tuple[duckdb.DuckDBPyConnection, list[str]]:
+def _connect(
+    lake_root: LakePath, database: str, for_query: str | None = None
+) -> tuple[duckdb.DuckDBPyConnection, list[str]]:
     """``connect``, and the statements that defined its views."""
     conn = duckdb.connect(database)
     try:
@@ -204,10 +355,16 @@ def _connect(lake_root: LakePath, database: str) -> tuple[duckdb.DuckDBPyConnect
         else:
             # The lake first (the views), then the working directory (a user's own read_csv('x.csv') works).
             conn.execute(search_path_sql(root, Path.cwd()))
-        statements = [define_base_view(conn, lake_root, table) for table in TABLES.values()]
-        for statement in derived_view_statements():
-            _execute_view(conn, statement)
-            statements.append(statement)
+        wanted = None if for_query is None else views_needed(conn, for_query)
+        statements = [
+            define_base_view(conn, lake_root, table)
+            for table in TABLES.values()
+            if wanted is None or table.name in wanted
+        ]
+        for name, statement in _derived_views().items():
+            if wanted is None or name in wanted:
+                _execute_view(conn, statement)
+                statements.append(statement)
     except BaseException:
         conn.close()
         raise
@@ -241,30 +398,39 @@ class QueryRows:
 def _run(lake_root: LakePath, sql: str, fetch: Callable[[duckdb.DuckDBPyRelation | None], T]) -> T:
     """Run one query over the lake views and ``fetch`` its result.
 
+    Only the views the query needs are defined (``views_needed``); a catalogue error on them (a name they
+    missed) runs the query again with every view, so its result or message is the one of a full catalogue.
     On a data error the lake's files are read one by one, the bad ones quarantined, and the query run once
     more; any other failure (a typo, an unknown column) is a LakeError with DuckDB's message on one line.
     """
-    for attempt in range(2):
-        conn = connect(lake_root)
+    every_view, recovered = False, False
+    while True:
+        conn, statements = _connect(lake_root, ":memory:", None if every_view else sql)
         try:
             return fetch(conn.sql(sql))
+        except duckdb.CatalogException as exc:
+            if every_view or len(statements) == len(view_names()):
+                raise locks.LakeError(f"DuckDB query failed: {one_line(exc)}") from exc
+            every_view = True
         except DATA_ERRORS as exc:
             mark = lake.incident_mark()
             vanished = (
-                0 if attempt else sum(lake.find_unreadable_files(lake_root, t)[1] for t in TABLES.values())
+                0 if recovered else sum(lake.find_unreadable_files(lake_root, t)[1] for t in TABLES.values())
             )
-            if attempt or not (vanished or lake.incidents_since(mark)):
+            if recovered or not (vanished or lake.incidents_since(mark)):
                 raise locks.LakeError(f"DuckDB query failed: {one_line(exc)}") from exc
+            recovered = True
         except duckdb.Error as exc:
             raise locks.LakeError(f"DuckDB query failed: {one_line(exc)}") from exc
         finally:
             conn.close()
-    raise AssertionError("unreachable")
 
 
 def query(lake_root: LakePath, sql: str) -> pl.DataFrame:
     """One query over the lake views as a polars frame (for lake types; `radar sql` uses query_rows, which
     prints any DuckDB type: polars cannot take an INTERVAL through arrow)."""
+    import polars as pl
+
     return _run(lake_root, sql, lambda result: result.pl() if result is not None else pl.DataFrame())
 
 

@@ -1,4 +1,4 @@
-"""CLI start-up: `radar --help` and `radar snapshot` against `python -c pass`, in the same run.
+"""CLI start-up: `radar --help`, `radar snapshot` and `radar sql` against `python -c pass`, in the same run.
 
 Each command runs as a fresh process (what a user or cron pays), ``REPEATS`` times, interleaved so a busy
 moment of the machine hits every command alike; the table gives the median and the spread (min-max) in
@@ -8,6 +8,11 @@ milliseconds and the median over `python -c pass`'s.
 cycle imports and sets up everything a real snapshot does, then spends no time on a server, so its
 wall time is the radar's own overhead. It exits 3 (every instance failed), which is expected here. The
 same snapshot with ``-X importtime`` gives the cumulative import time of the heaviest top-level modules.
+
+`radar sql` runs on a small lake (tests.support.lakes.write_week_lake: five tables with files, the others
+empty) three ways: ``select 1`` (no view defined), a derived view (``lake_summary``: it and the two base
+views it reads) and a catalogue query (``duckdb_views()``: every view defined, what every call paid before
+`radar sql` defined only the views a query names).
 Env RADAR_BENCH_CLI_REPEATS overrides the repeats (default 7).
 """
 
@@ -30,10 +35,15 @@ UNREACHABLE = '[[instances]]\nname = "gone"\ndsn = "postgresql://radar@127.0.0.1
 
 
 def commands(base: Path) -> dict[str, tuple[list[str], int]]:
+    from tests.support.lakes import write_week_lake
+
     fleet_file = base / "fleet.toml"
     fleet_file.write_text(UNREACHABLE)
     py = sys.executable
     lake = str(base / "lake")
+    sql_lake = base / "sql-lake"
+    write_week_lake(sql_lake)
+    sql = [py, "-m", "jobs.cli.main", "--lake", str(sql_lake), "sql", "--format", "csv"]
     return {
         "python -c pass": ([py, "-c", "pass"], 0),
         "radar --help": ([py, "-m", "jobs.cli.main", "--help"], 0),
@@ -53,6 +63,9 @@ def commands(base: Path) -> dict[str, tuple[list[str], int]]:
             ],
             3,
         ),
+        "radar sql 'select 1'": ([*sql, "select 1"], 0),
+        "radar sql (lake_summary: 3 views)": ([*sql, "select count(*) from lake_summary"], 0),
+        "radar sql (duckdb_views(): every view)": ([*sql, "select count(*) from duckdb_views()"], 0),
     }
 
 

@@ -374,7 +374,7 @@ def disk_full_for(monkeypatch: pytest.MonkeyPatch, *folders: str) -> None:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         write(table, where, *args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(lake.pq, "write_table", full_disk)
+    monkeypatch.setattr(pq, "write_table", full_disk)  # the module jobs.lake.io imports when it writes
 
 
 def test_a_full_disk_stops_samples_with_one_line_naming_the_file_and_what_was_kept(

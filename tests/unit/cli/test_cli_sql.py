@@ -7,6 +7,8 @@ import csv
 import io
 import json
 import shutil
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -180,3 +182,91 @@ def test_views_of_a_lake_written_before_a_column_existed_show_it_as_null(
     for statement in statements:
         conn.execute(statement)
     assert conn.execute("select count(*), count(kind) from findings").fetchone() == (2, 0)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# `radar sql` defines only the views its query needs (issue 29, item 4): the same result or message as on a
+# connection with every view
+
+SAME_AS_EVERY_VIEW = [
+    "select 1",
+    "select count(*) from query_samples",
+    "select * from FINDINGS order by all",
+    'select count(*) from main."Lake_Summary"',
+    "select * from memory.main.statements_latest order by all",
+    "select * from findings_with_drift",
+    "with f as (select * from findings) select count(*) from f",
+    "select (select count(*) from lake_summary) as n, * from range(2)",
+    "select count(*) from query_samples q join query_texts t using (queryid)",
+    # the catalogue: every view
+    "show tables",
+    "select table_name from information_schema.tables order by 1",
+    "select view_name from duckdb_views() where not internal order by 1",
+    "select count(*) from pg_tables",
+    "describe plans_latest",
+    "summarize query_samples",
+    "select count(*) from query_table('findings')",
+    "create view mine as select * from query_samples; select count(*) from mine",
+    # errors: DuckDB's message, "did you mean" included
+    "selec 1",
+    "select nope from query_samples",
+    "select * from query_sample",
+    "select * from (with f as (select 1) select * from f), f",
+]
+
+
+def _on_every_view(lake_root: Path, sql: str) -> tuple[str, object]:
+    conn = duckdb_views.connect(lake_root)
+    try:
+        result = conn.sql(sql)
+        return "ok", (None if result is None else (result.columns, result.fetchall()))
+    except duckdb.Error as exc:
+        return "error", f"DuckDB query failed: {duckdb_views.one_line(exc)}"
+    finally:
+        conn.close()
+
+
+def _on_views_needed(lake_root: Path, sql: str) -> tuple[str, object]:
+    try:
+        rows = duckdb_views.query_rows(lake_root, sql)
+    except lake.LakeError as exc:
+        return "error", str(exc)
+    return "ok", (rows.columns, rows.rows) if rows.columns else None
+
+
+def test_sql_defines_only_the_views_a_query_needs_with_the_same_result(lake_root: Path) -> None:
+    write_step_change_lake(lake_root)
+    for sql in SAME_AS_EVERY_VIEW:
+        assert _on_views_needed(lake_root, sql) == _on_every_view(lake_root, sql), sql
+    with duckdb.connect() as conn:
+        assert duckdb_views.views_needed(conn, "select 1") == frozenset()
+        assert duckdb_views.views_needed(conn, "select * from Lake_Summary") == {
+            "lake_summary",
+            "snapshot_runs",
+            "statement_snapshots",
+        }
+        for catalogue in (
+            "show tables",
+            "select * from duckdb_columns()",
+            "select * from information_schema.columns",
+        ):
+            assert duckdb_views.views_needed(conn, catalogue) is None, catalogue
+        # every view a derived view reads is defined before it: its dependencies are all views
+        names = set(duckdb_views.view_names())
+        for view in duckdb_views.view_names():
+            needed = duckdb_views.views_needed(conn, f"select * from {view}")
+            assert needed is not None and view in needed and needed <= names
+
+
+def test_sql_start_up_imports_no_pyarrow(lake_root: Path) -> None:
+    """pyarrow (0.1-0.2 s) is the lake writer's: `radar sql` reads through DuckDB."""
+    write_step_change_lake(lake_root)
+    code = (
+        "import sys; from jobs.cli.main import main; "
+        f"code = main(['--lake', {str(lake_root)!r}, 'sql', 'select count(*) from findings', "
+        "'--format', 'csv']); "
+        "print(code, 'pyarrow' in sys.modules)"
+    )
+    root = Path(__file__).resolve().parents[3]
+    done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True)
+    assert done.stdout.strip().splitlines()[-1] == "0 False", done.stdout + done.stderr
