@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC as UTC_ZONE
 from datetime import datetime, timedelta
 
@@ -20,6 +21,53 @@ ATTRIBUTED_ELSEWHERE = "attributed_to_other_deploy"
 
 def _deploy_label(version: str | None, deployed_at: datetime) -> str:
     return f"{version} at {deployed_at.astimezone(UTC_ZONE).strftime('%Y-%m-%dT%H:%M:%SZ')}"
+
+
+def deploys_by_instance(deploys: pl.DataFrame, instances: list[str]) -> dict[str, list[dict]]:
+    """Each instance's deploys (its own and the fleet-wide ones) as records."""
+    out: dict[str, list[dict]] = {}
+    if deploys.height:
+        for deploy in deploys_for_instances(deploys, instances).iter_rows(named=True):
+            out.setdefault(deploy["instance"], []).append(deploy)
+    return out
+
+
+@dataclass(frozen=True)
+class Blame:
+    """The deploy a change is blamed on, the other deploys within the tolerance, and the moment after
+    which a deploy cannot have caused it (the change plus the slack)."""
+
+    chosen: dict
+    others: list[dict]
+    latest_cause: datetime
+
+    def others_text(self) -> dict[str, str | None]:
+        """The other candidate causes (at or before the change) and the deploys after it, apart: a
+        restore 8 minutes after a dropped key was listed as a candidate of the drop (issue 21)."""
+        return {
+            "other_deploys": deploys_text([d for d in self.others if d["deployed_at"] <= self.latest_cause]),
+            "deploys_after": deploys_text([d for d in self.others if d["deployed_at"] > self.latest_cause]),
+        }
+
+
+def deploys_text(deploys: list[dict]) -> str | None:
+    return ", ".join(_deploy_label(d["version"], d["deployed_at"]) for d in deploys) or None
+
+
+def blame(change: datetime, deploys: list[dict], tolerance: timedelta, slack: timedelta) -> Blame | None:
+    """The rule of ``attribute_to_deploys`` for one change: the latest deploy at or before it (with the
+    slack) within the tolerance, else the nearest within it; None when no deploy is within it."""
+    near = sorted(
+        (d for d in deploys if abs(d["deployed_at"] - change) <= tolerance),
+        key=lambda d: (d["deployed_at"], d["deploy_id"]),
+    )
+    if not near:
+        return None
+    before = [d for d in near if d["deployed_at"] <= change + slack]
+    chosen = (
+        before[-1] if before else min(near, key=lambda d: (abs(d["deployed_at"] - change), d["deployed_at"]))
+    )
+    return Blame(chosen, [d for d in near if d["deploy_id"] != chosen["deploy_id"]], change + slack)
 
 
 def attribute_to_deploys(
@@ -52,11 +100,7 @@ def attribute_to_deploys(
         return rows.with_columns(nulls)
     keys = list(SERIES_KEY)
     tolerance = config.tolerance()
-    targets = deploys_for_instances(deploys, rows["instance"].unique().to_list()) if deploys.height else None
-    by_instance: dict[str, list[dict]] = {}
-    if targets is not None:
-        for deploy in targets.iter_rows(named=True):
-            by_instance.setdefault(deploy["instance"], []).append(deploy)
+    by_instance = deploys_by_instance(deploys, rows["instance"].unique().to_list())
     table = rows.with_columns(nulls)
     is_detected = pl.col("status") == DETECTED
     # Only detected rows become Python records (a fleet's deploy analysis has millions of rows).
@@ -64,60 +108,32 @@ def attribute_to_deploys(
     if not records:
         return table
     key_of = {(r["deploy_id"], *(r[k] for k in keys)): i for i, r in enumerate(records)}
-    # Per detected row: (the deploy blamed, the other deploys within the tolerance).
-    blamed: dict[int, tuple[dict, list[dict]]] = {}
-    # Per detected row: the moment after which a deploy cannot have caused its change (with the slack).
-    latest_cause: dict[int, datetime] = {}
+    # Per detected row: the deploy blamed and the other deploys within the tolerance. A row without one
+    # (its own deploy always is near, stage 1; a deploys frame without it) is left as it is.
+    blamed: dict[int, Blame] = {}
     for i, record in enumerate(records):
-        change = record["detected_change_at"]
-        near = sorted(
-            (
-                d
-                for d in by_instance.get(record["instance"], [])
-                if abs(d["deployed_at"] - change) <= tolerance
-            ),
-            key=lambda d: (d["deployed_at"], d["deploy_id"]),
-        )
-        if not near:  # the row's own deploy always is (stage 1); a deploys frame without it: leave it
-            continue
         slack = intervals.get(record["instance"], timedelta(0)) * config.attribution_slack_samples
-        latest_cause[i] = change + slack
-        before = [d for d in near if d["deployed_at"] <= change + slack]
-        chosen = (
-            before[-1]
-            if before
-            else min(near, key=lambda d: (abs(d["deployed_at"] - change), d["deployed_at"]))
-        )
-        blamed[i] = (chosen, [d for d in near if d["deploy_id"] != chosen["deploy_id"]])
-
-    def deploys_text(deploys: list[dict]) -> str | None:
-        return ", ".join(_deploy_label(d["version"], d["deployed_at"]) for d in deploys) or None
-
-    def others_text(others: list[dict], i: int) -> dict[str, str | None]:
-        """The other candidate causes (at or before the change) and the deploys after it, apart: a
-        restore 8 minutes after a dropped key was listed as a candidate of the drop (issue 21)."""
-        return {
-            "other_deploys": deploys_text([d for d in others if d["deployed_at"] <= latest_cause[i]]),
-            "deploys_after": deploys_text([d for d in others if d["deployed_at"] > latest_cause[i]]),
-        }
+        found = blame(record["detected_change_at"], by_instance.get(record["instance"], []), tolerance, slack)
+        if found is not None:
+            blamed[i] = found
 
     # Per (blamed deploy, series) without its own detection: the moved detection nearest that deploy.
     moved: dict[tuple, dict] = {}
     for i in sorted(blamed):
         record = records[i]
-        chosen, others = blamed[i]
+        chosen = blamed[i].chosen
         if chosen["deploy_id"] == record["deploy_id"]:
-            record.update(others_text(others, i))
+            record.update(blamed[i].others_text())
             continue
         key = (chosen["deploy_id"], *(record[k] for k in keys))
         target = key_of.get(key)
-        if not (target in blamed and blamed[target][0]["deploy_id"] == records[target]["deploy_id"]):
+        if not (target in blamed and blamed[target].chosen["deploy_id"] == records[target]["deploy_id"]):
             candidate = {
                 **record,
                 "deploy_id": chosen["deploy_id"],
                 "deploy_version": chosen["version"],
                 "deployed_at": chosen["deployed_at"],
-                **others_text(others, i),
+                **blamed[i].others_text(),
             }
             distance = abs(candidate["detected_change_at"] - chosen["deployed_at"])
             current = moved.get(key)
@@ -166,51 +182,24 @@ def attribute_large_steps(
     if not rows.select(fast.any()).item():
         return rows
     marked = rows.with_row_index("_row")
+    by_instance = deploys_by_instance(deploys, marked.filter(fast)["instance"].unique().to_list())
     chosen_rows: list[dict] = []
-    targets = deploys_for_instances(deploys, marked.filter(fast)["instance"].unique().to_list())
-    by_instance: dict[str, list[dict]] = {}
-    for deploy in targets.iter_rows(named=True):
-        by_instance.setdefault(deploy["instance"], []).append(deploy)
-    tolerance = config.tolerance()
     for record in marked.filter(fast).iter_rows(named=True):
-        change = record["detected_change_at"]
-        near = sorted(
-            (
-                d
-                for d in by_instance.get(record["instance"], [])
-                if abs(d["deployed_at"] - change) <= tolerance
-            ),
-            key=lambda d: (d["deployed_at"], d["deploy_id"]),
-        )
-        if not near:
-            continue
         slack = intervals.get(record["instance"], timedelta(0)) * config.attribution_slack_samples
-        latest_cause = change + slack
-        before = [d for d in near if d["deployed_at"] <= latest_cause]
-        chosen = (
-            before[-1]
-            if before
-            else min(near, key=lambda d: (abs(d["deployed_at"] - change), d["deployed_at"]))
+        found = blame(
+            record["detected_change_at"], by_instance.get(record["instance"], []), config.tolerance(), slack
         )
-        others = [d for d in near if d["deploy_id"] != chosen["deploy_id"]]
+        if found is None:
+            continue
+        others = found.others_text()
         chosen_rows.append(
             {
                 "_row": record["_row"],
-                "_deploy_id": chosen["deploy_id"],
-                "_deploy_version": chosen["version"],
-                "_deployed_at": chosen["deployed_at"],
-                "_other_deploys": ", ".join(
-                    _deploy_label(d["version"], d["deployed_at"])
-                    for d in others
-                    if d["deployed_at"] <= latest_cause
-                )
-                or None,
-                "_deploys_after": ", ".join(
-                    _deploy_label(d["version"], d["deployed_at"])
-                    for d in others
-                    if d["deployed_at"] > latest_cause
-                )
-                or None,
+                "_deploy_id": found.chosen["deploy_id"],
+                "_deploy_version": found.chosen["version"],
+                "_deployed_at": found.chosen["deployed_at"],
+                "_other_deploys": others["other_deploys"],
+                "_deploys_after": others["deploys_after"],
             }
         )
     if not chosen_rows:
