@@ -174,8 +174,14 @@ def _attributed_to_work_deploys(
     moves = (
         nearest.filter((pl.col("analysis") == "unannounced") & (pl.col("_work_analysis") == "deploy"))
         .join(by_deploy_latency, on="_work", how="anti")
-        .join(work.select("_work", *(c for c in _ATTRIBUTION if c in work.columns)), on="_work")
-        .select("_row", *(pl.col(c).alias(f"_moved_{c}") for c in _ATTRIBUTION if c in work.columns))
+        # the work step's deploy columns, renamed first: ``nearest`` has the latency row's deploy_id (null)
+        .join(
+            work.select(
+                "_work", *(pl.col(c).alias(f"_moved_{c}") for c in _ATTRIBUTION if c in work.columns)
+            ),
+            on="_work",
+        )
+        .select("_row", *(f"_moved_{c}" for c in _ATTRIBUTION if c in work.columns))
     )
     if moves.height == 0:
         return merged

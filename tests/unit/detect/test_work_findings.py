@@ -85,6 +85,7 @@ def test_an_unannounced_latency_step_that_is_a_deploys_work_step_is_that_deploys
     assert found.height == 1, found
     row = found.row(0, named=True)
     assert (row["analysis"], row["deploy_version"], row["kind"]) == ("deploy", "v-d2", "plan_or_work")
+    assert row["deploy_id"] == "d2"  # the work step's deploy, not the latency row's null
     assert (row["before_mean_ms"], row["after_mean_ms"]) == (9.6, 12.1)
     assert row["work_summary"].startswith("temp blocks per call 0 → 116")
     # The next run sees the same: nothing changes.
