@@ -191,37 +191,44 @@ def attribute_large_steps(
         )
         if found is None:
             continue
-        others = found.others_text()
         chosen_rows.append(
             {
                 "_row": record["_row"],
-                "_deploy_id": found.chosen["deploy_id"],
-                "_deploy_version": found.chosen["version"],
-                "_deployed_at": found.chosen["deployed_at"],
-                "_other_deploys": others["other_deploys"],
-                "_deploys_after": others["deploys_after"],
+                "deploy_id": found.chosen["deploy_id"],
+                "deploy_version": found.chosen["version"],
+                "deployed_at": found.chosen["deployed_at"],
+                **found.others_text(),
             }
         )
     if not chosen_rows:
         return rows
-    blamed = pl.DataFrame(
-        chosen_rows,
-        schema={
-            "_row": pl.UInt32,
-            "_deploy_id": pl.String,
-            "_deploy_version": pl.String,
-            "_deployed_at": pl.Datetime("us", "UTC"),
-            "_other_deploys": pl.String,
-            "_deploys_after": pl.String,
-        },
-    )
-    out = marked.join(blamed, on="_row", how="left")
-    hit = pl.col("_deploy_id").is_not_null()
-    columns = ("deploy_id", "deploy_version", "deployed_at", "other_deploys", "deploys_after")
-    return out.with_columns(
+    schema = {
+        "_row": pl.UInt32,
+        "deploy_id": pl.String,
+        "deploy_version": pl.String,
+        "deployed_at": pl.Datetime("us", "UTC"),
+        "other_deploys": pl.String,
+        "deploys_after": pl.String,
+    }
+    return reattributed(marked, pl.DataFrame(chosen_rows, schema=schema)).drop("_row")
+
+
+def reattributed(rows: pl.DataFrame, moves: pl.DataFrame) -> pl.DataFrame:
+    """``rows`` (indexed by ``_row``) with each row ``moves`` names turned into the deploy analysis' with
+    the deploy columns ``moves`` gives (deploy_id, deploy_version, deployed_at, ...): how the findings'
+    input blames a step on a deploy that the deploy analysis has not (yet) detected. Other rows unchanged."""
+    if moves.height == 0:
+        return rows
+    columns = [c for c in moves.columns if c != "_row"]
+    joined = rows.join(moves.rename({c: f"_moved_{c}" for c in columns}), on="_row", how="left")
+    hit = pl.col("_row").is_in(moves["_row"].implode())
+    return joined.with_columns(
         pl.when(hit).then(pl.lit("deploy")).otherwise(pl.col("analysis")).alias("analysis"),
         *(
-            pl.when(hit).then(pl.col(f"_{c}")).otherwise(pl.col(c) if c in out.columns else None).alias(c)
+            pl.when(hit)
+            .then(pl.col(f"_moved_{c}"))
+            .otherwise(pl.col(c) if c in rows.columns else None)
+            .alias(c)
             for c in columns
         ),
-    ).drop("_row", *(f"_{c}" for c in columns))
+    ).drop(f"_moved_{c}" for c in columns)

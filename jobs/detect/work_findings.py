@@ -17,6 +17,7 @@ from datetime import timedelta
 
 import polars as pl
 
+from jobs.detect.attribution import reattributed
 from jobs.detect.config import FindingsConfig
 from jobs.detect.verdicts import DETECTED
 from jobs.detect.work_words import resource_summary
@@ -176,22 +177,9 @@ def _attributed_to_work_deploys(
         .join(by_deploy_latency, on="_work", how="anti")
         # the work step's deploy columns, renamed first: ``nearest`` has the latency row's deploy_id (null)
         .join(
-            work.select(
-                "_work", *(pl.col(c).alias(f"_moved_{c}") for c in _ATTRIBUTION if c in work.columns)
-            ),
+            work.select("_work", *(pl.col(c).alias(f"_w_{c}") for c in _ATTRIBUTION if c in work.columns)),
             on="_work",
         )
-        .select("_row", *(f"_moved_{c}" for c in _ATTRIBUTION if c in work.columns))
+        .select("_row", *(pl.col(f"_w_{c}").alias(c) for c in _ATTRIBUTION if c in work.columns))
     )
-    if moves.height == 0:
-        return merged
-    moved = merged.join(moves, on="_row", how="left")
-    is_moved = pl.col("_row").is_in(moves["_row"].implode())
-    return moved.with_columns(
-        pl.when(is_moved).then(pl.lit("deploy")).otherwise(pl.col("analysis")).alias("analysis"),
-        *(
-            pl.when(is_moved).then(pl.col(f"_moved_{c}")).otherwise(pl.col(c)).alias(c)
-            for c in _ATTRIBUTION
-            if f"_moved_{c}" in moved.columns and c in merged.columns
-        ),
-    ).drop(c for c in moved.columns if c.startswith("_moved_"))
+    return reattributed(merged, moves)
