@@ -170,7 +170,6 @@ def cli_commands() -> list[str]:
 
 
 def tables_page() -> str:
-    from jobs.lake.views import duckdb_type
     from jobs.schemas.registry import TABLES
     from jobs.schemas.table import SCHEMA_VERSION
 
@@ -192,7 +191,7 @@ def tables_page() -> str:
             out.append(f"A row is identified by {', '.join(f'`{k}`' for k in table.primary_key)}.")
         out += ["", "| column | type | meaning |", "|---|---|---|"]
         for column in table.columns:
-            out.append(f"| `{column.name}` | `{duckdb_type(column.dtype)}` | {cell(column.description)} |")
+            out.append(f"| `{column.name}` | `{column.kind.duckdb()}` | {cell(column.description)} |")
         out.append("")
     return "\n".join(out) + "\n"
 

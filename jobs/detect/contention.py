@@ -54,6 +54,7 @@ from jobs.detect.load import (
     worse_induced,
 )
 from jobs.query.config import IdentityConfig
+from jobs.readable import ratio_number
 from jobs.schemas.analysed import INSTANCE_SLOWDOWNS
 
 if TYPE_CHECKING:
@@ -450,6 +451,12 @@ def attach_to_nearby_episode(
     )
 
 
+def _ratio_digits(ratio: pl.Expr) -> pl.Expr:
+    """A ratio's digits as every surface prints them (jobs.readable.ratio_number: 2.3, 1.25, 749); an
+    instance has few slowdown rows, so a Python call per row costs nothing."""
+    return ratio.map_elements(ratio_number, return_dtype=pl.String, skip_nulls=True)
+
+
 def _summary() -> pl.Expr:
     where = (
         pl.when(pl.col("deploy_version").is_not_null())
@@ -476,7 +483,7 @@ def _summary() -> pl.Expr:
                 pl.col("load_before").round(2),
                 pl.col("load_after").round(2),
                 cores,
-                pl.col("load_explained_ratio").round(2),
+                _ratio_digits(pl.col("load_explained_ratio")),
                 pl.when(pl.col("load_sources").is_not_null())
                 .then(
                     pl.lit("; ")
@@ -494,7 +501,7 @@ def _summary() -> pl.Expr:
         pl.col("queries"),
         pl.col("series_compared"),
         pl.col("instance"),
-        pl.coalesce(pl.col("median_ratio"), pl.col("max_ratio")).round(2),
+        _ratio_digits(pl.coalesce(pl.col("median_ratio"), pl.col("max_ratio"))),
         where,
         work,
         pl.col("calls_per_s_before").fill_null(0.0).round(1),

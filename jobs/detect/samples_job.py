@@ -246,7 +246,7 @@ def _run_samples_job(
             prepared = prepared_snapshots(one, runs.filter(pl.col("instance") == name)).collect()
             front = frontier_of(prepared, config.frontier_keep) if dates is None else empty_frontier()
             return prepared.height, samples_of_prepared(prepared, config), front
-        except lake.READ_ERRORS:
+        except lake.read_errors():
             scans.clear()  # with_recovery quarantines the bad file; the retry lists the files again
             raise
 

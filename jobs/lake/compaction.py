@@ -141,14 +141,14 @@ def _merge_readable(
         return files, pl.DataFrame()
     try:
         return files, _merge(files, table)
-    except lake.READ_ERRORS:
+    except lake.read_errors():
         _quarantine_failing(lake_root, table, files, lake.read_problem)
     files = _partition_files(folder)
     if len(files) <= 1:
         return files, pl.DataFrame()
     try:
         return files, _merge(files, table)
-    except lake.READ_ERRORS as exc:
+    except lake.read_errors() as exc:
         raise locks.LakeError(f"cannot compact {folder}: {type(exc).__name__}: {exc}") from exc
 
 

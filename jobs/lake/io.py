@@ -43,10 +43,9 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
-
-import polars as pl
 
 from jobs.lake.locks import (
     COMPACTION_LOCK,
@@ -63,7 +62,9 @@ from jobs.schemas.table import SCHEMA_VERSION, TableSchema
 
 if TYPE_CHECKING:
     # pyarrow (0.1-0.2 s to import) is imported by the functions that write or read footers with it: a
-    # reader such as `radar sql` never needs it.
+    # reader such as `radar sql` never needs it. polars too (about 0.1 s): only the frame readers and writers
+    # import it, so the file checks and listings that `radar sql`'s views need start without it.
+    import polars as pl
     import pyarrow as pa
 
 DEFAULT_LAKE_ROOT = Path("data/lake")
@@ -81,12 +82,13 @@ log = logging.getLogger("jobs.lake.io")
 T = TypeVar("T")
 
 
-# Errors a read of lake files can raise (a panic in the Parquet reader is a BaseException in Python).
-READ_ERRORS: tuple[type[BaseException], ...] = (
-    pl.exceptions.PolarsError,
-    OSError,
-    pl.exceptions.PanicException,
-)
+@cache
+def read_errors() -> tuple[type[BaseException], ...]:
+    """Errors a read of lake files can raise (a panic in the Parquet reader is a BaseException in Python);
+    a function so that importing this module does not import polars."""
+    import polars as pl
+
+    return (pl.exceptions.PolarsError, OSError, pl.exceptions.PanicException)
 
 
 def table_schema(table: str | TableSchema) -> TableSchema:
@@ -459,7 +461,7 @@ def read_problem(path: LakePath, table: str | TableSchema) -> str | None:
         _scan([path], schema, hive=False).collect()
     except FileNotFoundError:
         raise
-    except READ_ERRORS as exc:
+    except read_errors() as exc:
         return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}".strip()
     return None
 
@@ -696,26 +698,30 @@ def scan_file_columns(files: list[LakePath], table: str | TableSchema) -> pl.Laz
     return _scan(files, table_schema(table), hive=False)
 
 
-# Castable differences between a file and the schema are read, not quarantined (e.g. an int32 column).
-CAST_OPTIONS = pl.ScanCastOptions(
-    integer_cast="upcast", float_cast="upcast", datetime_cast=["nanosecond-downcast", "convert-timezone"]
-)
+@cache
+def _cast_options() -> pl.ScanCastOptions:
+    """Castable differences between a file and the schema are read, not quarantined (e.g. an int32 column)."""
+    import polars as pl
+
+    return pl.ScanCastOptions(
+        integer_cast="upcast", float_cast="upcast", datetime_cast=["nanosecond-downcast", "convert-timezone"]
+    )
 
 
 def _scan(files: list[LakePath], schema: TableSchema, *, hive: bool = True) -> pl.LazyFrame:
+    import polars as pl
+
     return pl.scan_parquet(
         [str(f) if isinstance(f, ObjectPath) else f for f in files],
         storage_options=polars_storage_options(files[0]) if files else None,
         schema=schema.polars_schema,
         hive_partitioning=hive,
         hive_schema=(
-            pl.Schema({k: schema.partition_dtypes.get(k, pl.String()) for k in schema.partition_by})
-            if hive
-            else None
+            pl.Schema({k: kind.polars() for k, kind in schema.partition_kinds().items()}) if hive else None
         ),
         missing_columns="insert",
         extra_columns="ignore",
-        cast_options=CAST_OPTIONS,
+        cast_options=_cast_options(),
     )
 
 
@@ -740,10 +746,12 @@ def scan_files(root: LakePath, table: str | TableSchema, files: Iterable[LakePat
 
 def _scan_usable(root: LakePath, schema: TableSchema, usable: list[LakePath]) -> pl.LazyFrame:
     if not usable:
+        import polars as pl
+
         return pl.LazyFrame(schema=schema.scan_schema())
     try:
         frame = _scan(usable, schema)
-    except READ_ERRORS as exc:
+    except read_errors() as exc:
         raise LakeError(f"cannot scan lake table {schema.name} under {root}: {exc}") from exc
     return frame.select(list(schema.scan_schema().names()))
 
@@ -793,7 +801,7 @@ def with_recovery(
     for _ in range(attempts):
         try:
             return action()
-        except READ_ERRORS as exc:
+        except read_errors() as exc:
             mark = incident_mark()
             vanished = sum(find_unreadable_files(root, schema)[1] for schema in schemas)
             if not vanished and not incidents_since(mark):
@@ -802,7 +810,7 @@ def with_recovery(
                 ) from exc
     try:
         return action()
-    except READ_ERRORS as exc:
+    except read_errors() as exc:
         raise LakeError(
             f"cannot read lake table {names} under {root} after {attempts} recoveries: {exc}"
         ) from exc
@@ -838,7 +846,7 @@ def read_file(root: LakePath, table: str | TableSchema, path: LakePath) -> pl.Da
         return _scan([path], schema, hive=False).collect()
     except FileNotFoundError:
         return None
-    except READ_ERRORS:
+    except read_errors():
         try:
             problem = read_problem(path, schema)
         except FileNotFoundError:

@@ -30,34 +30,13 @@ from jobs.schemas.registry import TABLES
 from jobs.schemas.table import TableSchema
 from jobs.sqlfiles import SQL_ROOT, load_sql
 
+_WORD = re.compile(r"\w+")
 BASE_TEMPLATE = "base_table_view"
 COLUMNS_TEMPLATE = "base_table_columns"
 T = TypeVar("T")
 
 if TYPE_CHECKING:
     import polars as pl
-
-
-def duckdb_type(dtype: pl.DataType) -> str:
-    """The DuckDB type for a polars type used in the lake schemas."""
-    import polars as pl
-
-    if isinstance(dtype, pl.Datetime):
-        return "TIMESTAMPTZ" if dtype.time_zone else "TIMESTAMP"
-    if isinstance(dtype, pl.List):
-        return f"{duckdb_type(dtype.inner)}[]"
-    simple = {
-        pl.Int64: "BIGINT",
-        pl.Int32: "INTEGER",
-        pl.Float64: "DOUBLE",
-        pl.String: "VARCHAR",
-        pl.Boolean: "BOOLEAN",
-        pl.Date: "DATE",
-    }
-    for polars_type, name in simple.items():
-        if isinstance(dtype, polars_type):
-            return name
-    raise TypeError(f"no DuckDB type for polars {dtype}")
 
 
 def _quote(name: str) -> str:
@@ -107,12 +86,12 @@ def base_view_sql(
     """The table's view over ``scan`` (default: ``table_scan``). ``files_have``: the columns its files have
     between them (None: assume every column); a schema column outside it is selected as a typed NULL."""
     scan = scan or table_scan(lake_root, table)
-    schema = table.scan_schema()
+    schema = table.scan_kinds()
     if scan is None:
-        columns = ", ".join(f"CAST(NULL AS {duckdb_type(t)}) AS {_quote(n)}" for n, t in schema.items())
+        columns = ", ".join(f"CAST(NULL AS {t.duckdb()}) AS {_quote(n)}" for n, t in schema.items())
         return f"CREATE OR REPLACE VIEW {table.name} AS SELECT {columns} WHERE false"
     columns = ", ".join(
-        f"CAST({_quote(n) if files_have is None or n in files_have else 'NULL'} AS {duckdb_type(t)}) "
+        f"CAST({_quote(n) if files_have is None or n in files_have else 'NULL'} AS {t.duckdb()}) "
         f"AS {_quote(n)}"
         for n, t in schema.items()
     )
@@ -147,7 +126,7 @@ def define_base_view(conn: duckdb.DuckDBPyConnection, lake_root: LakePath, table
             have = files_columns(conn, scan)
         except duckdb.Error as describe_exc:
             raise _view_error(table, describe_exc) from describe_exc
-        if set(table.scan_schema().names()) <= have:  # not a missing column: DuckDB's own message
+        if set(table.scan_kinds()) <= have:  # not a missing column: DuckDB's own message
             raise _view_error(table, exc) from exc
     except duckdb.Error as exc:
         raise locks.LakeError(f"DuckDB view failed: {exc}\n{statement[:400]}") from exc
@@ -206,10 +185,10 @@ def view_names() -> list[str]:
 def _view_dependencies() -> dict[str, frozenset[str]]:
     """The views each derived view's statement names (every view name appearing in it as a word: a name
     in a comment or a string counts too, which only defines a view more)."""
-    names = view_names()
-    words = {name: re.compile(rf"\b{re.escape(name)}\b", re.IGNORECASE) for name in names}
+    names = frozenset(name.lower() for name in view_names())
+    assert all(_WORD.fullmatch(name) for name in names)  # a name is one word: a word of the text or none
     return {
-        view: frozenset(n for n in names if n != view and words[n].search(statement))
+        view: frozenset(set(_WORD.findall(statement.lower())) & names - {view})
         for view, statement in _derived_views().items()
     }
 

@@ -56,8 +56,8 @@ def _kind_text(row: dict) -> str:
     kind = row.get("kind") or "-"
     ratio, excess = row.get("instance_slowdown_ratio"), row.get("slowdown_excess")
     if kind == "both" and ratio is not None:
-        excess_text = f", own ×{excess:.1f} of it" if excess is not None else ""
-        return f"both (instance ×{ratio:.2f}{excess_text})"
+        excess_text = f", own {ratio_text(excess)} of it" if excess is not None else ""
+        return f"both (instance {ratio_text(ratio)}{excess_text})"
     return str(kind)
 
 

@@ -1,21 +1,32 @@
-"""What a table shape is: columns with types, partitions, keys; ``SCHEMA_VERSION``."""
+"""What a table shape is: columns with types, partitions, keys; ``SCHEMA_VERSION``.
+
+Types are ``jobs.schemas.dtypes`` (no polars import): the polars forms are built when a frame needs them."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import polars as pl
+from jobs.schemas import dtypes as dt
+
+if TYPE_CHECKING:
+    import polars as pl
 
 SCHEMA_VERSION = 1
 
-UTC_TS = pl.Datetime("us", "UTC")
+UTC_TS = dt.Datetime("us", "UTC")
 
 
 @dataclass(frozen=True)
 class Column:
     name: str
-    dtype: pl.DataType
+    kind: dt.DType
     description: str = ""
+
+    @property
+    def dtype(self) -> pl.DataType:
+        """The polars type (imports polars)."""
+        return self.kind.polars()
 
 
 @dataclass(frozen=True)
@@ -27,20 +38,31 @@ class TableSchema:
     partition_by: tuple[str, ...] = ("instance", "date")
     primary_key: tuple[str, ...] = ()
     description: str = ""
-    partition_dtypes: dict[str, pl.DataType] = field(default_factory=dict)
+    partition_dtypes: dict[str, dt.DType] = field(default_factory=dict)
 
     @property
     def polars_schema(self) -> pl.Schema:
+        import polars as pl
+
         return pl.Schema({c.name: c.dtype for c in self.columns})
 
     @property
     def column_names(self) -> list[str]:
         return [c.name for c in self.columns]
 
+    def partition_kinds(self) -> dict[str, dt.DType]:
+        """The hive partition columns' types (String unless declared)."""
+        return {key: self.partition_dtypes.get(key, dt.String()) for key in self.partition_by}
+
+    def scan_kinds(self) -> dict[str, dt.DType]:
+        """File columns plus the hive partition columns, as a scan returns them (no polars import)."""
+        return {**self.partition_kinds(), **{c.name: c.kind for c in self.columns}}
+
     def scan_schema(self) -> pl.Schema:
         """File columns plus the hive partition columns, as a scan returns them."""
-        extra = {key: self.partition_dtypes.get(key, pl.String()) for key in self.partition_by}
-        return pl.Schema({**extra, **dict(self.polars_schema)})
+        import polars as pl
+
+        return pl.Schema({name: kind.polars() for name, kind in self.scan_kinds().items()})
 
     def columns_of(self, frame: pl.DataFrame) -> list[str]:
         """This table's columns that ``frame`` has, in table order (a step later in the pipeline may fill
@@ -49,6 +71,8 @@ class TableSchema:
 
     def conform(self, frame: pl.DataFrame) -> pl.DataFrame:
         """Cast to the schema: missing columns become null (never zero), unknown columns are an error."""
+        import polars as pl
+
         unknown = [c for c in frame.columns if c not in self.polars_schema and c not in self.partition_by]
         if unknown:
             raise ValueError(f"table {self.name}: unknown columns {unknown}")
@@ -60,4 +84,6 @@ class TableSchema:
         )
 
     def empty(self) -> pl.DataFrame:
+        import polars as pl
+
         return pl.DataFrame(schema=self.polars_schema)

@@ -30,7 +30,9 @@ import numpy as np
 import polars as pl
 
 from jobs.schemas.collected import DEPLOY_EVENTS, QUERY_SAMPLES, SAMPLE_DELTAS
-from jobs.schemas.table import UTC_TS
+from jobs.schemas.table import UTC_TS as UTC_KIND
+
+UTC_TS = UTC_KIND.polars()
 
 START = datetime(2026, 11, 2, 8, 0, tzinfo=UTC)
 STEP = timedelta(minutes=1)
