@@ -119,6 +119,27 @@ def moments_of(findings: pl.DataFrame, config: ContentionConfig) -> tuple[pl.Dat
         # must not move the moment off the step the others share.
         pl.col("detected_change_at").sort().get((pl.len() - 1) // 2).alias("at"),
     )
+    # A chain within same_moment_within of a deploy of its instance is that deploy's moment, not a second
+    # one: the same slowdown was reported twice, at the deploy and "unannounced", 45 ms apart.
+    tolerance = pl.duration(microseconds=config.same_moment_within // timedelta(microseconds=1))
+    at_deploy = (
+        unannounced.sort("at")
+        .join_asof(
+            deploy.select(
+                "instance", pl.col("deploy_id").alias("_deploy_id"), pl.col("at").alias("_deploy_at")
+            ).sort("_deploy_at"),
+            left_on="at",
+            right_on="_deploy_at",
+            by="instance",
+            strategy="nearest",
+            check_sortedness=False,  # sorted by "at" as a whole, so within each instance too
+        )
+        .filter(
+            pl.col("_deploy_id").is_not_null() & ((pl.col("at") - pl.col("_deploy_at")).abs() <= tolerance)
+        )
+        .select("_chain", "instance", "_deploy_id")
+    )
+    unannounced = unannounced.join(at_deploy, on="_chain", how="anti")
     moments = (
         pl.concat(
             [
@@ -146,7 +167,18 @@ def moments_of(findings: pl.DataFrame, config: ContentionConfig) -> tuple[pl.Dat
         )
         .select("_row", "moment")
     )
-    ids = pl.concat([deploy_ids, unannounced_ids])
+    absorbed_ids = (
+        chained.select("_row", "_chain")
+        .join(at_deploy, on="_chain")
+        .join(
+            moments.filter(pl.col("analysis") == "deploy").select(
+                "moment", "instance", pl.col("deploy_id").alias("_deploy_id")
+            ),
+            on=["instance", "_deploy_id"],
+        )
+        .select("_row", "moment")
+    )
+    ids = pl.concat([deploy_ids, unannounced_ids, absorbed_ids])
     tagged = rows.join(ids, on="_row", how="left").sort("_row").drop("_row")
     return moments, tagged
 
@@ -279,9 +311,20 @@ def instance_slowdowns(
         & (pl.col("queries") >= config.min_shifted_series)
         & (pl.col("queries") >= config.min_shifted_share * pl.col("series_compared"))
     ).fill_null(False)
+    # The calls/s of a load episode alone are those of its measured series (the peer rule's compared ones
+    # may be none), as its series_compared and queries are.
+    measured_calls = (
+        shifts.filter(pl.col("measured"))
+        .group_by("moment")
+        .agg(
+            pl.col("calls_per_s_before").sum().alias("_measured_calls_before"),
+            pl.col("calls_per_s_after").sum().alias("_measured_calls_after"),
+        )
+    )
     table = (
         moments.join(per_moment, on="moment", how="left")
         .join(slowed, on="moment", how="left")
+        .join(measured_calls, on="moment", how="left")
         .join(loads, on="moment", how="left")
         .with_columns(peers.alias("_peers"), pl.col("_load").fill_null(False))
         .with_columns(
@@ -315,6 +358,13 @@ def instance_slowdowns(
         .otherwise(pl.col("median_ratio"))
         .alias("median_ratio"),
         pl.when(load_only).then(pl.col("_load_max")).otherwise(pl.col("max_ratio")).alias("max_ratio"),
+        *(
+            pl.when(load_only)
+            .then(pl.col(f"_measured_calls_{side}"))
+            .otherwise(pl.col(f"calls_per_s_{side}"))
+            .alias(f"calls_per_s_{side}")
+            for side in ("before", "after")
+        ),
         pl.lit(None, dtype=pl.Boolean).alias("work_unchanged"),
         pl.lit(0, dtype=pl.Int64).alias("findings_suppressed"),
         pl.lit(None, dtype=pl.String).alias("summary"),
@@ -504,8 +554,8 @@ def _summary() -> pl.Expr:
         _ratio_digits(pl.coalesce(pl.col("median_ratio"), pl.col("max_ratio"))),
         where,
         work,
-        pl.col("calls_per_s_before").fill_null(0.0).round(1),
-        pl.col("calls_per_s_after").fill_null(0.0).round(1),
+        pl.col("calls_per_s_before").round(1).cast(pl.String).fill_null("-"),
+        pl.col("calls_per_s_after").round(1).cast(pl.String).fill_null("-"),
         load,
     )
 

@@ -29,6 +29,11 @@ def _ratio(value: float | None) -> str:
     return ratio_text(value)
 
 
+def _rate(value: float | None) -> str:
+    """Calls per second; ``-`` when not measured (never a made-up 0.0)."""
+    return "-" if value is None else f"{value:.1f}"
+
+
 def _ms(value: float | None) -> str:
     return "-" if value is None else (f"{value:.3f} ms" if value < 10 else f"{value:.1f} ms")
 
@@ -73,7 +78,7 @@ def slowdowns_table(frame: pl.DataFrame) -> Table:
             _plain(row.get("deploy_version") or "unannounced"),
             f"{row['queries']} of {row['series_compared']}",
             f"{_ratio(row['median_ratio'])} → {_ratio(row['max_ratio'])}",
-            f"{row['calls_per_s_before'] or 0.0:.1f} → {row['calls_per_s_after'] or 0.0:.1f}",
+            f"{_rate(row['calls_per_s_before'])} → {_rate(row['calls_per_s_after'])}",
             _plain(row.get("summary") or ""),
         )
     return table

@@ -96,6 +96,9 @@ def test_a_lone_query_slowed_by_a_neighbour_that_started_at_the_deploy_is_conten
     assert episode["load_sources"].startswith("+2.0 s/s from `select count(*) from generate_series")
     assert f"(queryid {NEIGHBOUR})" in episode["load_sources"]
     assert "s of execution per second (cores unknown)" in episode["summary"]
+    # a load episode's calls/s are its measured series' (none was compared: null, printed 0.0 → 0.0, before)
+    assert episode["calls_per_s_before"] > 0 and episode["calls_per_s_after"] > 0
+    assert "calls/s 0.0 → 0.0" not in episode["summary"]
 
 
 def test_without_the_load_rule_the_same_slowdown_is_a_regression_finding() -> None:
