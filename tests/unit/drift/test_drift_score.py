@@ -286,6 +286,22 @@ def test_wasserstein_of_pairs_sharing_their_sample_counts_matches_scipy() -> Non
         assert alone["wasserstein"][0] == row["wasserstein"]  # the same bytes, whichever path
 
 
+def test_w1_is_computed_only_when_asked_and_nothing_else_moves() -> None:
+    pairs = {
+        (query_hash(f"n{i}"), METRICS[i % 3]): (
+            lognormal(i, 200 + 7 * i),
+            lognormal(50 + i, 230 + 3 * i, 1.5),
+        )
+        for i in range(12)
+    }
+    for profile in ("design", "calibrated"):
+        config = DriftScoreConfig(profile=profile, null_resamples=60)
+        full = score_drift(frame(pairs), config)
+        bare = score_drift(frame(pairs), replace(config, compute_wasserstein=False))
+        assert full["wasserstein"].null_count() == 0 and bare["wasserstein"].null_count() == bare.height
+        assert _bytes(bare.drop("wasserstein")) == _bytes(full.drop("wasserstein"))
+
+
 def test_chunks_and_threads_never_change_the_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
     from jobs.drift import scorer
 
