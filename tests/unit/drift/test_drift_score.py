@@ -493,9 +493,12 @@ def test_the_combined_tail_test_has_its_exact_level_not_the_smallest_p() -> None
     assert alone == pytest.approx(float(scorer_module._exceedance_p(np.array(20), np.array(35), 200, 200)))
 
 
-def test_the_tail_decision_is_the_exact_level_also_between_the_smallest_p_and_bonferroni() -> None:
+def test_the_tail_decision_is_the_exact_level_also_between_the_smallest_p_and_bonferroni(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     # pairs whose smallest p lies in [level / 3, level): the decision needs the lattice sum
     rng = np.random.default_rng(16)
+    seen = []
     keys = pl.DataFrame({"query_hash": [H1], "metric": ["latency"]})
     quantiles, level, checked = (0.9, 0.95, 0.99), 0.001, 0
     for _ in range(400):
@@ -513,7 +516,11 @@ def test_the_tail_decision_is_the_exact_level_also_between_the_smallest_p_and_bo
             critical.append(int(np.flatnonzero(by_x <= min(p))[0]))
         exact = exceedance_union_p(300, 300, ks, critical)
         assert slow_tail_significant(s, quantiles, level, np.array([True]))[0] == (exact < level)
-    assert checked >= 5
+        seen.append((s, exact < level))
+    assert checked >= 5 and any(found for _, found in seen) and not all(found for _, found in seen)
+    # over the pooled-size bound the lattice sum is skipped: Bonferroni's answer (none of these)
+    monkeypatch.setattr(scorer_module, "_LATTICE_MAX_POOLED", 599)
+    assert not any(slow_tail_significant(s, quantiles, level, np.array([True]))[0] for s, _ in seen)
 
 
 def test_log_offsets_are_a_share_of_the_baseline_median_and_finite_for_zeros() -> None:
