@@ -409,13 +409,30 @@ def _wasserstein(s: _Samples) -> np.ndarray:
     return w
 
 
-_W1_BLOCK = 1 << 20
-"""Breakpoints of a side handled at once by ``_wasserstein_ragged``: its dozen temporaries stay about 100 MB
-when one pair brings millions of samples (a 5.6 M-sample CI payload took 600 MB over its samples)."""
+_W1_BLOCK = 1 << 14
+"""Breakpoints handled at once by ``_wasserstein_ragged``: consecutive pairs are taken together up to this
+many breakpoints of both sides (a longer pair alone, each side of it in blocks of this many), so its
+dozen temporaries stay in the CPU cache (2^20 at a time: 1.7x slower on 200-700 samples a side) and stay
+small when one pair brings millions of samples (a 5.6 M-sample CI payload took 600 MB over its samples)."""
 
 
 def _wasserstein_ragged(s: _Samples, rest: np.ndarray) -> np.ndarray:
-    """W1 of the pairs ``rest`` (both sides non-empty, sizes of their own): ``_quantile_merge``'s
+    """W1 of the pairs ``rest`` (both sides non-empty, sizes of their own), consecutive pairs up to
+    ``_W1_BLOCK`` breakpoints at a time (``_wasserstein_merged``). A pair's sum never depends on the pairs
+    beside it, so the grouping leaves the bytes as they are."""
+    length = np.cumsum(s.counts[rest].sum(axis=1, dtype=np.int64))
+    out = np.empty(rest.size)
+    start = 0
+    while start < rest.size:
+        before = int(length[start - 1]) if start else 0
+        stop = max(start + 1, int(np.searchsorted(length, before + _W1_BLOCK, side="right")))
+        out[start:stop] = _wasserstein_merged(s, rest[start:stop])
+        start = stop
+    return out
+
+
+def _wasserstein_merged(s: _Samples, rest: np.ndarray) -> np.ndarray:
+    """W1 of the pairs ``rest`` (both sides non-empty): ``_quantile_merge``'s
     contributions, each side's computed over that side's own breakpoints (its i-th at t = i / n, the
     interval since the previous breakpoint of either side, the other side's sample there) and then put in
     merged order. The same contributions in the same order as the merge gives, so the same sums, without
@@ -562,6 +579,27 @@ def _shift(base: np.ndarray, cand: np.ndarray, n_b: np.ndarray, n_c: np.ndarray)
     return np.abs((cand * bins).sum(axis=-1) / nc - (base * bins).sum(axis=-1) / nb)
 
 
+def _exceedances(s: _Samples, quantile: float, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(k, x) of the pairs ``rows`` (both sides non-empty): k = max(1, floor((1 - quantile) n_b)), the
+    rank from the top of the baseline's ``quantile`` sample, and x, the candidate's samples strictly above
+    it (ties count as not above: conservative)."""
+    counts = s.counts
+    pairs = counts.shape[0]
+    n_b = counts[rows, 0]
+    k = np.maximum(1, np.floor((1.0 - quantile) * n_b + 1e-9).astype(np.int64))  # (1 - 0.9) * 50 < 5
+    per_pair = np.full(pairs, np.inf)
+    per_pair[rows] = s.baseline[s.baseline_offsets[:-1][rows] + n_b - k]
+    owner = np.repeat(np.arange(pairs), np.diff(s.candidate_offsets))
+    above = np.bincount(owner, weights=(s.candidate > per_pair[owner]).astype(np.float64), minlength=pairs)
+    return k, above[rows].astype(np.int64)
+
+
+def _exceedance_p(k: np.ndarray, x: np.ndarray, n_b: np.ndarray, n_c: np.ndarray) -> np.ndarray:
+    """P(X >= x) of the count X of candidates above the baseline's k-th largest under no change:
+    P(at most k - 1 baseline samples among the pooled top x + k - 1), a hypergeometric CDF (1 at x = 0)."""
+    return np.where(x > 0, stats.hypergeom.cdf(k - 1, n_b + n_c, n_b, x + k - 1), 1.0)
+
+
 def slow_tail_p_values(s: _Samples, quantile: float) -> np.ndarray:
     """Per pair, the exact p-value of the candidate's samples above the baseline's ``quantile`` (its k-th
     largest sample, k = max(1, floor((1 - quantile) n_b))): with exchangeable samples the count X of
@@ -569,22 +607,93 @@ def slow_tail_p_values(s: _Samples, quantile: float) -> np.ndarray:
     x + k - 1), a hypergeometric CDF. A new slow tail (10% of executions 5x slower) raises X far more
     than it moves JS, PSI or the mean. Ties count as not above (conservative). NaN when a side is empty."""
     counts = s.counts
-    pairs = counts.shape[0]
-    out = np.full(pairs, np.nan)
+    out = np.full(counts.shape[0], np.nan)
     rows = np.flatnonzero((counts > 0).all(axis=1))
+    if rows.size:
+        k, x = _exceedances(s, quantile, rows)
+        out[rows] = _exceedance_p(k, x, counts[rows, 0], counts[rows, 1])
+    return out
+
+
+def exceedance_union_p(n_b: int, n_c: int, ks: list[int], critical: list[int]) -> float:
+    """P(X_j >= critical[j] for some j) under no change, X_j the candidates above the baseline's
+    ``ks[j]``-th largest sample: the exact level of several exceedance counts read together.
+
+    With exchangeable samples the pooled samples' labels, read from the largest down, are a uniformly
+    random arrangement of n_b baseline and n_c candidate labels: a lattice path whose step from (b, c)
+    (labels seen so far) is a baseline label with probability (n_b - b) / (N - b - c). X_j >= c_j exactly
+    when the path reaches c = c_j while b < k_j, so the event is the path crossing the barrier
+    c <= U(b) = min(c_j - 1 : k_j > b). Its probability is summed over the anti-diagonals b + c = d (each
+    depends on the previous one only), one vector over c per d; a diagonal crosses the barrier at most
+    once (b + U(b) is increasing), so the sum is the same bytes whatever the array's length."""
+    total = n_b + n_c
+    last = max(ks)  # the path is decided once it has seen this many baseline labels
+    barrier = np.full(last, n_c, dtype=np.int64)
+    for k, c in zip(ks, critical, strict=True):
+        barrier[:k] = np.minimum(barrier[:k], c - 1)
+    if (barrier < 0).any():  # a critical count of 0: always reached
+        return 1.0
+    top = int(barrier.max())
+    c = np.arange(top + 2)  # top + 1: beyond every barrier
+    mass = np.zeros(top + 2)
+    mass[0] = 1.0
+    crossed = 0.0
+    for d in range(last + top):  # the last diagonal with mass: b = last - 1, c = top
+        b = d - c
+        inside = (b >= 0) & (b < last)
+        left = total - d
+        to_b = np.where(inside, (n_b - b) / left, 0.0)
+        to_c = np.where(inside, (n_c - c) / left, 0.0)
+        step = mass * to_b  # a baseline label: (b + 1, c)
+        step[1:] += mass[:-1] * to_c[:-1]  # a candidate label: (b, c + 1)
+        b_next = d + 1 - c
+        over = (b_next >= 0) & (b_next < last) & (c > barrier[np.clip(b_next, 0, last - 1)])
+        crossed += float(step[over].sum())
+        step[over | (b_next >= last) | (b_next < 0)] = 0.0  # crossed, or decided (the last-th baseline)
+        mass = step
+    return crossed
+
+
+_LATTICE_MAX_POOLED = 20_000
+"""Pairs with more pooled samples than this take the Bonferroni bound alone (the smallest p times the
+number of quantiles: still at most the level, a little less powerful): the lattice sum walks about
+(0.1 n_b + c) x c cells, c the largest critical count (about a tenth of n_c), and a CI payload of
+millions of candidate samples would take minutes (at 20,000: up to 0.17 s a pair, measured)."""
+
+
+def slow_tail_significant(
+    s: _Samples, quantiles: tuple[float, ...], level: float, which: np.ndarray
+) -> np.ndarray:
+    """Per pair of ``which`` (others False): the slow-tail test over several baseline quantiles at the
+    exact ``level``. The statistic is the smallest of the quantiles' exceedance p (``slow_tail_p_values``);
+    its p-value is the probability under no change that any count reaches the count that would give a p
+    that small (``exceedance_union_p``): at least that smallest p, at most it times the number of
+    quantiles (Bonferroni), so the lattice sum runs only for pairs between the two (and at most
+    ``_LATTICE_MAX_POOLED`` samples; larger ones keep Bonferroni's answer). p90 sees a tail that
+    spreads over the upper tenth (Pareto, bimodal), p99 one far beyond a tight body (lognormal sigma 0.5,
+    where p90 alone left 1 in 4 of the calibration's new 10% x5 tails unseen at 200 samples a side)."""
+    counts = s.counts
+    out = np.zeros(counts.shape[0], dtype=bool)
+    rows = np.flatnonzero(which & (counts > 0).all(axis=1))
     if rows.size == 0:
         return out
     n_b, n_c = counts[rows, 0], counts[rows, 1]
-    k = np.maximum(1, np.floor((1.0 - quantile) * n_b + 1e-9).astype(np.int64))  # (1 - 0.9) * 50 < 5
-    threshold = s.baseline[s.baseline_offsets[:-1][rows] + n_b - k]
-    sizes = np.diff(s.candidate_offsets)
-    owner = np.repeat(np.arange(pairs), sizes)
-    per_pair = np.full(pairs, np.inf)
-    per_pair[rows] = threshold
-    above = np.bincount(owner, weights=(s.candidate > per_pair[owner]).astype(np.float64), minlength=pairs)
-    x = above[rows].astype(np.int64)
-    p = stats.hypergeom.cdf(k - 1, n_b + n_c, n_b, x + k - 1)
-    out[rows] = np.where(x > 0, p, 1.0)
+    ks, xs = zip(*(_exceedances(s, q, rows) for q in quantiles), strict=True)
+    p = np.stack([_exceedance_p(k, x, n_b, n_c) for k, x in zip(ks, xs, strict=True)], axis=1)
+    smallest = p.min(axis=1)
+    out[rows] = smallest * len(quantiles) < level
+    between = (smallest < level) & ~out[rows] & (n_b + n_c <= _LATTICE_MAX_POOLED)
+    for r in np.flatnonzero(between):
+        nb, nc = int(n_b[r]), int(n_c[r])
+        grid = np.arange(nc + 1)
+        critical = []
+        for k in ks:  # the smallest count whose p is at most the observed smallest (the same computation)
+            p_of = _exceedance_p(
+                np.full(grid.size, k[r]), grid, np.full(grid.size, nb), np.full(grid.size, nc)
+            )
+            reached = np.flatnonzero(p_of <= smallest[r])
+            critical.append(int(reached[0]) if reached.size else nc + 1)
+        out[rows[r]] = exceedance_union_p(nb, nc, [int(k[r]) for k in ks], critical) < level
     return out
 
 
@@ -676,7 +785,7 @@ def flag_pairs(
 class ShiftTail:
     """The calibrated profile's two tests beside JS and PSI, per pair, each significant and material: the
     shift (mean log value beyond its permutation noise quantile; geometric-mean ratio over its band) and
-    the slow tail (exact exceedance test over the baseline's ``tail_quantile``; the largest p90/p95/p99
+    the slow tail (exact exceedance tests over the baseline's ``tail_quantiles``; the largest p90/p95/p99
     ratio over its band)."""
 
     shift_block: np.ndarray
@@ -857,8 +966,8 @@ def _kernel(s: _Samples, config: DriftScoreConfig) -> tuple[np.ndarray, ...]:
         )
     else:
         h = _histograms(s, config)
-    wasserstein = _wasserstein(s)
     counts = s.counts
+    wasserstein = _wasserstein(s) if config.compute_wasserstein else np.full(counts.shape[0], np.nan)
     pairs = counts.shape[0]
     js_noise = np.full(pairs, np.nan)
     psi_noise = np.full(pairs, np.nan)
@@ -877,10 +986,11 @@ def _kernel(s: _Samples, config: DriftScoreConfig) -> tuple[np.ndarray, ...]:
         js_noise, psi_noise, shift_noise = _noise(s, h, sufficient & screened, config)
         if config.profile == "calibrated":
             shift_seen = _shift(h.baseline_counts, h.candidate_counts, counts[:, 0], counts[:, 1])
-            tail_p = slow_tail_p_values(s, config.tail_quantile)
             with np.errstate(invalid="ignore"):
                 shift_significant = sufficient & (shift_seen > shift_noise)  # NaN noise: False
-                slower_tail = sufficient & (tail_p < config.tail_p_value) & (tail > 0)
+                candidates = sufficient & tail_material & (tail > 0)  # the only pairs it could flag
+            slower_tail = slow_tail_significant(s, config.tail_quantiles, config.tail_p_value, candidates)
+            with np.errstate(invalid="ignore"):
                 moves = ShiftTail(
                     shift_block=shift_significant & (shift_size >= np.log(config.shift_block_ratio)),
                     shift_warn=shift_significant & shift_material,

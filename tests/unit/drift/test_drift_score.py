@@ -23,6 +23,7 @@ from jobs.drift.scorer import (
     WARN,
     _prepare,
     _Samples,
+    exceedance_union_p,
     flag_pairs,
     log_offsets,
     query_hash,
@@ -30,6 +31,7 @@ from jobs.drift.scorer import (
     score_drift_arrays,
     shard_of,
     slow_tail_p_values,
+    slow_tail_significant,
 )
 
 DESIGN = DriftScoreConfig(profile="design")
@@ -284,6 +286,22 @@ def test_wasserstein_of_pairs_sharing_their_sample_counts_matches_scipy() -> Non
         assert alone["wasserstein"][0] == row["wasserstein"]  # the same bytes, whichever path
 
 
+def test_w1_is_computed_only_when_asked_and_nothing_else_moves() -> None:
+    pairs = {
+        (query_hash(f"n{i}"), METRICS[i % 3]): (
+            lognormal(i, 200 + 7 * i),
+            lognormal(50 + i, 230 + 3 * i, 1.5),
+        )
+        for i in range(12)
+    }
+    for profile in ("design", "calibrated"):
+        config = DriftScoreConfig(profile=profile, null_resamples=60)
+        full = score_drift(frame(pairs), config)
+        bare = score_drift(frame(pairs), replace(config, compute_wasserstein=False))
+        assert full["wasserstein"].null_count() == 0 and bare["wasserstein"].null_count() == bare.height
+        assert _bytes(bare.drop("wasserstein")) == _bytes(full.drop("wasserstein"))
+
+
 def test_chunks_and_threads_never_change_the_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
     from jobs.drift import scorer
 
@@ -420,6 +438,91 @@ def test_the_slow_tail_p_value_is_the_exact_exceedance_law() -> None:
         assert p == pytest.approx(counts[x:].sum() / counts.sum(), abs=0.005), x
 
 
+def test_a_tail_only_the_p95_and_p99_counts_see_is_flagged_and_unchanged_pairs_are_not() -> None:
+    # 3% of the executions 5x slower: most of them land above the baseline's p99, few more above its p90
+    config = DriftScoreConfig(null_resamples=300)
+    p90_only = replace(config, tail_quantiles=(0.9,))
+    for seed in (40, 41, 42):
+        rng = np.random.default_rng(seed)
+        base, cand = rng.lognormal(0, 0.5, 1000), rng.lognormal(0, 0.5, 1000)
+        cand[:30] *= 5.0
+        samples = _prepare(frame({(H1, "latency"): (base, cand)}))
+        assert slow_tail_p_values(samples, 0.9)[0] > 0.001 > 3 * slow_tail_p_values(samples, 0.99)[0]
+        assert one(base, cand, p90_only)["flag"] == PASS  # the p90 count alone: blind
+        seen = one(base, cand, config)
+        assert seen["flag"] != PASS and seen["reason"].startswith("tail_"), (seed, seen)
+    unchanged = {
+        (query_hash(f"aa{i}"), "latency"): (lognormal(100 + i, n_b), lognormal(200 + i, n_c))
+        for i, (n_b, n_c) in enumerate([(200, 200), (500, 2000), (2000, 500), (1000, 1000)] * 5)
+    }
+    samples = _prepare(frame(unchanged))
+    assert not slow_tail_significant(samples, (0.9, 0.95, 0.99), 0.001, np.ones(20, dtype=bool)).any()
+    out = score_drift(frame(unchanged), config)
+    assert not out["reason"].str.starts_with("tail_").any(), out.filter(pl.col("flag") != PASS)
+
+
+def _min_p_law(n_b: int, n_c: int, quantiles: tuple[float, ...], draws: int, seed: int) -> np.ndarray:
+    """The smallest exceedance p of ``draws`` unchanged pairs (uniform samples), by simulation."""
+    rng = np.random.default_rng(seed)
+    keys = pl.DataFrame({"query_hash": [H1], "metric": ["latency"]})
+    smallest = np.empty(draws)
+    for i in range(draws):
+        values = rng.random(n_b + n_c)
+        s = _Samples(keys, np.sort(values[:n_b]), np.array([0, n_b]), values[n_b:], np.array([0, n_c]))
+        smallest[i] = min(slow_tail_p_values(s, q)[0] for q in quantiles)
+    return smallest
+
+
+def test_the_combined_tail_test_has_its_exact_level_not_the_smallest_p() -> None:
+    # the law of the smallest of the p90 / p95 / p99 exceedance p under no change: P(min p <= t) is the
+    # lattice sum with each count's critical value at t, more than t (three chances), less than 3t
+    n_b, n_c, quantiles = 60, 50, (0.9, 0.95, 0.99)
+    ks = [max(1, math.floor((1 - q) * n_b + 1e-9)) for q in quantiles]  # 6, 3, 1
+    smallest = _min_p_law(n_b, n_c, quantiles, 6000, 15)
+    grid = np.arange(n_c + 1)
+    for t in (0.2, 0.05, 0.02):
+        critical = []
+        for k in ks:
+            p = np.array([scorer_module._exceedance_p(np.array(k), np.array(x), n_b, n_c) for x in grid])
+            critical.append(int(np.flatnonzero(p <= t)[0]))
+        level = exceedance_union_p(n_b, n_c, ks, critical)
+        assert t < level < 3 * t
+        assert (smallest <= t).mean() == pytest.approx(level, abs=4 * math.sqrt(level / 6000)), t
+    # one count alone: the lattice sum is its hypergeometric p
+    alone = exceedance_union_p(200, 200, [20], [35])
+    assert alone == pytest.approx(float(scorer_module._exceedance_p(np.array(20), np.array(35), 200, 200)))
+
+
+def test_the_tail_decision_is_the_exact_level_also_between_the_smallest_p_and_bonferroni(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # pairs whose smallest p lies in [level / 3, level): the decision needs the lattice sum
+    rng = np.random.default_rng(16)
+    seen = []
+    keys = pl.DataFrame({"query_hash": [H1], "metric": ["latency"]})
+    quantiles, level, checked = (0.9, 0.95, 0.99), 0.001, 0
+    for _ in range(400):
+        base, cand = np.sort(rng.lognormal(0, 0.5, 300)), rng.lognormal(0, 0.5, 300)
+        cand[: int(rng.integers(5, 25))] *= 5.0
+        s = _Samples(keys, base, np.array([0, 300]), cand, np.array([0, 300]))
+        p = [slow_tail_p_values(s, q)[0] for q in quantiles]
+        if not level / 3 <= min(p) < level:
+            continue
+        checked += 1
+        ks = [max(1, math.floor((1 - q) * 300 + 1e-9)) for q in quantiles]
+        critical = []
+        for k in ks:
+            by_x = scorer_module._exceedance_p(np.full(301, k), np.arange(301), 300, 300)
+            critical.append(int(np.flatnonzero(by_x <= min(p))[0]))
+        exact = exceedance_union_p(300, 300, ks, critical)
+        assert slow_tail_significant(s, quantiles, level, np.array([True]))[0] == (exact < level)
+        seen.append((s, exact < level))
+    assert checked >= 5 and any(found for _, found in seen) and not all(found for _, found in seen)
+    # over the pooled-size bound the lattice sum is skipped: Bonferroni's answer (none of these)
+    monkeypatch.setattr(scorer_module, "_LATTICE_MAX_POOLED", 599)
+    assert not any(slow_tail_significant(s, quantiles, level, np.array([True]))[0] for s, _ in seen)
+
+
 def test_log_offsets_are_a_share_of_the_baseline_median_and_finite_for_zeros() -> None:
     pairs = {
         (H1, "cardinality"): ([0.0] * 150 + [4.0] * 50, [0.0] * 200),  # median 0: the positive mean
@@ -434,9 +537,12 @@ def test_log_offsets_are_a_share_of_the_baseline_median_and_finite_for_zeros() -
     assert out["js"].is_finite().all() and lows == {H1: 0.0, H2: 0.0, query_hash("x"): 2.0}
 
 
-def test_config_rejects_an_unknown_profile() -> None:
+def test_config_rejects_an_unknown_profile_and_empty_or_bad_tail_quantiles() -> None:
     with pytest.raises(ValueError, match="profile"):
         DriftScoreConfig(profile="strict")
+    for quantiles in ((), (0.9, 1.0)):
+        with pytest.raises(ValueError, match="tail_quantiles"):
+            DriftScoreConfig(tail_quantiles=quantiles)
 
 
 # --- identity and shard key ---
