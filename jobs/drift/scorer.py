@@ -796,12 +796,17 @@ class ShiftTail:
 
 TAIL_QUANTILES = (0.90, 0.95, 0.99)
 """The quantiles whose candidate / baseline ratio measures a tail change (the largest in size counts)."""
+TAIL_MIN_ABOVE = 10
+"""A quantile's ratio counts only where each side has at least this many samples above it (p99 from 1,000
+samples a side, p95 from 200): 200 baseline samples put p99 on their two largest, whose ratio to a
+candidate's p99 alone made A/A tail BLOCKs. The lowest quantile always counts."""
 
 
 def log_ratios(logs: _Samples) -> tuple[np.ndarray, np.ndarray]:
     """Per pair, in the log space (NaN when a side is empty): the shift, mean log candidate - mean log
     baseline (the log of the geometric means' ratio), and the tail, the log ratio of candidate to baseline
-    quantile at the one of ``TAIL_QUANTILES`` where it is largest in size (signed)."""
+    quantile at the one of ``TAIL_QUANTILES`` where it is largest in size (signed), of those both sides'
+    samples support (``TAIL_MIN_ABOVE``)."""
     counts = logs.counts
     pairs = counts.shape[0]
     both = (counts > 0).all(axis=1)
@@ -816,10 +821,12 @@ def log_ratios(logs: _Samples) -> tuple[np.ndarray, np.ndarray]:
     rows = np.flatnonzero(both)
     if rows.size:
         best = np.zeros(rows.size)
-        for q in TAIL_QUANTILES:
+        smaller = counts[rows].min(axis=1)
+        for i, q in enumerate(TAIL_QUANTILES):
             b = _linear_quantile(logs.baseline, logs.baseline_offsets[:-1][rows], counts[rows, 0], q)
             c = _linear_quantile(logs.candidate, logs.candidate_offsets[:-1][rows], counts[rows, 1], q)
-            best = np.where(np.abs(c - b) > np.abs(best), c - b, best)
+            supported = (i == 0) | (smaller * (1 - q) >= TAIL_MIN_ABOVE)
+            best = np.where(supported & (np.abs(c - b) > np.abs(best)), c - b, best)
         tail[rows] = best
     return shift, tail
 

@@ -26,6 +26,7 @@ from jobs.drift.scorer import (
     exceedance_union_p,
     flag_pairs,
     log_offsets,
+    log_ratios,
     query_hash,
     score_drift,
     score_drift_arrays,
@@ -702,3 +703,19 @@ def test_w1_in_blocks_gives_the_same_bytes_and_scipys_value(monkeypatch: pytest.
     for row in blocked.iter_rows(named=True):
         b, c = pairs[(row["query_hash"], row["metric"])]
         assert row["wasserstein"] == pytest.approx(wasserstein_distance(b, c), rel=1e-12)
+
+
+def test_the_tail_size_reads_a_quantile_only_where_both_sides_have_ten_samples_above_it() -> None:
+    """200 baseline samples put p99 on their two largest: a candidate whose p99 alone is ×3 has no tail
+    size from it (p90 and p95 unchanged); with 1,000 a side the same p99 counts."""
+    keys = pl.DataFrame({"query_hash": [H1], "metric": ["latency"]})
+
+    def tail_of(n_b: int, n_c: int) -> float:
+        base = np.linspace(1.0, 2.0, n_b)
+        cand = np.linspace(1.0, 2.0, n_c)
+        cand[cand > np.quantile(cand, 0.985)] *= 3.0  # only the top 1.5%: p99 ×3, p90 and p95 as before
+        s = _Samples(keys, np.log(base), np.array([0, n_b]), np.log(np.sort(cand)), np.array([0, n_c]))
+        return float(log_ratios(s)[1][0])
+
+    assert abs(tail_of(200, 2000)) < 0.01
+    assert tail_of(1000, 1000) > np.log(2.5)
