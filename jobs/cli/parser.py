@@ -30,6 +30,7 @@ from jobs.cli.drift import EXIT_NO_BASELINE, EXIT_PAYLOAD_INVALID, cmd_drift
 from jobs.cli.fleet import cmd_fleet
 from jobs.cli.gate import cmd_gate
 from jobs.cli.metrics import cmd_metrics, cmd_serve_metrics
+from jobs.cli.pins import EXIT_NO_SUCH_PIN, cmd_pins
 from jobs.cli.plans import cmd_plans
 from jobs.cli.report import cmd_report
 from jobs.cli.samples import cmd_samples
@@ -125,6 +126,12 @@ EXIT_CODES = {
         "plans",
         "0  plan history printed",
         "1  no query matches, or the matched queries have no plan snapshot",
+    ),
+    "pins": _exit_codes(
+        "pins",
+        "0  list: printed; explain: the pin explained; propose: open findings looked at (rows or none)",
+        f"{EXIT_NO_SUCH_PIN}  explain: no pin of that id in the ledger",
+        "   propose without a fleet exits 2",
     ),
     "config": _exit_codes("config", "0  show: printed; check: the configuration (and fleet file) is valid"),
     "setup-sql": _exit_codes(
@@ -692,6 +699,26 @@ def build_parser(command: str | None = ALL_COMMANDS) -> argparse.ArgumentParser:
         "--max-rows", type=positive_rows, default=None, help="print at most this many rows, 0 for all"
     )
     plans.set_defaults(func=cmd_plans)
+
+    pins = _command(
+        sub,
+        "pins",
+        "plan pins: a plan-change finding's last good plan as a pg_hint_plan hint (list, explain, propose)",
+        formats=True,
+        description="The plan pins ledger (lake table plan_pins). list: each pin's latest state; explain "
+        "PIN_ID: its evidence (finding, p-value, latency before and after, the two plans), hints and the "
+        "exact SQL that would apply and remove it, then its history; propose: a pin for every open finding "
+        "caused by a plan change whose last good plan can still be produced (each server's catalogue is "
+        "read to check; nothing is written to any server), recorded in the ledger. Applying is not built "
+        "yet ([pinning] mode = apply proposes only).",
+    )
+    pins.add_argument("action", nargs="?", choices=["list", "explain", "propose"], default="list")
+    pins.add_argument("pin_id", nargs="?", metavar="PIN_ID", help="explain: the pin (from radar pins list)")
+    pins.add_argument("--instance", help="list, explain: only this instance's pins")
+    pins.add_argument(
+        "--max-rows", type=positive_rows, default=None, help="print at most this many rows, 0 for all"
+    )
+    pins.set_defaults(func=cmd_pins)
 
     config = _command(
         sub,

@@ -1,0 +1,111 @@
+"""`radar pins`: the plan pins ledger (issue 30): list, explain one, or propose from the open findings."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from jobs.cli.common import console, lake_root, load_fleet, say, settings_of, show_rows
+
+EXIT_NO_SUCH_PIN = 1
+PINS_TABLE_COLUMNS = ["pin_id", "event", "instance", "queryid", "hints", "reason", "recorded_at"]
+
+
+def cmd_pins(args: argparse.Namespace) -> int:
+    if args.action == "propose":
+        return _propose(args)
+    from jobs.plans.pin_ledger import latest_pins, read_pins
+
+    rows = read_pins(lake_root(args))
+    if args.instance:
+        rows = rows.filter(rows["instance"] == args.instance)
+    if args.action == "list":
+        latest = latest_pins(rows)
+        if latest.is_empty() and args.format == "table":
+            say(args, "no pins recorded (radar pins propose records them for open plan-change findings)")
+            return 0
+        show_rows(args, latest, "plan pins (latest state of each)", columns=PINS_TABLE_COLUMNS)
+        return 0
+    if not args.pin_id:
+        say(args, "[red]error:[/red] radar pins explain needs a PIN_ID (radar pins list shows them)")
+        return 2
+    mine = rows.filter(rows["pin_id"] == args.pin_id)
+    if mine.is_empty():
+        say(args, f"no pin {args.pin_id!r} in the ledger (radar pins list shows them)", markup=False)
+        return EXIT_NO_SUCH_PIN
+    if args.format != "table":
+        show_rows(args, mine)
+        return 0
+    _explain(mine.to_dicts())
+    return 0
+
+
+def _plan_lines(plan_json: str | None) -> str:
+    if not plan_json:
+        return "–"
+    from jobs.plans.shape import PlanFormatError, node_label, plan_root, walk_nodes
+
+    try:
+        root = plan_root(plan_json)
+    except PlanFormatError:
+        return "(unreadable plan)"
+    return "; ".join(node_label(n) for n in walk_nodes(root) if "Relation Name" in n) or node_label(root)
+
+
+def _explain(history: list[dict[str, Any]]) -> None:
+    """The pin's latest state with its evidence and SQL, then every earlier row of its history."""
+    from jobs.readable import moment_text
+
+    latest = history[-1]
+
+    def line(label: str, value: object) -> None:
+        console.print(f"{label}: {'–' if value is None else value}", markup=False, soft_wrap=True)
+
+    line("pin", latest["pin_id"])
+    line("state", f"{latest['event']} ({latest['mode']} mode, by {latest['decided_by']})")
+    line("why", latest["reason"])
+    line("instance / query id", f"{latest['instance']} / {latest['queryid']}")
+    line("finding", latest["finding_id"])
+    p = latest.get("p_value")
+    line(
+        "evidence",
+        f"latency {latest.get('before_mean_ms')} ms → {latest.get('after_mean_ms')} ms at "
+        f"{moment_text(latest['detected_change_at']) if latest.get('detected_change_at') else '?'}"
+        + (f", p = {p:.3g}" if p is not None else ""),
+    )
+    line("last good plan", f"{_plan_lines(latest.get('good_plan_json'))} ({latest.get('good_source')})")
+    line("plan the change brought", _plan_lines(latest.get("bad_plan_json")))
+    line("hints", latest.get("hints"))
+    line("apply with", latest.get("apply_sql"))
+    line("remove with", latest.get("remove_sql"))
+    line("SQL run on the server", latest.get("sql_run") or "none (nothing written)")
+    for row in history[:-1]:
+        line(f"earlier, {moment_text(row['recorded_at'])}", f"{row['event']}: {row['reason']}")
+
+
+def _propose(args: argparse.Namespace) -> int:
+    """Proposals for the lake's open findings: each server's catalogue is read (never written)."""
+    from datetime import UTC, datetime
+
+    from jobs.plans.pin_ledger import fleet_catalogues, run_pin_proposals
+
+    settings = settings_of(args)
+    catalogue_of = fleet_catalogues(load_fleet(args))
+    pinning = settings.pinning
+    if pinning.mode == "apply":
+        say(args, "[yellow][pinning] mode = apply: applying is not built yet; proposing only[/yellow]")
+    run = run_pin_proposals(
+        lake_root(args),
+        catalogue_of,
+        pinning,
+        datetime.now(UTC),
+        decided_by="radar pins propose",
+        diff_config=settings.plans.diff,
+    )
+    say(
+        args,
+        f"{len(run.proposals)} open findings looked at; {run.written.height} ledger rows written "
+        "(new or changed pins); nothing written to any server",
+    )
+    show_rows(args, run.written, "plan pins recorded now", columns=PINS_TABLE_COLUMNS)
+    return 0

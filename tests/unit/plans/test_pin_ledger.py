@@ -1,0 +1,188 @@
+"""The plan pins ledger (issue 30) on a lake: proposals from open findings and their plan history, one row per
+changed state (a re-run writes nothing), allow/deny, and `radar pins` list / explain / --format json. The
+server's catalogue is given as a listing here; the hint_plan tier reads a real one."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+
+from jobs.cli.main import main
+from jobs.lake import io as lake
+from jobs.plans.config import PinningConfig
+from jobs.plans.pin_ledger import pin_id, read_pins, run_pin_proposals
+from jobs.plans.pins import PinImpossible, PlanCatalogue
+from jobs.plans.shape import plan_facts
+from jobs.schemas.collected import PLAN_SNAPSHOTS
+from tests.support.findings_lakes import AT, finding_row, write_findings
+
+QUERYID = 101  # finding_row(1)
+CHANGE = AT + timedelta(minutes=1)
+GOOD = {
+    "Node Type": "Aggregate",
+    "Plans": [
+        {
+            "Node Type": "Index Scan",
+            "Parent Relationship": "Outer",
+            "Relation Name": "orders",
+            "Alias": "o",
+            "Index Name": "orders_customer_id_idx",
+        }
+    ],
+}
+BAD = {
+    "Node Type": "Aggregate",
+    "Plans": [
+        {"Node Type": "Seq Scan", "Parent Relationship": "Outer", "Relation Name": "orders", "Alias": "o"}
+    ],
+}
+WITH_INDEX = PlanCatalogue.from_rows(
+    [{"schemaname": "public", "relname": "orders", "indexname": "orders_customer_id_idx"}]
+)
+WITHOUT_INDEX = PlanCatalogue.from_rows([{"schemaname": "public", "relname": "orders", "indexname": None}])
+
+
+def snapshot(plan: dict[str, Any], at: Any) -> dict[str, Any]:
+    facts = plan_facts(plan)
+    return {
+        "captured_at": at,
+        "queryid": QUERYID,
+        "source": "generic_explain",
+        "is_generic": True,
+        "shape_hash": facts.shape_hash,
+        "root_node": facts.root_node,
+        "relations": facts.relations,
+        "indexes": facts.indexes,
+        "plan_json": json.dumps(plan),
+    }
+
+
+@pytest.fixture
+def pin_lake(lake_root: Path) -> Path:
+    """One open finding on db1 (queryid 101) whose plan went from an index scan to a seq scan at its step."""
+    write_findings(lake_root, [finding_row(1)])
+    rows = PLAN_SNAPSHOTS.conform(
+        pl.DataFrame([snapshot(GOOD, CHANGE - timedelta(minutes=30)), snapshot(BAD, CHANGE)])
+    )
+    lake.write_table(lake_root, PLAN_SNAPSHOTS, rows, {"instance": "db1", "date": "2026-11-29"}, "plans")
+    return lake_root
+
+
+def listing(catalogue: PlanCatalogue) -> Any:
+    seen: list[tuple[str, set[str]]] = []
+
+    def catalogue_of(finding: dict[str, Any], relations: set[str]) -> PlanCatalogue:
+        seen.append((finding["instance"], relations))
+        return catalogue
+
+    catalogue_of.seen = seen  # type: ignore[attr-defined]
+    return catalogue_of
+
+
+def test_an_open_plan_change_finding_is_proposed_once_and_its_state_change_recorded(pin_lake: Path) -> None:
+    config = PinningConfig()
+    catalogue_of = listing(WITH_INDEX)
+    first = run_pin_proposals(pin_lake, catalogue_of, config, AT + timedelta(hours=2), decided_by="test")
+    assert catalogue_of.seen == [("db1", {"orders"})]
+    assert first.written.height == 1
+    row = first.written.row(0, named=True)
+    assert row["event"] == "proposed" and row["mode"] == "propose" and row["sql_run"] is None
+    assert row["pin_id"] == pin_id("db1", finding_row(1)["finding_id"])
+    assert row["hints"] == 'IndexScan("o" "orders_customer_id_idx")'
+    assert row["indexes"] == "orders_customer_id_idx" and row["relations"] == "orders"
+    assert (row["p_value"], row["before_mean_ms"], row["after_mean_ms"]) == (1e-6, 1.5, 45.0)
+
+    again = run_pin_proposals(
+        pin_lake, listing(WITH_INDEX), config, AT + timedelta(hours=3), decided_by="test"
+    )
+    assert again.written.is_empty(), "an unchanged pin is not recorded again"
+
+    gone = run_pin_proposals(
+        pin_lake, listing(WITHOUT_INDEX), config, AT + timedelta(hours=4), decided_by="t"
+    )
+    assert gone.written["event"].to_list() == ["impossible"]
+    assert gone.written["reason"].to_list() == [
+        "pin impossible: the last good plan used orders_customer_id_idx, which no longer exists"
+    ]
+    assert read_pins(pin_lake)["event"].to_list() == ["proposed", "impossible"]
+
+
+def test_a_denied_query_is_recorded_as_skipped_and_its_server_never_read(pin_lake: Path) -> None:
+    catalogue_of = listing(WITH_INDEX)
+    config = PinningConfig(deny=(f"db1:{QUERYID}",))
+    run = run_pin_proposals(pin_lake, catalogue_of, config, AT + timedelta(hours=2), decided_by="test")
+    assert run.written["event"].to_list() == ["skipped"]
+    assert run.written["reason"].to_list() == ["no pin: the query is in [pinning] deny"]
+    assert catalogue_of.seen == []
+
+
+def test_allow_list_leaves_other_queries_out() -> None:
+    config = PinningConfig(allow=("db2:101", "-7"))
+    assert config.query_allowed("db1", 101) == "the query is not in [pinning] allow"
+    assert config.query_allowed("db2", 101) is None
+    assert config.query_allowed("any", -7) is None
+    assert PinningConfig(allow=("101",), deny=("101",)).query_allowed("db1", 101) is not None
+
+
+@pytest.mark.parametrize("entry", ["x", "db1:", ":5", "1:2:x", str(2**63)])
+def test_bad_allow_entries_are_refused_naming_them(entry: str) -> None:
+    with pytest.raises(ValueError, match="allow entries"):
+        PinningConfig(allow=(entry,))
+
+
+def test_apply_mode_only_on_instances_that_opted_in() -> None:
+    assert not PinningConfig().applies_on("db1")
+    assert not PinningConfig(mode="apply").applies_on("db1")
+    assert PinningConfig(mode="apply", apply_instances=("db1",)).applies_on("db1")
+
+
+def test_a_server_that_cannot_be_listed_makes_the_pin_impossible_with_why(pin_lake: Path) -> None:
+    def unreachable(finding: dict[str, Any], relations: set[str]) -> PlanCatalogue:
+        raise PinImpossible("pin impossible: the relations and indexes of db1 could not be listed (timeout)")
+
+    run = run_pin_proposals(pin_lake, unreachable, PinningConfig(), AT + timedelta(hours=2), decided_by="t")
+    assert run.written["reason"].to_list() == [
+        "pin impossible: the relations and indexes of db1 could not be listed (timeout)"
+    ]
+
+
+def test_radar_pins_lists_and_explains_the_ledger(pin_lake: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run_pin_proposals(pin_lake, listing(WITH_INDEX), PinningConfig(), AT + timedelta(hours=2), decided_by="t")
+    assert main(["--lake", str(pin_lake), "pins", "list", "--format", "json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [(r["event"], r["queryid"], r["hints"]) for r in listed] == [
+        ("proposed", str(QUERYID), 'IndexScan("o" "orders_customer_id_idx")')
+    ]
+    pin = listed[0]["pin_id"]
+    assert main(["--lake", str(pin_lake), "pins", "explain", pin]) == 0
+    text = capsys.readouterr().out
+    assert "INSERT INTO hint_plan.hints (query_id, application_name, hints) VALUES (101, ''," in text
+    assert "DELETE FROM hint_plan.hints WHERE query_id = 101" in text
+    assert "Index Scan using orders_customer_id_idx on orders" in text  # the last good plan
+    assert "SQL run on the server: none (nothing written)" in text
+    assert main(["--lake", str(pin_lake), "pins", "explain", pin, "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["good_plan_json"] == json.dumps(GOOD)
+    assert main(["--lake", str(pin_lake), "pins", "explain", "nope"]) == 1
+    assert "no pin 'nope'" in capsys.readouterr().out
+
+
+def test_radar_pins_on_an_empty_ledger_says_so(lake_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--lake", str(lake_root), "pins"]) == 0
+    assert "no pins recorded" in capsys.readouterr().out
+    assert main(["--lake", str(lake_root), "pins", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out) == []
+
+
+def test_pinning_settings_come_from_set_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["config", "show", "--set", "pinning.mode=apply", "--set", 'pinning.apply_instances=["db1"]']
+    assert main([*argv, "--format", "json"]) == 0
+    shown = {r["key"]: r for r in json.loads(capsys.readouterr().out)}
+    assert shown["pinning.mode"]["value"] == "apply"
+    assert shown["pinning.mode"]["source"].startswith("flag --set")
+    assert main(["config", "check", "--set", "pinning.mode=force"]) == 2
+    assert "[pinning] mode must be one of" in capsys.readouterr().out
