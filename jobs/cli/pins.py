@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from jobs.cli.common import console, lake_root, load_fleet, say, settings_of, show_rows
 
 EXIT_NO_SUCH_PIN = 1
+EXIT_PIN_REFUSED = 3
 PINS_TABLE_COLUMNS = ["pin_id", "event", "instance", "queryid", "hints", "reason", "recorded_at"]
 
 
 def cmd_pins(args: argparse.Namespace) -> int:
     if args.action == "propose":
         return _propose(args)
+    if args.action in ("apply", "remove"):
+        return _write(args)
     from jobs.plans.pin_ledger import latest_pins, read_pins
 
     rows = read_pins(lake_root(args))
@@ -27,7 +31,7 @@ def cmd_pins(args: argparse.Namespace) -> int:
         show_rows(args, latest, "plan pins (latest state of each)", columns=PINS_TABLE_COLUMNS)
         return 0
     if not args.pin_id:
-        say(args, "[red]error:[/red] radar pins explain needs a PIN_ID (radar pins list shows them)")
+        say(args, f"[red]error:[/red] radar pins {args.action} needs a PIN_ID (radar pins list shows them)")
         return 2
     mine = rows.filter(rows["pin_id"] == args.pin_id)
     if mine.is_empty():
@@ -92,8 +96,6 @@ def _propose(args: argparse.Namespace) -> int:
     settings = settings_of(args)
     catalogue_of = fleet_catalogues(load_fleet(args))
     pinning = settings.pinning
-    if pinning.mode == "apply":
-        say(args, "[yellow][pinning] mode = apply: applying is not built yet; proposing only[/yellow]")
     run = run_pin_proposals(
         lake_root(args),
         catalogue_of,
@@ -108,4 +110,48 @@ def _propose(args: argparse.Namespace) -> int:
         "(new or changed pins); nothing written to any server",
     )
     show_rows(args, run.written, "plan pins recorded now", columns=PINS_TABLE_COLUMNS)
+    return 0
+
+
+def _write(args: argparse.Namespace) -> int:
+    """radar pins apply|remove PIN_ID [--dry-run]: the recorded SQL, run as the pin role where opted in."""
+    from datetime import UTC, datetime
+
+    from jobs.plans.pin_apply import PinRefused, write_pin
+
+    if not args.pin_id:
+        say(args, f"[red]error:[/red] radar pins {args.action} needs a PIN_ID (radar pins list shows them)")
+        return 2
+    settings = settings_of(args)
+
+    def dsn_of(instance: str) -> str:
+        for item in load_fleet(args).instances:
+            if item.name == instance:
+                return item.resolve_dsn()
+        raise PinRefused(f"instance {instance} is not in the fleet: nothing written")
+
+    try:
+        done = write_pin(
+            lake_root(args),
+            args.pin_id,
+            action=args.action,
+            dsn_of=dsn_of,
+            config=settings.pinning,
+            now=datetime.now(UTC),
+            dry_run=args.dry_run,
+        )
+    except KeyError:
+        say(args, f"no pin {args.pin_id!r} in the ledger (radar pins list shows them)", markup=False)
+        return EXIT_NO_SUCH_PIN
+    except PinRefused as exc:
+        say(args, f"not {args.action.removesuffix('e')}ed: {exc}", markup=False)
+        return EXIT_PIN_REFUSED
+    if not done.ran:
+        sys.stdout.write(done.sql.rstrip() + "\n")
+        return 0
+    say(
+        args,
+        f"{args.action.removesuffix('e')}ed pin {args.pin_id}; ran: {done.sql.splitlines()[-1]}",
+        markup=False,
+    )
     return 0

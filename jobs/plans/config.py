@@ -5,6 +5,7 @@ and jobs.plans.diff.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Literal
@@ -185,12 +186,12 @@ def parse_query_entry(entry: str, key: str) -> tuple[str | None, int]:
 @dataclass(frozen=True)
 class PinningConfig:
     """[pinning]: plan pins (issue 30). A finding caused by a plan change gets the plan before it proposed as
-    a pg_hint_plan pin; nothing is written to any server unless mode is apply (not built yet: proposals
-    only, see docs/pins.md)."""
+    a pg_hint_plan pin; nothing is written to any server unless mode is apply and the instance opted in
+    (docs/pins.md)."""
 
     mode: Literal["propose", "apply"] = "propose"
-    """propose: record proposals in the lake's plan_pins ledger, write nothing to any server; apply: also
-    apply them on the instances of apply_instances (applying is not built yet: it proposes only)."""
+    """propose: record proposals in the lake's plan_pins ledger, write nothing to any server; apply: pins may
+    be applied (`radar pins apply ID`) on the instances of apply_instances."""
     apply_instances: tuple[str, ...] = ()
     """With mode = apply, the instances pins may be applied on (opt-in per instance); empty: none."""
     allow: tuple[str, ...] = ()
@@ -200,6 +201,9 @@ class PinningConfig:
     application_name: str = ""
     """hint_plan.hints.application_name of a pin: "" applies it to every session, a name only to sessions
     with that application_name."""
+    pin_role: str = "radar_pinner"
+    """The NOLOGIN role pins are written as (radar setup-sql --pins creates it: hint_plan.hints only); the
+    instance's login SETs ROLE to it."""
 
     def __post_init__(self) -> None:
         if self.mode not in (PIN_MODE_PROPOSE, PIN_MODE_APPLY):
@@ -207,6 +211,8 @@ class PinningConfig:
         for key in ("allow", "deny"):
             for entry in getattr(self, key):
                 parse_query_entry(entry, key)
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_$]{0,62}", self.pin_role):
+            raise ValueError(f"[pinning] pin_role must be a plain SQL name, not {self.pin_role!r}")
         if "\x00" in self.application_name or len(self.application_name.encode()) > 63:
             raise ValueError(
                 "[pinning] application_name must be at most 63 bytes without NUL (PostgreSQL's limit)"

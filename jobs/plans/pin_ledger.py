@@ -4,7 +4,8 @@
 A run (``run_pin_proposals``) takes every open finding, its queryid's plan history and, per instance, a
 listing of the relations and indexes the last good plans used (``sql/postgres/pins_catalogue.sql``: a read
 of the catalogue, nothing else), and records one row per finding whose state changed since the last row
-(a re-run writes nothing new). Propose mode writes nothing to any server; applying is not built yet.
+(a re-run writes nothing new). Proposing writes nothing to any server, whatever the mode; applying is
+``jobs.plans.pin_apply`` (`radar pins apply`).
 """
 
 from __future__ import annotations
@@ -190,7 +191,7 @@ def run_pin_proposals(
     diff_config: PlanDiffConfig | None = None,
 ) -> PinRun:
     """Propose pins for the lake's open findings and record the changed states in plan_pins. Writes nothing
-    to any server whatever the mode: applying is not built yet."""
+    to any server whatever the mode (applying is ``jobs.plans.pin_apply``)."""
     findings = latest_states(read_table(lake_root, FINDING_STATES))
     open_findings = findings.filter(pl.col("status") == "open")
     wanted = {(r["instance"], r["queryid"]) for r in open_findings.select("instance", "queryid").to_dicts()}

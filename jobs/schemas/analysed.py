@@ -328,8 +328,8 @@ PLAN_PINS = TableSchema(
     name="plan_pins",
     description=(
         "Append-only ledger of plan pins: one row each time a pin is proposed, found impossible or not "
-        "wanted (and, once applying is built, applied, verified or removed), with who decided, why, the "
-        "evidence and the SQL; the latest row per pin_id is the pin's state (`radar pins`)."
+        "wanted, applied or removed, with who decided, why, the evidence and the SQL; the latest row per "
+        "pin_id is the pin's state (`radar pins`)."
     ),
     partition_by=("date",),
     primary_key=("pin_id", "recorded_at"),
@@ -340,9 +340,13 @@ PLAN_PINS = TableSchema(
             "event",
             pl.String(),
             "proposed | impossible (the plan cannot be reproduced: the reason says why) | not_a_plan_change"
-            " | skipped ([pinning] allow/deny)",
+            " | skipped ([pinning] allow/deny) | applied | removed",
         ),
-        Column("decided_by", pl.String(), "what decided ('radar pins propose', the Dagster asset plan_pins)"),
+        Column(
+            "decided_by",
+            pl.String(),
+            "who decided: 'radar pins propose', the Dagster asset plan_pins, 'radar pins apply by <user>'",
+        ),
         Column("mode", pl.String(), "[pinning] mode in force: propose | apply"),
         Column("reason", pl.String(), "why, in one line ('pin impossible: the last good plan used ...')"),
         Column("instance", pl.String()),

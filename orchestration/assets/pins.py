@@ -31,8 +31,6 @@ def plan_pins(
     lake: LakeResource,
 ) -> dg.MaterializeResult:
     pinning = section_from_config("pinning", config, "plan_pins")
-    if pinning.mode == "apply":
-        context.log.warning("[pinning] mode = apply: applying is not built yet; proposing only")
     loaded: list[Callable[[Mapping[str, Any], set[str]], PlanCatalogue]] = []
 
     def catalogue_of(finding: Mapping[str, Any], relations: set[str]) -> PlanCatalogue:

@@ -26,6 +26,7 @@ from jobs.lake import io as lake
 from jobs.local.embedded import EmbeddedServer
 from jobs.plans.pin_ledger import good_plan_relations, read_catalogue, read_pins
 from jobs.plans.pins import STATUS_PROPOSED, PlanCatalogue, propose_pin
+from jobs.plans.setup_sql import setup_steps
 from jobs.plans.shape import plan_shape_hash
 from jobs.schemas.analysed import FINDING_STATES
 from jobs.schemas.collected import PLAN_SNAPSHOTS
@@ -361,8 +362,8 @@ def test_a_dropped_index_gives_pin_impossible_with_the_reason(
 def test_propose_mode_writes_nothing_to_the_server(
     hint_server: EmbeddedServer, orders: psycopg.Connection[Any], tmp_path: Path
 ) -> None:
-    """(d) A pin is proposed (mode propose, and mode apply, which is not built: it proposes only) and the hint
-    table is unchanged, another team's hint included."""
+    """(d) A pin is proposed (mode propose; and mode apply, where proposing still writes nothing: applying is
+    `radar pins apply`) and the hint table is unchanged, another team's hint included."""
     good = generic_plan(orders, APP_QUERY)
     flip_to_seq_scan(orders)
     bad = generic_plan(orders, APP_QUERY)
@@ -384,8 +385,130 @@ def test_propose_mode_writes_nothing_to_the_server(
     assert main(argv) == 0
     assert main([*argv, "--set", "pinning.mode=apply", "--set", 'pinning.apply_instances=["hints"]']) == 0
     pins = read_pins(lake_root).to_dicts()
-    assert [p["event"] for p in pins] == ["proposed", "proposed"]  # the second: mode apply, a new state
+    assert [p["event"] for p in pins] == ["proposed", "proposed"]  # the second: in mode apply (a new state)
     assert [p["mode"] for p in pins] == ["propose", "apply"]
     assert all(p["sql_run"] is None for p in pins)
     assert hint_rows(orders) == before
     assert scan_nodes(generic_plan(orders, APP_QUERY)) == ["Seq Scan"]
+
+
+# --- applying and removing (issue 30, apply mode) ----------------------------------------------------------
+
+OPT_IN = ["--set", "pinning.mode=apply", "--set", 'pinning.apply_instances=["hints"]']
+
+
+@pytest.fixture
+def pin_role(hint_server: EmbeddedServer) -> str:
+    """`radar setup-sql --pins`' own steps run on the server: the NOLOGIN pin role and its grants."""
+    steps = [s for s in setup_steps(180000, ["postgres"], pins=True) if s.name in ("pin role", "pin grants")]
+    assert [s.name for s in steps] == ["pin role", "pin grants"]
+    with psycopg.connect(hint_server.dsn, autocommit=True) as conn:
+        for step in steps:
+            conn.execute(step.sql)
+    return "radar_pinner"
+
+
+def proposed_pin(
+    conn: psycopg.Connection[Any], srv: EmbeddedServer, tmp_path: Path
+) -> tuple[list[str], str, dict[str, Any]]:
+    """The seq-scan flip of (a) as an open finding in a lake, proposed by `radar pins propose`: the CLI's
+    argv prefix, the pin id and the good plan."""
+    good = generic_plan(conn, APP_QUERY)
+    flip_to_seq_scan(conn)
+    history, finding = history_and_finding(good, generic_plan(conn, APP_QUERY))
+    lake_root = tmp_path / "lake"
+    lake_with_finding(lake_root, history, finding)
+    argv = ["--lake", str(lake_root), "--fleet-file", str(fleet_file(tmp_path, srv)), "pins"]
+    assert main([*argv, "propose"]) == 0
+    (pin,) = read_pins(lake_root)["pin_id"].to_list()
+    return argv, pin, good
+
+
+@TIER
+def test_apply_and_remove_as_the_pin_role_where_opted_in(
+    hint_server: EmbeddedServer,
+    orders: psycopg.Connection[Any],
+    pin_role: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Not opted in: refused, nothing written; --dry-run prints the SQL only; opted in: the pin is written as
+    the pin role, the index plan is back and the ledger says what ran; remove restores the table."""
+    argv, pin, good = proposed_pin(orders, hint_server, tmp_path)
+    capsys.readouterr()
+    assert main([*argv, "apply", pin]) == 3
+    assert "has not opted in" in capsys.readouterr().out
+    assert hint_rows(orders) == []
+    assert main([*argv, "apply", pin, "--dry-run"]) == 0
+    assert "INSERT INTO hint_plan.hints" in capsys.readouterr().out
+    assert hint_rows(orders) == []
+
+    assert main([*argv, "apply", pin, *OPT_IN]) == 0
+    (row,) = hint_rows(orders)
+    assert row[1] == good["Query Identifier"] and row[2] == ""
+    assert scan_nodes(generic_plan(orders, APP_QUERY)) == scan_nodes(good)
+    ledger = read_pins(Path(argv[1])).to_dicts()
+    assert [r["event"] for r in ledger] == ["proposed", "applied"]
+    assert (
+        ledger[-1]["sql_run"] == ledger[-1]["apply_sql"] and "radar pins apply by" in ledger[-1]["decided_by"]
+    )
+    assert main([*argv, "apply", pin, *OPT_IN]) == 3, "an applied pin is not applied twice"
+
+    assert main([*argv, "remove", pin, *OPT_IN]) == 0
+    assert hint_rows(orders) == []
+    assert scan_nodes(generic_plan(orders, APP_QUERY)) == ["Seq Scan"]
+    assert [r["event"] for r in read_pins(Path(argv[1])).to_dicts()] == ["proposed", "applied", "removed"]
+
+
+@TIER
+def test_apply_refuses_when_a_hint_is_there_or_the_hint_table_is_off(
+    hint_server: EmbeddedServer,
+    orders: psycopg.Connection[Any],
+    pin_role: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv, pin, good = proposed_pin(orders, hint_server, tmp_path)
+    orders.execute(
+        "INSERT INTO hint_plan.hints (query_id, application_name, hints) VALUES (%s, '', 'SeqScan(o)')",
+        (good["Query Identifier"],),
+    )
+    before = hint_rows(orders)
+    capsys.readouterr()
+    assert main([*argv, "apply", pin, *OPT_IN]) == 3
+    assert "already has a hint for this query id" in capsys.readouterr().out
+    assert hint_rows(orders) == before
+    orders.execute("DELETE FROM hint_plan.hints")
+    orders.execute("ALTER SYSTEM SET pg_hint_plan.enable_hint_table = off")
+    orders.execute("SELECT pg_reload_conf()")
+    try:
+        assert main([*argv, "apply", pin, *OPT_IN]) == 3
+        assert "enable_hint_table is off on hints" in capsys.readouterr().out
+        assert hint_rows(orders) == []
+    finally:
+        orders.execute("ALTER SYSTEM SET pg_hint_plan.enable_hint_table = on")
+        orders.execute("SELECT pg_reload_conf()")
+    assert [r["event"] for r in read_pins(Path(argv[1])).to_dicts()] == ["proposed"], "refusals write nothing"
+
+
+@TIER
+def test_the_pin_role_writes_the_hint_table_and_nothing_else(
+    hint_server: EmbeddedServer, pin_role: str
+) -> None:
+    """The monitoring login cannot write the hint table itself; as the pin role it can, and nothing else."""
+    with psycopg.connect(hint_server.monitor_dsn, autocommit=True) as conn:
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute(
+                "INSERT INTO hint_plan.hints (query_id, application_name, hints) VALUES (9, '', 'x')"
+            )
+        conn.execute(f"SET ROLE {pin_role}")
+        conn.execute("INSERT INTO hint_plan.hints (query_id, application_name, hints) VALUES (9, '', 'x')")
+        conn.execute("DELETE FROM hint_plan.hints WHERE query_id = 9")
+        for statement in (
+            "INSERT INTO orders VALUES (-1, 1, 1)",
+            "UPDATE hint_plan.hints SET hints = 'y'",
+            "CREATE TABLE public.pins_probe (x int)",
+            "ALTER SYSTEM SET pg_hint_plan.enable_hint_table = off",
+        ):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute(statement)

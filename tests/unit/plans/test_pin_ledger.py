@@ -15,8 +15,10 @@ import pytest
 from jobs.cli.main import main
 from jobs.lake import io as lake
 from jobs.plans.config import PinningConfig
+from jobs.plans.pin_apply import PinRefused, ready_problem, write_pin
 from jobs.plans.pin_ledger import pin_id, read_pins, run_pin_proposals
 from jobs.plans.pins import PinImpossible, PlanCatalogue
+from jobs.plans.setup_sql import SetupRoles, SetupSqlError, setup_steps
 from jobs.plans.shape import plan_facts
 from jobs.schemas.collected import PLAN_SNAPSHOTS
 from tests.support.findings_lakes import AT, finding_row, write_findings
@@ -186,3 +188,96 @@ def test_pinning_settings_come_from_set_flags(capsys: pytest.CaptureFixture[str]
     assert shown["pinning.mode"]["source"].startswith("flag --set")
     assert main(["config", "check", "--set", "pinning.mode=force"]) == 2
     assert "[pinning] mode must be one of" in capsys.readouterr().out
+
+
+# --- apply / remove without a server: the checks before anything connects --------------------------------
+
+
+def proposed(pin_lake: Path) -> str:
+    run = run_pin_proposals(
+        pin_lake, listing(WITH_INDEX), PinningConfig(), AT + timedelta(hours=2), decided_by="t"
+    )
+    return str(run.written["pin_id"][0])
+
+
+def never_connect(instance: str) -> str:
+    raise AssertionError(f"connected to {instance}")
+
+
+def test_dry_run_returns_the_sql_and_connects_nowhere(pin_lake: Path) -> None:
+    pin = proposed(pin_lake)
+    done = write_pin(
+        pin_lake, pin, action="apply", dsn_of=never_connect, config=PinningConfig(), now=AT, dry_run=True
+    )
+    assert not done.ran and "INSERT INTO hint_plan.hints" in done.sql
+    assert read_pins(pin_lake)["event"].to_list() == ["proposed"]
+
+
+@pytest.mark.parametrize(
+    ("config", "action", "why"),
+    [
+        (PinningConfig(), "apply", "has not opted in"),
+        (PinningConfig(mode="apply"), "apply", "has not opted in"),
+        (PinningConfig(mode="apply", apply_instances=("db2",)), "apply", "has not opted in"),
+        (
+            PinningConfig(mode="apply", apply_instances=("db1",)),
+            "remove",
+            "only an applied pin can be removed",
+        ),
+    ],
+)
+def test_nothing_is_written_where_not_opted_in_or_in_the_wrong_state(
+    pin_lake: Path, config: PinningConfig, action: str, why: str
+) -> None:
+    pin = proposed(pin_lake)
+    with pytest.raises(PinRefused, match=why):
+        write_pin(pin_lake, pin, action=action, dsn_of=never_connect, config=config, now=AT)
+    assert read_pins(pin_lake)["event"].to_list() == ["proposed"]
+
+
+def test_an_unknown_pin_is_a_key_error(pin_lake: Path) -> None:
+    with pytest.raises(KeyError):
+        write_pin(pin_lake, "nope", action="apply", dsn_of=never_connect, config=PinningConfig(), now=AT)
+
+
+@pytest.mark.parametrize(
+    ("facts", "why"),
+    [
+        ({"hint_table_vartype": "string", "enable_hint_table": "on"}, "not loaded"),
+        ({"hint_table_vartype": None}, "not loaded"),
+        ({"hint_table_vartype": "bool", "enable_hint_table": "off"}, "enable_hint_table is off"),
+        (
+            {"hint_table_vartype": "bool", "enable_hint_table": "on", "hint_table_exists": False},
+            "does not exist",
+        ),
+        (
+            {
+                "hint_table_vartype": "bool",
+                "enable_hint_table": "on",
+                "hint_table_exists": True,
+                "may_write": False,
+            },
+            "may not write",
+        ),
+    ],
+)
+def test_readiness_names_what_is_missing(facts: dict[str, Any], why: str) -> None:
+    assert why in str(ready_problem(facts, "db1"))
+    ready = {
+        "hint_table_vartype": "bool",
+        "enable_hint_table": "on",
+        "hint_table_exists": True,
+        "may_write": True,
+    }
+    assert ready_problem(ready, "db1") is None
+
+
+def test_setup_sql_pins_adds_the_role_and_grants_from_postgresql_16_only() -> None:
+    names = [(s.name, s.database) for s in setup_steps(160000, ["app"], pins=True)]
+    assert names[-2:] == [("pin role", None), ("pin grants", "app")]
+    assert "WITH INHERIT FALSE, SET TRUE" in setup_steps(180000, pins=True)[-2].sql
+    assert not any(s.name.startswith("pin") for s in setup_steps(180000))
+    with pytest.raises(SetupSqlError, match="PostgreSQL 16"):
+        setup_steps(150000, pins=True)
+    with pytest.raises(SetupSqlError, match="pin role"):
+        setup_steps(180000, roles=SetupRoles(pin_role="radar_monitor"), pins=True)

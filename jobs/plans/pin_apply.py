@@ -1,0 +1,159 @@
+"""Applying and removing a recorded pin (issue 30): the ledger row's own SQL, run as the pin role only.
+
+A pin is written to a server only where ``[pinning]`` opted in (mode apply and the instance in
+apply_instances), only as the NOLOGIN pin role (``radar setup-sql --pins``: writes hint_plan.hints, nothing
+else; the monitoring login SETs ROLE to it), and only after checking, in the same transaction, that
+pg_hint_plan is loaded, its hint table enabled and writable. A dry run returns the SQL and connects nowhere.
+Every write becomes a ledger row (``applied`` / ``removed``) with the SQL run.
+"""
+
+from __future__ import annotations
+
+import getpass
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+
+import polars as pl
+
+from jobs.lake.storage import LakePath
+from jobs.plans.config import PinningConfig
+from jobs.plans.pin_ledger import latest_pins, read_pins, write_pins
+from jobs.schemas.analysed import PLAN_PINS
+from jobs.sqlfiles import load_sql
+
+_ROLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]{0,62}$")
+EVENT_APPLIED = "applied"
+EVENT_REMOVED = "removed"
+APPLIABLE = frozenset({"proposed", EVENT_REMOVED})
+"""A pin may be applied from these states (a removed pin may be applied again)."""
+
+
+class PinRefused(RuntimeError):
+    """The pin was not written: why, in one line (not opted in, pg_hint_plan not ready, a hint there)."""
+
+
+@dataclass(frozen=True)
+class PinWrite:
+    """What an apply or remove did: the SQL, whether it ran, and the ledger row recorded."""
+
+    sql: str
+    ran: bool
+    row: dict[str, Any] | None = None
+
+
+def ready_problem(facts: Mapping[str, Any], instance: str) -> str | None:
+    """Why this session may not write a pin (from ``sql/postgres/pins_ready.sql``), or None."""
+    if facts.get("hint_table_vartype") != "bool":
+        return (
+            f"pg_hint_plan is not loaded on {instance} (add it to shared_preload_libraries or "
+            "session_preload_libraries): a pin would do nothing"
+        )
+    if facts.get("enable_hint_table") != "on":
+        return f"pg_hint_plan.enable_hint_table is off on {instance}: the hint table is not read"
+    if not facts.get("hint_table_exists"):
+        return f"hint_plan.hints does not exist on {instance} (CREATE EXTENSION pg_hint_plan in its database)"
+    if not facts.get("may_write"):
+        return (
+            f"role {facts.get('role_name')} may not write hint_plan.hints on {instance} "
+            "(radar setup-sql --pins grants it)"
+        )
+    return None
+
+
+def _latest(lake_root: LakePath, pin: str) -> dict[str, Any]:
+    rows = read_pins(lake_root).filter(pl.col("pin_id") == pin)
+    if rows.is_empty():
+        raise KeyError(pin)
+    return latest_pins(rows).row(0, named=True)
+
+
+def _run(dsn: str, sql: str, role: str, instance: str, database: str | None, *, removing: bool) -> None:
+    """SET ROLE to the pin role, check readiness, run ``sql`` and commit, in one transaction."""
+    import psycopg
+    from psycopg.rows import dict_row
+
+    from jobs.redaction import scrub
+
+    if not _ROLE.match(role):
+        raise PinRefused(f"[pinning] pin_role {role!r} must be a plain SQL name")
+    kwargs: dict[str, Any] = {"connect_timeout": 10, "application_name": "pg-regression-radar pins"}
+    if database:
+        kwargs["dbname"] = database
+    try:
+        with psycopg.connect(dsn, **kwargs) as conn, conn.cursor(row_factory=dict_row) as cur:
+            cur.execute(load_sql("pins_set_role").replace("{pin_role}", '"' + role + '"'))
+            cur.execute(load_sql("pins_ready"))
+            problem = ready_problem(cur.fetchone() or {}, instance)
+            if problem is not None:
+                raise PinRefused(problem)
+            cur.execute(sql)
+            if removing and cur.rowcount != 1:
+                raise PinRefused(
+                    f"the pin's row is not in hint_plan.hints on {instance} as the pin wrote it (removed or "
+                    "changed by someone else): nothing removed"
+                )
+            conn.commit()
+    except psycopg.errors.UniqueViolation:
+        raise PinRefused(
+            f"hint_plan.hints on {instance} already has a hint for this query id and application_name: "
+            "a pin never overwrites one (nothing written)"
+        ) from None
+    except psycopg.Error as exc:
+        first = scrub((str(exc).strip().splitlines() or [type(exc).__name__])[0], dsn)
+        raise PinRefused(f"the pin could not be written on {instance}: {first}") from None
+
+
+def write_pin(
+    lake_root: LakePath,
+    pin: str,
+    *,
+    action: str,
+    dsn_of: Any,
+    config: PinningConfig,
+    now: datetime,
+    dry_run: bool = False,
+    decided_by: str | None = None,
+) -> PinWrite:
+    """Apply (``action`` "apply") or remove ("remove") the recorded pin ``pin`` and record it; ``dsn_of``
+    (instance name → DSN) is only called when the SQL is really run. KeyError: no such pin; PinRefused: why
+    nothing was written."""
+    latest = _latest(lake_root, pin)
+    instance = str(latest["instance"])
+    if action == "apply":
+        sql, event = latest.get("apply_sql"), EVENT_APPLIED
+        if latest["event"] not in APPLIABLE or not sql:
+            raise PinRefused(
+                f"pin {pin} is {latest['event']}: only a proposed (or removed) pin can be applied"
+            )
+    else:
+        sql, event = latest.get("remove_sql"), EVENT_REMOVED
+        if latest["event"] != EVENT_APPLIED or not sql:
+            raise PinRefused(f"pin {pin} is {latest['event']}: only an applied pin can be removed")
+    if dry_run:
+        return PinWrite(sql, ran=False)
+    if not config.applies_on(instance):
+        raise PinRefused(
+            f'{instance} has not opted in to applied pins ([pinning] mode = "apply" and {instance} in '
+            "apply_instances): nothing written; --dry-run prints the SQL"
+        )
+    _run(dsn_of(instance), sql, config.pin_role, instance, None, removing=action == "remove")
+    who = decided_by or f"radar pins {action} by {getpass.getuser()}"
+    row = {
+        **latest,
+        "event": event,
+        "recorded_at": now,
+        "decided_by": who,
+        "mode": config.mode,
+        "sql_run": sql,
+    }
+    row["reason"] = (
+        f"applied: the last good plan's hints are in hint_plan.hints for query id {latest['queryid']}"
+        if event == EVENT_APPLIED
+        else "removed: the pin's row is gone from hint_plan.hints (the table is as before the pin)"
+    )
+    frame = PLAN_PINS.conform(pl.DataFrame([row], infer_schema_length=None))
+    write_pins(lake_root, frame, now)
+    return replace(PinWrite(sql, ran=True), row=row)
