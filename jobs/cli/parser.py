@@ -130,11 +130,13 @@ EXIT_CODES = {
     "pins": _exit_codes(
         "pins",
         "0  list: printed; explain: the pin explained; propose: open findings looked at (rows or none);",
-        "   apply, remove: written and recorded (--dry-run: the SQL printed, nothing connected to)",
+        "   apply, remove: written and recorded (--dry-run: the SQL printed, nothing connected to);",
+        "   check: every applied pin kept or removed",
         f"{EXIT_NO_SUCH_PIN}  explain, apply, remove: no pin of that id in the ledger",
-        f"{EXIT_PIN_REFUSED}  apply, remove: refused, nothing written; one line says why: the instance has",
-        "   not opted in, pg_hint_plan not loaded or its hint table off, a hint already there, its state",
-        "   propose, apply and remove without a fleet exit 2",
+        f"{EXIT_PIN_REFUSED}  apply, remove: refused, nothing written; one line says why: the instance",
+        "   has not opted in, pg_hint_plan not loaded or its hint table off, a hint there, its state;",
+        "   check: a pin that should go could not be removed (its row says why)",
+        "   propose, apply, remove and check without a fleet exit 2",
     ),
     "config": _exit_codes("config", "0  show: printed; check: the configuration (and fleet file) is valid"),
     "setup-sql": _exit_codes(
@@ -715,10 +717,14 @@ def build_parser(command: str | None = ALL_COMMANDS) -> argparse.ArgumentParser:
         "caused by a plan change whose last good plan can still be produced (each server's catalogue is "
         "read to check; nothing is written to any server), recorded in the ledger; apply / remove PIN_ID: "
         "run its SQL as the pin role (radar setup-sql --pins) on an instance that opted in ([pinning] mode = "
-        "apply, apply_instances), after checking pg_hint_plan is loaded and its hint table on.",
+        "apply, apply_instances), after checking pg_hint_plan is loaded and its hint table on; check: "
+        "remove each applied pin whose plan can no longer be produced (a relation or index gone), recorded.",
     )
     pins.add_argument(
-        "action", nargs="?", choices=["list", "explain", "propose", "apply", "remove"], default="list"
+        "action",
+        nargs="?",
+        choices=["list", "explain", "propose", "apply", "remove", "check"],
+        default="list",
     )
     pins.add_argument(
         "pin_id", nargs="?", metavar="PIN_ID", help="explain, apply, remove: the pin (from radar pins list)"

@@ -18,6 +18,8 @@ def cmd_pins(args: argparse.Namespace) -> int:
         return _propose(args)
     if args.action in ("apply", "remove"):
         return _write(args)
+    if args.action == "check":
+        return _check(args)
     from jobs.plans.pin_ledger import latest_pins, read_pins
 
     rows = read_pins(lake_root(args))
@@ -155,3 +157,32 @@ def _write(args: argparse.Namespace) -> int:
         markup=False,
     )
     return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    """radar pins check: remove the applied pins whose plan can no longer be produced (opted-in instances)."""
+    from datetime import UTC, datetime
+
+    import polars as pl
+
+    from jobs.plans.pin_apply import PinRefused, check_applied_pins
+    from jobs.plans.pin_ledger import fleet_catalogues
+
+    settings = settings_of(args)
+    fleet = load_fleet(args)
+    dsns = {i.name: i for i in fleet.instances}
+
+    def dsn_of(instance: str) -> str:
+        if instance not in dsns:
+            raise PinRefused(f"instance {instance} is not in the fleet: nothing written")
+        return dsns[instance].resolve_dsn()
+
+    checks = check_applied_pins(
+        lake_root(args), fleet_catalogues(fleet), dsn_of, settings.pinning, datetime.now(UTC)
+    )
+    frame = pl.DataFrame(
+        [vars(c) for c in checks],
+        schema={"pin_id": pl.String, "instance": pl.String, "outcome": pl.String, "reason": pl.String},
+    )
+    show_rows(args, frame, "applied pins checked")
+    return EXIT_PIN_REFUSED if any(c.outcome == "not_removed" for c in checks) else 0

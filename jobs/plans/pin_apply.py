@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import getpass
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -21,6 +21,7 @@ import polars as pl
 from jobs.lake.storage import LakePath
 from jobs.plans.config import PinningConfig
 from jobs.plans.pin_ledger import latest_pins, read_pins, write_pins
+from jobs.plans.pins import PinImpossible, PlanCatalogue, check_producible, derive_hints
 from jobs.schemas.analysed import PLAN_PINS
 from jobs.sqlfiles import load_sql
 
@@ -116,6 +117,7 @@ def write_pin(
     now: datetime,
     dry_run: bool = False,
     decided_by: str | None = None,
+    reason: str | None = None,
 ) -> PinWrite:
     """Apply (``action`` "apply") or remove ("remove") the recorded pin ``pin`` and record it; ``dsn_of``
     (instance name → DSN) is only called when the SQL is really run. KeyError: no such pin; PinRefused: why
@@ -149,7 +151,7 @@ def write_pin(
         "mode": config.mode,
         "sql_run": sql,
     }
-    row["reason"] = (
+    row["reason"] = reason or (
         f"applied: the last good plan's hints are in hint_plan.hints for query id {latest['queryid']}"
         if event == EVENT_APPLIED
         else "removed: the pin's row is gone from hint_plan.hints (the table is as before the pin)"
@@ -157,3 +159,54 @@ def write_pin(
     frame = PLAN_PINS.conform(pl.DataFrame([row], infer_schema_length=None))
     write_pins(lake_root, frame, now)
     return replace(PinWrite(sql, ran=True), row=row)
+
+
+@dataclass(frozen=True)
+class PinCheck:
+    """One applied pin looked at by ``check_applied_pins``: kept, removed (with why), or why not removed."""
+
+    pin_id: str
+    instance: str
+    outcome: str
+    """kept | removed | not_removed"""
+    reason: str
+
+
+def check_applied_pins(
+    lake_root: LakePath,
+    catalogue_of: Callable[[Mapping[str, Any], set[str]], PlanCatalogue],
+    dsn_of: Callable[[str], str],
+    config: PinningConfig,
+    now: datetime,
+) -> list[PinCheck]:
+    """Every applied pin whose plan can no longer be produced (a relation or index it used is gone) is
+    removed with its recorded SQL, as the pin role, and recorded with the reason; one that cannot be removed
+    (the instance no longer opted in, the row changed) is reported, not recorded. Producible pins are kept."""
+    pins = latest_pins(read_pins(lake_root)).filter(pl.col("event") == EVENT_APPLIED)
+    out: list[PinCheck] = []
+    for pin in pins.to_dicts():
+        instance = str(pin["instance"])
+        try:
+            hints = derive_hints(pin["good_plan_json"])
+            check_producible(hints, catalogue_of(pin, {s.relation for s in hints.scans}))
+        except PinImpossible as exc:
+            why = str(exc)
+        else:
+            out.append(PinCheck(pin["pin_id"], instance, "kept", "the last good plan is still producible"))
+            continue
+        try:
+            write_pin(
+                lake_root,
+                pin["pin_id"],
+                action="remove",
+                dsn_of=dsn_of,
+                config=config,
+                now=now,
+                decided_by="radar pins check",
+                reason=f"removed: {why.removeprefix('pin impossible: ')}",
+            )
+        except PinRefused as exc:
+            out.append(PinCheck(pin["pin_id"], instance, "not_removed", f"{why}; not removed: {exc}"))
+            continue
+        out.append(PinCheck(pin["pin_id"], instance, "removed", why))
+    return out

@@ -512,3 +512,38 @@ def test_the_pin_role_writes_the_hint_table_and_nothing_else(
         ):
             with pytest.raises(psycopg.errors.InsufficientPrivilege):
                 conn.execute(statement)
+
+
+@TIER
+@pytest.mark.parametrize("repeat", range(3))
+def test_an_applied_pin_whose_index_is_dropped_is_removed_by_the_check(
+    hint_server: EmbeddedServer,
+    orders: psycopg.Connection[Any],
+    pin_role: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    repeat: int,
+) -> None:
+    """(c) A pin applied, then the index it needs dropped: `radar pins check` removes it (the table as before
+    the pin) and records why; a check with the index there keeps it."""
+    argv, pin, _ = proposed_pin(orders, hint_server, tmp_path)
+    assert main([*argv, "apply", pin, *OPT_IN]) == 0
+    capsys.readouterr()
+    assert main([*argv, "check", *OPT_IN, "--format", "json"]) == 0
+    assert [c["outcome"] for c in json.loads(capsys.readouterr().out)] == ["kept"]
+    assert len(hint_rows(orders)) == 1
+    orders.execute("DROP INDEX orders_customer_id_idx")
+    assert main([*argv, "check", *OPT_IN, "--format", "json"]) == 0
+    assert [c["outcome"] for c in json.loads(capsys.readouterr().out)] == ["removed"]
+    assert hint_rows(orders) == []
+    ledger = read_pins(Path(argv[1])).to_dicts()
+    assert [r["event"] for r in ledger] == ["proposed", "applied", "removed"]
+    assert (
+        ledger[-1]["reason"]
+        == "removed: the last good plan used orders_customer_id_idx, which no longer exists"
+    )
+    assert (
+        ledger[-1]["decided_by"] == "radar pins check" and ledger[-1]["sql_run"] == ledger[-1]["remove_sql"]
+    )
+    assert main([*argv, "check", *OPT_IN, "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out) == [], "a removed pin is not checked again"

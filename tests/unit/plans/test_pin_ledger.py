@@ -15,8 +15,8 @@ import pytest
 from jobs.cli.main import main
 from jobs.lake import io as lake
 from jobs.plans.config import PinningConfig
-from jobs.plans.pin_apply import PinRefused, ready_problem, write_pin
-from jobs.plans.pin_ledger import pin_id, read_pins, run_pin_proposals
+from jobs.plans.pin_apply import PinRefused, check_applied_pins, ready_problem, write_pin
+from jobs.plans.pin_ledger import pin_id, read_pins, run_pin_proposals, write_pins
 from jobs.plans.pins import PinImpossible, PlanCatalogue
 from jobs.plans.setup_sql import SetupRoles, SetupSqlError, setup_steps
 from jobs.plans.shape import plan_facts
@@ -281,3 +281,19 @@ def test_setup_sql_pins_adds_the_role_and_grants_from_postgresql_16_only() -> No
         setup_steps(150000, pins=True)
     with pytest.raises(SetupSqlError, match="pin role"):
         setup_steps(180000, roles=SetupRoles(pin_role="radar_monitor"), pins=True)
+
+
+def test_the_check_keeps_producible_pins_and_reports_one_it_may_not_remove(pin_lake: Path) -> None:
+    pin = proposed(pin_lake)
+    applied = read_pins(pin_lake).with_columns(
+        pl.lit("applied").alias("event"), pl.lit(AT + timedelta(hours=3)).alias("recorded_at")
+    )
+    write_pins(pin_lake, applied, AT + timedelta(hours=3))
+    kept = check_applied_pins(pin_lake, listing(WITH_INDEX), never_connect, PinningConfig(), AT)
+    assert [(c.pin_id, c.outcome) for c in kept] == [(pin, "kept")]
+    gone = check_applied_pins(pin_lake, listing(WITHOUT_INDEX), never_connect, PinningConfig(), AT)
+    assert [c.outcome for c in gone] == ["not_removed"]
+    assert (
+        "orders_customer_id_idx, which no longer exists; not removed: db1 has not opted in" in gone[0].reason
+    )
+    assert read_pins(pin_lake)["event"].to_list() == ["proposed", "applied"]
