@@ -160,12 +160,13 @@ def _write(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    """radar pins check: remove the applied pins whose plan can no longer be produced (opted-in instances)."""
+    """radar pins check: judge each applied pin (verified, failed: removed, pending) and remove the pins whose
+    plan can no longer be produced (opted-in instances)."""
     from datetime import UTC, datetime
 
     import polars as pl
 
-    from jobs.plans.pin_apply import PinRefused, check_applied_pins
+    from jobs.plans.pin_apply import PinRefused, check_applied_pins, lake_latencies
     from jobs.plans.pin_ledger import fleet_catalogues
 
     settings = settings_of(args)
@@ -177,8 +178,15 @@ def _check(args: argparse.Namespace) -> int:
             raise PinRefused(f"instance {instance} is not in the fleet: nothing written")
         return dsns[instance].resolve_dsn()
 
+    detector = settings.detector.regression_config()
     checks = check_applied_pins(
-        lake_root(args), fleet_catalogues(fleet), dsn_of, settings.pinning, datetime.now(UTC)
+        lake_root(args),
+        fleet_catalogues(fleet),
+        dsn_of,
+        settings.pinning,
+        datetime.now(UTC),
+        latencies_of=lake_latencies(lake_root(args), detector),
+        detector=detector,
     )
     frame = pl.DataFrame(
         [vars(c) for c in checks],

@@ -201,6 +201,11 @@ class PinningConfig:
     application_name: str = ""
     """hint_plan.hints.application_name of a pin: "" applies it to every session, a name only to sessions
     with that application_name."""
+    verify_within: timedelta = timedelta(minutes=30)
+    """An applied pin not verified this long after it was applied (latency significantly below the regressed
+    level and back at the level before, by the detector's test) failed: `radar pins check` removes it."""
+    verify_min_samples: int = 5
+    """Pinned samples (intervals wholly after the pin) needed before a pin is judged."""
     pin_role: str = "radar_pinner"
     """The NOLOGIN role pins are written as (radar setup-sql --pins creates it: hint_plan.hints only); the
     instance's login SETs ROLE to it."""
@@ -211,6 +216,10 @@ class PinningConfig:
         for key in ("allow", "deny"):
             for entry in getattr(self, key):
                 parse_query_entry(entry, key)
+        if self.verify_min_samples < 2:
+            raise ValueError("[pinning] verify_min_samples must be at least 2 (Welch's test needs two)")
+        if self.verify_within <= timedelta(0):
+            raise ValueError("[pinning] verify_within must be a positive duration")
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_$]{0,62}", self.pin_role):
             raise ValueError(f"[pinning] pin_role must be a plain SQL name, not {self.pin_role!r}")
         if "\x00" in self.application_name or len(self.application_name.encode()) > 63:

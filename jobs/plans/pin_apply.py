@@ -18,18 +18,25 @@ from typing import Any
 
 import polars as pl
 
+from jobs.detect.config import RegressionConfig
 from jobs.lake.storage import LakePath
 from jobs.plans.config import PinningConfig
 from jobs.plans.pin_ledger import latest_pins, read_pins, write_pins
+from jobs.plans.pin_verify import FAILED, PENDING, VERIFIED, interval_latencies, verify_pin
 from jobs.plans.pins import PinImpossible, PlanCatalogue, check_producible, derive_hints
 from jobs.schemas.analysed import PLAN_PINS
 from jobs.sqlfiles import load_sql
 
 _ROLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]{0,62}$")
 EVENT_APPLIED = "applied"
+EVENT_VERIFIED = "verified"
 EVENT_REMOVED = "removed"
+EVENT_FAILED = "failed"
 APPLIABLE = frozenset({"proposed", EVENT_REMOVED})
-"""A pin may be applied from these states (a removed pin may be applied again)."""
+"""A pin may be applied from these states (a removed pin may be applied again; a failed one by hand only
+after a new proposal)."""
+IN_PLACE = frozenset({EVENT_APPLIED, EVENT_VERIFIED})
+"""States in which the pin's row is in the hint table."""
 
 
 class PinRefused(RuntimeError):
@@ -118,6 +125,8 @@ def write_pin(
     dry_run: bool = False,
     decided_by: str | None = None,
     reason: str | None = None,
+    event: str | None = None,
+    extra: Mapping[str, Any] | None = None,
 ) -> PinWrite:
     """Apply (``action`` "apply") or remove ("remove") the recorded pin ``pin`` and record it; ``dsn_of``
     (instance name → DSN) is only called when the SQL is really run. KeyError: no such pin; PinRefused: why
@@ -163,12 +172,12 @@ def write_pin(
 
 @dataclass(frozen=True)
 class PinCheck:
-    """One applied pin looked at by ``check_applied_pins``: kept, removed (with why), or why not removed."""
+    """One applied pin looked at by ``check_applied_pins``."""
 
     pin_id: str
     instance: str
     outcome: str
-    """kept | removed | not_removed"""
+    """kept | verified | pending | failed (removed) | removed (plan no longer producible) | not_removed"""
     reason: str
 
 
@@ -178,22 +187,26 @@ def check_applied_pins(
     dsn_of: Callable[[str], str],
     config: PinningConfig,
     now: datetime,
+    *,
+    latencies_of: Callable[[Mapping[str, Any]], pl.DataFrame] | None = None,
+    detector: RegressionConfig | None = None,
 ) -> list[PinCheck]:
-    """Every applied pin whose plan can no longer be produced (a relation or index it used is gone) is
-    removed with its recorded SQL, as the pin role, and recorded with the reason; one that cannot be removed
-    (the instance no longer opted in, the row changed) is reported, not recorded. Producible pins are kept."""
-    pins = latest_pins(read_pins(lake_root)).filter(pl.col("event") == EVENT_APPLIED)
+    """Every pin in place: one whose last good plan can no longer be produced (a relation or index gone) is
+    removed with its recorded SQL, as the pin role, and recorded with the reason; then, with
+    ``latencies_of`` (the pin's query's ``interval_latencies``), an applied pin is judged
+    (``jobs.plans.pin_verify``): verified is recorded, failed is removed and recorded as failed, pending
+    waits. A pin that should go but cannot be removed (the instance no longer opted in, its row changed) is
+    reported, not recorded."""
+    detector = detector or RegressionConfig()
+    rows = read_pins(lake_root)
+    latest = latest_pins(rows).filter(pl.col("event").is_in(sorted(IN_PLACE)))
+    applied_at = {
+        r["pin_id"]: r["recorded_at"]
+        for r in latest_pins(rows.filter(pl.col("event") == EVENT_APPLIED)).to_dicts()
+    }
     out: list[PinCheck] = []
-    for pin in pins.to_dicts():
-        instance = str(pin["instance"])
-        try:
-            hints = derive_hints(pin["good_plan_json"])
-            check_producible(hints, catalogue_of(pin, {s.relation for s in hints.scans}))
-        except PinImpossible as exc:
-            why = str(exc)
-        else:
-            out.append(PinCheck(pin["pin_id"], instance, "kept", "the last good plan is still producible"))
-            continue
+
+    def take_back(pin: dict[str, Any], outcome: str, why: str, **more: Any) -> None:
         try:
             write_pin(
                 lake_root,
@@ -203,10 +216,68 @@ def check_applied_pins(
                 config=config,
                 now=now,
                 decided_by="radar pins check",
-                reason=f"removed: {why.removeprefix('pin impossible: ')}",
+                **more,
             )
         except PinRefused as exc:
-            out.append(PinCheck(pin["pin_id"], instance, "not_removed", f"{why}; not removed: {exc}"))
+            out.append(
+                PinCheck(pin["pin_id"], str(pin["instance"]), "not_removed", f"{why}; not removed: {exc}")
+            )
+            return
+        out.append(PinCheck(pin["pin_id"], str(pin["instance"]), outcome, why))
+
+    for pin in latest.to_dicts():
+        instance = str(pin["instance"])
+        try:
+            hints = derive_hints(pin["good_plan_json"])
+            check_producible(hints, catalogue_of(pin, {s.relation for s in hints.scans}))
+        except PinImpossible as exc:
+            why = str(exc)
+            take_back(pin, "removed", why, reason=f"removed: {why.removeprefix('pin impossible: ')}")
             continue
-        out.append(PinCheck(pin["pin_id"], instance, "removed", why))
+        if latencies_of is None or pin["event"] != EVENT_APPLIED or pin.get("detected_change_at") is None:
+            out.append(PinCheck(pin["pin_id"], instance, "kept", "the last good plan is still producible"))
+            continue
+        verdict = verify_pin(
+            latencies_of(pin),
+            change_at=pin["detected_change_at"],
+            applied_at=applied_at.get(pin["pin_id"], pin["recorded_at"]),
+            now=now,
+            detector=detector,
+            verify_within=config.verify_within,
+            min_samples=config.verify_min_samples,
+        )
+        figures = {"pinned_mean_ms": verdict.pinned_mean_ms, "verify_p_value": verdict.p_vs_regressed}
+        if verdict.outcome == VERIFIED:
+            row = {**pin, **figures, "event": EVENT_VERIFIED, "recorded_at": now, "reason": verdict.reason}
+            row.update(decided_by="radar pins check", mode=config.mode, sql_run=None)
+            write_pins(lake_root, PLAN_PINS.conform(pl.DataFrame([row], infer_schema_length=None)), now)
+            out.append(PinCheck(pin["pin_id"], instance, VERIFIED, verdict.reason))
+        elif verdict.outcome == FAILED:
+            take_back(pin, FAILED, verdict.reason, reason=verdict.reason, event=EVENT_FAILED, extra=figures)
+        else:
+            out.append(PinCheck(pin["pin_id"], instance, PENDING, verdict.reason))
     return out
+
+
+def lake_latencies(
+    lake_root: LakePath, detector: RegressionConfig
+) -> Callable[[Mapping[str, Any]], pl.DataFrame]:
+    """``latencies_of`` for ``check_applied_pins``: the pin's query's interval latencies from query_samples,
+    from the detector's window before the finding's change on."""
+    from jobs.lake.io import read_table
+    from jobs.schemas.collected import QUERY_SAMPLES
+
+    def latencies_of(pin: Mapping[str, Any]) -> pl.DataFrame:
+        since = pin["detected_change_at"] - detector.window_before
+        samples = read_table(
+            lake_root,
+            QUERY_SAMPLES,
+            lambda s: s.filter(
+                (pl.col("instance") == pin["instance"])
+                & (pl.col("queryid") == pin["queryid"])
+                & (pl.col("interval_end") >= since)
+            ),
+        )
+        return interval_latencies(samples)
+
+    return latencies_of

@@ -340,7 +340,7 @@ PLAN_PINS = TableSchema(
             "event",
             pl.String(),
             "proposed | impossible (the plan cannot be reproduced: the reason says why) | not_a_plan_change"
-            " | skipped ([pinning] allow/deny) | applied | removed",
+            " | skipped ([pinning] allow/deny) | applied | verified | failed (removed) | removed",
         ),
         Column(
             "decided_by",
@@ -367,6 +367,8 @@ PLAN_PINS = TableSchema(
         Column("bad_shape_hash", pl.String(), "the shape of the plan the change brought"),
         Column("good_plan_json", pl.String(), "the last good plan (EXPLAIN JSON)"),
         Column("bad_plan_json", pl.String(), "the plan the change brought (EXPLAIN JSON)"),
+        Column("pinned_mean_ms", pl.Float64(), "verified / failed: the query's mean latency while pinned"),
+        Column("verify_p_value", pl.Float64(), "verified / failed: Welch's p of pinned vs regressed latency"),
         Column("relations", pl.String(), "relations the last good plan scanned, comma separated"),
         Column("indexes", pl.String(), "indexes it used, comma separated"),
     ),

@@ -525,12 +525,14 @@ def test_an_applied_pin_whose_index_is_dropped_is_removed_by_the_check(
     repeat: int,
 ) -> None:
     """(c) A pin applied, then the index it needs dropped: `radar pins check` removes it (the table as before
-    the pin) and records why; a check with the index there keeps it."""
+    the pin) and records why; a check with the index there keeps it (pending: no samples to judge yet)."""
     argv, pin, _ = proposed_pin(orders, hint_server, tmp_path)
     assert main([*argv, "apply", pin, *OPT_IN]) == 0
     capsys.readouterr()
     assert main([*argv, "check", *OPT_IN, "--format", "json"]) == 0
-    assert [c["outcome"] for c in json.loads(capsys.readouterr().out)] == ["kept"]
+    checked = json.loads(capsys.readouterr().out)
+    assert [c["outcome"] for c in checked] == ["pending"], "no samples yet: not judged, kept"
+    assert "waiting: 0 pinned samples" in checked[0]["reason"]
     assert len(hint_rows(orders)) == 1
     orders.execute("DROP INDEX orders_customer_id_idx")
     assert main([*argv, "check", *OPT_IN, "--format", "json"]) == 0
