@@ -11,6 +11,8 @@ import json
 import shutil
 import subprocess
 import tempfile
+import threading
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -22,6 +24,8 @@ import pytest
 from psycopg.types.numeric import Int4
 
 from jobs.cli.main import main
+from jobs.collect.collector import snapshot_fleet
+from jobs.collect.fleet import FleetConfig
 from jobs.lake import io as lake
 from jobs.local.embedded import EmbeddedServer
 from jobs.plans.pin_ledger import good_plan_relations, read_catalogue, read_pins
@@ -31,6 +35,7 @@ from jobs.plans.shape import plan_shape_hash
 from jobs.schemas.analysed import FINDING_STATES
 from jobs.schemas.collected import PLAN_SNAPSHOTS
 from tests.conftest import FleetFactory
+from tests.support.pg_workload import reset_statements
 from tests.tiers.hint_plan import INSTALLER, unavailable_reason
 
 TIER = pytest.mark.hint_plan
@@ -55,11 +60,16 @@ def hint_server(fleet_factory: FleetFactory) -> Iterator[EmbeddedServer]:
 
 @pytest.fixture
 def orders(hint_server: EmbeddedServer) -> Iterator[psycopg.Connection[Any]]:
-    """A fresh 100,000-row orders table (5,000 customers, an index on customer_id) and an empty hint table."""
+    """A fresh 100,000-row orders table (5,000 customers, an index on customer_id, no autovacuum) and an empty
+    hint table."""
     with psycopg.connect(hint_server.dsn, autocommit=True) as conn:
         conn.execute("DROP TABLE IF EXISTS orders")
         conn.execute("DELETE FROM hint_plan.hints")
-        conn.execute("CREATE TABLE orders (id int PRIMARY KEY, customer_id int, amount numeric)")
+        # autovacuum off: an auto-ANALYZE finishing after a test injected statistics would undo them
+        conn.execute(
+            "CREATE TABLE orders (id int PRIMARY KEY, customer_id int, amount numeric) "
+            "WITH (autovacuum_enabled = off)"
+        )
         conn.execute("INSERT INTO orders SELECT g, g % 5000, g FROM generate_series(1, 100000) g")
         conn.execute("CREATE INDEX orders_customer_id_idx ON orders (customer_id)")
         conn.execute("ANALYZE orders")
@@ -148,10 +158,11 @@ def flip_to_seq_scan(
 
 
 def history_and_finding(
-    good: dict[str, Any], bad: dict[str, Any]
+    good: dict[str, Any], bad: dict[str, Any], change: datetime | None = None
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """The plan history (generic_explain rows, as the capture writes them) and an open plan-change finding."""
-    change = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
+    """The plan history (generic_explain rows, as the capture writes them) and an open plan-change finding
+    whose step is at ``change`` (default: a fixed time)."""
+    change = change or datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
     queryid = good["Query Identifier"]
     assert bad["Query Identifier"] == queryid
 
@@ -228,7 +239,7 @@ def test_injected_statistics_flip_the_plan_and_the_pin_brings_the_index_plan_bac
 def customers_and_orders(conn: psycopg.Connection[Any]) -> None:
     """customers (5,000 in 500 regions, an index on region) beside the orders fixture."""
     conn.execute("DROP TABLE IF EXISTS customers")
-    conn.execute("CREATE TABLE customers (id int PRIMARY KEY, region int)")
+    conn.execute("CREATE TABLE customers (id int PRIMARY KEY, region int) WITH (autovacuum_enabled = off)")
     conn.execute("INSERT INTO customers SELECT g, g % 500 FROM generate_series(0, 4999) g")
     conn.execute("CREATE INDEX customers_region_idx ON customers (region); ANALYZE customers")
 
@@ -549,3 +560,85 @@ def test_an_applied_pin_whose_index_is_dropped_is_removed_by_the_check(
     )
     assert main([*argv, "check", *OPT_IN, "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out) == [], "a removed pin is not checked again"
+
+
+class OrdersClient:
+    """One application session running the orders query for customer 42 (typed parameter, no prepared
+    statement: each execution is planned, so injected statistics and a pin take effect at once)."""
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn, self.calls, self.error = dsn, 0, None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        try:
+            with psycopg.connect(self.dsn, autocommit=True, prepare_threshold=None) as conn:
+                while not self._stop.is_set():
+                    conn.execute(APP_QUERY.replace("$1", "%s"), (Int4(42),))
+                    self.calls += 1
+        except BaseException as exc:  # reported in the test's thread
+            self.error = exc
+
+    def __enter__(self) -> OrdersClient:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+        assert self.error is None, repr(self.error)
+
+
+def snapshots(config: FleetConfig, lake_root: Path, count: int = 8, every: float = 0.5) -> None:
+    for _ in range(count):
+        started = time.monotonic()
+        result = snapshot_fleet(config, lake_root)
+        assert not result.failed, [r.error for r in result.failed]
+        time.sleep(max(0.0, every - (time.monotonic() - started)))
+
+
+@TIER
+@pytest.mark.parametrize("repeat", range(3))
+def test_a_pin_applied_under_load_is_verified_by_the_check(
+    hint_server: EmbeddedServer,
+    orders: psycopg.Connection[Any],
+    pin_role: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    repeat: int,
+) -> None:
+    """(a) through to verified: a client runs the query while snapshots are taken (every 0.5 s); injected
+    statistics flip its plan (the change), the pin is proposed and applied, and `radar pins check` judges the
+    pinned intervals against the regressed and the earlier ones with the detector's test: verified. The
+    finding is written by the test (its change time is the injection), not detected."""
+    lake_root = tmp_path / "lake"
+    fleet = fleet_file(tmp_path, hint_server)
+    config = FleetConfig.load(fleet)
+    argv = ["--lake", str(lake_root), "--fleet-file", str(fleet), "pins"]
+    reset_statements(hint_server.dsn)
+    with OrdersClient(hint_server.dsn) as client:
+        snapshots(config, lake_root)
+        good = generic_plan(orders, APP_QUERY)
+        flip_to_seq_scan(orders)
+        change = datetime.now(UTC)
+        bad = generic_plan(orders, APP_QUERY)
+        snapshots(config, lake_root)
+        history, finding = history_and_finding(good, bad, change)
+        lake_with_finding(lake_root, history, finding)
+        assert main([*argv, "propose"]) == 0
+        (pin,) = read_pins(lake_root)["pin_id"].to_list()
+        assert main([*argv, "apply", pin, *OPT_IN]) == 0
+        snapshots(config, lake_root)
+    assert client.calls > 0
+    assert main(["--lake", str(lake_root), "samples"]) == 0
+    capsys.readouterr()
+    assert main([*argv, "check", *OPT_IN, "--format", "json"]) == 0
+    (checked,) = json.loads(capsys.readouterr().out)
+    assert checked["outcome"] == "verified", checked["reason"]
+    ledger = read_pins(lake_root).to_dicts()
+    assert [r["event"] for r in ledger] == ["proposed", "applied", "verified"]
+    verified = ledger[-1]
+    assert verified["verify_p_value"] < 0.05
+    seconds = (verified["recorded_at"] - change).total_seconds()
+    print(f"\n{checked['reason']}; verified {seconds:.1f} s after the change")
