@@ -90,29 +90,56 @@ def _explain(history: list[dict[str, Any]]) -> None:
 
 
 def _propose(args: argparse.Namespace) -> int:
-    """Proposals for the lake's open findings: each server's catalogue is read (never written)."""
+    """Proposals for the lake's open findings (each server's catalogue is read); in mode apply, each new
+    proposal on an instance that opted in is applied as the pin role."""
     from datetime import UTC, datetime
 
+    from jobs.plans.pin_apply import apply_proposed
     from jobs.plans.pin_ledger import fleet_catalogues, run_pin_proposals
 
     settings = settings_of(args)
-    catalogue_of = fleet_catalogues(load_fleet(args))
+    fleet = load_fleet(args)
     pinning = settings.pinning
+    now = datetime.now(UTC)
     run = run_pin_proposals(
         lake_root(args),
-        catalogue_of,
+        fleet_catalogues(fleet),
         pinning,
-        datetime.now(UTC),
+        now,
         decided_by="radar pins propose",
         diff_config=settings.plans.diff,
+    )
+    applied = apply_proposed(
+        lake_root(args),
+        run.written,
+        _dsn_of(fleet),
+        pinning,
+        now,
+        decided_by="radar pins propose (mode apply)",
     )
     say(
         args,
         f"{len(run.proposals)} open findings looked at; {run.written.height} ledger rows written "
-        "(new or changed pins); nothing written to any server",
+        f"(new or changed pins); {sum(a.outcome == 'applied' for a in applied)} pins applied",
     )
+    for refused in (a for a in applied if a.outcome != "applied"):
+        say(args, f"pin {refused.pin_id} on {refused.instance} not applied: {refused.reason}", markup=False)
     show_rows(args, run.written, "plan pins recorded now", columns=PINS_TABLE_COLUMNS)
-    return 0
+    return EXIT_PIN_REFUSED if any(a.outcome != "applied" for a in applied) else 0
+
+
+def _dsn_of(fleet: Any) -> Any:
+    """instance name → its DSN, for the writes (PinRefused for an instance not in the fleet)."""
+    from jobs.plans.pin_apply import PinRefused
+
+    instances = {i.name: i for i in fleet.instances}
+
+    def dsn_of(instance: str) -> str:
+        if instance not in instances:
+            raise PinRefused(f"instance {instance} is not in the fleet: nothing written")
+        return instances[instance].resolve_dsn()
+
+    return dsn_of
 
 
 def _write(args: argparse.Namespace) -> int:
@@ -127,10 +154,7 @@ def _write(args: argparse.Namespace) -> int:
     settings = settings_of(args)
 
     def dsn_of(instance: str) -> str:
-        for item in load_fleet(args).instances:
-            if item.name == instance:
-                return item.resolve_dsn()
-        raise PinRefused(f"instance {instance} is not in the fleet: nothing written")
+        return _dsn_of(load_fleet(args))(instance)  # the fleet is needed only when the SQL really runs
 
     try:
         done = write_pin(
@@ -166,17 +190,12 @@ def _check(args: argparse.Namespace) -> int:
 
     import polars as pl
 
-    from jobs.plans.pin_apply import PinRefused, check_applied_pins, lake_latencies
+    from jobs.plans.pin_apply import check_applied_pins, lake_latencies
     from jobs.plans.pin_ledger import fleet_catalogues
 
     settings = settings_of(args)
     fleet = load_fleet(args)
-    dsns = {i.name: i for i in fleet.instances}
-
-    def dsn_of(instance: str) -> str:
-        if instance not in dsns:
-            raise PinRefused(f"instance {instance} is not in the fleet: nothing written")
-        return dsns[instance].resolve_dsn()
+    dsn_of = _dsn_of(fleet)
 
     detector = settings.detector.regression_config()
     checks = check_applied_pins(

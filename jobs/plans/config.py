@@ -190,8 +190,8 @@ class PinningConfig:
     (docs/pins.md)."""
 
     mode: Literal["propose", "apply"] = "propose"
-    """propose: record proposals in the lake's plan_pins ledger, write nothing to any server; apply: pins may
-    be applied (`radar pins apply ID`) on the instances of apply_instances."""
+    """propose: record proposals in the lake's plan_pins ledger, write nothing to any server; apply: also
+    apply each new proposal (and let `radar pins apply ID` write) on the instances of apply_instances."""
     apply_instances: tuple[str, ...] = ()
     """With mode = apply, the instances pins may be applied on (opt-in per instance); empty: none."""
     allow: tuple[str, ...] = ()

@@ -21,7 +21,7 @@ import polars as pl
 from jobs.detect.config import RegressionConfig
 from jobs.lake.storage import LakePath
 from jobs.plans.config import PinningConfig
-from jobs.plans.pin_ledger import latest_pins, read_pins, write_pins
+from jobs.plans.pin_ledger import after_latest, latest_pins, read_pins, write_pins
 from jobs.plans.pin_verify import FAILED, PENDING, VERIFIED, interval_latencies, verify_pin
 from jobs.plans.pins import PinImpossible, PlanCatalogue, check_producible, derive_hints
 from jobs.schemas.analysed import PLAN_PINS
@@ -151,6 +151,7 @@ def write_pin(
             "apply_instances): nothing written; --dry-run prints the SQL"
         )
     _run(dsn_of(instance), sql, config.pin_role, instance, None, removing=action == "remove")
+    now = after_latest(latest, now)
     who = decided_by or f"radar pins {action} by {getpass.getuser()}"
     row = {
         **latest,
@@ -177,7 +178,8 @@ class PinCheck:
     pin_id: str
     instance: str
     outcome: str
-    """kept | verified | pending | failed (removed) | removed (plan no longer producible) | not_removed"""
+    """kept | verified | pending | failed (removed) | removed (plan no longer producible) | not_removed;
+    applied | not_applied (``apply_proposed``)"""
     reason: str
 
 
@@ -248,9 +250,10 @@ def check_applied_pins(
         )
         figures = {"pinned_mean_ms": verdict.pinned_mean_ms, "verify_p_value": verdict.p_vs_regressed}
         if verdict.outcome == VERIFIED:
-            row = {**pin, **figures, "event": EVENT_VERIFIED, "recorded_at": now, "reason": verdict.reason}
+            at = after_latest(pin, now)
+            row = {**pin, **figures, "event": EVENT_VERIFIED, "recorded_at": at, "reason": verdict.reason}
             row.update(decided_by="radar pins check", mode=config.mode, sql_run=None)
-            write_pins(lake_root, PLAN_PINS.conform(pl.DataFrame([row], infer_schema_length=None)), now)
+            write_pins(lake_root, PLAN_PINS.conform(pl.DataFrame([row], infer_schema_length=None)), at)
             out.append(PinCheck(pin["pin_id"], instance, VERIFIED, verdict.reason))
         elif verdict.outcome == FAILED:
             take_back(pin, FAILED, verdict.reason, reason=verdict.reason, event=EVENT_FAILED, extra=figures)
@@ -281,3 +284,38 @@ def lake_latencies(
         return interval_latencies(samples)
 
     return latencies_of
+
+
+def apply_proposed(
+    lake_root: LakePath,
+    written: pl.DataFrame,
+    dsn_of: Callable[[str], str],
+    config: PinningConfig,
+    now: datetime,
+    *,
+    decided_by: str,
+) -> list[PinCheck]:
+    """[pinning] mode = apply: each pin a proposal run just recorded as proposed, on an instance that opted
+    in, is applied (``write_pin``); a refusal is reported, not recorded. Nothing is done in mode propose."""
+    out: list[PinCheck] = []
+    if config.mode != "apply":
+        return out
+    for row in written.filter(pl.col("event") == "proposed").to_dicts():
+        instance = str(row["instance"])
+        if not config.applies_on(instance):
+            continue
+        try:
+            write_pin(
+                lake_root,
+                row["pin_id"],
+                action="apply",
+                dsn_of=dsn_of,
+                config=config,
+                now=now,
+                decided_by=decided_by,
+            )
+        except PinRefused as exc:
+            out.append(PinCheck(row["pin_id"], instance, "not_applied", str(exc)))
+            continue
+        out.append(PinCheck(row["pin_id"], instance, EVENT_APPLIED, f"applied ({decided_by})"))
+    return out

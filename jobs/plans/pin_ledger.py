@@ -11,9 +11,10 @@ of the catalogue, nothing else), and records one row per finding whose state cha
 from __future__ import annotations
 
 import hashlib
+import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import polars as pl
@@ -36,6 +37,9 @@ from jobs.schemas.collected import PLAN_SNAPSHOTS
 from jobs.sqlfiles import load_sql
 
 STATUS_SKIPPED = "skipped"
+PAST_PROPOSAL = frozenset({"applied", "verified", "failed", "removed"})
+"""A pin in one of these states is past its proposal: a proposal run never records it again (a person may
+apply a removed pin again)."""
 # What makes a ledger row news: a row equal to the pin's latest one in these is not written again.
 STATE_COLUMNS = ("event", "reason", "hints", "mode", "good_shape_hash")
 
@@ -82,9 +86,12 @@ def latest_pins(rows: pl.DataFrame) -> pl.DataFrame:
 
 
 def news(rows: pl.DataFrame, stored: pl.DataFrame) -> pl.DataFrame:
-    """The rows whose pin is new or whose state (STATE_COLUMNS) differs from the pin's latest stored row."""
+    """The rows whose pin is new or whose state (STATE_COLUMNS) differs from the pin's latest stored row;
+    a pin past its proposal (PAST_PROPOSAL) is left as it is."""
     if rows.is_empty() or stored.is_empty():
         return rows
+    settled = latest_pins(stored).filter(pl.col("event").is_in(sorted(PAST_PROPOSAL))).select("pin_id")
+    rows = rows.join(settled, on="pin_id", how="anti")
     latest = latest_pins(stored).select("pin_id", *[pl.col(c).alias(f"_old_{c}") for c in STATE_COLUMNS])
     joined = rows.join(latest, on="pin_id", how="left")
     same = pl.lit(True)
@@ -101,9 +108,17 @@ def read_pins(lake_root: LakePath) -> pl.DataFrame:
 
 
 def write_pins(lake_root: LakePath, rows: pl.DataFrame, recorded_at: datetime) -> None:
+    """One file per write (a random suffix: two writes at one instant must not replace each other)."""
     if rows.is_empty():
         return
-    write_table(lake_root, PLAN_PINS, rows, {"date": recorded_at.strftime("%Y-%m-%d")}, stem_for(recorded_at))
+    stem = f"{stem_for(recorded_at)}-{uuid.uuid4().hex[:8]}"
+    write_table(lake_root, PLAN_PINS, rows, {"date": recorded_at.strftime("%Y-%m-%d")}, stem)
+
+
+def after_latest(latest: Mapping[str, Any], now: datetime) -> datetime:
+    """``now``, or just after the pin's latest row when that is not earlier: a pin's rows never tie."""
+    previous = latest.get("recorded_at")
+    return now if previous is None or now > previous else previous + timedelta(microseconds=1)
 
 
 # ---------------------------------------------------------------------------------------------------------

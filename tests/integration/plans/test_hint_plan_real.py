@@ -373,8 +373,8 @@ def test_a_dropped_index_gives_pin_impossible_with_the_reason(
 def test_propose_mode_writes_nothing_to_the_server(
     hint_server: EmbeddedServer, orders: psycopg.Connection[Any], tmp_path: Path
 ) -> None:
-    """(d) A pin is proposed (mode propose; and mode apply, where proposing still writes nothing: applying is
-    `radar pins apply`) and the hint table is unchanged, another team's hint included."""
+    """(d) A pin is proposed (mode propose; then mode apply with only another instance opted in) and the hint
+    table is unchanged, another team's hint included."""
     good = generic_plan(orders, APP_QUERY)
     flip_to_seq_scan(orders)
     bad = generic_plan(orders, APP_QUERY)
@@ -394,7 +394,7 @@ def test_propose_mode_writes_nothing_to_the_server(
         "propose",
     ]
     assert main(argv) == 0
-    assert main([*argv, "--set", "pinning.mode=apply", "--set", 'pinning.apply_instances=["hints"]']) == 0
+    assert main([*argv, "--set", "pinning.mode=apply", "--set", 'pinning.apply_instances=["elsewhere"]']) == 0
     pins = read_pins(lake_root).to_dicts()
     assert [p["event"] for p in pins] == ["proposed", "proposed"]  # the second: in mode apply (a new state)
     assert [p["mode"] for p in pins] == ["propose", "apply"]
@@ -642,3 +642,34 @@ def test_a_pin_applied_under_load_is_verified_by_the_check(
     assert verified["verify_p_value"] < 0.05
     seconds = (verified["recorded_at"] - change).total_seconds()
     print(f"\n{checked['reason']}; verified {seconds:.1f} s after the change")
+
+
+@TIER
+def test_mode_apply_applies_a_new_proposal_where_opted_in(
+    hint_server: EmbeddedServer, orders: psycopg.Connection[Any], pin_role: str, tmp_path: Path
+) -> None:
+    """[pinning] mode = apply with the instance opted in: `radar pins propose` applies the new pin at once (as
+    the pin role) and a later run leaves the applied pin as it is."""
+    good = generic_plan(orders, APP_QUERY)
+    flip_to_seq_scan(orders)
+    history, finding = history_and_finding(good, generic_plan(orders, APP_QUERY))
+    lake_root = tmp_path / "lake"
+    lake_with_finding(lake_root, history, finding)
+    argv = [
+        "--lake",
+        str(lake_root),
+        "--fleet-file",
+        str(fleet_file(tmp_path, hint_server)),
+        "pins",
+        "propose",
+    ]
+    assert main([*argv, *OPT_IN]) == 0
+    assert len(hint_rows(orders)) == 1
+    assert scan_nodes(generic_plan(orders, APP_QUERY)) == scan_nodes(good)
+    ledger = read_pins(lake_root).to_dicts()
+    assert [(r["event"], r["decided_by"]) for r in ledger] == [
+        ("proposed", "radar pins propose"),
+        ("applied", "radar pins propose (mode apply)"),
+    ]
+    assert main([*argv, *OPT_IN]) == 0
+    assert [r["event"] for r in read_pins(lake_root).to_dicts()] == ["proposed", "applied"]

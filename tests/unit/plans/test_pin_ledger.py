@@ -236,3 +236,18 @@ def test_the_check_keeps_producible_pins_and_reports_one_it_may_not_remove(pin_l
         "orders_customer_id_idx, which no longer exists; not removed: db1 has not opted in" in gone[0].reason
     )
     assert read_pins(pin_lake)["event"].to_list() == ["proposed", "applied"]
+
+
+def test_a_pin_past_its_proposal_is_not_proposed_again(pin_lake: Path) -> None:
+    proposed(pin_lake)
+    for event in ("applied", "verified", "failed", "removed"):
+        row = (
+            read_pins(pin_lake)
+            .tail(1)
+            .with_columns(pl.lit(event).alias("event"), pl.col("recorded_at") + timedelta(minutes=1))
+        )
+        write_pins(pin_lake, row, row["recorded_at"][0])
+        again = run_pin_proposals(
+            pin_lake, listing(WITHOUT_INDEX), PinningConfig(), AT + timedelta(days=1), decided_by="t"
+        )
+        assert again.written.is_empty(), event
