@@ -204,6 +204,9 @@ class PinningConfig:
     verify_within: timedelta = timedelta(minutes=30)
     """An applied pin not verified this long after it was applied (latency significantly below the regressed
     level and back at the level before, by the detector's test) failed: `radar pins check` removes it."""
+    ttl: timedelta = timedelta(days=7)
+    """A pin in place this long after it was applied is removed by `radar pins check` (plans and data move
+    on: a pin is a stop-gap, not a fix)."""
     verify_min_samples: int = 5
     """Pinned samples (intervals wholly after the pin) needed before a pin is judged."""
     pin_role: str = "radar_pinner"
@@ -218,6 +221,10 @@ class PinningConfig:
                 parse_query_entry(entry, key)
         if self.verify_min_samples < 2:
             raise ValueError("[pinning] verify_min_samples must be at least 2 (Welch's test needs two)")
+        if self.ttl <= self.verify_within:
+            raise ValueError(
+                "[pinning] ttl must be longer than verify_within (a pin is judged before it expires)"
+            )
         if self.verify_within <= timedelta(0):
             raise ValueError("[pinning] verify_within must be a positive duration")
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_$]{0,62}", self.pin_role):

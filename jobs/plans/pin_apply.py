@@ -178,7 +178,8 @@ class PinCheck:
     pin_id: str
     instance: str
     outcome: str
-    """kept | verified | pending | failed (removed) | removed (plan no longer producible) | not_removed;
+    """kept | verified | pending | failed (removed) | removed (plan no longer producible) | expired (removed:
+    TTL) | not_removed;
     applied | not_applied (``apply_proposed``)"""
     reason: str
 
@@ -193,8 +194,9 @@ def check_applied_pins(
     latencies_of: Callable[[Mapping[str, Any]], pl.DataFrame] | None = None,
     detector: RegressionConfig | None = None,
 ) -> list[PinCheck]:
-    """Every pin in place: one whose last good plan can no longer be produced (a relation or index gone) is
-    removed with its recorded SQL, as the pin role, and recorded with the reason; then, with
+    """Every pin in place: one whose last good plan can no longer be produced (a relation or index gone), or
+    whose [pinning] ttl passed, is removed with its recorded SQL, as the pin role, and recorded with the
+    reason; then, with
     ``latencies_of`` (the pin's query's ``interval_latencies``), an applied pin is judged
     (``jobs.plans.pin_verify``): verified is recorded, failed is removed and recorded as failed, pending
     waits. A pin that should go but cannot be removed (the instance no longer opted in, its row changed) is
@@ -236,13 +238,18 @@ def check_applied_pins(
             why = str(exc)
             take_back(pin, "removed", why, reason=f"removed: {why.removeprefix('pin impossible: ')}")
             continue
+        since = applied_at.get(pin["pin_id"], pin["recorded_at"])
+        if now - since >= config.ttl:
+            why = f"the pin's TTL ({config.ttl}) passed: applied at {since:%Y-%m-%d %H:%M:%S} UTC"
+            take_back(pin, "expired", why, reason=f"removed: {why}")
+            continue
         if latencies_of is None or pin["event"] != EVENT_APPLIED or pin.get("detected_change_at") is None:
             out.append(PinCheck(pin["pin_id"], instance, "kept", "the last good plan is still producible"))
             continue
         verdict = verify_pin(
             latencies_of(pin),
             change_at=pin["detected_change_at"],
-            applied_at=applied_at.get(pin["pin_id"], pin["recorded_at"]),
+            applied_at=since,
             now=now,
             detector=detector,
             verify_within=config.verify_within,

@@ -122,3 +122,22 @@ def test_the_check_records_a_verified_pin_once_and_reports_a_failed_one_it_may_n
     assert [r["event"] for r in rows] == ["proposed", "applied", "verified"]
     assert rows[-1]["verify_p_value"] < 1e-6 and rows[-1]["sql_run"] is None
     assert [c.outcome for c in run(latencies(0.05, 9.0, 9.0))] == ["kept"], "a verified pin is judged once"
+
+
+def test_a_pin_past_its_ttl_is_taken_back(lake_root: Path) -> None:
+    pin_lake = write_pin_lake(lake_root)
+    pin = proposed(pin_lake)
+    applied = read_pins(pin_lake).with_columns(
+        pl.lit("applied").alias("event"), pl.lit(APPLIED).alias("recorded_at")
+    )
+    write_pins(pin_lake, applied, APPLIED)
+    checks = check_applied_pins(
+        pin_lake, listing(WITH_INDEX), never_connect, PinningConfig(), APPLIED + timedelta(days=7, seconds=1)
+    )
+    assert [(c.pin_id, c.outcome) for c in checks] == [(pin, "not_removed")]  # not opted in: reported only
+    assert "TTL (7 days, 0:00:00) passed" in checks[0].reason
+
+
+def test_ttl_must_outlast_the_verification() -> None:
+    with pytest.raises(ValueError, match="ttl must be longer than verify_within"):
+        PinningConfig(ttl=timedelta(minutes=10))
