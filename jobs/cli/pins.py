@@ -60,12 +60,15 @@ def _plan_lines(plan_json: str | None) -> str:
 
 def _explain(history: list[dict[str, Any]]) -> None:
     """The pin's latest state with its evidence and SQL, then every earlier row of its history."""
+    from jobs.escaping import visible_controls
     from jobs.readable import moment_text
 
     latest = history[-1]
 
     def line(label: str, value: object) -> None:
-        console.print(f"{label}: {'–' if value is None else value}", markup=False, soft_wrap=True)
+        """One line of fleet text (relation names, SQL): control characters shown as escapes."""
+        text = visible_controls(f"{label}: {'–' if value is None else value}")
+        console.print(text, markup=False, highlight=False, soft_wrap=True)
 
     line("pin", latest["pin_id"])
     line("state", f"{latest['event']} ({latest['mode']} mode, by {latest['decided_by']})")

@@ -251,3 +251,24 @@ def test_a_pin_past_its_proposal_is_not_proposed_again(pin_lake: Path) -> None:
             pin_lake, listing(WITHOUT_INDEX), PinningConfig(), AT + timedelta(days=1), decided_by="t"
         )
         assert again.written.is_empty(), event
+
+
+def test_explain_shows_control_characters_of_fleet_names_as_escapes(
+    lake_root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A relation named with an escape sequence (the last good plan's, from a monitored server) cannot
+    repaint the terminal through `radar pins explain`."""
+    write_pin_lake(lake_root)
+    run = run_pin_proposals(
+        lake_root, listing(WITH_INDEX), PinningConfig(), AT + timedelta(hours=2), decided_by="t"
+    )
+    hostile = run.written.with_columns(
+        pl.col("good_plan_json").str.replace(
+            '"Relation Name": "orders"', '"Relation Name": "ord\\u001b[31mers"'
+        ),
+        pl.col("recorded_at") + timedelta(minutes=1),
+    )
+    write_pins(lake_root, hostile, AT + timedelta(hours=3))
+    assert main(["--lake", str(lake_root), "pins", "explain", str(run.written["pin_id"][0])]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "ord\\x1b[31mers" in out
