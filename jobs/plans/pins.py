@@ -215,6 +215,8 @@ def _walk(
     node_type = str(node.get("Node Type"))
     children = _children(node)
     if node_type in SCAN_HINTS:
+        for child in children:  # a subquery evaluated inside the scan (its filter's SubPlan) is refused too
+            _refuse_unsupported(child)
         alias = node.get("Alias", node.get("Relation Name"))
         if "Relation Name" not in node:
             raise PinImpossible(

@@ -20,6 +20,7 @@ from typing import Any
 
 import polars as pl
 import psycopg
+import psycopg.rows
 import pytest
 from psycopg.types.numeric import Int4
 
@@ -28,12 +29,14 @@ from jobs.collect.collector import snapshot_fleet
 from jobs.collect.fleet import FleetConfig
 from jobs.lake import io as lake
 from jobs.local.embedded import EmbeddedServer
+from jobs.plans.pin_apply import ready_problem
 from jobs.plans.pin_ledger import good_plan_relations, read_catalogue, read_pins
 from jobs.plans.pins import STATUS_PROPOSED, PlanCatalogue, propose_pin
 from jobs.plans.setup_sql import setup_steps
 from jobs.plans.shape import plan_shape_hash
 from jobs.schemas.analysed import FINDING_STATES
 from jobs.schemas.collected import PLAN_SNAPSHOTS
+from jobs.sqlfiles import load_sql
 from tests.conftest import FleetFactory
 from tests.support.pg_workload import reset_statements
 from tests.tiers.hint_plan import INSTALLER, unavailable_reason
@@ -673,3 +676,24 @@ def test_mode_apply_applies_a_new_proposal_where_opted_in(
     ]
     assert main([*argv, *OPT_IN]) == 0
     assert [r["event"] for r in read_pins(lake_root).to_dicts()] == ["proposed", "applied"]
+
+
+@TIER
+def test_readiness_needs_both_insert_and_delete_on_the_hint_table(
+    hint_server: EmbeddedServer, orders: psycopg.Connection[Any]
+) -> None:
+    """A role that may insert hints but not delete them could apply a pin it cannot take back: not ready."""
+    orders.execute("DROP ROLE IF EXISTS radar_half")
+    orders.execute("CREATE ROLE radar_half NOLOGIN")
+    orders.execute("GRANT INSERT ON hint_plan.hints TO radar_half")
+    orders.execute("GRANT radar_half TO radar_monitor")
+    with psycopg.connect(hint_server.monitor_dsn, autocommit=True) as conn:
+        conn.execute("SET ROLE radar_half")
+        with conn.cursor(row_factory=psycopg.rows.dict_row) as cur:
+            cur.execute(load_sql("pins_ready"))
+            facts = cur.fetchone()
+    assert facts is not None and facts["may_write"] is False
+    assert "role radar_half may not write hint_plan.hints on hints" in str(ready_problem(facts, "hints"))
+    orders.execute("REVOKE radar_half FROM radar_monitor")
+    orders.execute("REVOKE ALL ON hint_plan.hints FROM radar_half")
+    orders.execute("DROP ROLE radar_half")

@@ -214,8 +214,12 @@ def test_an_alias_naming_two_tables_makes_the_pin_impossible() -> None:
             "Node Type": "Result",
             "Plans": [{**scan("Seq Scan", "orders", "o"), "Parent Relationship": "InitPlan"}],
         },
+        {
+            **scan("Seq Scan", "orders", "o"),
+            "Plans": [{**scan("Index Scan", "items", "i", "items_pkey"), "Parent Relationship": "SubPlan"}],
+        },
     ],
-    ids=["append", "subquery", "initplan"],
+    ids=["append", "subquery", "initplan", "subplan-in-a-scan"],
 )
 def test_plans_pins_cannot_reproduce_yet_are_refused_with_the_node(plan: dict) -> None:
     with pytest.raises(PinImpossible, match="pins do not reproduce yet"):
