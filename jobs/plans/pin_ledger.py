@@ -101,6 +101,29 @@ def news(rows: pl.DataFrame, stored: pl.DataFrame) -> pl.DataFrame:
     return joined.filter(~(known & same)).select(PLAN_PINS.column_names)
 
 
+def pin_words(row: Mapping[str, Any]) -> str:
+    """One line for a finding's report: the pin's state, its hints or why there is none, and its id."""
+    event, reason, hints = row.get("event"), row.get("reason") or "", row.get("hints")
+    pin = f"(radar pins explain {row.get('pin_id')})"
+    if event == "proposed":
+        return f"proposed {hints} {pin}"
+    if event in ("applied", "verified"):
+        return f"{event}: {hints}; {reason} {pin}"
+    return f"{event}: {reason} {pin}"
+
+
+def with_pin_words(findings: pl.DataFrame, pins: pl.DataFrame | None) -> pl.DataFrame:
+    """``findings`` (with finding_id) plus ``pin``: the words of each finding's latest pin (null: none)."""
+    if pins is None or pins.is_empty() or findings.is_empty() or "finding_id" not in findings.columns:
+        return findings.with_columns(pl.lit(None, pl.String).alias("pin"))
+    latest = latest_pins(pins).unique("finding_id", keep="first", maintain_order=True)
+    words = pl.DataFrame(
+        {"finding_id": latest["finding_id"], "pin": [pin_words(r) for r in latest.to_dicts()]},
+        schema={"finding_id": pl.String, "pin": pl.String},
+    )
+    return findings.drop("pin", strict=False).join(words, on="finding_id", how="left")
+
+
 def read_pins(lake_root: LakePath) -> pl.DataFrame:
     """Every ledger row (plan_pins without its date partition column), oldest first."""
     rows = read_table(lake_root, PLAN_PINS)
