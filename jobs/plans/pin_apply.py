@@ -150,7 +150,8 @@ def write_pin(
             f'{instance} has not opted in to applied pins ([pinning] mode = "apply" and {instance} in '
             "apply_instances): nothing written; --dry-run prints the SQL"
         )
-    _run(dsn_of(instance), sql, config.pin_role, instance, None, removing=action == "remove")
+    database = latest.get("database")
+    _run(dsn_of(instance), sql, config.pin_role, instance, database, removing=action == "remove")
     now = after_latest(latest, now)
     who = decided_by or f"radar pins {action} by {getpass.getuser()}"
     row = {

@@ -188,6 +188,7 @@ def propose_for_findings(
                     instance=instance,
                     queryid=queryid,
                     finding_id=finding.get("finding_id"),
+                    database=finding.get("database"),
                     application_name=config.application_name,
                     p_value=finding.get("p_value"),
                     before_mean_ms=finding.get("before_mean_ms"),

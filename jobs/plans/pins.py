@@ -362,6 +362,7 @@ class PinProposal:
     instance: str | None
     queryid: int | None
     finding_id: str | None
+    database: str | None = None
     hints: str | None = None
     application_name: str = ""
     apply_sql: str | None = None
@@ -409,6 +410,7 @@ def propose_pin(
         "instance": finding.get("instance"),
         "queryid": finding.get("queryid"),
         "finding_id": finding.get("finding_id"),
+        "database": finding.get("database"),
         "application_name": application_name,
         "p_value": finding.get("p_value"),
         "before_mean_ms": finding.get("before_mean_ms"),

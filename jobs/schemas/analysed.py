@@ -352,6 +352,11 @@ PLAN_PINS = TableSchema(
         Column("instance", pl.String()),
         Column("queryid", pl.Int64(), "the query id the hint is keyed by (hint_plan.hints.query_id)"),
         Column("finding_id", pl.String(), "the finding the pin answers (finding_states)"),
+        Column(
+            "database",
+            pl.String(),
+            "the finding's database: the catalogue is read and the pin written there (null: the DSN's)",
+        ),
         Column("application_name", pl.String(), "hint_plan.hints.application_name ('' = every session)"),
         Column("hints", pl.String(), "the pg_hint_plan hint text; null when no pin"),
         Column("apply_sql", pl.String(), "the exact SQL that would apply the pin"),

@@ -697,3 +697,42 @@ def test_readiness_needs_both_insert_and_delete_on_the_hint_table(
     orders.execute("REVOKE radar_half FROM radar_monitor")
     orders.execute("REVOKE ALL ON hint_plan.hints FROM radar_half")
     orders.execute("DROP ROLE radar_half")
+
+
+@TIER
+def test_a_finding_in_another_database_is_pinned_in_that_database(
+    hint_server: EmbeddedServer, orders: psycopg.Connection[Any], pin_role: str, tmp_path: Path
+) -> None:
+    """The hint table is per database: a finding of database app (the DSN names postgres) has its catalogue
+    read and its pin written in app; the postgres database's hint table is not touched."""
+    with psycopg.connect(hint_server.dsn, autocommit=True) as conn:
+        if conn.execute("SELECT 1 FROM pg_database WHERE datname = 'app'").fetchone() is None:
+            conn.execute("CREATE DATABASE app")
+    with psycopg.connect(hint_server.dsn_for(dbname="app"), autocommit=True) as app:
+        # With the hint table on, CREATE EXTENSION fails: its 1.3.0 script's statements are looked up in
+        # the hint table it has just created, which has no query_id column yet. Off in this session for it.
+        app.execute("SET pg_hint_plan.enable_hint_table = off")
+        app.execute("CREATE EXTENSION IF NOT EXISTS pg_hint_plan")
+        app.execute("RESET pg_hint_plan.enable_hint_table")
+        app.execute("DROP TABLE IF EXISTS orders")
+        app.execute(
+            "CREATE TABLE orders (id int PRIMARY KEY, customer_id int, amount numeric) "
+            "WITH (autovacuum_enabled = off)"
+        )
+        app.execute("INSERT INTO orders SELECT g, g % 5000, g FROM generate_series(1, 100000) g")
+        app.execute("CREATE INDEX orders_customer_id_idx ON orders (customer_id); ANALYZE orders")
+        app.execute("DELETE FROM hint_plan.hints")
+        for step in setup_steps(180000, ["app"], pins=True):
+            if step.name == "pin grants":
+                app.execute(step.sql)
+        good = generic_plan(app, APP_QUERY)
+        flip_to_seq_scan(app)
+        history, finding = history_and_finding(good, generic_plan(app, APP_QUERY))
+        lake_root = tmp_path / "lake"
+        lake_with_finding(lake_root, history, {**finding, "database": "app"})
+        argv = ["--lake", str(lake_root), "--fleet-file", str(fleet_file(tmp_path, hint_server)), "pins"]
+        assert main([*argv, "propose", *OPT_IN]) == 0
+        assert [r["event"] for r in read_pins(lake_root).to_dicts()] == ["proposed", "applied"]
+        assert len(hint_rows(app)) == 1
+        assert scan_nodes(generic_plan(app, APP_QUERY)) == scan_nodes(good)
+    assert hint_rows(orders) == []
