@@ -87,7 +87,12 @@ def _run(dsn: str, sql: str, role: str, instance: str, database: str | None, *, 
 
     if not _ROLE.match(role):
         raise PinRefused(f"[pinning] pin_role {role!r} must be a plain SQL name")
-    kwargs: dict[str, Any] = {"connect_timeout": 10, "application_name": "pg-regression-radar pins"}
+    kwargs: dict[str, Any] = {
+        "connect_timeout": 10,
+        "application_name": "pg-regression-radar pins",
+        # never hang on the hint table: a lock held elsewhere makes the write fail fast, not queue
+        "options": "-c statement_timeout=5000 -c lock_timeout=1000",
+    }
     if database:
         kwargs["dbname"] = database
     try:
