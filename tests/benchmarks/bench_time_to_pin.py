@@ -14,7 +14,9 @@ What is simulated, not measured on a server: applying. The minute a pin is propo
 applied (a ledger row, as ``write_pin`` writes it) and the statement's latency is back at its old level from
 that minute's interval on (what the tier's real-server tests show a pin does). Reported per run: the minutes
 from the step to the open finding, to the proposal (= the application), and to the verified pin; then
-the median and max over the runs.
+the median and max over the runs. Two controls follow, each proposing pins every minute a finding is open:
+A/A (nothing changes) and contention (every statement x2 from the step, a noisy neighbour, no plan change);
+the issue's goal for both is no proposal.
 """
 
 from __future__ import annotations
@@ -66,10 +68,17 @@ def env(name: str, default: int) -> int:
 
 
 def frames(
-    seed: int, series: int, minutes: int, step: int, factor: float, pinned: int | None
+    seed: int,
+    series: int,
+    minutes: int,
+    step: int,
+    factor: float,
+    pinned: int | None,
+    scenario: str = "plan",
 ) -> tuple[np.ndarray, tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]]:
-    """The instance's collector frames with statement 0 slowed by ``factor`` from ``step`` until ``pinned``;
-    the same seed gives the same noise, so the minutes before a pin do not change when it is set."""
+    """The instance's collector frames with statement 0 slowed by ``factor`` from ``step`` until ``pinned``
+    (scenario plan), every statement x2 from ``step`` (contention: a noisy neighbour, no plan change), or
+    nothing (aa); the same seed gives the same noise, so the minutes before a pin do not change when set."""
     r = np.random.default_rng(seed)
     n = minutes + 1
     queryids = r.integers(-(2**62), 2**62, series, dtype=np.int64)
@@ -78,7 +87,10 @@ def frames(
     calls_per_min = np.exp(r.uniform(np.log(300.0), np.log(3000.0), series))
     sigma = r.uniform(0.05, 0.25, series)
     level = np.ones((n, series))
-    level[step + 1 : (pinned + 1 if pinned is not None else n), 0] = factor
+    if scenario == "plan":
+        level[step + 1 : (pinned + 1 if pinned is not None else n), 0] = factor
+    elif scenario == "contention":
+        level[step + 1 :, :] = 2.0
     calls_step = np.maximum(1, r.poisson(calls_per_min, (n, series)))
     calls_step[0] = 0
     noise = r.lognormal(0.0, 1.0, (n, series)) ** sigma
@@ -102,12 +114,13 @@ def write_minute(root: Path, tables: tuple[pl.DataFrame, ...], minute: int, seri
         write_table(root, QUERY_TEXTS, texts, partition, f"{stem_for(at)}-t")
 
 
-def write_plans(root: Path, queryid: int, step: int) -> None:
-    """The stepped statement's plan history: an index scan from the start, a seq scan from the step."""
+def write_plans(root: Path, queryid: int, step: int, changed: bool = True) -> None:
+    """Statement 0's plan history: an index scan from the start, a seq scan from the step (when changed)."""
     from jobs.plans.shape import plan_facts
 
     rows = []
-    for plan, at in ((GOOD, START), (BAD, START + (step + 1) * STEP)):
+    history = [(GOOD, START), (BAD, START + (step + 1) * STEP)] if changed else [(GOOD, START)]
+    for plan, at in history:
         facts = plan_facts(plan)
         rows.append(
             {
@@ -134,7 +147,7 @@ def write_plans(root: Path, queryid: int, step: int) -> None:
         )
 
 
-def one_run(run: int, series: int, minutes: int, step: int) -> dict[str, Any]:
+def one_run(run: int, series: int, minutes: int, step: int, scenario: str = "plan") -> dict[str, Any]:
     from jobs.detect.config import RegressionConfig
     from jobs.detect.findings import latest_states
     from jobs.lake import io as lake
@@ -147,7 +160,7 @@ def one_run(run: int, series: int, minutes: int, step: int) -> dict[str, Any]:
 
     seed = SEED + run
     factor = float(np.exp(np.random.default_rng(seed).uniform(np.log(5.0), np.log(20.0))))
-    queryids, tables = frames(seed, series, minutes, step, factor, None)
+    queryids, tables = frames(seed, series, minutes, step, factor, None, scenario)
     catalogue = PlanCatalogue.from_rows(
         [{"schemaname": "public", "relname": "orders", "indexname": "orders_customer_id_idx"}]
     )
@@ -158,19 +171,27 @@ def one_run(run: int, series: int, minutes: int, step: int) -> dict[str, Any]:
         raise AssertionError("the benchmark writes to no server")
 
     found = proposed = verified = None
+    findings_seen: set[str] = set()
+    proposals = 0
     folder = Path(tempfile.mkdtemp(prefix="radar-ttp-"))
     root = folder / "lake"
     try:
-        write_plans(root, int(queryids[0]), step)
+        write_plans(root, int(queryids[0]), step, changed=scenario == "plan")
         for minute in range(minutes + 1):
             write_minute(root, tables, minute, series)
             now = START + minute * STEP + timedelta(seconds=5)
             run_detection(root, DetectionConfig(), now=now)
+            states = latest_states(lake.read_table(root, FINDING_STATES))
+            opened = states.filter(pl.col("status") == "open")
+            findings_seen.update(opened["finding_id"].to_list())
             if found is None:
-                states = latest_states(lake.read_table(root, FINDING_STATES))
-                mine = states.filter((pl.col("status") == "open") & (pl.col("queryid") == int(queryids[0])))
+                mine = opened.filter(pl.col("queryid") == int(queryids[0]))
                 if mine.height and minute > step:
                     found = minute
+            if scenario != "plan" and opened.height:
+                done = run_pin_proposals(root, lambda f, r: catalogue, pinning, now, decided_by="bench")
+                proposals += done.written.filter(pl.col("event") == "proposed").height
+                continue
             if found is not None and proposed is None:
                 done = run_pin_proposals(root, lambda f, r: catalogue, pinning, now, decided_by="bench")
                 row = done.written.filter(pl.col("event") == "proposed")
@@ -200,11 +221,16 @@ def one_run(run: int, series: int, minutes: int, step: int) -> dict[str, Any]:
                 if any(c.outcome in ("failed", "not_removed") for c in checks):
                     break
         state = latest_pins(read_pins(root)).to_dicts()
+        events = sorted({r["event"] for r in state})
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     return {
         "run": run,
-        "factor": round(factor, 2),
+        "scenario": scenario,
+        "findings_opened": len(findings_seen),
+        "pins_proposed": proposals if scenario != "plan" else int(proposed is not None),
+        "pin_states": events,
+        "factor": round(factor, 2) if scenario == "plan" else None,
         "minutes_to_finding": None if found is None else found - step,
         "minutes_to_pin": None if proposed is None else proposed - step,
         "minutes_to_verified": None if verified is None else verified - step,
@@ -223,6 +249,10 @@ def main() -> None:
     for run in range(runs):
         results.append(one_run(run, series, minutes, step))
         print(json.dumps(results[-1], default=str), flush=True)
+    controls = []
+    for run, scenario in enumerate(("aa", "contention"), start=runs):
+        controls.append(one_run(run, series, minutes, step, scenario))
+        print(json.dumps(controls[-1], default=str), flush=True)
     verified = [r["minutes_to_verified"] for r in results if r["minutes_to_verified"] is not None]
     report = {
         "runs": runs,
@@ -231,7 +261,8 @@ def main() -> None:
         "median_minutes_to_verified": statistics.median(verified) if verified else None,
         "max_minutes_to_verified": max(verified) if verified else None,
         "not_verified": runs - len(verified),
-        "per_run": results,
+        "control_pins_proposed": {c["scenario"]: c["pins_proposed"] for c in controls},
+        "per_run": results + controls,
         "seconds": round(time.perf_counter() - began, 1),
     }
     print(json.dumps({k: v for k, v in report.items() if k != "per_run"}, indent=2, default=str))
