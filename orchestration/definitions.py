@@ -16,6 +16,7 @@ from orchestration.assets.drift import (
     stale_baseline,
 )
 from orchestration.assets.maintenance import compacted_lake
+from orchestration.assets.pins import plan_pins
 from orchestration.assets.plans import plan_snapshots
 from orchestration.assets.regressions import (
     detected_regressions_are_consistent,
@@ -63,6 +64,7 @@ defs = dg.Definitions(
         query_samples,
         deploy_events,
         regressions_and_plan_diffs,
+        plan_pins,
         weekly_regression_report,
         regression_alerts,
         compacted_lake,

@@ -39,6 +39,7 @@ LAKE_READING_COMMANDS = frozenset(
         "views",
         "sql",
         "plans",
+        "pins",
         "metrics",
         "serve-metrics",
     }

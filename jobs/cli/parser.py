@@ -30,6 +30,7 @@ from jobs.cli.drift import EXIT_NO_BASELINE, EXIT_PAYLOAD_INVALID, cmd_drift
 from jobs.cli.fleet import cmd_fleet
 from jobs.cli.gate import cmd_gate
 from jobs.cli.metrics import cmd_metrics, cmd_serve_metrics
+from jobs.cli.pins import EXIT_NO_SUCH_PIN, EXIT_PIN_REFUSED, cmd_pins
 from jobs.cli.plans import cmd_plans
 from jobs.cli.report import cmd_report
 from jobs.cli.samples import cmd_samples
@@ -125,6 +126,17 @@ EXIT_CODES = {
         "plans",
         "0  plan history printed",
         "1  no query matches, or the matched queries have no plan snapshot",
+    ),
+    "pins": _exit_codes(
+        "pins",
+        "0  list: printed; explain: the pin explained; propose: open findings looked at (rows or none);",
+        "   apply, remove: written and recorded (--dry-run: the SQL printed, nothing connected to);",
+        "   check: every applied pin kept or removed",
+        f"{EXIT_NO_SUCH_PIN}  explain, apply, remove: no pin of that id in the ledger",
+        f"{EXIT_PIN_REFUSED}  apply, remove: refused, nothing written; one line says why: the instance",
+        "   has not opted in, pg_hint_plan not loaded or its hint table off, a hint there, its state;",
+        "   check: a pin that should go could not be removed (its row says why)",
+        "   propose, apply, remove and check without a fleet exit 2",
     ),
     "config": _exit_codes("config", "0  show: printed; check: the configuration (and fleet file) is valid"),
     "setup-sql": _exit_codes(
@@ -693,6 +705,41 @@ def build_parser(command: str | None = ALL_COMMANDS) -> argparse.ArgumentParser:
     )
     plans.set_defaults(func=cmd_plans)
 
+    pins = _command(
+        sub,
+        "pins",
+        "plan pins: a plan-change finding's last good plan as a pg_hint_plan hint (list, explain, propose, "
+        "apply, remove)",
+        formats=True,
+        description="The plan pins ledger (lake table plan_pins). list: each pin's latest state; explain "
+        "PIN_ID: its evidence (finding, p-value, latency before and after, the two plans), hints and the "
+        "exact SQL that would apply and remove it, then its history; propose: a pin for every open finding "
+        "caused by a plan change whose last good plan can still be produced (each server's catalogue is "
+        "read to check; nothing is written to any server), recorded in the ledger; apply / remove PIN_ID: "
+        "run its SQL as the pin role (radar setup-sql --pins) on an instance that opted in ([pinning] mode = "
+        "apply, apply_instances), after checking pg_hint_plan is loaded and its hint table on; check: "
+        "remove each applied pin whose plan can no longer be produced (a relation or index gone), recorded.",
+    )
+    pins.add_argument(
+        "action",
+        nargs="?",
+        choices=["list", "explain", "propose", "apply", "remove", "check"],
+        default="list",
+    )
+    pins.add_argument(
+        "pin_id", nargs="?", metavar="PIN_ID", help="explain, apply, remove: the pin (from radar pins list)"
+    )
+    pins.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="apply, remove: print the SQL that would run, connect to nothing, record nothing",
+    )
+    pins.add_argument("--instance", help="list, explain: only this instance's pins")
+    pins.add_argument(
+        "--max-rows", type=positive_rows, default=None, help="print at most this many rows, 0 for all"
+    )
+    pins.set_defaults(func=cmd_pins)
+
     config = _command(
         sub,
         "config",
@@ -724,6 +771,13 @@ def build_parser(command: str | None = ALL_COMMANDS) -> argparse.ArgumentParser:
     setup.add_argument("--monitor-role", default="radar_monitor", help="login role (default: %(default)s)")
     setup.add_argument("--explain-role", default="radar_explain", help="NOLOGIN role EXPLAINs run as")
     setup.add_argument("--helper", default="radar.explain_generic", help="schema.function of the helper")
+    setup.add_argument(
+        "--pins",
+        action="store_true",
+        help="also the plan pins' role (PostgreSQL 16+: NOLOGIN, writes hint_plan.hints only; the monitor "
+        "role may SET ROLE to it) and its grants in each database holding pg_hint_plan (docs/pins.md)",
+    )
+    setup.add_argument("--pin-role", default="radar_pinner", help="the pins' role (default: %(default)s)")
     setup.set_defaults(func=cmd_setup_sql)
 
     demo = _command(sub, "demo", "embedded fleet + workload + a real regression found and explained")

@@ -24,7 +24,7 @@ from jobs.drift.config import DriftConfig
 from jobs.errors import ConfigError
 from jobs.gate.config import GateConfig
 from jobs.lake.locks import LakeConfig
-from jobs.plans.config import AutoExplainConfig, PlanCaptureConfig, PlanDiffConfig
+from jobs.plans.config import AutoExplainConfig, PinningConfig, PlanCaptureConfig, PlanDiffConfig
 from jobs.publish.config import MetricsConfig, WeeklyReportConfig
 
 if TYPE_CHECKING:
@@ -187,6 +187,8 @@ class RadarSettings:
     """The regression detector."""
     plans: PlansSettings = field(default_factory=PlansSettings)
     """Plan capture, auto_explain ingest and plan diffs."""
+    pinning: PinningConfig = field(default_factory=PinningConfig)
+    """Plan pins: a plan-change finding's last good plan proposed as a pg_hint_plan hint (docs/pins.md)."""
     drift: DriftConfig = field(default_factory=DriftConfig)
     """Latency distribution drift."""
     gate: GateConfig = field(default_factory=GateConfig)

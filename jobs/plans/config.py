@@ -5,8 +5,10 @@ and jobs.plans.diff.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Literal
 
 EXPLAIN_MODE_HELPER = "helper"
 EXPLAIN_MODE_SESSION = "session"
@@ -160,3 +162,91 @@ class PlanDiffConfig:
     # A shape change up to this long before detected_change_at still counts as "after" (change points
     # are located to within a tolerance; the detector's production floor is 2 minutes).
     change_tolerance: timedelta = timedelta(minutes=2)
+
+
+PIN_MODE_PROPOSE = "propose"
+PIN_MODE_APPLY = "apply"
+
+
+def parse_query_entry(entry: str, key: str) -> tuple[str | None, int]:
+    """``"<queryid>"`` (any instance) or ``"<instance>:<queryid>"`` of a [pinning] allow/deny list; ValueError
+    naming the key and the entry otherwise (a queryid is a signed 64-bit integer, often negative)."""
+    instance, _, queryid = entry.rpartition(":")
+    try:
+        value = int(queryid.strip())
+    except ValueError:
+        value = None
+    if value is None or not -(2**63) <= value < 2**63 or (entry.count(":") and not instance.strip()):
+        raise ValueError(
+            f"[pinning] {key} entries are a queryid or instance:queryid (a 64-bit integer), not {entry!r}"
+        )
+    return (instance.strip() or None), value
+
+
+@dataclass(frozen=True)
+class PinningConfig:
+    """[pinning]: plan pins (issue 30). A finding caused by a plan change gets the plan before it proposed as
+    a pg_hint_plan pin; nothing is written to any server unless mode is apply and the instance opted in
+    (docs/pins.md)."""
+
+    mode: Literal["propose", "apply"] = "propose"
+    """propose: record proposals in the lake's plan_pins ledger, write nothing to any server; apply: also
+    apply each new proposal (and let `radar pins apply ID` write) on the instances of apply_instances."""
+    apply_instances: tuple[str, ...] = ()
+    """With mode = apply, the instances pins may be applied on (opt-in per instance); empty: none."""
+    allow: tuple[str, ...] = ()
+    """Only these queries get pins, each "<queryid>" or "<instance>:<queryid>"; empty: every query."""
+    deny: tuple[str, ...] = ()
+    """These queries never get pins ("<queryid>" or "<instance>:<queryid>"); beats allow."""
+    application_name: str = ""
+    """hint_plan.hints.application_name of a pin: "" applies it to every session, a name only to sessions
+    with that application_name."""
+    verify_within: timedelta = timedelta(minutes=30)
+    """An applied pin not verified this long after it was applied (latency significantly below the regressed
+    level and back at the level before, by the detector's test) failed: `radar pins check` removes it."""
+    ttl: timedelta = timedelta(days=7)
+    """A pin in place this long after it was applied is removed by `radar pins check` (plans and data move
+    on: a pin is a stop-gap, not a fix)."""
+    verify_min_samples: int = 5
+    """Pinned samples (intervals wholly after the pin) needed before a pin is judged."""
+    pin_role: str = "radar_pinner"
+    """The NOLOGIN role pins are written as (radar setup-sql --pins creates it: hint_plan.hints only); the
+    instance's login SETs ROLE to it."""
+
+    def __post_init__(self) -> None:
+        if self.mode not in (PIN_MODE_PROPOSE, PIN_MODE_APPLY):
+            raise ValueError(f"[pinning] mode must be 'propose' or 'apply', not {self.mode!r}")
+        for key in ("allow", "deny"):
+            for entry in getattr(self, key):
+                parse_query_entry(entry, key)
+        if self.verify_min_samples < 2:
+            raise ValueError("[pinning] verify_min_samples must be at least 2 (Welch's test needs two)")
+        if self.ttl <= self.verify_within:
+            raise ValueError(
+                "[pinning] ttl must be longer than verify_within (a pin is judged before it expires)"
+            )
+        if self.verify_within <= timedelta(0):
+            raise ValueError("[pinning] verify_within must be a positive duration")
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_$]{0,62}", self.pin_role):
+            raise ValueError(f"[pinning] pin_role must be a plain SQL name, not {self.pin_role!r}")
+        if "\x00" in self.application_name or len(self.application_name.encode()) > 63:
+            raise ValueError(
+                "[pinning] application_name must be at most 63 bytes without NUL (PostgreSQL's limit)"
+            )
+
+    def query_allowed(self, instance: str, queryid: int) -> str | None:
+        """None when pins are allowed for the query; else why not (the deny or allow list)."""
+
+        def listed(entries: tuple[str, ...]) -> bool:
+            parsed = [parse_query_entry(e, "") for e in entries]
+            return any(q == queryid and (i is None or i == instance) for i, q in parsed)
+
+        if listed(self.deny):
+            return "the query is in [pinning] deny"
+        if self.allow and not listed(self.allow):
+            return "the query is not in [pinning] allow"
+        return None
+
+    def applies_on(self, instance: str) -> bool:
+        """Whether pins may be written to this instance: mode apply and the instance opted in."""
+        return self.mode == PIN_MODE_APPLY and instance in self.apply_instances

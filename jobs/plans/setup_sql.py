@@ -28,6 +28,7 @@ MIN_SERVER_VERSION_NUM = 130000
 READ_ALL_DATA_MIN_VERSION_NUM = 140000
 SET_ON_PARAMETER_MIN_VERSION_NUM = 150000
 GENERIC_PLAN_MIN_VERSION_NUM = 160000
+PIN_ROLE_MIN_VERSION_NUM = 160000
 DEFAULT_SERVER_VERSION_NUM = 180000
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]{0,62}$")
@@ -121,6 +122,8 @@ class SetupRoles:
     monitor_role: str = "radar_monitor"
     explain_role: str = "radar_explain"
     helper: str = "radar.explain_generic"
+    pin_role: str = "radar_pinner"
+    """The NOLOGIN role plan pins are written as (``--pins``): hint_plan.hints only."""
 
     @property
     def helper_schema(self) -> str:
@@ -131,7 +134,12 @@ class SetupRoles:
         return self.helper.split(".", 1)[1]
 
     def check(self) -> None:
-        for label, name in (("monitor role", self.monitor_role), ("explain role", self.explain_role)):
+        named = (
+            ("monitor role", self.monitor_role),
+            ("explain role", self.explain_role),
+            ("pin role", self.pin_role),
+        )
+        for label, name in named:
             if not _NAME.match(name):
                 raise SetupSqlError(f"{label} {name!r} must be a plain SQL name (letters, digits, '_')")
         parts = self.helper.split(".")
@@ -139,6 +147,8 @@ class SetupRoles:
             raise SetupSqlError(f"helper {self.helper!r} must be 'schema.function' with plain SQL names")
         if self.monitor_role == self.explain_role:
             raise SetupSqlError("the monitor role and the explain role must be two different roles")
+        if self.pin_role in (self.monitor_role, self.explain_role):
+            raise SetupSqlError("the pin role must be a role of its own (not the monitor or explain role)")
 
 
 @dataclass(frozen=True)
@@ -170,6 +180,8 @@ def _render(name: str, roles: SetupRoles) -> str:
         "helper_schema": quote_ident(roles.helper_schema),
         "helper_schema_literal": quote_literal(roles.helper_schema),
         "helper_function": quote_ident(roles.helper_function),
+        "pin_role": quote_ident(roles.pin_role),
+        "pin_literal": quote_literal(roles.pin_role),
     }
     # Only the known {placeholders} are replaced: the SQL's own braces (JSON in comments) stay as they are.
     return _PLACEHOLDER.sub(lambda m: values.get(m.group(1), m.group(0)), load_sql(name))
@@ -179,8 +191,12 @@ def setup_steps(
     server_version_num: int = DEFAULT_SERVER_VERSION_NUM,
     databases: Sequence[str] = ("postgres",),
     roles: SetupRoles | None = None,
+    *,
+    pins: bool = False,
 ) -> list[SetupStep]:
-    """Every setup step for one server of that version, in the order to run them."""
+    """Every setup step for one server of that version, in the order to run them; ``pins``: also the pin
+    role (PostgreSQL 16+: the monitoring login may SET ROLE to it without inheriting its privileges) and its
+    grants on pg_hint_plan's hint table in each database."""
     roles = roles or SetupRoles()
     roles.check()
     if server_version_num < MIN_SERVER_VERSION_NUM:
@@ -205,6 +221,15 @@ def setup_steps(
             steps.append(SetupStep("explain read access", db, _render("setup_explain_read_13", roles)))
         if server_version_num >= GENERIC_PLAN_MIN_VERSION_NUM:
             steps.append(SetupStep("explain helper", db, _render("setup_explain_helper_16", roles)))
+    if pins:
+        if server_version_num < PIN_ROLE_MIN_VERSION_NUM:
+            raise SetupSqlError(
+                f"server_version_num {server_version_num}: the pin role needs PostgreSQL 16 (GRANT ... WITH "
+                "INHERIT FALSE: the monitoring login must not hold its write privilege)"
+            )
+        steps.append(SetupStep("pin role", None, _render("setup_pin_role_16", roles)))
+        for db in dict.fromkeys(databases):
+            steps.append(SetupStep("pin grants", db, _render("setup_pin_grants", roles)))
     return steps
 
 

@@ -13,6 +13,7 @@ import polars as pl
 
 from jobs.detect.findings import SUPERSEDED, latest_states
 from jobs.lake import io as lake
+from jobs.plans.pin_ledger import read_pins
 from jobs.publish.config import WeeklyReportConfig
 from jobs.publish.plots import LaterStep, later_steps, plot_regression, plt, regression_series
 from jobs.publish.weekly_markdown import render_markdown
@@ -103,6 +104,7 @@ def write_weekly_report(
         health_days=week_health(lake_root, start, end),
         gates=lake.read_table(lake_root, GATE_RESULTS),
         plan_diffs=lake.read_table(lake_root, PLAN_DIFFS),
+        pins=read_pins(lake_root),
     )  # fmt: skip
     out_root = Path(out_root)
     out_root.mkdir(parents=True, exist_ok=True)

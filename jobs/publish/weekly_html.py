@@ -70,6 +70,7 @@ def _finding(
         "work": row.get("work_evidence"),
         "plan_summary": row.get("plan_diff_summary") or "No plan captured for this query.",
         "plan_rows": plan_diff_rows(row.get("plan_diff")),
+        "pin": row.get("pin"),
         "drift": drift_flags_text(row) if "drift_latency" in row else None,
         "image": image,
         "later": later,

@@ -74,6 +74,7 @@ def render_markdown(
             *([f"- work: {md(row['work_evidence'])}"] if row.get("work_evidence") else []),
             *(f"- later in this series: {md(words)}" for words in (later or {}).get(number, [])),
             f"- plan: {md(row.get('plan_diff_summary') or 'no plan captured')}",
+            *([f"- pin: {md(row['pin'])}"] if row.get("pin") else []),
             *([f"- per-execution drift: {md(drift_flags_text(row))}"] if "drift_latency" in row else []),
             "",
         ]

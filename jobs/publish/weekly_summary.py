@@ -10,6 +10,7 @@ import polars as pl
 from jobs.detect.findings import SUPERSEDED
 from jobs.detect.work_findings import WORK
 from jobs.drift.finding_flags import WeekDrift, week_drift, with_drift_flags
+from jobs.plans.pin_ledger import with_pin_words
 
 HEALTH_COUNTS: tuple[str, ...] = (
     "snapshots_missed",
@@ -139,18 +140,20 @@ def weekly_summary(
     health_days: pl.DataFrame | None = None,
     gates: pl.DataFrame | None = None,
     plan_diffs: pl.DataFrame | None = None,
+    pins: pl.DataFrame | None = None,
 ) -> WeeklySummary:
     """Pure: the week's findings (latest state of each, jobs.detect.findings: one per regression, however
     many analysis runs saw it) that began in the week and were not superseded; health; deploys.
     ``execution_drift``: the per-execution drift rows (jobs.drift.finding_flags.week_drift); with any, each
     regression also carries its query's latest drift flags. ``texts`` (query_texts): names of drifted
     queries. ``health_days``: rows of the view collection_health_daily in the week; ``gates``: gate_results;
-    ``plan_diffs``: the plan_diffs table."""
+    ``plan_diffs``: the plan_diffs table; ``pins``: the plan_pins ledger (each regression gets ``pin``, the
+    words of its finding's latest pin)."""
     start, end = week_bounds(week)
     detected = findings.filter(
         pl.col("onset").is_between(start, end, closed="left") & (pl.col("status") != SUPERSEDED)
     ).sort("added_load_ms_per_s", "onset", "finding_id", descending=[True, False, False], nulls_last=True)
-    detected = _with_plan_diffs(detected, plan_diffs)
+    detected = with_pin_words(_with_plan_diffs(detected, plan_diffs), pins)
     is_work = pl.col("kind").fill_null("") == WORK if "kind" in detected.columns else pl.lit(False)
     work = detected.filter(is_work)
     detected = detected.filter(~is_work)

@@ -321,6 +321,64 @@ FINDING_STATES = TableSchema(
 )
 
 # ---------------------------------------------------------------------------------------------------------
+# Plan pins (issue 30: jobs/plans/pins.py, jobs/plans/pin_ledger.py)
+
+PLAN_PINS = TableSchema(
+    name="plan_pins",
+    description=(
+        "Append-only ledger of plan pins: one row each time a pin is proposed, found impossible or not "
+        "wanted, applied or removed, with who decided, why, the evidence and the SQL; the latest row per "
+        "pin_id is the pin's state (`radar pins`)."
+    ),
+    partition_by=("date",),
+    primary_key=("pin_id", "recorded_at"),
+    columns=(
+        Column("pin_id", pl.String(), "stable hash of (instance, finding_id): one pin per finding"),
+        Column("recorded_at", UTC_TS, "when this row was written"),
+        Column(
+            "event",
+            pl.String(),
+            "proposed | impossible (the plan cannot be reproduced: the reason says why) | not_a_plan_change"
+            " | skipped ([pinning] allow/deny) | applied | verified | failed (removed) | removed",
+        ),
+        Column(
+            "decided_by",
+            pl.String(),
+            "who decided: 'radar pins propose', the Dagster asset plan_pins, 'radar pins apply by <user>'",
+        ),
+        Column("mode", pl.String(), "[pinning] mode in force: propose | apply"),
+        Column("reason", pl.String(), "why, in one line ('pin impossible: the last good plan used ...')"),
+        Column("instance", pl.String()),
+        Column("queryid", pl.Int64(), "the query id the hint is keyed by (hint_plan.hints.query_id)"),
+        Column("finding_id", pl.String(), "the finding the pin answers (finding_states)"),
+        Column(
+            "database",
+            pl.String(),
+            "the finding's database: the catalogue is read and the pin written there (null: the DSN's)",
+        ),
+        Column("application_name", pl.String(), "hint_plan.hints.application_name ('' = every session)"),
+        Column("hints", pl.String(), "the pg_hint_plan hint text; null when no pin"),
+        Column("apply_sql", pl.String(), "the exact SQL that would apply the pin"),
+        Column("remove_sql", pl.String(), "the exact SQL that would remove it (restoring the hint table)"),
+        Column("sql_run", pl.String(), "SQL actually run on the server; null: nothing was written"),
+        Column("p_value", pl.Float64(), "the finding's p-value"),
+        Column("before_mean_ms", pl.Float64(), "the finding's latency before the step"),
+        Column("after_mean_ms", pl.Float64(), "... and after it"),
+        Column("detected_change_at", UTC_TS, "the finding's change time"),
+        Column("good_captured_at", UTC_TS, "when the last good plan (before the change) was captured"),
+        Column("good_source", pl.String(), "its plan source"),
+        Column("good_shape_hash", pl.String()),
+        Column("bad_shape_hash", pl.String(), "the shape of the plan the change brought"),
+        Column("good_plan_json", pl.String(), "the last good plan (EXPLAIN JSON)"),
+        Column("bad_plan_json", pl.String(), "the plan the change brought (EXPLAIN JSON)"),
+        Column("pinned_mean_ms", pl.Float64(), "verified / failed: the query's mean latency while pinned"),
+        Column("verify_p_value", pl.Float64(), "verified / failed: Welch's p of pinned vs regressed latency"),
+        Column("relations", pl.String(), "relations the last good plan scanned, comma separated"),
+        Column("indexes", pl.String(), "indexes it used, comma separated"),
+    ),
+)
+
+# ---------------------------------------------------------------------------------------------------------
 # Alerts (jobs/alerts/)
 
 ALERTS_SENT = TableSchema(

@@ -19,6 +19,7 @@ from jobs.schemas.analysed import (
     LATENCY_DRIFT,
     PERFORMANCE_REGRESSIONS,
     PLAN_DIFFS,
+    PLAN_PINS,
     RESOURCE_REGRESSIONS,
 )
 from jobs.schemas.collected import (
@@ -57,6 +58,7 @@ TABLES: dict[str, TableSchema] = {
         PLAN_SNAPSHOTS,
         PLAN_CAPTURE_LOG,
         PLAN_DIFFS,
+        PLAN_PINS,
         FINDING_STATES,
         ALERTS_SENT,
         ALERT_DEAD_LETTERS,

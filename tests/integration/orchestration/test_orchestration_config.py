@@ -321,3 +321,27 @@ def test_pileup_thresholds_are_regression_alerts_run_config() -> None:
             AlertsRunConfig(pileups={"min_backends": -1}).pileups,  # type: ignore[call-arg,attr-defined]
             "regression_alerts",
         )
+
+
+def test_pinning_is_plan_pins_run_config_checked_as_the_file_is(lake_root: Path) -> None:
+    from orchestration.assets.pins import PinningRunConfig, plan_pins
+    from orchestration.run_config import section_from_config
+
+    fields = plan_pins.op.config_schema.config_type.fields
+    assert "propose" in fields["mode"].description
+    config = PinningRunConfig(mode="apply", apply_instances=["db1"], deny=["db1:-42"])  # type: ignore[call-arg]
+    pinning = section_from_config("pinning", config, "plan_pins")
+    assert pinning.applies_on("db1") and pinning.query_allowed("db1", -42) is not None
+    with pytest.raises(dg.Failure, match=r"\[pinning\]\): mode must be one of"):
+        section_from_config("pinning", PinningRunConfig(mode="force"), "plan_pins")  # type: ignore[call-arg]
+    with pytest.raises(dg.Failure, match=r"\[pinning\] allow entries"):
+        section_from_config("pinning", PinningRunConfig(allow=["x"]), "plan_pins")  # type: ignore[call-arg]
+    # With no finding in the lake the asset records nothing (and reads no server).
+    result = dg.materialize(
+        [plan_pins],
+        resources={"lake": LakeResource(root=str(lake_root)), "fleet": FleetResource()},
+        run_config={"ops": {"plan_pins": {"config": {"mode": "propose"}}}},
+        raise_on_error=True,
+    )
+    metadata = result.asset_materializations_for_node("plan_pins")[0].metadata
+    assert metadata["rows_written"].value == 0 and metadata["findings_looked_at"].value == 0

@@ -9,6 +9,7 @@ import re
 from datetime import timedelta
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 from jobs.cli.main import main
@@ -214,3 +215,31 @@ def test_work_regressions_have_their_own_section_escaped_and_are_not_latency_reg
     work_html = html.split('id="work-regressions"')[1].split("</section>")[0]
     assert "temp blocks per call 0 → 116" in work_html
     assert "&lt;script&gt;" in work_html and "<script>" not in work_html
+
+
+def test_a_findings_pin_is_a_line_of_its_report(
+    week: tuple[Path, WeekLake, WeeklyReportFiles], tmp_path: Path
+) -> None:
+    """Issue 30: the latest plan_pins row of a finding is one line under its plan, escaped like all fleet
+    text (an alias may hold markup)."""
+    from jobs.plans.pin_ledger import write_pins
+    from jobs.schemas.analysed import PLAN_PINS
+
+    root, _, _ = week
+    finding = latest_states(lake.read_table(root, FINDING_STATES)).row(0, named=True)
+    at = WEEK_START + timedelta(hours=6)
+    hints = 'IndexScan("<b>e</b>" "events_account_idx")'
+    row = {
+        "pin_id": "p1", "recorded_at": at, "event": "proposed", "finding_id": finding["finding_id"],
+        "instance": finding["instance"], "queryid": finding["queryid"], "hints": hints, "reason": "r",
+    }  # fmt: skip
+    write_pins(root, PLAN_PINS.conform(pl.DataFrame([row])), at)
+    files = write_weekly_report(root, WEEK, tmp_path / "reports")
+    markdown = files.markdown.read_text()
+    expected = r'- pin: proposed IndexScan("\<b\>e\</b\>" "events\_account\_idx") (radar pins explain p1)'
+    assert expected in markdown
+    html = files.html.read_text()
+    assert (
+        '<p class="pin">pin: proposed IndexScan(&#34;&lt;b&gt;e&lt;/b&gt;&#34; &#34;events_account_idx&#34;)'
+        in html
+    )
