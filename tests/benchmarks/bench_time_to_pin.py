@@ -37,30 +37,13 @@ import polars as pl
 from jobs.lake.io import stem_for, write_table
 from jobs.schemas.collected import PLAN_SNAPSHOTS, QUERY_TEXTS, SNAPSHOT_RUNS, STATEMENT_SNAPSHOTS
 from tests.benchmarks.detection_lake import collector_frames
+from tests.support.pin_lakes import BAD, GOOD
 
 RESULTS = Path(".bench/results")
 SEED = 20261207
 START = datetime(2026, 11, 2, 0, 0, tzinfo=UTC)
 STEP = timedelta(minutes=1)
 NAME = "ttp-00"
-GOOD = {
-    "Node Type": "Aggregate",
-    "Plans": [
-        {
-            "Node Type": "Index Scan",
-            "Parent Relationship": "Outer",
-            "Relation Name": "orders",
-            "Alias": "o",
-            "Index Name": "orders_customer_id_idx",
-        }
-    ],
-}
-BAD = {
-    "Node Type": "Aggregate",
-    "Plans": [
-        {"Node Type": "Seq Scan", "Parent Relationship": "Outer", "Relation Name": "orders", "Alias": "o"}
-    ],
-}
 
 
 def env(name: str, default: int) -> int:

@@ -8,10 +8,10 @@ folders; when it cannot, it writes ``SKIP: <reason>`` to the status file that ``
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 
 from jobs.local.embedded import FleetError, postgres_bin_dir
+from tests.tiers import pg_config
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 STATE_DIR = Path(os.environ.get("HINT_PLAN_STATE", str(REPO_ROOT / "build" / "hint_plan")))
@@ -20,23 +20,13 @@ INSTALLER = Path(__file__).resolve().parent / "install.sh"
 EXTENSION_VERSION = "1.8.0"
 
 
-def _pg_config(bin_dir: Path, flag: str) -> Path | None:
-    try:
-        done = subprocess.run(
-            [str(bin_dir / "pg_config"), flag], capture_output=True, text=True, timeout=30, check=True
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return Path(done.stdout.strip())
-
-
 def unavailable_reason(bin_dir: Path | None = None, status_file: Path = STATUS_FILE) -> str | None:
     """None when the wheel's PostgreSQL has pg_hint_plan installed; else why not (for pytest.skip)."""
     try:
         bin_dir = bin_dir if bin_dir is not None else postgres_bin_dir()
     except FleetError as exc:
         return f"pg_hint_plan tier: {exc}"
-    libdir, sharedir = _pg_config(bin_dir, "--pkglibdir"), _pg_config(bin_dir, "--sharedir")
+    libdir, sharedir = pg_config(bin_dir, "--pkglibdir"), pg_config(bin_dir, "--sharedir")
     control = None if sharedir is None else sharedir / "extension" / "pg_hint_plan.control"
     installed = (
         libdir is not None

@@ -8,8 +8,9 @@ with its PGXS headers and builds pg_store_plans 1.9 into it; when it cannot, it 
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
+
+from tests.tiers import pg_config
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 PG_MAJOR = int(os.environ.get("PG_MAJOR", "15"))
@@ -20,19 +21,9 @@ INSTALLER = Path(__file__).resolve().parent / "install.sh"
 EXTENSION_VERSION = "1.9"
 
 
-def _pg_config(bin_dir: Path, flag: str) -> Path | None:
-    try:
-        done = subprocess.run(
-            [str(bin_dir / "pg_config"), flag], capture_output=True, text=True, timeout=30, check=True
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return Path(done.stdout.strip())
-
-
 def unavailable_reason(bin_dir: Path = PG_BIN_DIR, status_file: Path = STATUS_FILE) -> str | None:
     """None when the PostgreSQL in bin_dir has pg_store_plans installed; else why not (for pytest.skip)."""
-    libdir, sharedir = _pg_config(bin_dir, "--pkglibdir"), _pg_config(bin_dir, "--sharedir")
+    libdir, sharedir = pg_config(bin_dir, "--pkglibdir"), pg_config(bin_dir, "--sharedir")
     installed = (
         (bin_dir / "postgres").is_file()
         and libdir is not None
