@@ -65,7 +65,8 @@ def alert_payloads(
 ) -> list[dict[str, Any]]:
     """Pure: one valid payload per finding (latest state, the `findings` view) with a state to alert;
     ``drift_flags`` the query's latest per-execution drift flag per metric when ``findings`` carries them
-    (jobs.drift.finding_flags.with_drift_flags), else null.
+    (jobs.drift.finding_flags.with_drift_flags), else null; ``pin`` the words of the finding's latest plan pin
+    when ``findings`` carries them (jobs.plans.pin_ledger.with_pin_words), else null.
 
     ``sent``: per finding_id, the states already alerted (to the sink at hand), in onset order.
     ``severity`` / ``work_severity``: of a latency finding's alert, and of a work finding's (kind work)."""
@@ -96,6 +97,7 @@ def alert_payloads(
             "other_deploys": row.get("other_deploys"),
             "deploys_after": row.get("deploys_after"),
             "plan_diff_summary": row.get("plan_diff_summary"),
+            "pin": row.get("pin"),
             "recovered_at": row["recovered_at"].isoformat() if row.get("recovered_at") else None,
             "superseded_by": row.get("superseded_by"),
             "work": (

@@ -47,6 +47,7 @@ from jobs.detect.findings import OPEN, latest_states
 from jobs.drift.finding_flags import latest_execution_drift, with_drift_flags
 from jobs.lake import io as lake
 from jobs.lake import locks
+from jobs.plans.pin_ledger import read_pins, with_pin_words
 from jobs.redaction import scrub
 from jobs.schemas.analysed import ALERT_DEAD_LETTERS, ALERTS_SENT, EXECUTION_DRIFT, FINDING_STATES
 
@@ -238,8 +239,9 @@ def history_for(
 
 
 def read_findings(lake_root: Path) -> pl.DataFrame:
-    """The latest state of every finding (what the `findings` view shows)."""
-    return latest_states(lake.read_table(lake_root, FINDING_STATES))
+    """The latest state of every finding (what the `findings` view shows), with the words of its latest
+    plan pin (``pin``; null: none): an alert built after the pin carries its line."""
+    return with_pin_words(latest_states(lake.read_table(lake_root, FINDING_STATES)), read_pins(lake_root))
 
 
 def read_execution_drift(lake_root: Path) -> tuple[pl.DataFrame, pl.DataFrame, dict[tuple[str, int], str]]:

@@ -164,7 +164,9 @@ def _open_message(payload: dict[str, Any], cutoffs: EvidenceCutoffs) -> dict[str
     if payload.get("added_load_ms_per_s") is not None:
         load = payload["added_load_ms_per_s"]
         fields.append(_field("Added load", f"{format_ms(load)} of database time per second"))
-    fields.append(_field("Plan Diff", payload.get("plan_diff_summary") or "no plans captured"))
+    plan = payload.get("plan_diff_summary") or "no plans captured"
+    pin = payload.get("pin")
+    fields.append(_field("Plan Diff", f"{plan}\nPlan pin: {pin}" if pin else plan))
     flags = payload.get("drift_flags")
     if flags and any(flags.values()):
         fields.append(_field("Drift", " · ".join(f"{m} {f or '–'}" for m, f in flags.items())))
@@ -205,7 +207,8 @@ def _update_message(payload: dict[str, Any]) -> dict[str, Any]:
             f"Superseded on {instance}: the regression of {query} since {format_time(payload['onset'])} "
             f"is now followed as finding {payload.get('superseded_by') or 'unknown'}"
         )
-    line = f"{summary} (finding {payload['finding_id']})"
+    pin = f"; plan pin {payload['pin']}" if payload.get("pin") else ""
+    line = f"{summary}{pin} (finding {payload['finding_id']})"
     return {"text": fit(line, FALLBACK_TEXT_MAX), "blocks": [_section(fit(line, SECTION_TEXT_MAX))]}
 
 

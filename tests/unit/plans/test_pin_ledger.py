@@ -272,3 +272,25 @@ def test_explain_shows_control_characters_of_fleet_names_as_escapes(
     assert main(["--lake", str(lake_root), "pins", "explain", str(run.written["pin_id"][0])]) == 0
     out = capsys.readouterr().out
     assert "\x1b" not in out and "ord\\x1b[31mers" in out
+
+
+def test_the_findings_alert_carries_its_pin_line_in_the_payload_and_in_slack(
+    pin_lake: Path, tmp_path: Path
+) -> None:
+    """An alert built after the pin was proposed says so (the payload's ``pin``; Slack's Plan Diff field)."""
+    from jobs.alerts.config import AlertsConfig
+    from jobs.alerts.run import send_alerts
+    from jobs.alerts.slack import slack_message
+
+    pid = proposed(pin_lake)
+    sink = tmp_path / "alerts.jsonl"
+    send_alerts(pin_lake, AlertsConfig(file=str(sink), dead_letter_file=str(tmp_path / "dead.jsonl")))
+    (payload,) = [json.loads(line) for line in sink.read_text().splitlines()]
+    assert payload["pin"].startswith("proposed IndexScan(") and f"radar pins explain {pid}" in payload["pin"]
+    fields = [
+        f["text"]
+        for b in slack_message(payload)["blocks"]
+        if b["type"] == "section"
+        for f in b.get("fields", [])
+    ]
+    assert any(f.startswith("*Plan Diff*\n") and "Plan pin: proposed IndexScan(" in f for f in fields), fields
