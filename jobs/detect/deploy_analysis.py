@@ -165,15 +165,19 @@ def points_in_windows(points: pl.DataFrame, targets: pl.DataFrame) -> pl.DataFra
     total = int(lengths.sum())
     starts = np.repeat(low - np.concatenate(([0], np.cumsum(lengths)[:-1])), lengths)
     positions = starts + np.arange(total, dtype=np.int64)
-    # Within a window, points in their input order (as the join and filter gave them).
-    picked = pl.DataFrame(
-        {
-            "_target": np.repeat(spans["_target"].to_numpy(), lengths),
-            "_row": rows[positions].astype(np.int64),
-        }
-    ).sort("_target", "_row")
-    taken = points[picked["_row"].to_numpy()]
-    info = targets.drop("instance")[picked["_target"].to_numpy()]
+    # Within a window, points in their input order (as the join and filter gave them): sorted by (target,
+    # row) packed into one integer, a third of the CPU of the two-column sort (9 M windowed rows).
+    target_of = np.repeat(spans["_target"].to_numpy().astype(np.int64), lengths)
+    row_of = rows[positions].astype(np.int64)
+    height = points.height
+    if targets.height * height < 1 << 62:
+        packed = pl.Series(target_of * height + row_of).sort().to_numpy()
+        target_of, row_of = packed // height, packed % height
+    else:
+        picked = pl.DataFrame({"_target": target_of, "_row": row_of}).sort("_target", "_row")
+        target_of, row_of = picked["_target"].to_numpy(), picked["_row"].to_numpy()
+    taken = points[row_of]
+    info = targets.drop("instance")[target_of]
     return pl.concat([taken, info], how="horizontal").select(out_columns)
 
 
