@@ -35,6 +35,7 @@ from jobs.detect.changepoint_memo import ChangePointMemo
 from jobs.detect.config import RegressionConfig
 from jobs.detect.deploy_analysis import (
     DEPLOY_SERIES_KEY,
+    DeploySeries,
     _changepoint_and_welch,
     scoped_deploy_windows,
     stage_one_reasons,
@@ -153,6 +154,12 @@ def merged_work(series_samples: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
         pl.col("value").alias("latency_ms"),
         pl.int_range(pl.len(), dtype=pl.Int64).over(keys).alias("position"),
     )
+
+
+def deploy_series(windowed: pl.DataFrame) -> DeploySeries:
+    """The identity and merged work intervals of the deploy windows' series, for both deploy analyses."""
+    keys = list(DEPLOY_SERIES_KEY)
+    return DeploySeries(identity=series_identity(windowed, keys), merged=merged_work(windowed, keys))
 
 
 def stacked_metrics(
@@ -342,10 +349,12 @@ def deploy_resource_regressions(
     config: RegressionConfig = DEFAULT_CONFIG,
     scope: AnalysisScope | None = None,
     windows: tuple[pl.DataFrame, pl.DataFrame] | None = None,
+    shared: DeploySeries | None = None,
 ) -> pl.DataFrame:
     """One row per (deploy, instance, query, tracked work metric) with samples in the deploy's window.
     ``windows``: ``scoped_deploy_windows`` of the same inputs with ``WORK_COLUMNS`` (shared with the
-    latency analysis: computing them twice cost 7 s and 1.7 GiB at 10,000 series x 1 day)."""
+    latency analysis: computing them twice cost 7 s and 1.7 GiB at 10,000 series x 1 day); ``shared``:
+    ``deploy_series`` of those windows (also the latency analysis')."""
     if samples.height == 0 or deploys.height == 0:
         return _empty()
     resource = config.resource
@@ -354,13 +363,13 @@ def deploy_resource_regressions(
     if windowed.height == 0:
         return _empty()
     metric_keys = [*keys, "metric"]
-    identity = series_identity(windowed, keys)
+    identity = shared.identity if shared is not None else series_identity(windowed, keys)
     deploy_info = targets.drop("instance").unique("deploy_id")
     # Stage 0 on the wide merged intervals, each metric's series stacked only if it survives: stacking
     # every metric of every deploy window first was the detection run's memory peak (+8 GiB at 10,000
     # series x 1 day, issue 25).
     merged = (
-        merged_work(windowed, keys)
+        (shared.merged if shared is not None else merged_work(windowed, keys))
         .join(deploy_info.select("deploy_id", "deployed_at"), on="deploy_id", maintain_order="left")
         .with_columns((pl.col("interval_end") > pl.col("deployed_at")).alias("after_deploy"))
     )

@@ -407,3 +407,38 @@ def test_run_lengths_are_the_contiguous_groups_in_row_order() -> None:
     ]
     assert runs["size"].sum() == frame.height
     assert run_lengths(frame.head(0), ["a", "b"]).height == 0
+
+
+def test_the_shared_deploy_series_are_what_each_deploy_analysis_builds_alone() -> None:
+    """detect_from_frames builds the deploy windows' identity and merged intervals once (``deploy_series``)
+    for both deploy analyses: with two queryids of one series (merged into one point per interval) and two
+    deploys, the latency columns are ``merge_intervals``' own and both analyses give the same rows."""
+    from jobs.detect.deploy_analysis import DEPLOY_SERIES_KEY, MERGED_COLUMNS, scoped_deploy_windows
+    from jobs.detect.work import deploy_resource_regressions, deploy_series
+    from jobs.detect.work_config import WORK_COLUMNS
+    from jobs.query.series import merge_intervals
+
+    rng = np.random.default_rng(5)
+    frame = pl.concat(
+        [
+            series_samples(step(10.0, 25.0) * rng.uniform(0.9, 1.1, 90), queryid=11, work=QUIET),
+            series_samples(step(12.0, 12.5) * rng.uniform(0.9, 1.1, 90), queryid=12, work=QUIET, calls=7),
+        ],
+        how="diagonal_relaxed",
+    )
+    events = events_frame(
+        [
+            DeployEvent(version="v42", deployed_at=SERIES_DEPLOY_AT, instance="alpha"),
+            DeployEvent(version="v43", deployed_at=SERIES_DEPLOY_AT + timedelta(minutes=3), instance="alpha"),
+        ]
+    ).drop("date")
+    points = fingerprinted_samples(frame, TEXTS, CONFIG.identity)
+    windows = scoped_deploy_windows(points, TEXTS, events, CONFIG, None, WORK_COLUMNS)
+    shared = deploy_series(windows[0])
+    assert shared.merged.select(MERGED_COLUMNS).equals(merge_intervals(windows[0], list(DEPLOY_SERIES_KEY)))
+    assert detect_regressions(points, TEXTS, events, CONFIG, None, windows, shared).equals(
+        detect_regressions(points, TEXTS, events, CONFIG, None, windows)
+    )
+    assert deploy_resource_regressions(points, TEXTS, events, CONFIG, None, windows, shared).equals(
+        deploy_resource_regressions(points, TEXTS, events, CONFIG, None, windows)
+    )
