@@ -183,6 +183,7 @@ def stacked_metrics(
         *extra,
     ]
     per_metric = []
+    group = _contiguous_groups(merged, keys) if tracked_only and only is None else None
     for m in WORK_METRICS:
         source = merged
         if only is not None:
@@ -195,10 +196,25 @@ def stacked_metrics(
             _per_call(m).alias("value"),
             pl.col(f"tracking:{m.name}").alias("tracking"),
         )
-        if tracked_only:
+        if tracked_only and group is not None:
+            # Tracking counts are >= 0 (_check_work_values), so a series' sum is > 0 exactly when one of
+            # its intervals is tracked: one pass over numbers per metric, not a window over string keys.
+            tracked = np.bincount(group, weights=rows["tracking"].to_numpy() > 0) > 0
+            rows = rows.filter(pl.Series(tracked[group]))
+        elif tracked_only:
             rows = rows.filter(pl.col("tracking").sum().over(keys) > 0)
         per_metric.append(rows)
     return pl.concat(per_metric, how="vertical")
+
+
+def _contiguous_groups(frame: pl.DataFrame, keys: list[str]) -> np.ndarray | None:
+    """Each row's group number when every ``keys`` group is one run of rows (merge_intervals sorts them
+    so), else None. Why: the tracked-only filter's window over the (instance, series) strings cost 0.3 of
+    the 0.35 s of stacking the work series of 1,000 series x 1 day."""
+    runs = run_lengths(frame, keys)
+    if runs.height and not runs.select(keys).is_unique().all():
+        return None
+    return np.repeat(np.arange(runs.height), runs["size"].to_numpy())
 
 
 def run_lengths(frame: pl.DataFrame, keys: list[str]) -> pl.DataFrame:

@@ -442,3 +442,43 @@ def test_the_shared_deploy_series_are_what_each_deploy_analysis_builds_alone() -
     assert deploy_resource_regressions(points, TEXTS, events, CONFIG, None, windows, shared).equals(
         deploy_resource_regressions(points, TEXTS, events, CONFIG, None, windows)
     )
+
+
+@pytest.mark.parametrize("shuffled", [False, True])
+def test_tracked_only_keeps_the_series_with_a_tracked_interval_whatever_their_order(shuffled: bool) -> None:
+    """stacked_metrics(tracked_only=True) drops a (series, metric) whose tracking sums to 0: by run-length
+    groups when each series is one run of rows (merge_intervals' order), else by the window it replaced."""
+    from jobs.detect.work import stacked_metrics
+
+    rng = np.random.default_rng(2)
+    n = 40
+    merged = pl.DataFrame(
+        {
+            "instance": ["a"] * n + ["b"] * n,
+            "series": ["s1"] * (n // 2) + ["s2"] * (n // 2) + ["s1"] * n,
+            "interval_start": pl.datetime_range(
+                SERIES_DEPLOY_AT, SERIES_DEPLOY_AT + timedelta(minutes=2 * n - 1), "1m", eager=True
+            ),
+            "calls": rng.integers(1, 9, 2 * n).astype(np.float64),
+        }
+    ).with_columns(
+        pl.col("interval_start").alias("interval_end"),
+        pl.lit(60.0).alias("interval_seconds"),
+        pl.lit(1.0).alias("latency_ms"),
+        pl.int_range(pl.len()).alias("position"),
+        *(pl.lit(1.0).alias(f"work:{m.name}") for m in WORK_METRICS),
+        *(
+            pl.Series(
+                f"tracking:{m.name}", np.where(np.arange(2 * n) < n // 2 + i, 0.0, rng.uniform(0, 2, 2 * n))
+            )
+            for i, m in enumerate(WORK_METRICS)
+        ),
+    )
+    if shuffled:
+        merged = merged.sample(fraction=1.0, shuffle=True, seed=3)
+    keys = ["instance", "series"]
+    got = stacked_metrics(merged, keys, tracked_only=True)
+    everything = stacked_metrics(merged, keys)
+    expected = everything.filter(pl.col("tracking").sum().over([*keys, "metric"]) > 0)
+    assert got.equals(expected)
+    assert got.height < everything.height  # a series with no tracked interval went
