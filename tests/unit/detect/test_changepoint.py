@@ -358,3 +358,50 @@ def test_chunks_on_threads_give_the_arrays_of_one_thread() -> None:
     assert one.significant[::3].all() and not one.significant[1::3].all()
     for name in ("index", "statistic", "p_value", "significant"):
         assert np.array_equal(getattr(one, name), getattr(many, name)), name
+
+
+@pytest.mark.parametrize("serial_correction", [True, False])
+def test_no_split_of_any_series_tests_below_the_smallest_rank_p_value(serial_correction: bool) -> None:
+    """The seeded search skips intervals whose p cannot pass their screen; that is exact only if no series
+    of that length, with or without ties, can give a p below ``smallest_rank_p_value`` (perfect steps
+    reach it)."""
+    from jobs.detect.changepoint import _locate_chunk, smallest_rank_p_value
+
+    config = ChangePointConfig(serial_correction=serial_correction)
+    rng = np.random.default_rng(11)
+    reached = False
+    for n in range(10, 66):
+        rows = []
+        for m in range(5, n - 4):
+            rows.append(np.r_[np.arange(m), 1000.0 + np.arange(n - m)])  # a perfect step, no ties
+            rows.append(np.r_[np.zeros(m), np.ones(n - m)])  # two tie groups
+        rows += list(np.round(rng.lognormal(size=(50, n)), 0))
+        rows += list(rng.lognormal(size=(50, n)))
+        _, _, p_value = _locate_chunk(np.array(rows), config)
+        bound = smallest_rank_p_value(n, config)
+        assert p_value.min() >= bound * (1 - 1e-12), n
+        reached = reached or p_value.min() <= bound * (1 + 1e-9)
+    assert reached or serial_correction  # without the widening it is tight somewhere, not merely safe
+
+
+@pytest.mark.parametrize("n", [10, 23, 60, 61, 140])
+@pytest.mark.parametrize("serial_correction", [True, False])
+def test_a_row_ruled_out_by_its_ranks_never_passes_its_screen(n: int, serial_correction: bool) -> None:
+    """The seeded search skips an interval when ``_may_pass_screen`` says no split's p can be within its
+    screen; exact only if every such row's located p is indeed above it (noise, steps, trends, ties)."""
+    from jobs.detect.changepoint import _locate_chunk, _may_pass_screen
+
+    config = ChangePointConfig(serial_correction=serial_correction)
+    rng = np.random.default_rng(n)
+    rows = [rng.lognormal(size=n) for _ in range(300)]
+    rows += [np.r_[rng.normal(size=n // 2), s + rng.normal(size=n - n // 2)] for s in (0.5, 1, 2, 4, 50)]
+    rows += [np.cumsum(rng.normal(size=n)) for _ in range(50)]  # random walks: serially correlated
+    rows += [np.round(rng.lognormal(size=n), 0) for _ in range(50)]  # ties
+    stack = np.array(rows)
+    _, _, p_value = _locate_chunk(stack, config)
+    for screen in (1e-6, 1e-4, 1e-3, 0.01, 0.05, 0.5):
+        screens = np.full(stack.shape[0], screen)
+        may = _may_pass_screen(stack, screens, config)
+        assert np.all(may | (p_value > screen)), (n, screen)
+        if screen <= 1e-3:
+            assert not may.all()  # it does rule rows out

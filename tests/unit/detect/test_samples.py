@@ -394,3 +394,47 @@ def test_a_run_over_named_instances_lists_only_their_folders_and_equals_the_whol
         assert mine.height > 0
         assert mine.equals(expected.sort("instance", "queryid", "interval_end"))
     assert whole_table_scans == []
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([-3, 7, 2**62]),  # queryid
+            st.sampled_from([1, 2, None]),  # dbid
+            st.sampled_from([True, False]),  # toplevel
+            st.integers(0, 6),  # collector clock, seconds (ties on purpose)
+            st.integers(0, 6),  # captured_at, seconds
+            st.booleans(),  # collector clock missing
+        ),
+        max_size=40,
+    ),
+    st.booleans(),
+)
+def test_entry_order_is_the_five_column_sort(rows: list[tuple[Any, ...]], span_too_long: bool) -> None:
+    """The one-integer sort of the differencing orders rows exactly as sorting its five columns would,
+    also with ties, null clocks and null ids (where it falls back to that sort)."""
+    from jobs.detect.samples import _in_entry_order
+
+    far = timedelta(days=400) if span_too_long else timedelta(0)
+    frame = pl.DataFrame(
+        {
+            "queryid": [r[0] for r in rows],
+            "_db_user": [r[1] for r in rows],
+            "toplevel": [r[2] for r in rows],
+            "_taken": [
+                None if r[5] else T0 + timedelta(seconds=r[3]) + (far if i == 0 else timedelta(0))
+                for i, r in enumerate(rows)
+            ],
+            "captured_at": [T0 + timedelta(seconds=r[4]) for r in rows],
+            "row": list(range(len(rows))),
+        },
+        schema_overrides={"queryid": pl.Int64, "_db_user": pl.UInt64, "_taken": pl.Datetime("us", "UTC")},
+    )
+    key = ("queryid", "_db_user", "toplevel")
+    expected = frame.sort([*key, "_taken", "captured_at"], nulls_last=True)
+    assert _in_entry_order(frame, key).equals(expected)
+    clocked = frame.with_columns(pl.col("_taken").fill_null(pl.col("captured_at")))
+    assert _in_entry_order(clocked, key).equals(
+        clocked.sort([*key, "_taken", "captured_at"], nulls_last=True)
+    )

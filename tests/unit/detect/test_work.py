@@ -407,3 +407,78 @@ def test_run_lengths_are_the_contiguous_groups_in_row_order() -> None:
     ]
     assert runs["size"].sum() == frame.height
     assert run_lengths(frame.head(0), ["a", "b"]).height == 0
+
+
+def test_the_shared_deploy_series_are_what_each_deploy_analysis_builds_alone() -> None:
+    """detect_from_frames builds the deploy windows' identity and merged intervals once (``deploy_series``)
+    for both deploy analyses: with two queryids of one series (merged into one point per interval) and two
+    deploys, the latency columns are ``merge_intervals``' own and both analyses give the same rows."""
+    from jobs.detect.deploy_analysis import DEPLOY_SERIES_KEY, MERGED_COLUMNS, scoped_deploy_windows
+    from jobs.detect.work import deploy_resource_regressions, deploy_series
+    from jobs.detect.work_config import WORK_COLUMNS
+    from jobs.query.series import merge_intervals
+
+    rng = np.random.default_rng(5)
+    frame = pl.concat(
+        [
+            series_samples(step(10.0, 25.0) * rng.uniform(0.9, 1.1, 90), queryid=11, work=QUIET),
+            series_samples(step(12.0, 12.5) * rng.uniform(0.9, 1.1, 90), queryid=12, work=QUIET, calls=7),
+        ],
+        how="diagonal_relaxed",
+    )
+    events = events_frame(
+        [
+            DeployEvent(version="v42", deployed_at=SERIES_DEPLOY_AT, instance="alpha"),
+            DeployEvent(version="v43", deployed_at=SERIES_DEPLOY_AT + timedelta(minutes=3), instance="alpha"),
+        ]
+    ).drop("date")
+    points = fingerprinted_samples(frame, TEXTS, CONFIG.identity)
+    windows = scoped_deploy_windows(points, TEXTS, events, CONFIG, None, WORK_COLUMNS)
+    shared = deploy_series(windows[0])
+    assert shared.merged.select(MERGED_COLUMNS).equals(merge_intervals(windows[0], list(DEPLOY_SERIES_KEY)))
+    assert detect_regressions(points, TEXTS, events, CONFIG, None, windows, shared).equals(
+        detect_regressions(points, TEXTS, events, CONFIG, None, windows)
+    )
+    assert deploy_resource_regressions(points, TEXTS, events, CONFIG, None, windows, shared).equals(
+        deploy_resource_regressions(points, TEXTS, events, CONFIG, None, windows)
+    )
+
+
+@pytest.mark.parametrize("shuffled", [False, True])
+def test_tracked_only_keeps_the_series_with_a_tracked_interval_whatever_their_order(shuffled: bool) -> None:
+    """stacked_metrics(tracked_only=True) drops a (series, metric) whose tracking sums to 0: by run-length
+    groups when each series is one run of rows (merge_intervals' order), else by the window it replaced."""
+    from jobs.detect.work import stacked_metrics
+
+    rng = np.random.default_rng(2)
+    n = 40
+    merged = pl.DataFrame(
+        {
+            "instance": ["a"] * n + ["b"] * n,
+            "series": ["s1"] * (n // 2) + ["s2"] * (n // 2) + ["s1"] * n,
+            "interval_start": pl.datetime_range(
+                SERIES_DEPLOY_AT, SERIES_DEPLOY_AT + timedelta(minutes=2 * n - 1), "1m", eager=True
+            ),
+            "calls": rng.integers(1, 9, 2 * n).astype(np.float64),
+        }
+    ).with_columns(
+        pl.col("interval_start").alias("interval_end"),
+        pl.lit(60.0).alias("interval_seconds"),
+        pl.lit(1.0).alias("latency_ms"),
+        pl.int_range(pl.len()).alias("position"),
+        *(pl.lit(1.0).alias(f"work:{m.name}") for m in WORK_METRICS),
+        *(
+            pl.Series(
+                f"tracking:{m.name}", np.where(np.arange(2 * n) < n // 2 + i, 0.0, rng.uniform(0, 2, 2 * n))
+            )
+            for i, m in enumerate(WORK_METRICS)
+        ),
+    )
+    if shuffled:
+        merged = merged.sample(fraction=1.0, shuffle=True, seed=3)
+    keys = ["instance", "series"]
+    got = stacked_metrics(merged, keys, tracked_only=True)
+    everything = stacked_metrics(merged, keys)
+    expected = everything.filter(pl.col("tracking").sum().over([*keys, "metric"]) > 0)
+    assert got.equals(expected)
+    assert got.height < everything.height  # a series with no tracked interval went
