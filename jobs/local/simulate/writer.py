@@ -83,8 +83,9 @@ def _write_conformed(
         lake.put_parquet(final, arrow.replace_schema_metadata(metadata))
         return final
     tmp = folder / f"{lake.TEMP_MARK}{stem}.sim{lake.TEMP_SUFFIX}"
+    arrow = arrow.replace_schema_metadata(metadata)
     with open(tmp, "wb") as handle:
-        pq.write_table(arrow.replace_schema_metadata(metadata), handle, compression="zstd")
+        pq.write_table(arrow, handle, **lake.parquet_options(arrow))
     os.replace(tmp, final)
     return final
 
