@@ -115,7 +115,9 @@ def test_samples_schedule_waits_for_a_collected_day() -> None:
             dg.build_schedule_context(instance=instance, scheduled_execution_time=tick)
         )
         assert isinstance(request, dg.RunRequest) and request.partition_key == "2026-11-29"
-    snapshot = snapshot_schedule(dg.build_schedule_context(scheduled_execution_time=tick))
+        snapshot = snapshot_schedule(
+            dg.build_schedule_context(instance=instance, scheduled_execution_time=tick)
+        )
     assert isinstance(snapshot, dg.RunRequest) and snapshot.partition_key is None
 
 

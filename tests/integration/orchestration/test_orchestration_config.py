@@ -337,11 +337,13 @@ def test_pinning_is_plan_pins_run_config_checked_as_the_file_is(lake_root: Path)
     with pytest.raises(dg.Failure, match=r"\[pinning\] allow entries"):
         section_from_config("pinning", PinningRunConfig(allow=["x"]), "plan_pins")  # type: ignore[call-arg]
     # With no finding in the lake the asset records nothing (and reads no server).
-    result = dg.materialize(
-        [plan_pins],
-        resources={"lake": LakeResource(root=str(lake_root)), "fleet": FleetResource()},
-        run_config={"ops": {"plan_pins": {"config": {"mode": "propose"}}}},
-        raise_on_error=True,
-    )
+    with dg.instance_for_test() as instance:  # its own instance, as every materialization here
+        result = dg.materialize(
+            [plan_pins],
+            resources={"lake": LakeResource(root=str(lake_root)), "fleet": FleetResource()},
+            instance=instance,
+            run_config={"ops": {"plan_pins": {"config": {"mode": "propose"}}}},
+            raise_on_error=True,
+        )
     metadata = result.asset_materializations_for_node("plan_pins")[0].metadata
     assert metadata["rows_written"].value == 0 and metadata["findings_looked_at"].value == 0
