@@ -119,27 +119,6 @@ def moments_of(findings: pl.DataFrame, config: ContentionConfig) -> tuple[pl.Dat
         # must not move the moment off the step the others share.
         pl.col("detected_change_at").sort().get((pl.len() - 1) // 2).alias("at"),
     )
-    # A chain within same_moment_within of a deploy of its instance is that deploy's moment, not a second
-    # one: the same slowdown was reported twice, at the deploy and "unannounced", 45 ms apart.
-    tolerance = pl.duration(microseconds=config.same_moment_within // timedelta(microseconds=1))
-    at_deploy = (
-        unannounced.sort("at")
-        .join_asof(
-            deploy.select(
-                "instance", pl.col("deploy_id").alias("_deploy_id"), pl.col("at").alias("_deploy_at")
-            ).sort("_deploy_at"),
-            left_on="at",
-            right_on="_deploy_at",
-            by="instance",
-            strategy="nearest",
-            check_sortedness=False,  # sorted by "at" as a whole, so within each instance too
-        )
-        .filter(
-            pl.col("_deploy_id").is_not_null() & ((pl.col("at") - pl.col("_deploy_at")).abs() <= tolerance)
-        )
-        .select("_chain", "instance", "_deploy_id")
-    )
-    unannounced = unannounced.join(at_deploy, on="_chain", how="anti")
     moments = (
         pl.concat(
             [
@@ -167,18 +146,7 @@ def moments_of(findings: pl.DataFrame, config: ContentionConfig) -> tuple[pl.Dat
         )
         .select("_row", "moment")
     )
-    absorbed_ids = (
-        chained.select("_row", "_chain")
-        .join(at_deploy, on="_chain")
-        .join(
-            moments.filter(pl.col("analysis") == "deploy").select(
-                "moment", "instance", pl.col("deploy_id").alias("_deploy_id")
-            ),
-            on=["instance", "_deploy_id"],
-        )
-        .select("_row", "moment")
-    )
-    ids = pl.concat([deploy_ids, unannounced_ids, absorbed_ids])
+    ids = pl.concat([deploy_ids, unannounced_ids])
     tagged = rows.join(ids, on="_row", how="left").sort("_row").drop("_row")
     return moments, tagged
 

@@ -356,8 +356,7 @@ def test_detect_from_frames_and_run_detection_carry_the_slowdowns(lake_root: Pat
     assert outcome.instance_slowdowns.height >= 1
     written = lake.scan_table(lake_root, INSTANCE_SLOWDOWNS).collect()
     assert written.height == outcome.instance_slowdowns.height
-    # one episode: the unannounced analysis' step at the deploy is the deploy's moment, not a second one
-    assert set(written["analysis"]) == {"deploy"}
+    assert set(written["analysis"]) == {"deploy", "unannounced"}
     stored = lake.scan_table(lake_root, "performance_regressions").collect()
     assert stored.filter(pl.col("reason") == "instance_slowdown").height >= 7
     connection = duckdb_views.connect(lake_root)
@@ -405,10 +404,10 @@ def test_the_regressions_asset_materializes_instance_slowdowns(lake_root: Path) 
         materialized = {m.asset_key.to_user_string(): m for m in result.get_asset_materialization_events()}
     assert {"performance_regressions", "instance_slowdowns", "plan_diffs"} <= set(materialized)
     metadata = materialized["instance_slowdowns"].materialization.metadata
-    assert metadata["episodes"].value == 1  # the deploy's (the unannounced analysis' step is at it)
+    assert metadata["episodes"].value == 2  # the deploy's and the unannounced analysis' moment
     assert metadata["findings_suppressed"].value == 14  # seven queries, in both analyses
     written = lake.scan_table(lake_root, INSTANCE_SLOWDOWNS).collect()
-    assert written.height == 1 and set(written["instance"]) == {"alpha"}
+    assert written.height == 2 and set(written["instance"]) == {"alpha"}
     detected = (
         lake.scan_table(lake_root, "performance_regressions").collect().filter(pl.col("status") == "detected")
     )
