@@ -37,7 +37,7 @@ import polars as pl
 from jobs.lake.io import stem_for, write_table
 from jobs.schemas.collected import PLAN_SNAPSHOTS, QUERY_TEXTS, SNAPSHOT_RUNS, STATEMENT_SNAPSHOTS
 from tests.benchmarks.detection_lake import collector_frames
-from tests.support.pin_lakes import BAD, GOOD
+from tests.support.pin_lakes import BAD, GOOD, snapshot
 
 RESULTS = Path(".bench/results")
 SEED = 20261207
@@ -99,27 +99,8 @@ def write_minute(root: Path, tables: tuple[pl.DataFrame, ...], minute: int, seri
 
 def write_plans(root: Path, queryid: int, step: int, changed: bool = True) -> None:
     """Statement 0's plan history: an index scan from the start, a seq scan from the step (when changed)."""
-    from jobs.plans.shape import plan_facts
-
-    rows = []
     history = [(GOOD, START), (BAD, START + (step + 1) * STEP)] if changed else [(GOOD, START)]
-    for plan, at in history:
-        facts = plan_facts(plan)
-        rows.append(
-            {
-                "captured_at": at,
-                "queryid": queryid,
-                "dbid": 5,
-                "source": "generic_explain",
-                "is_generic": True,
-                "shape_hash": facts.shape_hash,
-                "root_node": facts.root_node,
-                "relations": facts.relations,
-                "indexes": facts.indexes,
-                "plan_json": json.dumps(plan),
-            }
-        )
-    for row in rows:
+    for row in [snapshot(plan, at, queryid, dbid=5) for plan, at in history]:
         partition = {"instance": NAME, "date": row["captured_at"].strftime("%Y-%m-%d")}
         write_table(
             root,

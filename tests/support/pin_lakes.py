@@ -43,11 +43,13 @@ WITH_INDEX = PlanCatalogue.from_rows(
 WITHOUT_INDEX = PlanCatalogue.from_rows([{"schemaname": "public", "relname": "orders", "indexname": None}])
 
 
-def snapshot(plan: dict[str, Any], at: Any) -> dict[str, Any]:
+def snapshot(plan: dict[str, Any], at: Any, queryid: int = QUERYID, **more: Any) -> dict[str, Any]:
+    """A plan_snapshots row of ``plan`` (a generic EXPLAIN) captured at ``at``; ``more``: other columns."""
     facts = plan_facts(plan)
     return {
+        **more,
         "captured_at": at,
-        "queryid": QUERYID,
+        "queryid": queryid,
         "source": "generic_explain",
         "is_generic": True,
         "shape_hash": facts.shape_hash,
