@@ -497,9 +497,18 @@ def _summary() -> pl.Expr:
         pl.when(pl.col("evidence").str.ends_with("load"))
         .then(
             pl.format(
-                "; load {} → {} s of execution per second{}, explains up to {}×{}",
+                "; load {} → {} s of execution per second{}{}, explains up to {}×{}",
                 pl.col("load_before").round(2),
                 pl.col("load_after").round(2),
+                pl.when(pl.col("activity_before").is_not_null() & pl.col("activity_after").is_not_null())
+                .then(
+                    pl.format(
+                        ", {} → {} active backends on a CPU",
+                        pl.col("activity_before").round(2),
+                        pl.col("activity_after").round(2),
+                    )
+                )
+                .otherwise(pl.lit("")),
                 cores,
                 _ratio_digits(pl.col("load_explained_ratio")),
                 pl.when(pl.col("load_sources").is_not_null())

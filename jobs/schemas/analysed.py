@@ -210,6 +210,12 @@ INSTANCE_SLOWDOWNS = TableSchema(
             dt.Float64(),
             "the slowdown the added load explains (processor sharing over the instance's cores)",
         ),
+        Column(
+            "activity_before",
+            dt.Float64(),
+            "active backends on a CPU before the moment, from pg_stat_activity (null: not recorded)",
+        ),
+        Column("activity_after", dt.Float64(), "... and after it: statements still running count here"),
         Column("cores", dt.Int32(), "the instance's CPUs from the fleet file (null: unknown)"),
         Column("load_sources", dt.String(), "the statements that brought the load: '+1.9 s/s from `…`'"),
         Column("summary", dt.String()),

@@ -24,7 +24,7 @@ from jobs.detect.deploy_analysis import detect_regressions
 from jobs.detect.samples import samples_from_snapshots
 from jobs.detect.verdicts import DETECTED
 from jobs.local.embedded import EmbeddedFleet
-from jobs.pipeline.detection import DetectionConfig, DetectionFrames, detect_from_frames
+from jobs.pipeline.detection import DetectionConfig, DetectionFrames, detect_from_frames, read_activity
 from jobs.schemas.collected import PLAN_SNAPSHOTS
 from tests.conftest import FleetFactory
 from tests.support.pg_workload import (
@@ -99,7 +99,11 @@ def analyse(lake_root: Path) -> tuple[pl.DataFrame, DetectionFrames]:
     samples = samples_from_snapshots(snapshots, runs).samples
     deploys = load_deploy_events(lake_root)
     latency_only = detect_regressions(samples, texts, deploys, REGRESSION)
-    return latency_only, detect_from_frames(samples, texts, deploys, PLAN_SNAPSHOTS.empty(), DETECTION)
+    # As radar detect runs it: with the activity rows the collector recorded beside each snapshot (the
+    # neighbours' statements run for seconds and reach pg_stat_statements only when they complete).
+    activity = read_activity(lake_root, samples)
+    found = detect_from_frames(samples, texts, deploys, PLAN_SNAPSHOTS.empty(), DETECTION, activity=activity)
+    return latency_only, found
 
 
 def show(label: str, latency_only: pl.DataFrame, found: DetectionFrames) -> None:
@@ -112,6 +116,12 @@ def show(label: str, latency_only: pl.DataFrame, found: DetectionFrames) -> None
     print(f"[{label}] pipeline, rows that were detected or explained by contention:")
     print(both.filter(pl.col("kind").is_not_null()).select("analysis", *columns))
     print(f"[{label}] instance slowdowns:")
+    with pl.Config(tbl_rows=40, tbl_width_chars=200):
+        print(
+            found.instance_slowdowns.select(
+                "analysis", "evidence", "load_before", "load_after", "load_explained_ratio", "cores"
+            )
+        )
     for row in found.instance_slowdowns.iter_rows(named=True):
         print("  ", row["analysis"], row["summary"], "max ×", round(row["max_ratio"], 2))
 
