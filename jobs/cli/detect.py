@@ -34,7 +34,13 @@ def cmd_detect(args: argparse.Namespace) -> int:
         )
     drift = lake.read_table(lake_root(args), EXECUTION_DRIFT)  # each finding's per-execution drift flags
     if args.format == "table":
-        print_detection(outcome, console, show_all=args.all, drift=drift)
+        print_detection(
+            outcome,
+            console,
+            show_all=args.all,
+            drift=drift,
+            same_moment_within=config.regression.contention.same_moment_within,
+        )
     else:
         shown = with_drift_flags(outcome.shown_findings.sort("onset", "finding_id"), drift)
         show_rows(args, shown.select(*FINDING_STATES.columns_of(shown), *DRIFT_FLAG_COLUMNS))
@@ -85,7 +91,12 @@ def detect_shard(args: argparse.Namespace, config: Any) -> int:
         )
     outcome = result.outcome
     if args.format == "table":
-        print_detection(outcome, console, show_all=args.all)
+        print_detection(
+            outcome,
+            console,
+            show_all=args.all,
+            same_moment_within=config.regression.contention.same_moment_within,
+        )
     else:
         shown = outcome.shown_findings.sort("onset", "finding_id")
         show_rows(args, shown.select(*FINDING_STATES.columns_of(shown)))

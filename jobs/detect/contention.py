@@ -739,3 +739,45 @@ def separate_contention(
 _JUDGED = ("own", "common", "explained", "in_peers", "in_episode", "peers_explain", "load_explains")
 """Per detected finding, what the judgement at its moment found (dropped from the output)."""
 _OUTPUT_COLUMNS = {"kind": pl.String, "instance_slowdown_ratio": pl.Float64, "slowdown_excess": pl.Float64}
+
+
+def one_row_per_slowdown(slowdowns: pl.DataFrame, same_moment_within: timedelta) -> pl.DataFrame:
+    """INSTANCE_SLOWDOWNS rows for people: an unannounced episode that began within ``same_moment_within``
+    of a deploy episode of its instance is that deploy's slowdown found again by the other analysis (the
+    demo printed one slowdown twice, 45 ms apart); it is left out and the deploy row's summary says so.
+    Each analysis keeps its own row in the lake: this is a view of them, never a change to them."""
+    if slowdowns.height == 0 or "analysis" not in slowdowns.columns:
+        return slowdowns
+    rows = slowdowns.with_row_index("_shown_row")
+    deploys = rows.filter(pl.col("analysis") == "deploy").select(
+        "instance", pl.col("began_at").alias("_deploy_at"), pl.col("_shown_row").alias("_deploy_row")
+    )
+    within = pl.duration(microseconds=same_moment_within // timedelta(microseconds=1))
+    repeats = (
+        rows.filter(pl.col("analysis") == "unannounced")
+        .join(deploys, on="instance")
+        .filter((pl.col("began_at") - pl.col("_deploy_at")).abs() <= within)
+        .sort("_shown_row", (pl.col("began_at") - pl.col("_deploy_at")).abs(), "_deploy_row")
+        .unique("_shown_row", keep="first", maintain_order=True)
+        .select("_shown_row", "_deploy_row", "began_at")
+    )
+    if repeats.height == 0:
+        return slowdowns
+    also = repeats.group_by("_deploy_row").agg(pl.col("began_at").min().alias("_also_at"))
+    return (
+        rows.filter(~pl.col("_shown_row").is_in(repeats["_shown_row"].implode()))
+        .join(also, left_on="_shown_row", right_on="_deploy_row", how="left")
+        .with_columns(
+            pl.when(pl.col("_also_at").is_not_null())
+            .then(
+                pl.col("summary").fill_null("")
+                + pl.lit(" (found again by the unannounced analysis from ")
+                + pl.col("_also_at").dt.strftime("%Y-%m-%d %H:%M:%S UTC")
+                + pl.lit(")")
+            )
+            .otherwise(pl.col("summary"))
+            .alias("summary")
+        )
+        .sort("_shown_row")
+        .drop("_shown_row", "_also_at")
+    )

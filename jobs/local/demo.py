@@ -135,7 +135,12 @@ def run_demo(config: DemoConfig, console: Console) -> int:
     with console.status("detecting regressions across the fleet"):
         outcome = run_detection(config.lake_root, config.detection)
     # The finding first; what else was analysed as counts (`radar detect --all` lists each series).
-    print_detection(outcome, console, show_all=config.show_all)
+    print_detection(
+        outcome,
+        console,
+        show_all=config.show_all,
+        same_moment_within=config.detection.regression.contention.same_moment_within,
+    )
     _print_lake_summary(config.lake_root, console)
     verdict = _verdict(outcome.findings.filter(pl.col("status") != "superseded"), console)
     if not config.keep_fleet:

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import polars as pl
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from jobs.detect.config import ContentionConfig
+from jobs.detect.contention import one_row_per_slowdown
 from jobs.detect.verdicts import DETECTED
 from jobs.detect.work_config import WORK_METRIC_BY_NAME
 from jobs.drift.finding_flags import DRIFT_FLAG_COLUMNS, drift_flags_text, with_drift_flags
@@ -191,11 +195,14 @@ def print_detection(
     console: Console,
     show_all: bool = False,
     drift: pl.DataFrame | None = None,
+    same_moment_within: timedelta = ContentionConfig().same_moment_within,
 ) -> None:
     """The run for people, the findings first: the findings table, the resource regressions no finding
     shows already (every one with ``show_all``), the instance slowdowns, then what was analysed and not
     reported as counts per reason (each row with ``show_all``). ``drift`` (execution_drift rows): each
-    finding's latest drift flags in a column (none on a lake without drift scores)."""
+    finding's latest drift flags in a column (none on a lake without drift scores). A deploy's slowdown
+    that the unannounced analysis found again within ``same_moment_within`` is one row (every row with
+    ``show_all``)."""
     if outcome.settings_changed:
         console.print(
             "The analysis settings changed since the last run: every deploy and series re-examined."
@@ -219,8 +226,11 @@ def print_detection(
             console.print(resource_table(resources))
     else:
         console.print("No resource regression (work per call) found.")
-    if outcome.instance_slowdowns.height:
-        console.print(slowdowns_table(outcome.instance_slowdowns))
+    slowdowns = outcome.instance_slowdowns
+    if not show_all:
+        slowdowns = one_row_per_slowdown(slowdowns, same_moment_within)
+    if slowdowns.height:
+        console.print(slowdowns_table(slowdowns))
     lines = not_reported_lines(outcome, show_all)
     if lines:
         hint = "" if show_all else " (--all lists each)"
