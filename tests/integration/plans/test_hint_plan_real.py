@@ -566,11 +566,11 @@ def test_an_applied_pin_whose_index_is_dropped_is_removed_by_the_check(
 
 
 class OrdersClient:
-    """One application session running the orders query for customer 42 (typed parameter, no prepared
-    statement: each execution is planned, so injected statistics and a pin take effect at once)."""
+    """One application session running the orders query (or ``query``) for customer 42 (typed parameter, no
+    prepared statement: each execution is planned, so injected statistics and a pin take effect at once)."""
 
-    def __init__(self, dsn: str) -> None:
-        self.dsn, self.calls, self.error = dsn, 0, None
+    def __init__(self, dsn: str, query: str = APP_QUERY) -> None:
+        self.dsn, self.query, self.calls, self.error = dsn, query, 0, None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -578,7 +578,7 @@ class OrdersClient:
         try:
             with psycopg.connect(self.dsn, autocommit=True, prepare_threshold=None) as conn:
                 while not self._stop.is_set():
-                    conn.execute(APP_QUERY.replace("$1", "%s"), (Int4(42),))
+                    conn.execute(self.query.replace("$1", "%s"), (Int4(42),))
                     self.calls += 1
         except BaseException as exc:  # reported in the test's thread
             self.error = exc
@@ -601,31 +601,23 @@ def snapshots(config: FleetConfig, lake_root: Path, count: int = 8, every: float
         time.sleep(max(0.0, every - (time.monotonic() - started)))
 
 
-@TIER
-@pytest.mark.parametrize("repeat", range(3))
-def test_a_pin_applied_under_load_is_verified_by_the_check(
-    hint_server: EmbeddedServer,
-    orders: psycopg.Connection[Any],
-    pin_role: str,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
-    repeat: int,
-) -> None:
-    """(a) through to verified: a client runs the query while snapshots are taken (every 0.5 s); injected
-    statistics flip its plan (the change), the pin is proposed and applied, and `radar pins check` judges the
-    pinned intervals against the regressed and the earlier ones with the detector's test: verified. The
-    finding is written by the test (its change time is the injection), not detected."""
+def pin_verified_under_load(
+    srv: EmbeddedServer, conn: psycopg.Connection[Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> tuple[FleetConfig, Path, list[str], datetime, dict[str, Any]]:
+    """A client runs the query while snapshots are taken (every 0.5 s); injected statistics flip its plan
+    (the change), the pin is proposed and applied, and `radar pins check` judges it. The fleet, the lake, the
+    pins argv prefix, the change time and the check's one row."""
     lake_root = tmp_path / "lake"
-    fleet = fleet_file(tmp_path, hint_server)
+    fleet = fleet_file(tmp_path, srv)
     config = FleetConfig.load(fleet)
     argv = ["--lake", str(lake_root), "--fleet-file", str(fleet), "pins"]
-    reset_statements(hint_server.dsn)
-    with OrdersClient(hint_server.dsn) as client:
+    reset_statements(srv.dsn)
+    with OrdersClient(srv.dsn) as client:
         snapshots(config, lake_root)
-        good = generic_plan(orders, APP_QUERY)
-        flip_to_seq_scan(orders)
+        good = generic_plan(conn, APP_QUERY)
+        flip_to_seq_scan(conn)
         change = datetime.now(UTC)
-        bad = generic_plan(orders, APP_QUERY)
+        bad = generic_plan(conn, APP_QUERY)
         snapshots(config, lake_root)
         history, finding = history_and_finding(good, bad, change)
         lake_with_finding(lake_root, history, finding)
@@ -638,6 +630,23 @@ def test_a_pin_applied_under_load_is_verified_by_the_check(
     capsys.readouterr()
     assert main([*argv, "check", *OPT_IN, "--format", "json"]) == 0
     (checked,) = json.loads(capsys.readouterr().out)
+    return config, lake_root, argv, change, checked
+
+
+@TIER
+@pytest.mark.parametrize("repeat", range(3))
+def test_a_pin_applied_under_load_is_verified_by_the_check(
+    hint_server: EmbeddedServer,
+    orders: psycopg.Connection[Any],
+    pin_role: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    repeat: int,
+) -> None:
+    """(a) through to verified: `radar pins check` judges the pinned intervals against the regressed and the
+    earlier ones with the detector's test: verified. The finding is written by the test (its change time is
+    the injection), not detected."""
+    _, lake_root, _, change, checked = pin_verified_under_load(hint_server, orders, tmp_path, capsys)
     assert checked["outcome"] == "verified", checked["reason"]
     ledger = read_pins(lake_root).to_dicts()
     assert [r["event"] for r in ledger] == ["proposed", "applied", "verified"]
@@ -645,6 +654,45 @@ def test_a_pin_applied_under_load_is_verified_by_the_check(
     assert verified["verify_p_value"] < 0.05
     seconds = (verified["recorded_at"] - change).total_seconds()
     print(f"\n{checked['reason']}; verified {seconds:.1f} s after the change")
+
+
+@TIER
+def test_a_verified_pin_whose_query_id_is_gone_is_removed_by_the_check(
+    hint_server: EmbeddedServer,
+    orders: psycopg.Connection[Any],
+    pin_role: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Take-back: after the pin is verified its query stops while another runs and snapshots go on. `radar
+    pins check` keeps the pin until the instance has been sampled [pinning] gone_after (2 s here) past the
+    query's last sample, then removes it: the hint table is exactly as before the pin (another application's
+    hint, ids included), and the ledger says why."""
+    orders.execute(
+        "INSERT INTO hint_plan.hints (query_id, application_name, hints) VALUES (1, 'other', 'SeqScan(t)')"
+    )
+    before = hint_rows(orders)
+    config, lake_root, argv, _, checked = pin_verified_under_load(hint_server, orders, tmp_path, capsys)
+    assert checked["outcome"] == "verified", checked["reason"]
+    assert len(hint_rows(orders)) == 2
+    gone = [*OPT_IN, "--set", "pinning.gone_after=2s", "--format", "json"]
+    with OrdersClient(hint_server.dsn, "SELECT count(*) FROM orders WHERE id = $1"):
+        snapshots(config, lake_root, count=2)
+        assert main(["--lake", str(lake_root), "samples"]) == 0
+        capsys.readouterr()
+        assert main([*argv, "check", *gone]) == 0
+        assert [c["outcome"] for c in json.loads(capsys.readouterr().out)] == ["kept"], "not 2 s yet"
+        snapshots(config, lake_root, count=6)
+    assert main(["--lake", str(lake_root), "samples"]) == 0
+    capsys.readouterr()
+    assert main([*argv, "check", *gone]) == 0
+    (removed,) = json.loads(capsys.readouterr().out)
+    assert removed["outcome"] == "gone", removed
+    assert hint_rows(orders) == before
+    ledger = read_pins(lake_root).to_dicts()
+    assert [r["event"] for r in ledger] == ["proposed", "applied", "verified", "removed"]
+    assert ledger[-1]["reason"].startswith(f"removed: query id {ledger[-1]['queryid']} is gone: no samples")
+    assert ledger[-1]["sql_run"] == ledger[-1]["remove_sql"]
 
 
 @TIER
