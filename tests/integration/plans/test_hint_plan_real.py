@@ -26,19 +26,22 @@ from psycopg.types.numeric import Int4
 
 from jobs.cli.main import main
 from jobs.collect.collector import snapshot_fleet
+from jobs.collect.deploys import mark_deploy
 from jobs.collect.fleet import FleetConfig
+from jobs.detect.verdicts import DETECTED
 from jobs.lake import io as lake
 from jobs.local.embedded import EmbeddedServer
+from jobs.pipeline.collection import CycleConfig, run_cycle
 from jobs.plans.pin_apply import ready_problem
 from jobs.plans.pin_ledger import good_plan_relations, read_catalogue, read_pins
 from jobs.plans.pins import STATUS_PROPOSED, PlanCatalogue, propose_pin
 from jobs.plans.setup_sql import setup_steps
 from jobs.plans.shape import plan_shape_hash
-from jobs.schemas.analysed import FINDING_STATES
+from jobs.schemas.analysed import FINDING_STATES, PERFORMANCE_REGRESSIONS
 from jobs.schemas.collected import PLAN_SNAPSHOTS
 from jobs.sqlfiles import load_sql
 from tests.conftest import FleetFactory
-from tests.support.pg_workload import reset_statements
+from tests.support.pg_workload import Workload, pinned_to_one_cpu, reset_statements
 from tests.tiers.hint_plan import INSTALLER, unavailable_reason
 
 TIER = pytest.mark.hint_plan
@@ -784,3 +787,136 @@ def test_a_finding_in_another_database_is_pinned_in_that_database(
         assert len(hint_rows(app)) == 1
         assert scan_nodes(generic_plan(app, APP_QUERY)) == scan_nodes(good)
     assert hint_rows(orders) == []
+
+
+# --- (e) A/A and contention runs: detection, then pinning in mode apply, proposes nothing -------------------
+
+CAPTURE = CycleConfig(capture_plans=True)  # plans captured each cycle: the plan history a pin comes from
+PHASE = 20  # cycles each side of the deploy, ~0.2 s apart (fewer leave the detector short of power)
+# The orders query among CPU-bound light ones (what a CPU neighbour slows; the 0.02 ms orders query barely).
+MIX = (
+    APP_QUERY.replace("$1", "%s"),
+    "SELECT count(*) FROM generate_series(1, 50000 + %s)",
+    "SELECT count(*), max(amount) FROM orders WHERE amount > %s",
+    "SELECT count(DISTINCT customer_id) FROM orders WHERE id > %s",
+)
+
+
+NEIGHBOUR = "SELECT count(*) FROM generate_series(1, 3e6)"
+
+
+def cycles(config: FleetConfig, lake_root: Path, count: int = PHASE, every: float = 0.2) -> None:
+    """Collection cycles as `radar snapshot --capture-plans` runs them (activity rows included)."""
+    for _ in range(count):
+        started = time.monotonic()
+        result = run_cycle(config, lake_root, CAPTURE)
+        assert result.snapshot is not None and not result.snapshot.failed, result.snapshot
+        time.sleep(max(0.0, every - (time.monotonic() - started)))
+
+
+def deploy_run(
+    srv: EmbeddedServer, conn: psycopg.Connection[Any], tmp_path: Path, *, neighbours: int = 0
+) -> tuple[Path, list[str]]:
+    """The mix runs while cycles are collected; a no-op deploy is marked (``neighbours`` CPU-bound sessions
+    start at it); the same mix runs after it. The lake and the CLI argv prefix (lake and fleet)."""
+    lake_root = tmp_path / "lake"
+    fleet = fleet_file(tmp_path, srv)
+    config = FleetConfig.load(fleet)
+    reset_statements(srv.dsn)
+    clients = [Workload(srv.dsn, sql, pause=0.02).start() for sql in MIX]
+    crowd: list[Workload] = []
+    try:
+        cycles(config, lake_root)
+        mark_deploy(lake_root, version="v2-noop", instances=["hints"])
+        crowd = [Workload(srv.dsn, NEIGHBOUR).start() for _ in range(neighbours)]
+        cycles(config, lake_root)
+    finally:
+        for client in [*clients, *crowd]:
+            client.stop()
+    return lake_root, ["--lake", str(lake_root), "--fleet-file", str(fleet)]
+
+
+def detect_then_propose(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """`radar detect` (one-minute windows) as it runs in production, then `radar pins propose` in mode apply
+    with the instance opted in. The analysis rows of the deploy (performance_regressions) and the ledger."""
+    capsys.readouterr()
+    assert main([*argv, "detect", "--window-minutes", "1", "--format", "json"]) == 0
+    assert main([*argv, "pins", "propose", *OPT_IN]) == 0
+    capsys.readouterr()
+    lake_root = Path(argv[1])
+    rows = lake.read_table(lake_root, PERFORMANCE_REGRESSIONS).filter(pl.col("deploy_version") == "v2-noop")
+    return rows, read_pins(lake_root)
+
+
+def orders_row(rows: pl.DataFrame) -> dict[str, Any]:
+    """The orders query's analysis row at the deploy: it was analysed (and its plan captured)."""
+    mine = rows.filter(pl.col("query").str.contains("sum(amount) FROM orders o", literal=True))
+    assert mine.height == 1, rows.select("query", "status")
+    return mine.row(0, named=True)
+
+
+def nothing_pinned(ledger: pl.DataFrame, conn: psycopg.Connection[Any], before: list[Any]) -> None:
+    assert not ledger["event"].is_in(["proposed", "applied"]).any(), ledger.select("event", "reason")
+    assert ledger["sql_run"].is_null().all()
+    assert hint_rows(conn) == before, "hint_plan.hints changed"
+
+
+@TIER
+def test_an_aa_run_with_pinning_on_proposes_no_pin(
+    hint_server: EmbeddedServer,
+    orders: psycopg.Connection[Any],
+    pin_role: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """(e) A/A: the same mix before and after a no-op deploy, plans captured, pinning in mode apply and opted
+    in: the orders query is analysed at the deploy and not reported, no pin is proposed and hint_plan.hints
+    is unchanged (another application's hint included)."""
+    orders.execute(
+        "INSERT INTO hint_plan.hints (query_id, application_name, hints) VALUES (1, 'other', 'SeqScan(t)')"
+    )
+    before = hint_rows(orders)
+    lake_root, argv = deploy_run(hint_server, orders, tmp_path)
+    rows, ledger = detect_then_propose(argv, capsys)
+    ours = orders_row(rows)
+    assert ours["status"] != DETECTED, ours
+    plans = lake.read_table(lake_root, PLAN_SNAPSHOTS).filter(pl.col("queryid") == ours["queryid"])
+    assert plans.height >= 1, "the orders query's plan was captured (a pin would have had a history)"
+    print(
+        f"\nA/A: {rows.height} queries analysed at the deploy, {(rows['status'] == DETECTED).sum()} "
+        f"reported; ledger: {ledger['event'].to_list()}"
+    )
+    nothing_pinned(ledger, orders, before)
+
+
+@TIER
+def test_a_contention_run_with_pinning_on_proposes_no_pin(
+    hint_server: EmbeddedServer,
+    orders: psycopg.Connection[Any],
+    pin_role: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """(e) Contention: the server on one CPU, six CPU-bound sessions start at a no-op deploy. The mix slows
+    (checked: else the run proves nothing and skips), detection judges it with the activity rows as `radar
+    detect` does, and pinning (mode apply, opted in) proposes nothing: hint_plan.hints unchanged."""
+    orders.execute(
+        "INSERT INTO hint_plan.hints (query_id, application_name, hints) VALUES (1, 'other', 'SeqScan(t)')"
+    )
+    before = hint_rows(orders)
+    with pinned_to_one_cpu(hint_server.data_dir):
+        _, argv = deploy_run(hint_server, orders, tmp_path, neighbours=6)
+    rows, ledger = detect_then_propose(argv, capsys)
+    # What the latency detector alone would report: slower by more than 30%, significantly.
+    slowed = rows.filter((pl.col("latency_change") > 0.3) & (pl.col("p_value") < 0.01))
+    print(
+        f"\ncontention: {slowed.height} of {rows.height} queries significantly >1.3x slower at the deploy, "
+        f"{(rows['status'] == DETECTED).sum()} reported; ledger: {ledger['event'].to_list()}"
+    )
+    with pl.Config(tbl_rows=20, fmt_str_lengths=50, tbl_width_chars=200):
+        print(rows.select("query", "latency_change", "p_value", "status", "kind", "reason"))
+    if slowed.height < 2:
+        pytest.skip(f"premise not met on this host: {slowed.height} queries significantly >1.3x slower (< 2)")
+    nothing_pinned(ledger, orders, before)
