@@ -920,3 +920,71 @@ def test_a_contention_run_with_pinning_on_proposes_no_pin(
     if slowed.height < 2:
         pytest.skip(f"premise not met on this host: {slowed.height} queries significantly >1.3x slower (< 2)")
     nothing_pinned(ledger, orders, before)
+
+
+# --- time to pin, detected (issue 30): the finding comes from the pipeline, not from the test ---------------
+
+STEP = 4  # cycles between two runs of the pipeline's jobs (detect + propose, then samples + check)
+MAX_AFTER = 120  # cycles after the onset before the test gives up
+
+
+@TIER
+def test_a_detected_plan_flip_is_pinned_and_verified_and_the_time_to_pin_is_measured(
+    hint_server: EmbeddedServer,
+    orders: psycopg.Connection[Any],
+    pin_role: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """(a) end to end on real snapshots: a client runs the orders query while collection cycles (plans
+    captured) are taken every 0.2 s; at a deploy, injected statistics flip its plan to a seq scan (the
+    onset). Every STEP cycles the pipeline's jobs run as from cron: `radar detect` (one-minute windows) and
+    `radar pins propose` in mode apply (opted in) until the pin is applied, then `radar samples` and `radar
+    pins check` until it is verified. The time from the onset to each state is printed (cycles, seconds)."""
+    lake_root = tmp_path / "lake"
+    fleet = fleet_file(tmp_path, hint_server)
+    config = FleetConfig.load(fleet)
+    argv = ["--lake", str(lake_root), "--fleet-file", str(fleet)]
+    reset_statements(hint_server.dsn)
+    marks: dict[str, int] = {}  # event -> cycles after the onset when the pipeline's jobs first recorded it
+    with OrdersClient(hint_server.dsn):
+        cycles(config, lake_root, PHASE)
+        mark_deploy(lake_root, version="v3-stats", instances=["hints"])
+        flip_to_seq_scan(orders)
+        onset_at = datetime.now(UTC)
+        after = 0
+        while "verified" not in marks and after < MAX_AFTER:
+            cycles(config, lake_root, STEP)
+            after += STEP
+            capsys.readouterr()
+            if "applied" not in marks:
+                assert main([*argv, "detect", "--window-minutes", "1", "--format", "json"]) == 0
+                assert main([*argv, "pins", "propose", *OPT_IN]) == 0
+            else:
+                assert main([*argv, "samples"]) == 0
+                assert main([*argv, "pins", "check", *OPT_IN]) == 0
+            for event in read_pins(lake_root)["event"].to_list():
+                marks.setdefault(event, after)
+    capsys.readouterr()
+    ledger = read_pins(lake_root).to_dicts()
+    # An early detection run may not have classified the step as a plan change yet (kind work): then the
+    # ledger says so first (not_a_plan_change), and the pin follows at a later run.
+    early = [r for r in ledger if r["event"] == "not_a_plan_change"]
+    ledger = ledger[len(early) :]
+    assert [r["event"] for r in ledger] == ["proposed", "applied", "verified"], [
+        (r["event"], r["reason"]) for r in [*early, *ledger]
+    ]
+    assert ledger[0]["decided_by"] == "radar pins propose"
+    assert hint_rows(orders) != [] and scan_nodes(generic_plan(orders, APP_QUERY)) != ["Seq Scan"]
+    found_at = ledger[0]["detected_change_at"]
+    assert abs((found_at - onset_at).total_seconds()) < 2, (found_at, onset_at)  # the step found is the flip
+
+    def when(row: dict[str, Any]) -> str:
+        seconds = (row["recorded_at"] - onset_at).total_seconds()
+        return f"{row['event']} after {marks[row['event']]} cycles ({seconds:.1f} s)"
+
+    steps = ", ".join(when(r) for r in [*early[:1], *ledger])
+    print(
+        f"\ntime to pin from the onset: {steps}; change found at {found_at:%H:%M:%S.%f} for an onset at "
+        f"{onset_at:%H:%M:%S.%f}; {ledger[-1]['reason']}"
+    )
