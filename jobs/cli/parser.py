@@ -718,7 +718,9 @@ def build_parser(command: str | None = ALL_COMMANDS) -> argparse.ArgumentParser:
         "read to check; nothing is written to any server), recorded in the ledger; apply / remove PIN_ID: "
         "run its SQL as the pin role (radar setup-sql --pins) on an instance that opted in ([pinning] mode = "
         "apply, apply_instances), after checking pg_hint_plan is loaded and its hint table on; check: "
-        "remove each applied pin whose plan can no longer be produced (a relation or index gone), recorded.",
+        "judge each applied pin (verified, or failed and removed) and remove each pin in place whose plan "
+        "can no longer be produced (a relation or index gone), whose [pinning] ttl passed or, once verified, "
+        "whose query id is gone (no samples for [pinning] gone_after), recorded.",
     )
     pins.add_argument(
         "action",

@@ -188,12 +188,13 @@ def _write(args: argparse.Namespace) -> int:
 
 def _check(args: argparse.Namespace) -> int:
     """radar pins check: judge each applied pin (verified, failed: removed, pending) and remove the pins whose
-    plan can no longer be produced (opted-in instances)."""
+    plan can no longer be produced, whose TTL passed or (verified) whose query id is gone (opted-in
+    instances)."""
     from datetime import UTC, datetime
 
     import polars as pl
 
-    from jobs.plans.pin_apply import check_applied_pins, lake_latencies
+    from jobs.plans.pin_apply import check_applied_pins, lake_last_seen, lake_latencies
     from jobs.plans.pin_ledger import fleet_catalogues
 
     settings = settings_of(args)
@@ -209,6 +210,7 @@ def _check(args: argparse.Namespace) -> int:
         datetime.now(UTC),
         latencies_of=lake_latencies(lake_root(args), detector),
         detector=detector,
+        last_seen_of=lake_last_seen(lake_root(args)),
     )
     frame = pl.DataFrame(
         [vars(c) for c in checks],

@@ -207,6 +207,9 @@ class PinningConfig:
     ttl: timedelta = timedelta(days=7)
     """A pin in place this long after it was applied is removed by `radar pins check` (plans and data move
     on: a pin is a stop-gap, not a fix)."""
+    gone_after: timedelta = timedelta(days=1)
+    """A verified pin whose query id has had no samples this long, while the instance's samples went on, is
+    removed by `radar pins check` (the query was changed or retired: its pin would only wait for the TTL)."""
     verify_min_samples: int = 5
     """Pinned samples (intervals wholly after the pin) needed before a pin is judged."""
     pin_role: str = "radar_pinner"
@@ -227,6 +230,8 @@ class PinningConfig:
             )
         if self.verify_within <= timedelta(0):
             raise ValueError("[pinning] verify_within must be a positive duration")
+        if self.gone_after <= timedelta(0):
+            raise ValueError("[pinning] gone_after must be a positive duration")
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_$]{0,62}", self.pin_role):
             raise ValueError(f"[pinning] pin_role must be a plain SQL name, not {self.pin_role!r}")
         if "\x00" in self.application_name or len(self.application_name.encode()) > 63:

@@ -13,7 +13,7 @@ import getpass
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import polars as pl
@@ -146,8 +146,10 @@ def write_pin(
             )
     else:
         sql, event = latest.get("remove_sql"), EVENT_REMOVED
-        if latest["event"] != EVENT_APPLIED or not sql:
-            raise PinRefused(f"pin {pin} is {latest['event']}: only an applied pin can be removed")
+        if latest["event"] not in IN_PLACE or not sql:
+            raise PinRefused(
+                f"pin {pin} is {latest['event']}: only an applied (or verified) pin can be removed"
+            )
     if dry_run:
         return PinWrite(sql, ran=False)
     if not config.applies_on(instance):
@@ -185,7 +187,7 @@ class PinCheck:
     instance: str
     outcome: str
     """kept | verified | pending | failed (removed) | removed (plan no longer producible) | expired (removed:
-    TTL) | not_removed;
+    TTL) | gone (removed: the query id stopped running) | not_removed;
     applied | not_applied (``apply_proposed``)"""
     reason: str
 
@@ -199,9 +201,11 @@ def check_applied_pins(
     *,
     latencies_of: Callable[[Mapping[str, Any]], pl.DataFrame] | None = None,
     detector: RegressionConfig | None = None,
+    last_seen_of: Callable[[Mapping[str, Any]], LastSeen] | None = None,
 ) -> list[PinCheck]:
     """Every pin in place: one whose last good plan can no longer be produced (a relation or index gone), or
-    whose [pinning] ttl passed, is removed with its recorded SQL, as the pin role, and recorded with the
+    whose [pinning] ttl passed, or (with ``last_seen_of``) a verified one whose query id is gone
+    (``query_gone``), is removed with its recorded SQL, as the pin role, and recorded with the
     reason; then, with
     ``latencies_of`` (the pin's query's ``interval_latencies``), an applied pin is judged
     (``jobs.plans.pin_verify``): verified is recorded, failed is removed and recorded as failed, pending
@@ -249,6 +253,11 @@ def check_applied_pins(
             why = f"the pin's TTL ({config.ttl}) passed: applied at {since:%Y-%m-%d %H:%M:%S} UTC"
             take_back(pin, "expired", why, reason=f"removed: {why}")
             continue
+        if last_seen_of is not None and pin["event"] == EVENT_VERIFIED:
+            why = query_gone(pin, last_seen_of(pin), config.gone_after)
+            if why is not None:
+                take_back(pin, "gone", why, reason=f"removed: {why}")
+                continue
         if latencies_of is None or pin["event"] != EVENT_APPLIED or pin.get("detected_change_at") is None:
             out.append(PinCheck(pin["pin_id"], instance, "kept", "the last good plan is still producible"))
             continue
@@ -273,6 +282,56 @@ def check_applied_pins(
         else:
             out.append(PinCheck(pin["pin_id"], instance, PENDING, verdict.reason))
     return out
+
+
+@dataclass(frozen=True)
+class LastSeen:
+    """When a pin's query last ran and when its instance was last sampled (ends of intervals in
+    query_samples; None: no such sample since the finding's change)."""
+
+    query_last: datetime | None
+    instance_last: datetime | None
+
+
+def query_gone(pin: Mapping[str, Any], seen: LastSeen, gone_after: timedelta) -> str | None:
+    """Why the pin's query id is gone, or None: its instance's samples went on for ``gone_after`` past the
+    query's last one (or past the pin's verification when the query has none). A collector that stopped
+    leaves the instance unsampled too, so it never makes a query look gone."""
+    last = seen.query_last or pin["recorded_at"]
+    if seen.instance_last is None or seen.instance_last - last < gone_after:
+        return None
+    return (
+        f"query id {pin['queryid']} is gone: no samples for {gone_after} (its last interval ended "
+        f"{last:%Y-%m-%d %H:%M:%S} UTC; the instance was sampled until "
+        f"{seen.instance_last:%Y-%m-%d %H:%M:%S} UTC)"
+    )
+
+
+def lake_last_seen(lake_root: LakePath) -> Callable[[Mapping[str, Any]], LastSeen]:
+    """``last_seen_of`` for ``check_applied_pins``: from query_samples since the finding's change, the end
+    of the query's last interval with calls and of the instance's last interval (any query)."""
+    from jobs.lake.io import read_table
+    from jobs.schemas.collected import QUERY_SAMPLES
+
+    def last_seen_of(pin: Mapping[str, Any]) -> LastSeen:
+        since = pin.get("detected_change_at") or pin["recorded_at"]
+        mine = (pl.col("queryid") == pin["queryid"]) & (pl.col("calls") > 0)
+        frame = read_table(
+            lake_root,
+            QUERY_SAMPLES,
+            lambda s: s.filter(
+                (pl.col("instance") == pin["instance"]) & (pl.col("interval_end") >= since)
+            ).select(
+                pl.col("interval_end").filter(mine).max().alias("query_last"),
+                pl.col("interval_end").max().alias("instance_last"),
+            ),
+        )
+        if frame.is_empty():
+            return LastSeen(None, None)
+        row = frame.row(0, named=True)
+        return LastSeen(row["query_last"], row["instance_last"])
+
+    return last_seen_of
 
 
 def lake_latencies(

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -329,9 +330,11 @@ def test_pinning_is_plan_pins_run_config_checked_as_the_file_is(lake_root: Path)
 
     fields = plan_pins.op.config_schema.config_type.fields
     assert "propose" in fields["mode"].description
-    config = PinningRunConfig(mode="apply", apply_instances=["db1"], deny=["db1:-42"])  # type: ignore[call-arg]
+    assert "query id" in fields["gone_after"].description
+    config = PinningRunConfig(mode="apply", apply_instances=["db1"], deny=["db1:-42"], gone_after="2h")  # type: ignore[call-arg]
     pinning = section_from_config("pinning", config, "plan_pins")
     assert pinning.applies_on("db1") and pinning.query_allowed("db1", -42) is not None
+    assert pinning.gone_after == timedelta(hours=2)
     with pytest.raises(dg.Failure, match=r"\[pinning\]\): mode must be one of"):
         section_from_config("pinning", PinningRunConfig(mode="force"), "plan_pins")  # type: ignore[call-arg]
     with pytest.raises(dg.Failure, match=r"\[pinning\] allow entries"):

@@ -26,19 +26,22 @@ from psycopg.types.numeric import Int4
 
 from jobs.cli.main import main
 from jobs.collect.collector import snapshot_fleet
+from jobs.collect.deploys import mark_deploy
 from jobs.collect.fleet import FleetConfig
+from jobs.detect.verdicts import DETECTED
 from jobs.lake import io as lake
 from jobs.local.embedded import EmbeddedServer
+from jobs.pipeline.collection import CycleConfig, run_cycle
 from jobs.plans.pin_apply import ready_problem
 from jobs.plans.pin_ledger import good_plan_relations, read_catalogue, read_pins
 from jobs.plans.pins import STATUS_PROPOSED, PlanCatalogue, propose_pin
 from jobs.plans.setup_sql import setup_steps
 from jobs.plans.shape import plan_shape_hash
-from jobs.schemas.analysed import FINDING_STATES
+from jobs.schemas.analysed import FINDING_STATES, PERFORMANCE_REGRESSIONS
 from jobs.schemas.collected import PLAN_SNAPSHOTS
 from jobs.sqlfiles import load_sql
 from tests.conftest import FleetFactory
-from tests.support.pg_workload import reset_statements
+from tests.support.pg_workload import Workload, pinned_to_one_cpu, reset_statements
 from tests.tiers.hint_plan import INSTALLER, unavailable_reason
 
 TIER = pytest.mark.hint_plan
@@ -566,11 +569,11 @@ def test_an_applied_pin_whose_index_is_dropped_is_removed_by_the_check(
 
 
 class OrdersClient:
-    """One application session running the orders query for customer 42 (typed parameter, no prepared
-    statement: each execution is planned, so injected statistics and a pin take effect at once)."""
+    """One application session running the orders query (or ``query``) for customer 42 (typed parameter, no
+    prepared statement: each execution is planned, so injected statistics and a pin take effect at once)."""
 
-    def __init__(self, dsn: str) -> None:
-        self.dsn, self.calls, self.error = dsn, 0, None
+    def __init__(self, dsn: str, query: str = APP_QUERY) -> None:
+        self.dsn, self.query, self.calls, self.error = dsn, query, 0, None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -578,7 +581,7 @@ class OrdersClient:
         try:
             with psycopg.connect(self.dsn, autocommit=True, prepare_threshold=None) as conn:
                 while not self._stop.is_set():
-                    conn.execute(APP_QUERY.replace("$1", "%s"), (Int4(42),))
+                    conn.execute(self.query.replace("$1", "%s"), (Int4(42),))
                     self.calls += 1
         except BaseException as exc:  # reported in the test's thread
             self.error = exc
@@ -601,31 +604,23 @@ def snapshots(config: FleetConfig, lake_root: Path, count: int = 8, every: float
         time.sleep(max(0.0, every - (time.monotonic() - started)))
 
 
-@TIER
-@pytest.mark.parametrize("repeat", range(3))
-def test_a_pin_applied_under_load_is_verified_by_the_check(
-    hint_server: EmbeddedServer,
-    orders: psycopg.Connection[Any],
-    pin_role: str,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
-    repeat: int,
-) -> None:
-    """(a) through to verified: a client runs the query while snapshots are taken (every 0.5 s); injected
-    statistics flip its plan (the change), the pin is proposed and applied, and `radar pins check` judges the
-    pinned intervals against the regressed and the earlier ones with the detector's test: verified. The
-    finding is written by the test (its change time is the injection), not detected."""
+def pin_verified_under_load(
+    srv: EmbeddedServer, conn: psycopg.Connection[Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> tuple[FleetConfig, Path, list[str], datetime, dict[str, Any]]:
+    """A client runs the query while snapshots are taken (every 0.5 s); injected statistics flip its plan
+    (the change), the pin is proposed and applied, and `radar pins check` judges it. The fleet, the lake, the
+    pins argv prefix, the change time and the check's one row."""
     lake_root = tmp_path / "lake"
-    fleet = fleet_file(tmp_path, hint_server)
+    fleet = fleet_file(tmp_path, srv)
     config = FleetConfig.load(fleet)
     argv = ["--lake", str(lake_root), "--fleet-file", str(fleet), "pins"]
-    reset_statements(hint_server.dsn)
-    with OrdersClient(hint_server.dsn) as client:
+    reset_statements(srv.dsn)
+    with OrdersClient(srv.dsn) as client:
         snapshots(config, lake_root)
-        good = generic_plan(orders, APP_QUERY)
-        flip_to_seq_scan(orders)
+        good = generic_plan(conn, APP_QUERY)
+        flip_to_seq_scan(conn)
         change = datetime.now(UTC)
-        bad = generic_plan(orders, APP_QUERY)
+        bad = generic_plan(conn, APP_QUERY)
         snapshots(config, lake_root)
         history, finding = history_and_finding(good, bad, change)
         lake_with_finding(lake_root, history, finding)
@@ -638,6 +633,23 @@ def test_a_pin_applied_under_load_is_verified_by_the_check(
     capsys.readouterr()
     assert main([*argv, "check", *OPT_IN, "--format", "json"]) == 0
     (checked,) = json.loads(capsys.readouterr().out)
+    return config, lake_root, argv, change, checked
+
+
+@TIER
+@pytest.mark.parametrize("repeat", range(3))
+def test_a_pin_applied_under_load_is_verified_by_the_check(
+    hint_server: EmbeddedServer,
+    orders: psycopg.Connection[Any],
+    pin_role: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    repeat: int,
+) -> None:
+    """(a) through to verified: `radar pins check` judges the pinned intervals against the regressed and the
+    earlier ones with the detector's test: verified. The finding is written by the test (its change time is
+    the injection), not detected."""
+    _, lake_root, _, change, checked = pin_verified_under_load(hint_server, orders, tmp_path, capsys)
     assert checked["outcome"] == "verified", checked["reason"]
     ledger = read_pins(lake_root).to_dicts()
     assert [r["event"] for r in ledger] == ["proposed", "applied", "verified"]
@@ -645,6 +657,45 @@ def test_a_pin_applied_under_load_is_verified_by_the_check(
     assert verified["verify_p_value"] < 0.05
     seconds = (verified["recorded_at"] - change).total_seconds()
     print(f"\n{checked['reason']}; verified {seconds:.1f} s after the change")
+
+
+@TIER
+def test_a_verified_pin_whose_query_id_is_gone_is_removed_by_the_check(
+    hint_server: EmbeddedServer,
+    orders: psycopg.Connection[Any],
+    pin_role: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Take-back: after the pin is verified its query stops while another runs and snapshots go on. `radar
+    pins check` keeps the pin until the instance has been sampled [pinning] gone_after (2 s here) past the
+    query's last sample, then removes it: the hint table is exactly as before the pin (another application's
+    hint, ids included), and the ledger says why."""
+    orders.execute(
+        "INSERT INTO hint_plan.hints (query_id, application_name, hints) VALUES (1, 'other', 'SeqScan(t)')"
+    )
+    before = hint_rows(orders)
+    config, lake_root, argv, _, checked = pin_verified_under_load(hint_server, orders, tmp_path, capsys)
+    assert checked["outcome"] == "verified", checked["reason"]
+    assert len(hint_rows(orders)) == 2
+    gone = [*OPT_IN, "--set", "pinning.gone_after=2s", "--format", "json"]
+    with OrdersClient(hint_server.dsn, "SELECT count(*) FROM orders WHERE id = $1"):
+        snapshots(config, lake_root, count=2)
+        assert main(["--lake", str(lake_root), "samples"]) == 0
+        capsys.readouterr()
+        assert main([*argv, "check", *gone]) == 0
+        assert [c["outcome"] for c in json.loads(capsys.readouterr().out)] == ["kept"], "not 2 s yet"
+        snapshots(config, lake_root, count=6)
+    assert main(["--lake", str(lake_root), "samples"]) == 0
+    capsys.readouterr()
+    assert main([*argv, "check", *gone]) == 0
+    (removed,) = json.loads(capsys.readouterr().out)
+    assert removed["outcome"] == "gone", removed
+    assert hint_rows(orders) == before
+    ledger = read_pins(lake_root).to_dicts()
+    assert [r["event"] for r in ledger] == ["proposed", "applied", "verified", "removed"]
+    assert ledger[-1]["reason"].startswith(f"removed: query id {ledger[-1]['queryid']} is gone: no samples")
+    assert ledger[-1]["sql_run"] == ledger[-1]["remove_sql"]
 
 
 @TIER
@@ -736,3 +787,204 @@ def test_a_finding_in_another_database_is_pinned_in_that_database(
         assert len(hint_rows(app)) == 1
         assert scan_nodes(generic_plan(app, APP_QUERY)) == scan_nodes(good)
     assert hint_rows(orders) == []
+
+
+# --- (e) A/A and contention runs: detection, then pinning in mode apply, proposes nothing -------------------
+
+CAPTURE = CycleConfig(capture_plans=True)  # plans captured each cycle: the plan history a pin comes from
+PHASE = 20  # cycles each side of the deploy, ~0.2 s apart (fewer leave the detector short of power)
+# The orders query among CPU-bound light ones (what a CPU neighbour slows; the 0.02 ms orders query barely).
+MIX = (
+    APP_QUERY.replace("$1", "%s"),
+    "SELECT count(*) FROM generate_series(1, 50000 + %s)",
+    "SELECT count(*), max(amount) FROM orders WHERE amount > %s",
+    "SELECT count(DISTINCT customer_id) FROM orders WHERE id > %s",
+)
+
+
+NEIGHBOUR = "SELECT count(*) FROM generate_series(1, 3e6)"
+
+
+def cycles(config: FleetConfig, lake_root: Path, count: int = PHASE, every: float = 0.2) -> None:
+    """Collection cycles as `radar snapshot --capture-plans` runs them (activity rows included)."""
+    for _ in range(count):
+        started = time.monotonic()
+        result = run_cycle(config, lake_root, CAPTURE)
+        assert result.snapshot is not None and not result.snapshot.failed, result.snapshot
+        time.sleep(max(0.0, every - (time.monotonic() - started)))
+
+
+def deploy_run(
+    srv: EmbeddedServer, conn: psycopg.Connection[Any], tmp_path: Path, *, neighbours: int = 0
+) -> tuple[Path, list[str]]:
+    """The mix runs while cycles are collected; a no-op deploy is marked (``neighbours`` CPU-bound sessions
+    start at it); the same mix runs after it. The lake and the CLI argv prefix (lake and fleet)."""
+    lake_root = tmp_path / "lake"
+    fleet = fleet_file(tmp_path, srv)
+    config = FleetConfig.load(fleet)
+    reset_statements(srv.dsn)
+    clients = [Workload(srv.dsn, sql, pause=0.02).start() for sql in MIX]
+    crowd: list[Workload] = []
+    try:
+        cycles(config, lake_root)
+        mark_deploy(lake_root, version="v2-noop", instances=["hints"])
+        crowd = [Workload(srv.dsn, NEIGHBOUR).start() for _ in range(neighbours)]
+        cycles(config, lake_root)
+    finally:
+        for client in [*clients, *crowd]:
+            client.stop()
+    return lake_root, ["--lake", str(lake_root), "--fleet-file", str(fleet)]
+
+
+def detect_then_propose(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """`radar detect` (one-minute windows) as it runs in production, then `radar pins propose` in mode apply
+    with the instance opted in. The analysis rows of the deploy (performance_regressions) and the ledger."""
+    capsys.readouterr()
+    assert main([*argv, "detect", "--window-minutes", "1", "--format", "json"]) == 0
+    assert main([*argv, "pins", "propose", *OPT_IN]) == 0
+    capsys.readouterr()
+    lake_root = Path(argv[1])
+    rows = lake.read_table(lake_root, PERFORMANCE_REGRESSIONS).filter(pl.col("deploy_version") == "v2-noop")
+    return rows, read_pins(lake_root)
+
+
+def orders_row(rows: pl.DataFrame) -> dict[str, Any]:
+    """The orders query's analysis row at the deploy: it was analysed (and its plan captured)."""
+    mine = rows.filter(pl.col("query").str.contains("sum(amount) FROM orders o", literal=True))
+    assert mine.height == 1, rows.select("query", "status")
+    return mine.row(0, named=True)
+
+
+def nothing_pinned(ledger: pl.DataFrame, conn: psycopg.Connection[Any], before: list[Any]) -> None:
+    assert not ledger["event"].is_in(["proposed", "applied"]).any(), ledger.select("event", "reason")
+    assert ledger["sql_run"].is_null().all()
+    assert hint_rows(conn) == before, "hint_plan.hints changed"
+
+
+@TIER
+def test_an_aa_run_with_pinning_on_proposes_no_pin(
+    hint_server: EmbeddedServer,
+    orders: psycopg.Connection[Any],
+    pin_role: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """(e) A/A: the same mix before and after a no-op deploy, plans captured, pinning in mode apply and opted
+    in: the orders query is analysed at the deploy and not reported, no pin is proposed and hint_plan.hints
+    is unchanged (another application's hint included)."""
+    orders.execute(
+        "INSERT INTO hint_plan.hints (query_id, application_name, hints) VALUES (1, 'other', 'SeqScan(t)')"
+    )
+    before = hint_rows(orders)
+    lake_root, argv = deploy_run(hint_server, orders, tmp_path)
+    rows, ledger = detect_then_propose(argv, capsys)
+    ours = orders_row(rows)
+    assert ours["status"] != DETECTED, ours
+    plans = lake.read_table(lake_root, PLAN_SNAPSHOTS).filter(pl.col("queryid") == ours["queryid"])
+    assert plans.height >= 1, "the orders query's plan was captured (a pin would have had a history)"
+    print(
+        f"\nA/A: {rows.height} queries analysed at the deploy, {(rows['status'] == DETECTED).sum()} "
+        f"reported; ledger: {ledger['event'].to_list()}"
+    )
+    nothing_pinned(ledger, orders, before)
+
+
+@TIER
+def test_a_contention_run_with_pinning_on_proposes_no_pin(
+    hint_server: EmbeddedServer,
+    orders: psycopg.Connection[Any],
+    pin_role: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """(e) Contention: the server on one CPU, six CPU-bound sessions start at a no-op deploy. The mix slows
+    (checked: else the run proves nothing and skips), detection judges it with the activity rows as `radar
+    detect` does, and pinning (mode apply, opted in) proposes nothing: hint_plan.hints unchanged."""
+    orders.execute(
+        "INSERT INTO hint_plan.hints (query_id, application_name, hints) VALUES (1, 'other', 'SeqScan(t)')"
+    )
+    before = hint_rows(orders)
+    with pinned_to_one_cpu(hint_server.data_dir):
+        _, argv = deploy_run(hint_server, orders, tmp_path, neighbours=6)
+    rows, ledger = detect_then_propose(argv, capsys)
+    # What the latency detector alone would report: slower by more than 30%, significantly.
+    slowed = rows.filter((pl.col("latency_change") > 0.3) & (pl.col("p_value") < 0.01))
+    print(
+        f"\ncontention: {slowed.height} of {rows.height} queries significantly >1.3x slower at the deploy, "
+        f"{(rows['status'] == DETECTED).sum()} reported; ledger: {ledger['event'].to_list()}"
+    )
+    with pl.Config(tbl_rows=20, fmt_str_lengths=50, tbl_width_chars=200):
+        print(rows.select("query", "latency_change", "p_value", "status", "kind", "reason"))
+    if slowed.height < 2:
+        pytest.skip(f"premise not met on this host: {slowed.height} queries significantly >1.3x slower (< 2)")
+    nothing_pinned(ledger, orders, before)
+
+
+# --- time to pin, detected (issue 30): the finding comes from the pipeline, not from the test ---------------
+
+STEP = 4  # cycles between two runs of the pipeline's jobs (detect + propose, then samples + check)
+MAX_AFTER = 120  # cycles after the onset before the test gives up
+
+
+@TIER
+def test_a_detected_plan_flip_is_pinned_and_verified_and_the_time_to_pin_is_measured(
+    hint_server: EmbeddedServer,
+    orders: psycopg.Connection[Any],
+    pin_role: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """(a) end to end on real snapshots: a client runs the orders query while collection cycles (plans
+    captured) are taken every 0.2 s; at a deploy, injected statistics flip its plan to a seq scan (the
+    onset). Every STEP cycles the pipeline's jobs run as from cron: `radar detect` (one-minute windows) and
+    `radar pins propose` in mode apply (opted in) until the pin is applied, then `radar samples` and `radar
+    pins check` until it is verified. The time from the onset to each state is printed (cycles, seconds)."""
+    lake_root = tmp_path / "lake"
+    fleet = fleet_file(tmp_path, hint_server)
+    config = FleetConfig.load(fleet)
+    argv = ["--lake", str(lake_root), "--fleet-file", str(fleet)]
+    reset_statements(hint_server.dsn)
+    marks: dict[str, int] = {}  # event -> cycles after the onset when the pipeline's jobs first recorded it
+    with OrdersClient(hint_server.dsn):
+        cycles(config, lake_root, PHASE)
+        mark_deploy(lake_root, version="v3-stats", instances=["hints"])
+        flip_to_seq_scan(orders)
+        onset_at = datetime.now(UTC)
+        after = 0
+        while "verified" not in marks and after < MAX_AFTER:
+            cycles(config, lake_root, STEP)
+            after += STEP
+            capsys.readouterr()
+            if "applied" not in marks:
+                assert main([*argv, "detect", "--window-minutes", "1", "--format", "json"]) == 0
+                assert main([*argv, "pins", "propose", *OPT_IN]) == 0
+            else:
+                assert main([*argv, "samples"]) == 0
+                assert main([*argv, "pins", "check", *OPT_IN]) == 0
+            for event in read_pins(lake_root)["event"].to_list():
+                marks.setdefault(event, after)
+    capsys.readouterr()
+    ledger = read_pins(lake_root).to_dicts()
+    # An early detection run may not have classified the step as a plan change yet (kind work): then the
+    # ledger says so first (not_a_plan_change), and the pin follows at a later run.
+    early = [r for r in ledger if r["event"] == "not_a_plan_change"]
+    ledger = ledger[len(early) :]
+    assert [r["event"] for r in ledger] == ["proposed", "applied", "verified"], [
+        (r["event"], r["reason"]) for r in [*early, *ledger]
+    ]
+    assert ledger[0]["decided_by"] == "radar pins propose"
+    assert hint_rows(orders) != [] and scan_nodes(generic_plan(orders, APP_QUERY)) != ["Seq Scan"]
+    found_at = ledger[0]["detected_change_at"]
+    assert abs((found_at - onset_at).total_seconds()) < 2, (found_at, onset_at)  # the step found is the flip
+
+    def when(row: dict[str, Any]) -> str:
+        seconds = (row["recorded_at"] - onset_at).total_seconds()
+        return f"{row['event']} after {marks[row['event']]} cycles ({seconds:.1f} s)"
+
+    steps = ", ".join(when(r) for r in [*early[:1], *ledger])
+    print(
+        f"\ntime to pin from the onset: {steps}; change found at {found_at:%H:%M:%S.%f} for an onset at "
+        f"{onset_at:%H:%M:%S.%f}; {ledger[-1]['reason']}"
+    )

@@ -161,7 +161,7 @@ def test_dry_run_returns_the_sql_and_connects_nowhere(pin_lake: Path) -> None:
         (
             PinningConfig(mode="apply", apply_instances=("db1",)),
             "remove",
-            "only an applied pin can be removed",
+            r"only an applied \(or verified\) pin can be removed",
         ),
     ],
 )

@@ -13,11 +13,13 @@ import polars as pl
 import pytest
 
 from jobs.detect.config import RegressionConfig
+from jobs.lake import io as lake
 from jobs.plans.config import PinningConfig
-from jobs.plans.pin_apply import check_applied_pins
+from jobs.plans.pin_apply import LastSeen, check_applied_pins, lake_last_seen, query_gone
 from jobs.plans.pin_ledger import read_pins, write_pins
 from jobs.plans.pin_verify import FAILED, PENDING, VERIFIED, interval_latencies, verify_pin
-from tests.support.pin_lakes import WITH_INDEX, listing, never_connect, proposed, write_pin_lake
+from jobs.schemas.collected import QUERY_SAMPLES
+from tests.support.pin_lakes import QUERYID, WITH_INDEX, listing, never_connect, proposed, write_pin_lake
 
 CHANGE = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
 APPLIED = CHANGE + timedelta(minutes=10)
@@ -141,3 +143,94 @@ def test_a_pin_past_its_ttl_is_taken_back(lake_root: Path) -> None:
 def test_ttl_must_outlast_the_verification() -> None:
     with pytest.raises(ValueError, match="ttl must be longer than verify_within"):
         PinningConfig(ttl=timedelta(minutes=10))
+
+
+def samples_lake(lake_root: Path, rows: list[tuple[int, datetime, int]], stem: str = "s") -> None:
+    """query_samples of db1: (queryid, interval_end, calls) one-minute intervals, 1 ms each."""
+    frame = QUERY_SAMPLES.conform(
+        pl.DataFrame(
+            [
+                {
+                    "interval_start": end - MINUTE,
+                    "interval_end": end,
+                    "userid": 10,
+                    "dbid": 5,
+                    "toplevel": True,
+                    "queryid": q,
+                    "calls": calls,
+                    "total_exec_time": float(calls),
+                }
+                for q, end, calls in rows
+            ]
+        )
+    )
+    lake.write_table(lake_root, QUERY_SAMPLES, frame, {"instance": "db1", "date": "2026-12-06"}, stem)
+
+
+def test_a_verified_pin_whose_query_id_is_gone_is_taken_back_with_why(
+    lake_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A verified pin whose query has had no samples for [pinning] gone_after while its instance's did is
+    removed with its own DELETE and recorded; an applied (unverified) one, a query still running, or an
+    instance no longer sampled (the collector stopped) keep it."""
+    pin_lake = write_pin_lake(lake_root)
+    pin = proposed(pin_lake)
+    applied = read_pins(pin_lake).with_columns(
+        pl.lit("applied").alias("event"),
+        pl.lit(APPLIED).alias("recorded_at"),
+        pl.lit(CHANGE).alias("detected_change_at"),
+    )
+    write_pins(pin_lake, applied, APPLIED)
+    verified_at = APPLIED + 10 * MINUTE
+    write_pins(
+        pin_lake,
+        applied.with_columns(pl.lit("verified").alias("event"), pl.lit(verified_at).alias("recorded_at")),
+        verified_at,
+    )
+    ran: list[tuple[str, str | None]] = []
+    monkeypatch.setattr(
+        "jobs.plans.pin_apply._run",
+        lambda dsn, sql, role, instance, database, *, removing: ran.append((sql, database)),
+    )
+    config = PinningConfig(mode="apply", apply_instances=("db1",), gone_after=timedelta(hours=1))
+    last_query = APPLIED + 20 * MINUTE
+    # the query's last sample, a zero-call row of it later (not a run), and another query going on
+    samples_lake(
+        pin_lake,
+        [(QUERYID, last_query, 3), (QUERYID, last_query + 30 * MINUTE, 0)]
+        + [(7, last_query + i * MINUTE, 1) for i in range(0, 51, 10)],
+    )
+
+    def check(now: datetime) -> list[Any]:
+        return check_applied_pins(
+            pin_lake, listing(WITH_INDEX), lambda _: "dsn", config, now, last_seen_of=lake_last_seen(pin_lake)
+        )
+
+    assert [c.outcome for c in check(last_query + 2 * timedelta(hours=1))] == ["kept"], "sampled 50 min on"
+    assert ran == []
+    samples_lake(
+        pin_lake, [(7, last_query + 60 * MINUTE, 1)], "later"
+    )  # the instance sampled 60 min past the query
+    (gone,) = check(last_query + 2 * timedelta(hours=1))
+    assert (gone.pin_id, gone.outcome) == (pin, "gone")
+    ledger = read_pins(pin_lake).to_dicts()
+    assert [r["event"] for r in ledger] == ["proposed", "applied", "verified", "removed"]
+    assert ledger[-1]["reason"] == (
+        f"removed: query id {QUERYID} is gone: no samples for 1:00:00 (its last interval ended 2026-12-06 "
+        "12:30:00 UTC; the instance was sampled until 2026-12-06 13:30:00 UTC)"
+    )
+    assert ran == [(ledger[-1]["remove_sql"], None)] and ledger[-1]["sql_run"] == ledger[-1]["remove_sql"]
+    assert ledger[-1]["decided_by"] == "radar pins check"
+
+
+def test_gone_needs_the_instance_sampled_past_the_query_and_a_verified_pin() -> None:
+    pin = {"queryid": 5, "recorded_at": APPLIED}
+    hour = timedelta(hours=1)
+    assert query_gone(pin, LastSeen(APPLIED, APPLIED + hour), hour) is not None
+    assert query_gone(pin, LastSeen(APPLIED, APPLIED + hour - MINUTE), hour) is None
+    assert query_gone(pin, LastSeen(None, None), hour) is None, (
+        "no samples at all: the collector, not the query"
+    )
+    assert query_gone(pin, LastSeen(None, APPLIED + hour), hour) is not None, "none since the pin's row"
+    with pytest.raises(ValueError, match="gone_after must be a positive duration"):
+        PinningConfig(gone_after=timedelta(0))
