@@ -262,7 +262,7 @@ def test_the_cron_loop_survives_a_pgbench_fleet_and_finds_explains_and_recovers_
         # Sub-0.1 ms levels move a little while the first runs after the step settle its boundary (seen:
         # 0.065, 0.077, 0.082 ms, then 0.077 for good); issue 21's mixed interval moved one ×15.
         levels = [level for _, _, level in history if level is not None]
-        assert max(levels) <= 1.5 * min(levels), history
+        assert max(levels) <= 1.5 * min(levels), (finding["instance"], finding["analysis"], history)
         # The change is placed at the drop: the latest change time within two ticks of it.
         dropped = drops["shop-a" if finding in a else "shop-b"]
         change_at = datetime.fromisoformat(finding["detected_change_at"].replace("Z", "+00:00"))
