@@ -181,9 +181,9 @@ def series_shifts(series: pl.DataFrame, moments: pl.DataFrame, config: Contentio
     Columnar over the pairs (row, moment) near_pairs finds: the ``window_samples`` nearest of each (moment,
     series, side) by one stable sort, medians by a sort within those groups, sums in the rows' order. Each
     figure is the one polars' group-by gave (tests/unit/detect/test_contention_shifts.py compares them
-    with it): the median is lower + (upper - lower) x 0.5 with NaN above every number, and the sums of a
-    group-by on two keys add in the rows' order. Over a window rank and a group-by it is about 6× faster
-    (issue 25)."""
+    with it): the median is lower + (upper - lower) x 0.5 with NaN above every number, and a filtered float
+    sum is Kahan-compensated in the rows' order. About a quarter of the CPU time of the window rank and
+    group-by, and none of the joined copy of the series (issue 25)."""
     if series.height == 0 or moments.height == 0:
         return pl.DataFrame(schema=SHIFT_COLUMNS)
     row, moment_row, after, distance = near_pairs(series, moments, config)
