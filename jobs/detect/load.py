@@ -33,6 +33,7 @@ Pure: frames in, frames out.
 from __future__ import annotations
 
 import math
+from datetime import timedelta
 
 import numpy as np
 import polars as pl
@@ -69,7 +70,7 @@ def near_moments(frame: pl.DataFrame, moments: pl.DataFrame, config: ContentionC
     """``frame``'s intervals (instance, interval_start, interval_end) within ``max_window`` of each moment of
     their instance, with their ``side`` (before: ending at or before it; after: starting at or after it)
     and ``distance``; an interval straddling the moment mixes both regimes and is in neither."""
-    reach = pl.duration(microseconds=config.max_window.total_seconds() * 1e6)
+    reach = _reach(config)
     # The instance's distinct intervals near each moment first (a few thousand per instance), then the
     # frame's rows of those intervals: only the rows near a moment are materialized. An equi-join of the
     # frame on the instance made every row of the history once per moment of its instance, the detection
@@ -105,6 +106,83 @@ def near_moments(frame: pl.DataFrame, moments: pl.DataFrame, config: ContentionC
         )
         .filter(pl.col("side").is_not_null())
     )
+
+
+def near_pairs(
+    frame: pl.DataFrame, moments: pl.DataFrame, config: ContentionConfig
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``near_moments`` as arrays: (frame row, moments row, after, distance) of every pair it keeps, where
+    ``after`` is its side (False: before) and ``distance`` |interval_end - at| in ticks of one time unit.
+
+    The pairs come instance by instance and side by side, the rows of each in the frame's order: within
+    one (moment, series, side) they are in the frame's order, the order near_moments gives them (its ties
+    and sums follow it). Found by a binary search of each instance's moment times instead
+    of joins: no row is copied."""
+    empty = np.zeros(0, dtype=np.int64)
+    if frame.height == 0 or moments.height == 0:
+        return empty, empty, np.zeros(0, dtype=bool), empty
+    start, end, at, reach = _ticks(frame["interval_start"], frame["interval_end"], moments["at"], config)
+    names = moments["instance"].unique().drop_nulls().sort()
+    if names.len() == 0:
+        return empty, empty, np.zeros(0, dtype=bool), empty
+    codes = pl.int_range(names.len(), eager=True)
+    # Each run of rows of one instance coded once (a frame of series is one run per instance).
+    instance = frame["instance"]
+    change = instance.ne_missing(instance.shift(1)).to_numpy()
+    change[0] = True
+    run_starts = np.flatnonzero(change)
+    run_code = instance.gather(run_starts).replace_strict(names, codes, default=-1).to_numpy()
+    row_code = np.repeat(run_code, np.diff(np.append(run_starts, frame.height)))
+    if np.all(run_code[1:] >= run_code[:-1]):
+        rows = np.arange(frame.height)
+    else:
+        rows = np.argsort(row_code, kind="stable")
+    if frame["interval_start"].null_count() or frame["interval_end"].null_count():
+        known = ~(frame["interval_start"].is_null() | frame["interval_end"].is_null()).to_numpy()
+        rows = rows[known[rows]]
+    row_bounds = np.searchsorted(row_code[rows], np.arange(names.len() + 1))
+    moment_code = moments["instance"].replace_strict(names, codes, default=-1).to_numpy()
+    timed = np.flatnonzero((moment_code >= 0) & ~moments["at"].is_null().to_numpy())
+    timed = timed[np.lexsort((at[timed], moment_code[timed]))]
+    moment_bounds = np.searchsorted(moment_code[timed], np.arange(names.len() + 1))
+    pair_rows, pair_moments, pair_after = [], [], []
+    for code in range(names.len()):
+        mine = rows[row_bounds[code] : row_bounds[code + 1]]
+        near = timed[moment_bounds[code] : moment_bounds[code + 1]]
+        times = at[near]
+        # Within reach: at - reach < interval_end and interval_start < at + reach. Before: ending at or
+        # before the moment (at >= interval_end); else after: starting at or after it (at <= start).
+        first = np.searchsorted(times, start[mine] - reach, side="right")
+        last = np.searchsorted(times, end[mine] + reach, side="left")
+        ended = np.maximum(np.searchsorted(times, end[mine], side="left"), first)
+        started = np.minimum(np.searchsorted(times, start[mine], side="right"), ended)
+        for low, high, is_after in ((first, started, True), (ended, last, False)):
+            count = np.maximum(high - low, 0)
+            total = int(count.sum())
+            offset = np.arange(total) - np.repeat(np.cumsum(count) - count, count)
+            pair_rows.append(np.repeat(mine, count))
+            pair_moments.append(near[np.repeat(low, count) + offset])
+            pair_after.append(np.full(total, is_after))
+    row = np.concatenate(pair_rows)
+    moment = np.concatenate(pair_moments)
+    return row, moment, np.concatenate(pair_after), np.abs(end[row] - at[moment])
+
+
+def _ticks(
+    start: pl.Series, end: pl.Series, at: pl.Series, config: ContentionConfig
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """Interval bounds, moment times and ``max_window`` as integers of one time unit (microseconds when
+    all three are, else nanoseconds: exact for any unit); the reach as polars computes it in
+    near_moments."""
+    units = {s.dtype.time_unit for s in (start, end, at)}  # type: ignore[attr-defined]
+    unit = "us" if units == {"us"} else "ns"
+    reach_us = pl.select(_reach(config)).item() // timedelta(microseconds=1)
+    ticks = [s.dt.cast_time_unit(unit).to_physical().fill_null(0).to_numpy() for s in (start, end, at)]
+    return ticks[0], ticks[1], ticks[2], reach_us * (1 if unit == "us" else 1000)
+
+
+def _reach(config: ContentionConfig) -> pl.Expr:
+    return pl.duration(microseconds=config.max_window.total_seconds() * 1e6)
 
 
 def _sides(series: pl.DataFrame, moments: pl.DataFrame, config: ContentionConfig) -> pl.DataFrame:
@@ -324,7 +402,7 @@ def points_near_moments(
     or before any series' own, so no interval either step would take is dropped. Rows keep their order."""
     if points.height == 0 or moments.height == 0:
         return points.head(0)
-    reach = pl.duration(microseconds=config.max_window.total_seconds() * 1e6)
+    reach = _reach(config)
     members = host_members(moments, instance_hosts(activity)).select("instance", "at")
     spans = (
         points.lazy()
