@@ -35,7 +35,7 @@ from jobs.drift.baselines import (
 from jobs.drift.checks import NO_BASELINE, UNSCORED_REASONS
 from jobs.drift.clock import as_utc
 from jobs.drift.config import DriftConfig
-from jobs.drift.scorer import INSUFFICIENT_SAMPLES, OUTPUT_SCHEMA, WARN, score_drift_arrays, shard_expr
+from jobs.drift.scorer import INSUFFICIENT_SAMPLES, OUTPUT_SCHEMA, WARN, score_drift_segments, shard_expr
 from jobs.lake import io as lake
 from jobs.schemas.analysed import DRIFT_SAMPLE_BASELINES, EXECUTION_DRIFT
 from jobs.schemas.collected import TABLE_STATS_SNAPSHOTS
@@ -107,20 +107,40 @@ def _score_instance(base: pl.DataFrame, candidates: pl.DataFrame, config: DriftC
     frame of one row per sample, no string key per sample. Pairs with no sample on either side are left
     to the caller (rows without a score), as before."""
     key = ["query_hash", "metric"]
+    samples = base["samples"]
+    sides: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    for column, lists in (("samples", samples), ("value", candidates["value"])):
+        flat = lists.explode(empty_as_null=False, keep_nulls=False)  # every element, no row for an empty list
+        if flat.null_count():  # a null sample inside a list: dropped (a copy of every list, only then)
+            lists = lists.list.drop_nulls()
+            flat = lists.explode(empty_as_null=False, keep_nulls=False)
+        if column == "samples":
+            samples = lists
+        sizes = lists.list.len().fill_null(0).to_numpy().astype(np.int64)
+        sides.append((flat.cast(pl.Float64).to_numpy(), np.cumsum(sizes) - sizes, sizes))
+    # the pairs: keys only are joined (moving the lists through a join and a sort copied every sample)
     pairs = (
-        base.select(*key, pl.col("samples").list.drop_nulls())
-        .join(candidates.select(*key, "value"), on=key, how="left")
-        .with_columns(pl.col("value").fill_null(pl.lit([], dtype=pl.List(pl.Float64))))
-        .filter((pl.col("samples").list.len() + pl.col("value").list.len()) > 0)
-        .sort(key)
+        base.select(key)
+        .with_row_index("b")
+        .join(candidates.select(key).with_row_index("c"), on=key, how="left")
     )
-    flat: list[np.ndarray] = []
-    for column in ("samples", "value"):
-        lists = pairs[column]
-        offsets = np.concatenate(([0], np.cumsum(lists.list.len().to_numpy()))).astype(np.int64)
-        values = lists.explode().drop_nulls().cast(pl.Float64).to_numpy()  # an empty list explodes to null
-        flat += [values, offsets]
-    return score_drift_arrays(pairs.select(key), *flat, config.score)
+    b_row = pairs["b"].to_numpy().astype(np.int64)
+    c_row = pairs["c"].fill_null(0).to_numpy().astype(np.int64)
+    has_c = pairs["c"].is_not_null().to_numpy()
+    (b_val, b_starts, b_sizes), (c_val, c_starts, c_sizes) = sides
+    b_n = b_sizes[b_row]
+    c_n = np.where(has_c, c_sizes[c_row] if c_sizes.size else 0, 0)
+    keep = ((b_n + c_n) > 0) & samples.is_not_null().to_numpy()[b_row]  # a null list: left to the caller
+    return score_drift_segments(
+        pairs.select(key).filter(pl.Series(keep)),
+        b_val,
+        b_starts[b_row][keep],
+        b_n[keep],
+        c_val,
+        np.where(has_c, c_starts[c_row] if c_starts.size else 0, 0)[keep],
+        c_n[keep],
+        config.score,
+    )
 
 
 def score_execution_drift(

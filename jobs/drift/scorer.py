@@ -223,6 +223,29 @@ def _sort_segments(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     return out
 
 
+def _gathered_sorted(values: np.ndarray, starts: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Segments ``values[starts[i]:starts[i] + size_i]`` (sizes from ``offsets``) copied to
+    ``[offsets[i], offsets[i + 1])`` and each sorted there: ``_sort_segments`` of their gather, the same
+    numpy sort of the same values, so the same bytes. Long segments are copied and sorted one by one in
+    place (no per-sample index arrays: the gather's repeat, arange and fancy indexing were a sixth of the
+    ragged scoring's CPU); short ones go through the gather and ``_sort_segments``."""
+    sizes = np.diff(offsets)
+    if not sizes.size or int(offsets[-1]) < _LOOP_SORT_MIN_MEAN * sizes.size:
+        gather = np.repeat(starts - offsets[:-1], sizes) + np.arange(int(offsets[-1]))
+        return _sort_segments(values[gather], offsets)
+    if (starts[1:] == starts[:-1] + sizes[:-1]).all():  # the segments lie in this order: one copy
+        out = values[int(starts[0]) : int(starts[0]) + int(offsets[-1])].copy()
+        for first, stop in zip(offsets[:-1].tolist(), offsets[1:].tolist(), strict=True):
+            out[first:stop].sort()
+        return out
+    out = np.empty(int(offsets[-1]))
+    for start, first, stop in zip(starts.tolist(), offsets[:-1].tolist(), offsets[1:].tolist(), strict=True):
+        segment = out[first:stop]
+        segment[...] = values[start : start + stop - first]
+        segment.sort()
+    return out
+
+
 def _linear_quantile(values: np.ndarray, starts: np.ndarray, sizes: np.ndarray, q: float) -> np.ndarray:
     """numpy's 'linear' quantile of each sorted segment (size >= 1), with numpy's exact arithmetic."""
     virtual = (sizes - 1) * q
@@ -257,21 +280,26 @@ def _bin_keys(
     values: np.ndarray, offsets: np.ndarray, lo: np.ndarray, width: np.ndarray, n_bins: int
 ) -> np.ndarray:
     """pair * n_bins + min(int((v - lo) / width), n_bins - 1) for every sample on its pair's grid (astype
-    truncates toward zero, as int() does; v >= lo, so it is a floor). Sorted when each segment is."""
+    truncates toward zero, as int() does; v >= lo, so it is a floor). Sorted when each segment is. The
+    min is taken on the double before the cast (the same integer for x >= 0): a quotient too large for an
+    int64 (a finite outlier such as 1e300 above a narrow grid) is the top bin, as the rule's min() says,
+    where casting it first gave a negative key and a crash."""
     pairs = offsets.size - 1
     sizes = np.diff(offsets)
     if pairs and (sizes == sizes[0]).all():  # one length for every pair: broadcast, no per-sample repeat
         raw = values.reshape(pairs, int(sizes[0])) - lo[:, None]
         raw /= width[:, None]
+        np.minimum(raw, n_bins - 1, out=raw)
         key = raw.astype(np.int64)
-        np.minimum(key, n_bins - 1, out=key)
         key += (np.arange(pairs, dtype=np.int64) * n_bins)[:, None]
         return key.reshape(-1)
     raw = values - np.repeat(lo, sizes)
     raw /= np.repeat(width, sizes)
-    key = raw.astype(np.int64)
-    np.minimum(key, n_bins - 1, out=key)
-    key += np.repeat(np.arange(pairs, dtype=np.int64) * n_bins, sizes)
+    np.minimum(raw, n_bins - 1, out=raw)
+    small = pairs * n_bins < 2**31  # int32 keys: half the bytes through the cast, repeat and bincount
+    kind = np.int32 if small else np.int64
+    key = raw.astype(kind)
+    key += np.repeat(np.arange(pairs, dtype=kind) * n_bins, sizes)
     return key
 
 
@@ -851,29 +879,77 @@ def score_drift_arrays(
     """``score_drift`` over flat arrays: pair i (row i of ``keys``: query_hash, metric, unique) has the
     baseline samples ``baseline[baseline_offsets[i]:baseline_offsets[i + 1]]`` and the candidate's
     likewise (offsets: pairs + 1 non-decreasing, from 0). Same output, same checks, no long frame."""
-    keys = keys.select(pl.col("query_hash").cast(pl.String), pl.col("metric").cast(pl.String))
     pairs = keys.height
-    b_off = np.asarray(baseline_offsets, dtype=np.int64)
-    c_off = np.asarray(candidate_offsets, dtype=np.int64)
-    b_val = np.asarray(baseline, dtype=np.float64)
-    c_val = np.asarray(candidate, dtype=np.float64)
-    for name, off, val in (("baseline", b_off, b_val), ("candidate", c_off, c_val)):
+    sides = []
+    for name, offsets, values in (
+        ("baseline", baseline_offsets, baseline),
+        ("candidate", candidate_offsets, candidate),
+    ):
+        off = np.asarray(offsets, dtype=np.int64)
+        val = np.asarray(values, dtype=np.float64)
         if off.shape != (pairs + 1,) or off[0] != 0 or off[-1] != val.size or (np.diff(off) < 0).any():
             raise ValueError(
                 f"drift samples: {name}_offsets must be {pairs + 1} non-decreasing offsets 0..{val.size}"
+            )
+        sides += [val, off[:-1], np.diff(off)]
+    return score_drift_segments(keys, *sides, config)
+
+
+def score_drift_segments(
+    keys: pl.DataFrame,
+    baseline: np.ndarray,
+    baseline_starts: np.ndarray,
+    baseline_sizes: np.ndarray,
+    candidate: np.ndarray,
+    candidate_starts: np.ndarray,
+    candidate_sizes: np.ndarray,
+    config: DriftScoreConfig = DriftScoreConfig(),
+) -> pl.DataFrame:
+    """``score_drift_arrays`` with each pair's samples anywhere in the flat arrays: pair i's baseline is
+    ``baseline[baseline_starts[i]:baseline_starts[i] + baseline_sizes[i]]`` (segments may come in any
+    order, and samples of no pair are ignored). The production path's per-pair lists are flattened once,
+    as they lie, and never reordered into pair order before the scorer's own gather (a copy of every
+    sample). Same output, same checks."""
+    keys = keys.select(pl.col("query_hash").cast(pl.String), pl.col("metric").cast(pl.String))
+    pairs = keys.height
+    b_val = np.asarray(baseline, dtype=np.float64)
+    c_val = np.asarray(candidate, dtype=np.float64)
+    b_start, b_size = np.asarray(baseline_starts, dtype=np.int64), np.asarray(baseline_sizes, dtype=np.int64)
+    c_start, c_size = (
+        np.asarray(candidate_starts, dtype=np.int64),
+        np.asarray(candidate_sizes, dtype=np.int64),
+    )
+    for name, start, size, val in (
+        ("baseline", b_start, b_size, b_val),
+        ("candidate", c_start, c_size, c_val),
+    ):
+        if (
+            start.shape != (pairs,)
+            or size.shape != (pairs,)
+            or (pairs and ((size < 0).any() or (start < 0).any() or (start + size > val.size).any()))
+        ):
+            raise ValueError(
+                f"drift samples: {name} segments must be {pairs} (start, size) within 0..{val.size}"
             )
     if keys.is_duplicated().any():
         row = keys.filter(keys.is_duplicated()).row(0, named=True)
         raise ValueError(f"drift samples: pair query_hash={row['query_hash']}, {row['metric']} given twice")
     _check_keys(keys)
-    for name, off, val in (("baseline", b_off, b_val), ("candidate", c_off, c_val)):
+    for name, start, size, val in (
+        ("baseline", b_start, b_size, b_val),
+        ("candidate", c_start, c_size, c_val),
+    ):
         if val.size == 0 or (val.min() >= 0 and val.max() < np.inf):  # two reductions; NaN fails both
             continue
-        bad = np.flatnonzero(~np.isfinite(val) | (val < 0))
-        if bad.size:
-            row = keys.row(int(np.searchsorted(off, bad[0], side="right") - 1), named=True)
+        bad = ~np.isfinite(val) | (val < 0)
+        before = np.concatenate(([0], np.cumsum(bad)))
+        hit = np.flatnonzero(before[start + size] > before[start])  # pairs with a bad sample
+        if hit.size:
+            pair = int(hit[0])
+            at = int(start[pair] + np.argmax(bad[start[pair] : start[pair] + size[pair]]))
+            row = keys.row(pair, named=True)
             raise ValueError(
-                f"drift samples: {name} value {val[bad[0]]!r} of query_hash={row['query_hash']},"
+                f"drift samples: {name} value {float(val[at])!r} of query_hash={row['query_hash']},"
                 f" metric={row['metric']} is negative or not finite (rejected, not clipped)"
             )
     order = np.asarray(keys.select(pl.int_range(pl.len()).sort_by("query_hash", "metric")).to_series())
@@ -884,19 +960,21 @@ def score_drift_arrays(
         (small temporaries: the allocator reuses them instead of faulting in fresh pages)."""
         picked = order[start:stop]
         sides: list[np.ndarray] = []
-        for off, val in ((b_off, b_val), (c_off, c_val)):
-            sizes = np.diff(off)[picked]
+        for side, (starts, sizes_all, val) in enumerate(((b_start, b_size, b_val), (c_start, c_size, c_val))):
+            sizes = sizes_all[picked]
             new_off = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
-            if uniform[len(sides) // 2]:  # one length: a row gather and one 2-D sort
-                rows = val.reshape(pairs, int(sizes[0]) if sizes.size else 0)[picked]
+            if uniform[side]:  # one length, laid out in row order: a row gather and one 2-D sort
+                rows = val[: pairs * int(sizes_all[0])].reshape(pairs, int(sizes_all[0]))[picked]
                 rows.sort(axis=1)
                 sides += [rows.reshape(-1), new_off]
                 continue
-            gather = np.repeat(off[:-1][picked] - new_off[:-1], sizes) + np.arange(int(new_off[-1]))
-            sides += [_sort_segments(val[gather], new_off), new_off]
+            sides += [_gathered_sorted(val, starts[picked], new_off), new_off]
         return _Samples(sorted_keys.slice(start, stop - start), *sides)
 
-    uniform = [pairs > 0 and bool((np.diff(off) == off[1] - off[0]).all()) for off in (b_off, c_off)]
+    uniform = [
+        pairs > 0 and bool((size == size[0]).all() and (start == np.arange(pairs) * size[0]).all())
+        for start, size in ((b_start, b_size), (c_start, c_size))
+    ]
     return _score_chunks(sorted_keys, chunk, config)
 
 
@@ -1031,7 +1109,10 @@ def _score_chunks(
     if pairs == 0:
         return pl.DataFrame(schema=OUTPUT_SCHEMA)
     bounds = [(start, min(start + _CHUNK_PAIRS, pairs)) for start in range(0, pairs, _CHUNK_PAIRS)]
-    threads = min(config.threads or os.cpu_count() or 1, len(bounds))
+    # a thread gets two chunks or more: with one each (2,000 pairs on 2 threads) the threads only took the
+    # GIL from each other between the kernel's short numpy calls (ragged 200-700 a side: 0.034-0.057 s of
+    # wall time on two against 0.030-0.032 s on one; 300 a side: no faster)
+    threads = min(config.threads or os.cpu_count() or 1, max(1, len(bounds) // 2))
 
     def work(bound: tuple[int, int]) -> tuple[np.ndarray, ...]:
         part = chunk(*bound)

@@ -537,7 +537,12 @@ EXECUTION_DRIFT = TableSchema(
         Column("n_candidate", dt.Int64()),
         Column("js", dt.Float64(), "Jensen-Shannon divergence, base 2, in [0, 1]: the drift score"),
         Column("psi", dt.Float64(), "population stability index (natural log; p = candidate)"),
-        Column("wasserstein", dt.Float64(), "W1 of the raw samples in the metric's unit (metadata)"),
+        Column(
+            "wasserstein",
+            dt.Float64(),
+            "W1 of the raw samples in the metric's unit (metadata); null unless [drift.score]"
+            " compute_wasserstein",
+        ),
         Column("flag", dt.String(), "PASS | WARN | BLOCK"),
         Column("reason", dt.String(), "insufficient_samples | js_block | psi_block | ... | within_bands"),
         Column("psi_data_quality", dt.Boolean(), "PSI > psi_data_quality: the flag fell back to JS"),

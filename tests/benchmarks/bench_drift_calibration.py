@@ -79,6 +79,14 @@ def generate(
     shape: str, change: str, pairs: int, rng: np.random.Generator
 ) -> tuple[pl.DataFrame, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Keys and flat ragged arrays (baseline, offsets, candidate, offsets) of ``pairs`` pairs."""
+    return generate_with_scale(shape, change, pairs, rng)[:5]
+
+
+def generate_with_scale(
+    shape: str, change: str, pairs: int, rng: np.random.Generator
+) -> tuple[pl.DataFrame, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``generate``'s arrays and each pair's scale (what an oracle that knows the distributions needs:
+    bench_drift_tail_bound)."""
     draw, alter = SHAPES[shape], CHANGES[change]
     n_b = rng.choice(SIZES, pairs)
     n_c = rng.choice(SIZES, pairs)
@@ -97,6 +105,7 @@ def generate(
         np.concatenate(([0], np.cumsum(n_b))).astype(np.int64),
         np.concatenate(candidate),
         np.concatenate(([0], np.cumsum(n_c))).astype(np.int64),
+        scale,
     )
 
 

@@ -30,12 +30,13 @@ from jobs.drift.scorer import (
     query_hash,
     score_drift,
     score_drift_arrays,
+    score_drift_segments,
     shard_of,
     slow_tail_p_values,
     slow_tail_significant,
 )
 
-DESIGN = DriftScoreConfig(profile="design")
+DESIGN = DriftScoreConfig(profile="design", compute_wasserstein=True)  # W1 is checked here; off by default
 TINY = DriftScoreConfig(profile="design", min_samples=0)
 H1 = query_hash("select 1")
 H2 = query_hash("select 2")
@@ -68,7 +69,11 @@ def lognormal(seed: int, n: int, scale: float = 1.0) -> np.ndarray:
 
 def test_js_and_psi_match_the_hand_computed_two_bin_case() -> None:
     # grid [0, 1], 2 bins: baseline [0,0,1,1] -> (1/2, 1/2), candidate [0,1,1,1] -> (1/4, 3/4)
-    row = one([0, 0, 1, 1], [0, 1, 1, 1], DriftScoreConfig(profile="design", min_samples=0, n_bins=2))
+    row = one(
+        [0, 0, 1, 1],
+        [0, 1, 1, 1],
+        DriftScoreConfig(profile="design", min_samples=0, n_bins=2, compute_wasserstein=True),
+    )
     p, q = (0.25, 0.75), (0.5, 0.5)
     m = (0.375, 0.625)
     js = 0.5 * sum(a * math.log2(a / c) for a, c in zip(p, m, strict=True))
@@ -270,6 +275,76 @@ def test_design_profile_equals_the_plain_rule_on_random_inputs() -> None:
     assert flags == {PASS, WARN, BLOCK}
 
 
+def test_a_finite_outlier_too_large_for_an_integer_bin_is_the_top_bin_not_a_crash() -> None:
+    """(1e300 - lo) / width overflows an int64: cast first, it became a negative key and bincount raised
+    (the design profile's payload then exited 1, a traceback CI reads as WARN). The rule's min() puts it
+    in the top bin, as the plain-Python reference does."""
+    rng = np.random.default_rng(3)
+    b = rng.lognormal(0, 1, 300)
+    c = np.concatenate([rng.lognormal(0, 1, 299), [1e300]])
+    row = one(b, c)
+    js, psi, flag = plain_rule(b, c, DESIGN)
+    assert row["js"] == pytest.approx(js, abs=1e-12) and row["psi"] == pytest.approx(psi, rel=1e-12)
+    assert row["flag"] == flag
+    assert one(b, c, DriftScoreConfig(null_resamples=50))["flag"] in (PASS, WARN, BLOCK)
+
+
+def test_w1_is_null_unless_asked() -> None:
+    """W1 is metadata computed only when asked (issue 27): by default null, never 0."""
+    assert DriftScoreConfig().compute_wasserstein is False
+    same = np.linspace(1.0, 2.0, 300)
+    for profile in ("design", "calibrated"):
+        assert (
+            one(same, same * 2, DriftScoreConfig(profile=profile, null_resamples=50))["wasserstein"] is None
+        )
+
+
+def test_segments_in_any_order_with_unused_samples_give_the_arrays_bytes() -> None:
+    """score_drift_segments (the production path: per-pair lists flattened as they lie) gives the same
+    bytes as score_drift_arrays on the same pairs, whatever the segments' order and with samples of no
+    pair between them; a bad sample of a pair is named, one outside every pair is not read."""
+    rng = np.random.default_rng(5)
+    sizes = [(300, 210), (1, 3), (250, 250), (0, 40), (220, 0)]
+    keys = pl.DataFrame(
+        {
+            "query_hash": [query_hash(f"s{i}") for i in range(5)],
+            "metric": ["latency", "cost"] * 2 + ["latency"],
+        }
+    )
+    base = [rng.lognormal(0, 1, nb) for nb, _ in sizes]
+    cand = [rng.lognormal(0.3, 1, nc) for _, nc in sizes]
+    config = DriftScoreConfig(null_resamples=60, compute_wasserstein=True)
+    expected = score_drift_arrays(
+        keys,
+        np.concatenate(base),
+        np.concatenate(([0], np.cumsum([v.size for v in base]))),
+        np.concatenate(cand),
+        np.concatenate(([0], np.cumsum([v.size for v in cand]))),
+        config,
+    )
+
+    def laid_out(parts: list[np.ndarray], junk: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        flat, starts = [np.full(7, junk)], np.zeros(len(parts), dtype=np.int64)
+        at = 7
+        for i in (4, 2, 0, 3, 1):  # reversed-ish order, junk between segments
+            starts[i] = at
+            flat += [parts[i], np.full(3, junk)]
+            at += parts[i].size + 3
+        return np.concatenate(flat), starts, np.array([p.size for p in parts])
+
+    b_val, b_start, b_size = laid_out(base, 5.0)
+    c_val, c_start, c_size = laid_out(cand, 9.0)
+    got = score_drift_segments(keys, b_val, b_start, b_size, c_val, c_start, c_size, config)
+    assert _bytes(got) == _bytes(expected)
+    b_val[:7] = -1.0  # outside every pair: not read
+    assert _bytes(
+        score_drift_segments(keys, b_val, b_start, b_size, c_val, c_start, c_size, config)
+    ) == _bytes(expected)
+    c_val[c_start[2] + 5] = np.nan
+    with pytest.raises(ValueError, match=rf"candidate value nan of query_hash={keys['query_hash'][2]}"):
+        score_drift_segments(keys, b_val, b_start, b_size, c_val, c_start, c_size, config)
+
+
 def test_wasserstein_of_pairs_sharing_their_sample_counts_matches_scipy() -> None:
     """Pairs with one (n_baseline, n_candidate) are scored as a 2-D block (equal counts: the mean gap of
     the order statistics; unequal: one merge pattern); a few ragged ones go through the flat merge."""
@@ -297,8 +372,8 @@ def test_w1_is_computed_only_when_asked_and_nothing_else_moves() -> None:
     }
     for profile in ("design", "calibrated"):
         config = DriftScoreConfig(profile=profile, null_resamples=60)
-        full = score_drift(frame(pairs), config)
-        bare = score_drift(frame(pairs), replace(config, compute_wasserstein=False))
+        bare = score_drift(frame(pairs), config)  # the default: W1 not asked for, null (never 0)
+        full = score_drift(frame(pairs), replace(config, compute_wasserstein=True))
         assert full["wasserstein"].null_count() == 0 and bare["wasserstein"].null_count() == bare.height
         assert _bytes(bare.drop("wasserstein")) == _bytes(full.drop("wasserstein"))
 

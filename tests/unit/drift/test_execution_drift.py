@@ -808,3 +808,51 @@ def test_drift_exit_codes_are_documented() -> None:
         "4  score --payload: no anchored baseline",
     ):
         assert line in epilog
+
+
+def test_scoring_an_instance_flattens_the_lists_as_they_lie_and_scores_what_the_arrays_would() -> None:
+    """_score_instance joins keys only and hands the lists' segments as they lie to the kernel: the rows
+    are those of score_drift_arrays on the pairs in key order, a null inside a baseline list is dropped,
+    an empty list is an empty side, and a null list (or a key with no sample at all) is left to the
+    caller; a candidate without a baseline is not scored here."""
+    from jobs.drift.config import DriftScoreConfig
+    from jobs.drift.execution import _score_instance
+    from jobs.drift.scorer import score_drift_arrays
+
+    rng = np.random.default_rng(4)
+    keys = [query_hash(f"inst{i}") for i in range(6)]
+    b0 = list(rng.lognormal(0, 1, 250))
+    base_lists = [[*b0, None], list(rng.lognormal(0, 1, 220)), [], None, [], list(rng.lognormal(0, 1, 260))]
+    cand_lists = {
+        keys[5]: rng.lognormal(0.3, 1, 240),
+        keys[0]: rng.lognormal(0, 1, 300),
+        keys[2]: rng.lognormal(0, 1, 210),
+        keys[3]: np.full(3, 2.0),
+    }
+    base = pl.DataFrame(
+        {"query_hash": keys, "metric": ["latency"] * 6, "samples": base_lists},
+        schema={"query_hash": pl.String, "metric": pl.String, "samples": pl.List(pl.Float64)},
+    )
+    cand = pl.DataFrame(
+        {
+            "query_hash": [*cand_lists, "f" * 64],
+            "metric": ["latency"] * 5,
+            "value": [list(v) for v in cand_lists.values()] + [[1.0] * 5],
+        },
+        schema={"query_hash": pl.String, "metric": pl.String, "value": pl.List(pl.Float64)},
+    )
+    config = DriftConfig(score=DriftScoreConfig(profile="design", compute_wasserstein=True))
+    got = _score_instance(base, cand, config)
+    scored = [0, 1, 2, 5]  # 3: a null list; 4: no sample on either side
+    expected_base = [np.array(b0), np.array(base_lists[1]), np.zeros(0), np.array(base_lists[5])]
+    expected_cand = [cand_lists[keys[0]], np.zeros(0), cand_lists[keys[2]], cand_lists[keys[5]]]
+    expected = score_drift_arrays(
+        pl.DataFrame({"query_hash": [keys[i] for i in scored], "metric": ["latency"] * 4}),
+        np.concatenate(expected_base),
+        np.concatenate(([0], np.cumsum([v.size for v in expected_base]))),
+        np.concatenate(expected_cand),
+        np.concatenate(([0], np.cumsum([v.size for v in expected_cand]))),
+        config.score,
+    )
+    assert got.equals(expected)
+    assert sorted(got["n_baseline"].to_list()) == [0, 220, 250, 260]  # the null in the first list dropped
