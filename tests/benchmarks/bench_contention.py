@@ -48,7 +48,9 @@ DATA_SEED = 20261201
 INSTANCES = 300
 SMALL_INSTANCES = 200
 # SHA-256 of the generated frames (numpy PCG64): a changed generator or numpy must not go unnoticed.
-EXPECTED_HASH = "1b6c5da1b6ce7bb05b6ac8882d5ccc70871b0b085b013772552f266e0c87ade0"
+# 1b6c5da1… when set (c238532); with numpy 2.4.6 / polars 2.1.0 the same commit's generator gives 9737e1f9…,
+# as does every later one: the environment moved, not the generator.
+EXPECTED_HASH = "9737e1f98ad33f993ff09431c1ce6a02d2489c2104666fde5ba33b89eb875e98"
 GOAL_EPISODES_REPORTED = 0.01
 
 
