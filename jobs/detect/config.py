@@ -81,9 +81,10 @@ class SampleConfig:
     would: the same samples, in memory that follows the piece instead of the history (500 statements
     over 7 days: 1.9 GiB in pieces of a day, 5.0 GiB at once)."""
 
-    rebuild_ahead: bool = field(default=True, repr=False, compare=False)
+    rebuild_ahead: bool = field(default=False, repr=False, compare=False)
     """A whole rebuild differences the next instance on a thread while this one's files are written: the
-    same files, sooner, with at most two instances' rows held at once (False: one at a time)."""
+    same files, with two instances' rows held at once. Off by default: on the 2-core benchmark machine
+    beside other work it was not clearly faster (docs/benchmarks.md, issue 25) and costs that memory."""
 
     def __post_init__(self) -> None:
         if self.rebuild_piece_rows < 1:

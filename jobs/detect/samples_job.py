@@ -310,9 +310,9 @@ def _run_samples_job(
             return pieces, listed, None
         return pieces, listed, with_recovery(lake_root, tables, lambda: rebuilt(name))
 
-    # A whole rebuild differences the next instance on a thread while this one's files are written
-    # (polars and the Parquet writer release the GIL): one instance ahead at most, so at most two
-    # instances' rows are held at once.
+    # With [samples] rebuild_ahead a whole rebuild differences the next instance on a thread while this
+    # one's files are written (polars and the Parquet writer release the GIL): one instance ahead at most,
+    # so at most two instances' rows are held at once.
     ahead = mode == "rebuild" and dates is None and config.rebuild_ahead and len(names) > 1
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="samples-ahead") if ahead else None
     coming: dict[str, Future[Any]] = {}
