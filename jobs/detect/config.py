@@ -81,10 +81,11 @@ class SampleConfig:
     would: the same samples, in memory that follows the piece instead of the history (500 statements
     over 7 days: 1.9 GiB in pieces of a day, 5.0 GiB at once)."""
 
-    rebuild_ahead: bool = field(default=False, repr=False, compare=False)
+    rebuild_ahead: bool = field(default=True, repr=False, compare=False)
     """A whole rebuild differences the next instance on a thread while this one's files are written: the
-    same files, with two instances' rows held at once. Off by default: on the 2-core benchmark machine
-    beside other work it was not clearly faster (docs/benchmarks.md, issue 25) and costs that memory."""
+    same files, with two instances' rows held at once (off within ``[detector.memory] budget_mib``, whose
+    estimate counts one). 10 x 144,000 snapshot rows: 1.44 s instead of 1.87 s one at a time on an idle
+    2-core machine; with the CPUs already busy it gains nothing (docs/benchmarks.md, issue 25)."""
 
     def __post_init__(self) -> None:
         if self.rebuild_piece_rows < 1:
