@@ -85,7 +85,7 @@ class SampleConfig:
     """A whole rebuild differences the next instance on a thread while this one's files are written: the
     same files, with two instances' rows held at once (off within ``[detector.memory] budget_mib``, whose
     estimate counts one). 10 x 144,000 snapshot rows: 1.44 s instead of 1.87 s one at a time on an idle
-    2-core machine; with the CPUs already busy it gains nothing (docs/benchmarks.md, issue 25)."""
+    2-core machine; with the CPUs already busy it gains little (docs/benchmarks.md, issue 25)."""
 
     def __post_init__(self) -> None:
         if self.rebuild_piece_rows < 1:
