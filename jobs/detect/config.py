@@ -81,6 +81,12 @@ class SampleConfig:
     would: the same samples, in memory that follows the piece instead of the history (500 statements
     over 7 days: 1.9 GiB in pieces of a day, 5.0 GiB at once)."""
 
+    rebuild_ahead: bool = field(default=True, repr=False, compare=False)
+    """A whole rebuild differences the next instance on a thread while this one's files are written: the
+    same files, with two instances' rows held at once (off within ``[detector.memory] budget_mib``, whose
+    estimate counts one). 10 x 144,000 snapshot rows: 1.44 s instead of 1.87 s one at a time on an idle
+    2-core machine; with the CPUs already busy it gains little (docs/benchmarks.md, issue 25)."""
+
     def __post_init__(self) -> None:
         if self.rebuild_piece_rows < 1:
             raise ValueError("rebuild_piece_rows must be >= 1")

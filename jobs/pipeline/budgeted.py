@@ -139,6 +139,9 @@ def run_detection_in_budget(
     """``run_detection``, split into chunks of instances when it reads every sample and its estimate
     exceeds ``config.memory.budget_mib``."""
     computed_at = (now or datetime.now(UTC)).astimezone(UTC)
+    if config.memory.budget_mib > 0:
+        # The estimate counts one instance's rebuild at a time: no differencing of the next one ahead.
+        config = replace(config, samples=replace(config.samples, rebuild_ahead=False))
     chunks: tuple[tuple[str, ...], ...] = ()
     rows: dict[str, int] = {}
     pieces = config.samples.rebuild_piece_rows
