@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+import numpy as np
 import polars as pl
 
 from jobs.detect.config import SampleConfig
@@ -572,11 +573,24 @@ def _finish_samples(valid: pl.DataFrame) -> pl.DataFrame:
     plans = pl.col("plans").cast(pl.Float64)
     # × 1e-6, not / 1e6: polars divides a column by a scalar as a multiplication by its inverse, but a
     # one-row frame by true division, so a one-row append would differ from a rebuild in the last bit.
+    # The means by numpy's true division: polars sometimes divides two columns as a multiplication by the
+    # divisor's inverse, depending on how the frame was built (the entry-order differencing and the
+    # general one gave 110.20067683205812 and ...814 for the same 330.6020304961744 / 3), and identical
+    # snapshots must give identical samples whichever path built them.
     out = valid.with_columns(
         ((pl.col("interval_end") - pl.col("interval_start")).dt.total_microseconds() * 1e-6).alias(
             "interval_seconds"
         ),
-        pl.when(calls > 0).then(pl.col("total_exec_time") / calls).alias("mean_exec_time"),
-        pl.when(plans > 0).then(pl.col("total_plan_time") / plans).alias("mean_plan_time"),
+        pl.when(calls > 0).then(_true_ratio(valid, "total_exec_time", "calls")).alias("mean_exec_time"),
+        pl.when(plans > 0).then(_true_ratio(valid, "total_plan_time", "plans")).alias("mean_plan_time"),
     )
     return out.select("instance", *QUERY_SAMPLES.column_names)
+
+
+def _true_ratio(frame: pl.DataFrame, numerator: str, denominator: str) -> pl.Series:
+    """numerator / denominator row by row, IEEE division (NaN where either is null or the divisor is 0;
+    the caller keeps only rows with a positive divisor)."""
+    top = frame[numerator].cast(pl.Float64).to_numpy()
+    bottom = frame[denominator].cast(pl.Float64).to_numpy()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return pl.Series(numerator, np.divide(top, bottom), dtype=pl.Float64, nan_to_null=True)
