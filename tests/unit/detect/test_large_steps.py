@@ -104,3 +104,16 @@ def test_a_finding_opened_by_a_large_step_keeps_its_identity_when_the_segment_te
     assert later.select("change", "opened_by", "opened_on_samples", "after_mean_ms").rows() == [
         ("updated", "large_step", 3, 40.5)
     ]
+
+
+def test_a_first_new_sample_left_in_the_reference_moves_to_the_new_level() -> None:
+    """Five samples after the step (the soak's shop-b at one run): the longest run the rule looks at is
+    four, so the first new sample (16 ms, lower than the next ones) is the reference's last; the settled
+    boundary moves it to the new level, and the level before is the old regime's alone."""
+    old = 0.03 * np.random.default_rng(9).lognormal(0.0, 0.1, 40)
+    values = np.r_[old, 16.0, 25.6, 23.9, 17.1, 18.2]
+    steps = large_steps_at_end(values, np.array([values.size]), CONFIG)
+    assert steps.group.tolist() == [0]
+    assert int(steps.cut[0]) == old.size  # the onset at the 16 ms sample, as with more samples
+    assert float(steps.before_mean[0]) == pytest.approx(float(old.mean()))
+    assert float(steps.after_mean[0]) == pytest.approx(float(np.mean([16.0, 25.6, 23.9, 17.1, 18.2])))
