@@ -8,7 +8,7 @@ instances are processed one at a time so memory stays bounded by the largest ins
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -117,6 +117,55 @@ def _changed(column: str) -> pl.Expr:
     return pl.col(column).ne_missing(pl.col(column).shift(1))
 
 
+def _clock_columns() -> tuple[pl.Expr, pl.Expr]:
+    """(``_offset``: the server's clock minus the collector's; ``_booted``: when the collector booted, by its
+    clock). Both clocks stepped together leave the offset alone; the collector's boot clock is never
+    stepped, so ``_booted`` moves by the step (compared within one collector boot only)."""
+    offset = ((pl.col("captured_at") - pl.col("collector_clock")).dt.total_microseconds() / 1e6).alias(
+        "_offset"
+    )
+    booted = (
+        pl.col("collector_clock").dt.epoch("us").cast(pl.Float64) * 1e-6 - pl.col("collector_uptime_s")
+    ).alias("_booted")
+    return offset, booted
+
+
+def _drop_reason(config: SampleConfig, label: Callable[[str], pl.Expr], none: pl.Expr) -> pl.Expr:
+    """Why an interval (a row and its predecessor of one entry, in entry order, with ``_offset`` and
+    ``_booted``) is not a sample, as ``label(reason)``; ``none`` where it is one. One rule for the general
+    differencing (reasons as text) and the entry-order one (reasons as bytes until counted)."""
+    skew = config.max_clock_skew_s
+    decreased = pl.any_horizontal([(pl.col(c) < pl.col(c).shift(1)).fill_null(False) for c in SAMPLE_DELTAS])
+    reason = (
+        pl.when(_changed("system_identifier"))
+        .then(label("server_replaced"))
+        .when(_changed("postmaster_start"))
+        .then(label("server_restarted"))
+        .when(_changed("stats_reset"))
+        .then(label("stats_reset"))
+        .when(_changed("stats_since"))
+        .then(label("entry_recreated"))
+        .when(
+            (pl.col("captured_at") <= pl.col("captured_at").shift(1))
+            | ((pl.col("_offset") - pl.col("_offset").shift(1)).abs() > skew).fill_null(False)
+            | (
+                pl.col("collector_boot").eq(pl.col("collector_boot").shift(1))
+                & ((pl.col("_booted") - pl.col("_booted").shift(1)).abs() > skew)
+            ).fill_null(False)
+        )
+        .then(label("clock_skew"))
+        .when(decreased)
+        .then(label("counter_decreased"))
+        .otherwise(none)
+    )
+    if config.drop_when_dealloc_grew:
+        evictions = pl.col("dealloc") - pl.col("dealloc").shift(1)
+        reason = (
+            pl.when(reason.is_null() & (evictions > 0)).then(label("evicted_in_interval")).otherwise(reason)
+        )
+    return reason
+
+
 def samples_from_snapshots(
     snapshots: pl.LazyFrame | pl.DataFrame,
     runs: pl.LazyFrame | pl.DataFrame | None,
@@ -211,48 +260,13 @@ def _instance_samples(
     # Snapshots are ordered as they were taken (the collector's clock), so a server clock that went
     # backwards shows as a negative interval instead of silently reordering the snapshots.
     taken = pl.coalesce("collector_clock", "captured_at").alias("_taken")
-    offset = ((pl.col("captured_at") - pl.col("collector_clock")).dt.total_microseconds() / 1e6).alias(
-        "_offset"
-    )
-    # Both clocks stepped together leave their offset alone; the collector's boot clock is never stepped,
-    # so its clock minus that (when it booted, by its clock) moves by the step. Only within one boot.
-    booted = (
-        pl.col("collector_clock").dt.epoch("us").cast(pl.Float64) * 1e-6 - pl.col("collector_uptime_s")
-    ).alias("_booted")
+    offset, booted = _clock_columns()
     key = ("queryid", "_db_user", "toplevel")
     ordered = _in_entry_order(frame.with_columns(packed, taken, offset, booted), key).lazy()
     same_entry = pl.all_horizontal([pl.col(k).eq_missing(pl.col(k).shift(1)) for k in key])
     deltas = [(pl.col(c) - pl.col(c).shift(1)).alias(c) for c in SAMPLE_DELTAS]
-    decreased = pl.any_horizontal([(pl.col(c) < pl.col(c).shift(1)).fill_null(False) for c in SAMPLE_DELTAS])
     evictions = (pl.col("dealloc") - pl.col("dealloc").shift(1)).alias("evictions")
-    reason = (
-        pl.when(_changed("system_identifier"))
-        .then(pl.lit("server_replaced"))
-        .when(_changed("postmaster_start"))
-        .then(pl.lit("server_restarted"))
-        .when(_changed("stats_reset"))
-        .then(pl.lit("stats_reset"))
-        .when(_changed("stats_since"))
-        .then(pl.lit("entry_recreated"))
-        .when(
-            (pl.col("captured_at") <= pl.col("captured_at").shift(1))
-            | ((pl.col("_offset") - pl.col("_offset").shift(1)).abs() > config.max_clock_skew_s).fill_null(
-                False
-            )
-            | (
-                pl.col("collector_boot").eq(pl.col("collector_boot").shift(1))
-                & ((pl.col("_booted") - pl.col("_booted").shift(1)).abs() > config.max_clock_skew_s)
-            ).fill_null(False)
-        )
-        .then(pl.lit("clock_skew"))
-        .when(decreased)
-        .then(pl.lit("counter_decreased"))
-        .otherwise(pl.lit(None, dtype=pl.String))
-    )
-    if config.drop_when_dealloc_grew:
-        reason = (
-            pl.when(reason.is_null() & (evictions > 0)).then(pl.lit("evicted_in_interval")).otherwise(reason)
-        )
+    reason = _drop_reason(config, pl.lit, pl.lit(None, dtype=pl.String))
     diffed = ordered.select(
         pl.col("instance"),
         pl.col("captured_at").shift(1).alias("interval_start"),
@@ -368,42 +382,9 @@ def _entry_ordered_samples(
     order, entry = found
     instance = frame["instance"][0]
     ordered = frame.select(_ORDERED_COLUMNS).rechunk()[order].with_columns(entry.alias("_entry"))
-    offset = ((pl.col("captured_at") - pl.col("collector_clock")).dt.total_microseconds() / 1e6).alias(
-        "_offset"
-    )
-    booted = (
-        pl.col("collector_clock").dt.epoch("us").cast(pl.Float64) * 1e-6 - pl.col("collector_uptime_s")
-    ).alias("_booted")
-    decreased = pl.any_horizontal([(pl.col(c) < pl.col(c).shift(1)).fill_null(False) for c in SAMPLE_DELTAS])
+    offset, booted = _clock_columns()
     evictions = (pl.col("dealloc") - pl.col("dealloc").shift(1)).alias("evictions")
-    reason = (
-        pl.when(_changed("system_identifier"))
-        .then(_code("server_replaced"))
-        .when(_changed("postmaster_start"))
-        .then(_code("server_restarted"))
-        .when(_changed("stats_reset"))
-        .then(_code("stats_reset"))
-        .when(_changed("stats_since"))
-        .then(_code("entry_recreated"))
-        .when(
-            (pl.col("captured_at") <= pl.col("captured_at").shift(1))
-            | ((pl.col("_offset") - pl.col("_offset").shift(1)).abs() > config.max_clock_skew_s).fill_null(
-                False
-            )
-            | (
-                pl.col("collector_boot").eq(pl.col("collector_boot").shift(1))
-                & ((pl.col("_booted") - pl.col("_booted").shift(1)).abs() > config.max_clock_skew_s)
-            ).fill_null(False)
-        )
-        .then(_code("clock_skew"))
-        .when(decreased)
-        .then(_code("counter_decreased"))
-        .otherwise(pl.lit(None, dtype=pl.UInt8))
-    )
-    if config.drop_when_dealloc_grew:
-        reason = (
-            pl.when(reason.is_null() & (evictions > 0)).then(_code("evicted_in_interval")).otherwise(reason)
-        )
+    reason = _drop_reason(config, _code, pl.lit(None, dtype=pl.UInt8))
     calls = pl.col("calls") - pl.col("calls").shift(1)
     reason = (
         pl.when(reason.is_null() & (calls < config.min_executions))
