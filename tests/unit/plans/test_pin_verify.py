@@ -95,9 +95,8 @@ def test_interval_latencies_sum_users_and_leave_nested_rows_out() -> None:
     assert out["mean_ms"].to_list() == [1.5]  # (10 + 50) / (10 + 30); the zero-call interval has no mean
 
 
-def test_the_check_records_a_verified_pin_once_and_reports_a_failed_one_it_may_not_remove(
-    lake_root: Path,
-) -> None:
+def applied_pin_lake(lake_root: Path) -> tuple[Any, Any, pl.DataFrame]:
+    """A pin lake whose proposal was applied at APPLIED for the step at CHANGE: (lake, proposal, its row)."""
     pin_lake = write_pin_lake(lake_root)
     pin = proposed(pin_lake)
     applied = read_pins(pin_lake).with_columns(
@@ -106,6 +105,13 @@ def test_the_check_records_a_verified_pin_once_and_reports_a_failed_one_it_may_n
         pl.lit(CHANGE).alias("detected_change_at"),
     )
     write_pins(pin_lake, applied, APPLIED)
+    return pin_lake, pin, applied
+
+
+def test_the_check_records_a_verified_pin_once_and_reports_a_failed_one_it_may_not_remove(
+    lake_root: Path,
+) -> None:
+    pin_lake, pin, _ = applied_pin_lake(lake_root)
     now = APPLIED + 40 * MINUTE
 
     def run(frame: pl.DataFrame) -> list[Any]:
@@ -173,14 +179,7 @@ def test_a_verified_pin_whose_query_id_is_gone_is_taken_back_with_why(
     """A verified pin whose query has had no samples for [pinning] gone_after while its instance's did is
     removed with its own DELETE and recorded; an applied (unverified) one, a query still running, or an
     instance no longer sampled (the collector stopped) keep it."""
-    pin_lake = write_pin_lake(lake_root)
-    pin = proposed(pin_lake)
-    applied = read_pins(pin_lake).with_columns(
-        pl.lit("applied").alias("event"),
-        pl.lit(APPLIED).alias("recorded_at"),
-        pl.lit(CHANGE).alias("detected_change_at"),
-    )
-    write_pins(pin_lake, applied, APPLIED)
+    pin_lake, pin, applied = applied_pin_lake(lake_root)
     verified_at = APPLIED + 10 * MINUTE
     write_pins(
         pin_lake,
