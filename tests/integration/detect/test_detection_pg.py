@@ -171,8 +171,19 @@ def test_noop_deploy_with_a_cpu_heavy_neighbour_is_no_query_regression(
     # The slowdown is not swallowed: it is one instance-level finding, and the queries it explains say so.
     slowdowns = slowdowns_at(frames, "v5-noop")
     assert slowdowns.height >= 1, frames.instance_slowdowns
-    episode = slowdowns.row(0, named=True)
-    assert episode["work_unchanged"] is True, episode
+    # The episode that explained the queries (the deploy's and the unannounced analysis may each have one;
+    # CI once read the other one, which explained nothing and so knew nothing of the work: None).
+    explaining = slowdowns.filter(pl.col("findings_suppressed") > 0).sort(
+        "findings_suppressed", descending=True
+    )
+    assert explaining.height >= 1, slowdowns
+    episode = explaining.row(0, named=True)
+    for row in explaining.iter_rows(named=True):
+        # A no-op changed no work: unchanged when the queries it explained carried work evidence, unknown
+        # (None, said) when none did; never changed.
+        own = explained.filter(pl.col("analysis") == row["analysis"])
+        known = "work_changed" in own.columns and own["work_changed"].is_not_null().any()
+        assert row["work_unchanged"] is (True if known else None), (row, shown(own))
     if clearly_contended(mix_rows(frames, "v5-noop")):
         assert episode["queries"] >= 3 and episode["median_ratio"] > 1.2, episode
     assert (explained["kind"] == "contention").all() and (explained["status"] == "no_regression").all()
