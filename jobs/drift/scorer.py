@@ -1076,10 +1076,18 @@ def _kernel(s: _Samples, config: DriftScoreConfig) -> tuple[np.ndarray, ...]:
                 candidates = sufficient & tail_material & (tail > 0)  # the only pairs it could flag
             slower_tail = slow_tail_significant(s, config.tail_quantiles, config.tail_p_value, candidates)
             with np.errstate(invalid="ignore"):
+                block_sized = slower_tail & (tail_size >= np.log(config.tail_block_ratio))
+            # A BLOCK needs the stricter level (a WARN level of its own spends the A/A budget on WARNs).
+            block_tail = (
+                block_sized
+                if config.tail_block_p_value >= config.tail_p_value
+                else slow_tail_significant(s, config.tail_quantiles, config.tail_block_p_value, block_sized)
+            )
+            with np.errstate(invalid="ignore"):
                 moves = ShiftTail(
                     shift_block=shift_significant & (shift_size >= np.log(config.shift_block_ratio)),
                     shift_warn=shift_significant & shift_material,
-                    tail_block=slower_tail & (tail_size >= np.log(config.tail_block_ratio)),
+                    tail_block=block_tail,
                     tail_warn=slower_tail & tail_material,
                 )
     flag, reason, data_quality = flag_pairs(h.js, h.psi, counts, config, js_noise, psi_noise, moves)

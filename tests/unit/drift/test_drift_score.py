@@ -516,7 +516,8 @@ def test_the_slow_tail_p_value_is_the_exact_exceedance_law() -> None:
 
 def test_a_tail_only_the_p95_and_p99_counts_see_is_flagged_and_unchanged_pairs_are_not() -> None:
     # 3% of the executions 5x slower: most of them land above the baseline's p99, few more above its p90
-    config = DriftScoreConfig(null_resamples=300)
+    # (at the level 0.001 on both: the p90 count's p lies between 0.001 and the default WARN level 0.003)
+    config = DriftScoreConfig(null_resamples=300, tail_p_value=0.001, tail_block_p_value=0.001)
     p90_only = replace(config, tail_quantiles=(0.9,))
     for seed in (40, 41, 42):
         rng = np.random.default_rng(seed)
@@ -535,6 +536,26 @@ def test_a_tail_only_the_p95_and_p99_counts_see_is_flagged_and_unchanged_pairs_a
     assert not slow_tail_significant(samples, (0.9, 0.95, 0.99), 0.001, np.ones(20, dtype=bool)).any()
     out = score_drift(frame(unchanged), config)
     assert not out["reason"].str.starts_with("tail_").any(), out.filter(pl.col("flag") != PASS)
+
+
+def test_a_tail_significant_at_the_warn_level_only_warns_and_blocks_only_at_the_block_level() -> None:
+    # A 10% slow mode (x6) grown to 16%, 400 samples a side: its p90/p95 ratio is far over x2, its tail
+    # p between the BLOCK level (0.001) and the WARN level (0.003). Bimodal A/A pairs BLOCKed 0.60% at one
+    # level of 0.003 (held out, 3,000 pairs): the p90 sits on the boundary between the modes.
+    rng = np.random.default_rng(63)
+
+    def bimodal(n: int, share: float) -> np.ndarray:
+        values = rng.lognormal(0, 0.3, n)
+        return np.where(rng.random(n) < share, values * 6, values)
+
+    base, cand = bimodal(400, 0.10), bimodal(400, 0.16)
+    default = DriftScoreConfig(null_resamples=300)
+    assert (default.tail_p_value, default.tail_block_p_value) == (0.003, 0.001)
+    assert one(base, cand, default)["reason"] == "tail_warn"
+    assert one(base, cand, replace(default, tail_block_p_value=0.003))["reason"] == "tail_block"
+    assert one(base, cand, replace(default, tail_p_value=0.001))["flag"] == PASS
+    with pytest.raises(ValueError, match="tail_block_p_value <= tail_p_value"):
+        DriftScoreConfig(tail_p_value=0.001, tail_block_p_value=0.003)
 
 
 def _min_p_law(n_b: int, n_c: int, quantiles: tuple[float, ...], draws: int, seed: int) -> np.ndarray:
