@@ -277,10 +277,15 @@ def budgeted_run(lake_root: str, now_iso: str, budget_mib: int) -> dict[str, Any
     seconds = time.perf_counter() - started
     here = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     passes = max(run.chunk_peak_rss_mib, default=0.0)
+    helpers = helper_peaks_mib(os.getpid())
     return {
         "seconds": seconds,
-        "peak_rss_mib": here + passes,  # this process and its largest pass's, at most at once
+        # this process, the helpers that outlive a pass (the fork server the passes are forked from, the
+        # resource tracker) and the largest pass, at most at once (shared pages counted in each: an upper
+        # bound)
+        "peak_rss_mib": here + sum(helpers.values()) + passes,
         "coordinator_peak_rss_mib": here,
+        "helpers_peak_rss_mib": helpers,
         "largest_pass_peak_rss_mib": passes,
         "chunks": [len(c) for c in run.chunks],
         "detected": sorted(
@@ -290,6 +295,26 @@ def budgeted_run(lake_root: str, now_iso: str, budget_mib: int) -> dict[str, Any
             }
         ),
     }
+
+
+def helper_peaks_mib(parent: int) -> dict[str, float]:
+    """Peak RSS (VmHWM) of each live child process of ``parent``, by its command (Linux /proc)."""
+    peaks: dict[str, float] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) != parent:
+                continue
+            status = (entry / "status").read_text()
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, ValueError, IndexError):
+            continue
+        for line in status.splitlines():
+            if line.startswith("VmHWM:"):
+                name = "fork server" if "forkserver" in command else command[:60]
+                peaks[name] = peaks.get(name, 0.0) + int(line.split()[1]) / 1024.0
+    return peaks
 
 
 def reference_pass(lake_root: str) -> dict[str, Any]:
@@ -383,7 +408,8 @@ def in_fresh_process(
     progress.with_suffix(".steps.json").unlink(missing_ok=True)
     os.environ[PROGRESS_ENV] = str(progress.resolve())  # inherited by the child
     receiver, sender = context.Pipe(duplex=False)
-    process = context.Process(target=_child, args=(sender, function, args), daemon=True)
+    # Not daemonic: a budgeted run starts its passes as processes of its own (a daemon may not).
+    process = context.Process(target=_child, args=(sender, function, args))
     started = time.perf_counter()
     process.start()
     sender.close()
@@ -491,6 +517,8 @@ def bench_shape(
                 f"  full run within {budget_mib:,} MiB: {run['seconds']:.1f} s "
                 f"(x{run['seconds'] / out['reference']['seconds']:.1f} the reference), chunks of "
                 f"{run['chunks']} instances; peak RSS {run['coordinator_peak_rss_mib']:,.0f} MiB here + "
+                f"{sum(run['helpers_peak_rss_mib'].values()):,.0f} MiB helpers "
+                f"({', '.join(f'{k} {v:,.0f}' for k, v in run['helpers_peak_rss_mib'].items()) or 'none'}) + "
                 f"{run['largest_pass_peak_rss_mib']:,.0f} MiB the largest pass = {run['peak_rss_mib']:,.0f} "
                 f"MiB; deploy verdicts {'the same as' if same else 'DIFFERENT from'} the one-pass run's",
                 flush=True,

@@ -187,3 +187,81 @@ def test_a_pass_gives_freed_memory_back_and_the_run_keeps_its_environment() -> N
     seen = in_own_process(os.getenv, of_run, ALLOCATOR_ENV)
     assert seen is not None and seen.endswith(RETURN_FREED), seen
     assert os.environ.get(ALLOCATOR_ENV) == before
+
+
+def _descendants(root: int) -> set[int]:
+    """Every live process under ``root`` (from /proc), the not-yet-reaped included."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z":
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+    found: set[int] = set()
+    todo = [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def touch_and_sleep(path: str, seconds: float) -> None:
+    """A pass that says it is up (the file), then works for ``seconds``."""
+    import time
+
+    Path(path).touch()
+    time.sleep(seconds)
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process tree from /proc (Linux)")
+def test_a_killed_run_leaves_no_pass_behind(tmp_path: Path) -> None:
+    """A run killed mid-pass (a cron timeout's SIGKILL) takes its pass with it, and whatever process
+    starts the passes: nothing goes on analysing and writing beside the next run."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    up = tmp_path / "pass-is-up"
+    script = (
+        "from datetime import UTC, datetime\n"
+        "from jobs.detect.scope import ShardOfRun\n"
+        "from jobs.pipeline.budgeted import in_own_process\n"
+        "from tests.integration.pipeline.test_detect_budgeted import touch_and_sleep\n"
+        "of_run = ShardOfRun(label='chunk-0 of 1', instances=('a',), since=datetime.now(UTC))\n"
+        f"in_own_process(touch_and_sleep, of_run, {str(up)!r}, 120.0)\n"
+    )
+    run = subprocess.Popen([sys.executable, "-c", script], cwd=Path(__file__).parents[3])
+    under: set[int] = set()
+    try:
+        deadline = time.monotonic() + 60
+        while not up.exists() and time.monotonic() < deadline and run.poll() is None:
+            time.sleep(0.1)
+        assert up.exists(), f"the pass never started (run exit {run.poll()})"
+        under |= _descendants(run.pid)
+        assert under, "the run's pass is not under it"
+        run.send_signal(signal.SIGKILL)
+        run.wait()
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and any(_alive(p) for p in under):
+            time.sleep(0.2)
+        assert not [p for p in under if _alive(p)], "processes of the killed run are still running"
+    finally:
+        if run.poll() is None:
+            run.kill()
+        for pid in under:  # a red run leaves nothing either
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
