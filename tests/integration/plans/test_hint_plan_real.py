@@ -203,6 +203,15 @@ def hint_rows(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
 
 
 @TIER
+def with_another_applications_hint(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
+    """Another application's row in hint_plan.hints, which the radar must leave alone; the table's rows
+    with it (what the table must still hold after the test)."""
+    conn.execute(
+        "INSERT INTO hint_plan.hints (query_id, application_name, hints) VALUES (1, 'other', 'SeqScan(t)')"
+    )
+    return hint_rows(conn)
+
+
 @pytest.mark.parametrize("repeat", range(3))
 def test_injected_statistics_flip_the_plan_and_the_pin_brings_the_index_plan_back(
     hint_server: EmbeddedServer, orders: psycopg.Connection[Any], repeat: int
@@ -384,10 +393,7 @@ def test_propose_mode_writes_nothing_to_the_server(
     good = generic_plan(orders, APP_QUERY)
     flip_to_seq_scan(orders)
     bad = generic_plan(orders, APP_QUERY)
-    orders.execute(
-        "INSERT INTO hint_plan.hints (query_id, application_name, hints) VALUES (1, 'other', 'SeqScan(t)')"
-    )
-    before = hint_rows(orders)
+    before = with_another_applications_hint(orders)
     history, finding = history_and_finding(good, bad)
     lake_root = tmp_path / "lake"
     lake_with_finding(lake_root, history, finding)
@@ -671,10 +677,7 @@ def test_a_verified_pin_whose_query_id_is_gone_is_removed_by_the_check(
     pins check` keeps the pin until the instance has been sampled [pinning] gone_after (2 s here) past the
     query's last sample, then removes it: the hint table is exactly as before the pin (another application's
     hint, ids included), and the ledger says why."""
-    orders.execute(
-        "INSERT INTO hint_plan.hints (query_id, application_name, hints) VALUES (1, 'other', 'SeqScan(t)')"
-    )
-    before = hint_rows(orders)
+    before = with_another_applications_hint(orders)
     config, lake_root, argv, _, checked = pin_verified_under_load(hint_server, orders, tmp_path, capsys)
     assert checked["outcome"] == "verified", checked["reason"]
     assert len(hint_rows(orders)) == 2
@@ -874,10 +877,7 @@ def test_an_aa_run_with_pinning_on_proposes_no_pin(
     """(e) A/A: the same mix before and after a no-op deploy, plans captured, pinning in mode apply and opted
     in: the orders query is analysed at the deploy and not reported, no pin is proposed and hint_plan.hints
     is unchanged (another application's hint included)."""
-    orders.execute(
-        "INSERT INTO hint_plan.hints (query_id, application_name, hints) VALUES (1, 'other', 'SeqScan(t)')"
-    )
-    before = hint_rows(orders)
+    before = with_another_applications_hint(orders)
     lake_root, argv = deploy_run(hint_server, orders, tmp_path)
     rows, ledger = detect_then_propose(argv, capsys)
     ours = orders_row(rows)
@@ -902,10 +902,7 @@ def test_a_contention_run_with_pinning_on_proposes_no_pin(
     """(e) Contention: the server on one CPU, six CPU-bound sessions start at a no-op deploy. The mix slows
     (checked: else the run proves nothing and skips), detection judges it with the activity rows as `radar
     detect` does, and pinning (mode apply, opted in) proposes nothing: hint_plan.hints unchanged."""
-    orders.execute(
-        "INSERT INTO hint_plan.hints (query_id, application_name, hints) VALUES (1, 'other', 'SeqScan(t)')"
-    )
-    before = hint_rows(orders)
+    before = with_another_applications_hint(orders)
     with pinned_to_one_cpu(hint_server.data_dir):
         _, argv = deploy_run(hint_server, orders, tmp_path, neighbours=6)
     rows, ledger = detect_then_propose(argv, capsys)
