@@ -350,3 +350,46 @@ def test_pinning_is_plan_pins_run_config_checked_as_the_file_is(lake_root: Path)
         )
     metadata = result.asset_materializations_for_node("plan_pins")[0].metadata
     assert metadata["rows_written"].value == 0 and metadata["findings_looked_at"].value == 0
+
+
+@pytest.mark.slow  # two full analyses of a simulated fleet, one in six passes of their own processes
+def test_a_memory_budget_in_the_run_config_splits_the_analysis_and_finds_the_same(tmp_path: Path) -> None:
+    """`regressions_and_plan_diffs` with `memory.budget_mib` in its run config (the Dagster way to keep a
+    full run within a machine's memory): the instances are analysed in chunks, each chunk's passes in
+    processes of their own started from the Dagster run, and every analysis row is that of one pass."""
+    from datetime import UTC, datetime
+
+    from jobs.detect.samples_job import run_samples_job
+    from jobs.local.simulate.simulated_fleet import FleetShape
+    from jobs.local.simulate.writer import write_fleet
+    from jobs.pipeline.budgeted import MIB, rows_per_instance
+
+    # ending now: the asset analyses up to the wall clock, as a scheduled run does
+    start = (datetime.now(UTC) - timedelta(minutes=150)).replace(second=0, microsecond=0)
+    shape = FleetShape(instances=6, statements=20, minutes=150, seed=7, regressions=3, start=start)
+    whole, chunked = tmp_path / "whole", tmp_path / "chunked"
+    for root in (whole, chunked):  # snapshots, and the samples the samples asset builds before a full run
+        write_fleet(root, shape)
+        run_samples_job(root)
+    largest = max(rows_per_instance(chunked).values())
+    memory = {  # room for about two of the fleet's (about equal-sized) instances
+        "budget_mib": 2,
+        "base_mib": 1,
+        "sample_bytes": int(MIB / (2.5 * largest)),
+        "rebuild_bytes": 1,
+        "coordinator_mib": 0,
+    }
+    one = analyse(whole, {"full_run": True})
+    split = analyse(chunked, {"full_run": True, "memory": memory})
+    assert one.success and split.success, failure_message(split if one.success else one)
+    assert metadata(split, "performance_regressions")["instance_chunks"] == 3
+    assert metadata(one, "performance_regressions")["instance_chunks"] == 0  # one pass, not chunked
+    # The rows of every analysis, as one pass wrote them (the batch's own columns aside).
+    batch = ["run_id", "computed_at", "fdr_method", "window_start", "window_end", "date"]
+    for table in ("performance_regressions", "resource_regressions", "instance_slowdowns"):
+        rows = [lake.read_table(r, table).drop(batch, strict=False) for r in (whole, chunked)]
+        rows = [r.sort(r.columns, nulls_last=True) for r in rows]
+        assert rows[0].equals(rows[1]), table
+        assert rows[0].height > 0 or table == "instance_slowdowns", table  # no contention simulated
+    detected = lake.read_table(whole, "performance_regressions").filter(pl.col("status") == "detected")
+    assert detected.height > 0, "the simulated regressions must be found"
