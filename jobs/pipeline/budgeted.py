@@ -373,8 +373,9 @@ def _end_with_run(run_pid: int) -> None:
 
 
 def _ended_with(watched: int) -> None:
-    """Wait for the watched process to end, then end this one at once (nothing of a pass is committed
-    before the run's process takes its result, so nothing is left half-written)."""
+    """Wait for the watched process to end, then end this one at once, as the parent-death signal would:
+    what a pass writes itself (the samples of its instances) is crash-safe on its own (files before their
+    frontier), and the run's rows are written by the run's process after the last pass."""
     poller = select.poll()
     poller.register(watched, select.POLLIN)
     while not poller.poll(None):
