@@ -55,6 +55,7 @@ from jobs.detect.load import (
     worse_induced,
 )
 from jobs.query.config import IdentityConfig
+from jobs.query.series import run_lengths
 from jobs.readable import ratio_number
 from jobs.schemas.analysed import INSTANCE_SLOWDOWNS
 
@@ -196,7 +197,7 @@ def series_shifts(series: pl.DataFrame, moments: pl.DataFrame, config: Contentio
         return pl.DataFrame(schema=SHIFT_COLUMNS)
     side, row = side[kept], row[kept]
     starts = _starts(side)
-    counts = np.diff(np.append(starts, side.shape[0]))
+    counts = _sizes(starts, side.shape[0])
     log_ms = series["value"].clip(lower_bound=_FLOOR_MS).log()
     median, has_median = _medians(log_ms.to_numpy()[row], log_ms.is_null().to_numpy()[row], starts, counts)
     calls = np.add.reduceat(series["calls"].fill_null(0).to_numpy()[row], starts)
@@ -221,9 +222,7 @@ def series_shifts(series: pl.DataFrame, moments: pl.DataFrame, config: Contentio
     first_row = np.minimum.reduceat(np.minimum.reduceat(row, starts), pair_starts)
     end = series["interval_end"].to_physical().fill_null(0).to_numpy()[row]
     row_pair_starts = starts[pair_starts]
-    latest = np.repeat(
-        np.maximum.reduceat(end, row_pair_starts), np.diff(np.append(row_pair_starts, row.shape[0]))
-    )
+    latest = np.repeat(np.maximum.reduceat(end, row_pair_starts), _sizes(row_pair_starts, row.shape[0]))
     last_row = np.maximum.reduceat(np.where(end == latest, row, -1), row_pair_starts)
     moment_of_rank = np.empty(ranks, dtype=np.int64)
     moment_of_rank[moment_rank] = moments["moment"].to_numpy()
@@ -274,17 +273,8 @@ def series_shifts(series: pl.DataFrame, moments: pl.DataFrame, config: Contentio
 def _series_numbers(frame: pl.DataFrame) -> tuple[np.ndarray, pl.DataFrame]:
     """Per row the number of its (instance, series), and per number (its row of the second frame) the
     instance and series: found over runs of equal rows (a merged frame is one run per series)."""
-    keys = frame.select("instance", "series")
-    change = keys.select(
-        (
-            pl.col("instance").ne_missing(pl.col("instance").shift(1))
-            | pl.col("series").ne_missing(pl.col("series").shift(1))
-        ).alias("change")
-    )["change"].to_numpy()
-    change[0] = True
-    run_starts = np.flatnonzero(change)
-    runs = keys[run_starts]
-    names = runs.unique(maintain_order=True)
+    runs = run_lengths(frame, ["instance", "series"])
+    names = runs.select("instance", "series").unique(maintain_order=True)
     numbered = runs.join(
         names.with_row_index("_number"),
         on=["instance", "series"],
@@ -292,12 +282,17 @@ def _series_numbers(frame: pl.DataFrame) -> tuple[np.ndarray, pl.DataFrame]:
         nulls_equal=True,
         maintain_order="left",
     )["_number"].to_numpy()
-    return np.repeat(numbered.astype(np.int64), np.diff(np.append(run_starts, frame.height))), names
+    return np.repeat(numbered.astype(np.int64), runs["size"].to_numpy()), names
 
 
 def _starts(sorted_keys: np.ndarray) -> np.ndarray:
     """Where each run of equal keys begins."""
     return np.flatnonzero(np.append(True, sorted_keys[1:] != sorted_keys[:-1]))
+
+
+def _sizes(starts: np.ndarray, total: int) -> np.ndarray:
+    """The length of each run beginning at ``starts`` (ascending) among ``total`` positions."""
+    return np.diff(np.append(starts, total))
 
 
 def _nearest(group: np.ndarray, distance: np.ndarray, count: int) -> np.ndarray:
@@ -312,7 +307,7 @@ def _nearest(group: np.ndarray, distance: np.ndarray, count: int) -> np.ndarray:
         order = np.lexsort((distance, group))
     grouped = group[order]
     starts = _starts(grouped)
-    rank = np.arange(grouped.shape[0]) - np.repeat(starts, np.diff(np.append(starts, grouped.shape[0])))
+    rank = np.arange(grouped.shape[0]) - np.repeat(starts, _sizes(starts, grouped.shape[0]))
     keep = np.zeros(group.shape[0], dtype=bool)
     keep[order[rank < count]] = True
     chosen = np.flatnonzero(keep)

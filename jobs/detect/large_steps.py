@@ -116,9 +116,9 @@ def large_steps_at_end(values: np.ndarray, sizes: np.ndarray, config: Regression
             continue
         # Settled: a sample holding the step is in neither level, and one wholly of the new regime that the
         # reference held (the longest run of new samples is min_segment - 1, so a step older than that
-        # leaves its first new sample in the reference) moves to the new level. Kept only when there was a
-        # mixed sample, the soak's finding read 0.698 ms before (one 16 ms sample among 0.03 ms ones) for
-        # one run and 0.032 ms in the others.
+        # leaves its first new sample in the reference) moves to the new level. Kept whenever the boundary
+        # moved, not only with a mixed sample: the soak once read a before-level of 0.698 ms (one 16 ms
+        # sample among 0.03 ms ones) where its other runs read 0.032 ms.
         mixed[i] = -1 if settled.mixed is None else settled.mixed
         cut[i] = settled.first_new
         before_mean[i] = float(series[settled.before].mean())

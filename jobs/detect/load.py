@@ -39,6 +39,7 @@ import numpy as np
 import polars as pl
 
 from jobs.detect.config import ContentionConfig
+from jobs.query.series import run_lengths
 
 LOAD_COLUMNS = {
     "moment": pl.Int64,
@@ -127,12 +128,9 @@ def near_pairs(
         return empty, empty, np.zeros(0, dtype=bool), empty
     codes = pl.int_range(names.len(), eager=True)
     # Each run of rows of one instance coded once (a frame of series is one run per instance).
-    instance = frame["instance"]
-    change = instance.ne_missing(instance.shift(1)).to_numpy()
-    change[0] = True
-    run_starts = np.flatnonzero(change)
-    run_code = instance.gather(run_starts).replace_strict(names, codes, default=-1).to_numpy()
-    row_code = np.repeat(run_code, np.diff(np.append(run_starts, frame.height)))
+    runs = run_lengths(frame, ["instance"])
+    run_code = runs["instance"].replace_strict(names, codes, default=-1).to_numpy()
+    row_code = np.repeat(run_code, runs["size"].to_numpy())
     if np.all(run_code[1:] >= run_code[:-1]):
         rows = np.arange(frame.height)
     else:

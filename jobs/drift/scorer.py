@@ -919,10 +919,8 @@ def score_drift_segments(
         np.asarray(candidate_starts, dtype=np.int64),
         np.asarray(candidate_sizes, dtype=np.int64),
     )
-    for name, start, size, val in (
-        ("baseline", b_start, b_size, b_val),
-        ("candidate", c_start, c_size, c_val),
-    ):
+    given = (("baseline", b_start, b_size, b_val), ("candidate", c_start, c_size, c_val))
+    for name, start, size, val in given:
         if (
             start.shape != (pairs,)
             or size.shape != (pairs,)
@@ -935,10 +933,7 @@ def score_drift_segments(
         row = keys.filter(keys.is_duplicated()).row(0, named=True)
         raise ValueError(f"drift samples: pair query_hash={row['query_hash']}, {row['metric']} given twice")
     _check_keys(keys)
-    for name, start, size, val in (
-        ("baseline", b_start, b_size, b_val),
-        ("candidate", c_start, c_size, c_val),
-    ):
+    for name, start, size, val in given:
         if val.size == 0 or (val.min() >= 0 and val.max() < np.inf):  # two reductions; NaN fails both
             continue
         bad = ~np.isfinite(val) | (val < 0)

@@ -19,7 +19,6 @@ from jobs.detect.work import (
     NO_STEP_ABOVE_GATES,
     attach_work_evidence,
     detect_resource_regressions,
-    run_lengths,
     steps_possible,
     work_per_call,
 )
@@ -28,7 +27,7 @@ from jobs.lake import views as duckdb_views
 from jobs.lake.io import write_table
 from jobs.pipeline.detection import run_detection
 from jobs.publish.console import print_detection
-from jobs.query.series import RegressionInputError, fingerprinted_samples
+from jobs.query.series import RegressionInputError, fingerprinted_samples, run_lengths
 from jobs.schemas.analysed import RESOURCE_REGRESSIONS
 from tests.support.lakes import SERIES_DEPLOY_AT, series_samples, series_texts, write_step_change_lake
 
