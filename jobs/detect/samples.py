@@ -130,6 +130,11 @@ def _clock_columns() -> tuple[pl.Expr, pl.Expr]:
     return offset, booted
 
 
+def _evictions() -> pl.Expr:
+    """Entries pg_stat_statements evicted between a row and its predecessor (its ``dealloc`` counter)."""
+    return (pl.col("dealloc") - pl.col("dealloc").shift(1)).alias("evictions")
+
+
 def _drop_reason(config: SampleConfig, label: Callable[[str], pl.Expr], none: pl.Expr) -> pl.Expr:
     """Why an interval (a row and its predecessor of one entry, in entry order, with ``_offset`` and
     ``_booted``) is not a sample, as ``label(reason)``; ``none`` where it is one. One rule for the general
@@ -159,10 +164,8 @@ def _drop_reason(config: SampleConfig, label: Callable[[str], pl.Expr], none: pl
         .otherwise(none)
     )
     if config.drop_when_dealloc_grew:
-        evictions = pl.col("dealloc") - pl.col("dealloc").shift(1)
-        reason = (
-            pl.when(reason.is_null() & (evictions > 0)).then(label("evicted_in_interval")).otherwise(reason)
-        )
+        evicted = reason.is_null() & (_evictions() > 0)
+        reason = pl.when(evicted).then(label("evicted_in_interval")).otherwise(reason)
     return reason
 
 
@@ -265,7 +268,7 @@ def _instance_samples(
     ordered = _in_entry_order(frame.with_columns(packed, taken, offset, booted), key).lazy()
     same_entry = pl.all_horizontal([pl.col(k).eq_missing(pl.col(k).shift(1)) for k in key])
     deltas = [(pl.col(c) - pl.col(c).shift(1)).alias(c) for c in SAMPLE_DELTAS]
-    evictions = (pl.col("dealloc") - pl.col("dealloc").shift(1)).alias("evictions")
+    evictions = _evictions()
     reason = _drop_reason(config, pl.lit, pl.lit(None, dtype=pl.String))
     diffed = ordered.select(
         pl.col("instance"),
@@ -383,7 +386,7 @@ def _entry_ordered_samples(
     instance = frame["instance"][0]
     ordered = frame.select(_ORDERED_COLUMNS).rechunk()[order].with_columns(entry.alias("_entry"))
     offset, booted = _clock_columns()
-    evictions = (pl.col("dealloc") - pl.col("dealloc").shift(1)).alias("evictions")
+    evictions = _evictions()
     reason = _drop_reason(config, _code, pl.lit(None, dtype=pl.UInt8))
     calls = pl.col("calls") - pl.col("calls").shift(1)
     reason = (

@@ -57,6 +57,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.benchmarks.detection_lake import TAIL_MINUTES, GeneratedLake, LakeShape, append_tail, build_lake
+from tests.support.procs import PROC, process_stats
 
 BENCH_DIR = Path(".bench")
 RESULTS = BENCH_DIR / "results" / "detection.json"
@@ -300,15 +301,13 @@ def budgeted_run(lake_root: str, now_iso: str, budget_mib: int) -> dict[str, Any
 def helper_peaks_mib(parent: int) -> dict[str, float]:
     """Peak RSS (VmHWM) of each live child process of ``parent``, by its command (Linux /proc)."""
     peaks: dict[str, float] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
+    for pid, (_, ppid) in process_stats().items():
+        if ppid != parent:
             continue
         try:
-            if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) != parent:
-                continue
-            status = (entry / "status").read_text()
-            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except (OSError, ValueError, IndexError):
+            status = (PROC / str(pid) / "status").read_text()
+            command = (PROC / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
             continue
         for line in status.splitlines():
             if line.startswith("VmHWM:"):

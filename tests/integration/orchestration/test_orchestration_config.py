@@ -357,28 +357,21 @@ def test_a_memory_budget_in_the_run_config_splits_the_analysis_and_finds_the_sam
     """`regressions_and_plan_diffs` with `memory.budget_mib` in its run config (the Dagster way to keep a
     full run within a machine's memory): the instances are analysed in chunks, each chunk's passes in
     processes of their own started from the Dagster run, and every analysis row is that of one pass."""
+    from dataclasses import asdict, replace
     from datetime import UTC, datetime
 
     from jobs.detect.samples_job import run_samples_job
-    from jobs.local.simulate.simulated_fleet import FleetShape
     from jobs.local.simulate.writer import write_fleet
-    from jobs.pipeline.budgeted import MIB, rows_per_instance
+    from tests.support.budget_lakes import SHAPE, budget_of_two_instances
 
     # ending now: the asset analyses up to the wall clock, as a scheduled run does
-    start = (datetime.now(UTC) - timedelta(minutes=150)).replace(second=0, microsecond=0)
-    shape = FleetShape(instances=6, statements=20, minutes=150, seed=7, regressions=3, start=start)
+    start = (datetime.now(UTC) - timedelta(minutes=SHAPE.minutes)).replace(second=0, microsecond=0)
+    shape = replace(SHAPE, start=start)
     whole, chunked = tmp_path / "whole", tmp_path / "chunked"
     for root in (whole, chunked):  # snapshots, and the samples the samples asset builds before a full run
         write_fleet(root, shape)
         run_samples_job(root)
-    largest = max(rows_per_instance(chunked).values())
-    memory = {  # room for about two of the fleet's (about equal-sized) instances
-        "budget_mib": 2,
-        "base_mib": 1,
-        "sample_bytes": int(MIB / (2.5 * largest)),
-        "rebuild_bytes": 1,
-        "coordinator_mib": 0,
-    }
+    memory = asdict(budget_of_two_instances(chunked))
     one = analyse(whole, {"full_run": True})
     split = analyse(chunked, {"full_run": True, "memory": memory})
     assert one.success and split.success, failure_message(split if one.success else one)

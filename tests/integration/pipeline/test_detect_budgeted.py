@@ -19,7 +19,6 @@ from jobs.detect.config import MemoryConfig
 from jobs.detect.findings import latest_states
 from jobs.detect.scope import ShardOfRun
 from jobs.lake import io as lake
-from jobs.local.simulate.simulated_fleet import FleetShape
 from jobs.local.simulate.writer import write_fleet
 from jobs.pipeline.budgeted import (
     ALLOCATOR_ENV,
@@ -30,7 +29,6 @@ from jobs.pipeline.budgeted import (
     estimated_mib,
     in_own_process,
     plan_chunks,
-    rows_per_instance,
     run_detection_in_budget,
 )
 from jobs.pipeline.detection import DetectionConfig, run_detection
@@ -41,8 +39,9 @@ from jobs.schemas.analysed import (
     PERFORMANCE_REGRESSIONS,
     RESOURCE_REGRESSIONS,
 )
+from tests.support.budget_lakes import SHAPE, budget_of_two_instances
+from tests.support.procs import alive, process_stats
 
-SHAPE = FleetShape(instances=6, statements=20, minutes=150, seed=7, regressions=3)
 BATCH_COLUMNS = ["run_id", "computed_at", "fdr_method", "window_start", "window_end", "date"]
 
 
@@ -115,19 +114,12 @@ def _table(root: Path, table: str) -> pl.DataFrame:
     return frame.sort(frame.columns, nulls_last=True)
 
 
-def _budget_of_two_instances(root: Path) -> MemoryConfig:
-    """A budget whose room is about two of the fleet's (about equal-sized) instances."""
-    largest = max(rows_per_instance(root).values())
-    analysis = int(MIB / (2.5 * largest))
-    return MemoryConfig(budget_mib=2, base_mib=1, sample_bytes=analysis, rebuild_bytes=1, coordinator_mib=0)
-
-
 def test_a_run_split_into_chunks_writes_one_pass_rows(simulated: Path, tmp_path: Path) -> None:
     whole, chunked = (shutil.copytree(simulated, tmp_path / name) for name in ("whole", "chunked"))
     full = DetectionConfig(incremental=False)
     outcome = run_detection(whole, full, now=SHAPE.end)
     assert outcome.detected.height > 0, "the simulated regressions must be found"
-    memory = _budget_of_two_instances(chunked)
+    memory = budget_of_two_instances(chunked)
     run = run_detection_in_budget(chunked, DetectionConfig(incremental=False, memory=memory), SHAPE.end)
     assert [len(c) for c in run.chunks] == [2, 2, 2]
     for table in (PERFORMANCE_REGRESSIONS, RESOURCE_REGRESSIONS, INSTANCE_SLOWDOWNS):
@@ -169,7 +161,7 @@ def test_radar_detect_within_a_budget_prints_the_same_findings(
     shown = []
     for name, extra in (("whole", []), ("chunked", ["--memory-budget-mib", "2"])):
         root = shutil.copytree(simulated, tmp_path / name)
-        sample_bytes = _budget_of_two_instances(root).sample_bytes
+        sample_bytes = budget_of_two_instances(root).sample_bytes
         memory = {"base_mib": 1, "coordinator_mib": 0, "sample_bytes": sample_bytes, "rebuild_bytes": 1}
         flags = [f for key, value in memory.items() for f in ("--set", f"detector.memory.{key}={value}")]
         assert main(["--lake", str(root), *flags, "detect", "--full", "--format", "json", *extra]) == 0
@@ -190,17 +182,11 @@ def test_a_pass_gives_freed_memory_back_and_the_run_keeps_its_environment() -> N
 
 
 def _descendants(root: int) -> set[int]:
-    """Every live process under ``root`` (from /proc), the not-yet-reaped included."""
+    """Every live process under ``root`` (ended ones not yet reaped left out)."""
     children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if fields[0] != "Z":
-            children.setdefault(int(fields[1]), []).append(int(entry.name))
+    for pid, (state, parent) in process_stats().items():
+        if state != "Z":
+            children.setdefault(parent, []).append(pid)
     found: set[int] = set()
     todo = [root]
     while todo:
@@ -209,13 +195,6 @@ def _descendants(root: int) -> set[int]:
                 found.add(child)
                 todo.append(child)
     return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def touch_and_sleep(path: str, seconds: float) -> None:
@@ -256,12 +235,12 @@ def test_a_killed_run_leaves_no_pass_behind(tmp_path: Path) -> None:
         run.send_signal(signal.SIGKILL)
         run.wait()
         deadline = time.monotonic() + 15
-        while time.monotonic() < deadline and any(_alive(p) for p in under):
+        while time.monotonic() < deadline and any(alive(p) for p in under):
             time.sleep(0.2)
-        assert not [p for p in under if _alive(p)], "processes of the killed run are still running"
+        assert not [p for p in under if alive(p)], "processes of the killed run are still running"
     finally:
         if run.poll() is None:
             run.kill()
         for pid in under:  # a red run leaves nothing either
-            if _alive(pid):
+            if alive(pid):
                 os.kill(pid, signal.SIGKILL)
