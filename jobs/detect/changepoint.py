@@ -484,23 +484,38 @@ def _may_pass_screen(stack: np.ndarray, screen: np.ndarray, config: ChangePointC
     np.abs(spread, out=spread)
     candidates = n - 2 * low + 1
     if n <= config.exact_rank_max_n:
-        two_sided = np.ones(batch)
-        for column, split in enumerate(splits.tolist()):
-            tail = _exact_two_sided(
-                np.full(batch, split, dtype=np.int64),
-                np.full(batch, n - split, dtype=np.int64),
-                spread[:, column],
-            )
-            np.minimum(two_sided, tail, out=two_sided)
-    else:
-        variance = m * k / 12.0 * (n + 1)
-        spread -= 0.5
-        np.maximum(spread, 0.0, out=spread)
-        spread /= np.sqrt(variance)
-        z = spread.max(axis=1)
-        two_sided = 2.0 * special.ndtr(-z)
+        # A row passes when at some split the exact test's p times the candidates is within its screen.
+        # That p never falls as the lattice point floor(m k / 2 - deviation) rises, so per split and
+        # screen value it is one comparison with the largest lattice point that passes
+        # (``_exact_passing_points``), not a tail looked up per row and split (1.3 s of 6.8 at 10k series).
+        values, which = np.unique(screen, return_inverse=True)
+        passing = _exact_passing_points(n, low, candidates, tuple(values.tolist()))
+        # The lattice point as _exact_two_sided computes it: floor(x) <= A exactly when x < A + 1.
+        lattice = (m * k / 2.0)[None, :] - spread
+        lattice += 1e-9
+        return ties | (lattice < passing[which.reshape(-1)] + 1.0).any(axis=1)
+    variance = m * k / 12.0 * (n + 1)
+    spread -= 0.5
+    np.maximum(spread, 0.0, out=spread)
+    spread /= np.sqrt(variance)
+    z = spread.max(axis=1)
+    two_sided = 2.0 * special.ndtr(-z)
     smallest = np.minimum(1.0, two_sided * candidates)
     return ties | (smallest <= screen)
+
+
+@functools.lru_cache(maxsize=256)
+def _exact_passing_points(n: int, low: int, candidates: int, screens: tuple[float, ...]) -> np.ndarray:
+    """Per screen value and split m = low..n - low: the largest lattice point a (the exact path's
+    floor(m k / 2 - deviation)) whose p, min(1, min(1, 2 P(U <= a)) x candidates) as
+    ``_may_pass_screen`` computed it, is within the screen; -1 when only a negative point passes (p 0)."""
+    out = np.empty((len(screens), n - 2 * low + 1))
+    limits = np.asarray(screens, dtype=np.float64)
+    for column, split in enumerate(range(low, n - low + 1)):
+        two_sided = np.minimum(2.0 * _mann_whitney_lower_tail(split, n - split), 1.0)
+        p_value = np.minimum(1.0, two_sided * candidates)
+        out[:, column] = np.searchsorted(p_value, limits, side="right") - 1
+    return out
 
 
 @functools.lru_cache(maxsize=1024)

@@ -112,11 +112,20 @@ def _work_sums(points: pl.DataFrame) -> tuple[pl.DataFrame, tuple[str, ...]]:
 def _check_work_values(frame: pl.DataFrame) -> None:
     """Work deltas are finite and >= 0 (jobs.detect.samples drops intervals where a counter went
     backwards)."""
-    for column in WORK_COLUMNS:
-        value = pl.col(column).cast(pl.Float64)
-        bad = frame.filter(value.is_not_null() & ~(value.is_finite() & (value >= 0)))
-        if bad.height:
-            row = bad.row(0, named=True)
+
+    def bad(column: str) -> pl.Expr:
+        value = pl.col(column)
+        if frame.schema[column].is_integer():  # always finite: only a sign to check
+            return value < 0
+        value = value.cast(pl.Float64)
+        return value.is_not_null() & ~(value.is_finite() & (value >= 0))
+
+    # One pass that only answers "any?", integers compared as integers: a filter per column, each casting
+    # to floats, took 1.4 s of a 10k-series run (the casts alone 0.45 s a call, the comparisons 0.03).
+    found = frame.select(bad(c).any() for c in WORK_COLUMNS).row(0)
+    for column, any_bad in zip(WORK_COLUMNS, found, strict=True):
+        if any_bad:
+            row = frame.filter(bad(column)).row(0, named=True)
             raise RegressionInputError(
                 f"samples: instance {row['instance']} queryid {row['queryid']} at {row['interval_end']}: "
                 f"{column} = {row[column]}; work deltas must be finite and >= 0 (build samples with "

@@ -155,7 +155,10 @@ def _merged_by_number(
     shape = frame.head(0).group_by([*keys, "interval_end"]).agg(*aggregated).schema
     narrow = frame.select(*dict.fromkeys([*order, *names]))
     if not _ascending(narrow, order):
-        narrow = narrow.sort(order)
+        # Stable: samples of one point (two queryids of a series) are summed in their input order, and
+        # polars' stable sort of runs already in order (each entry's samples are) took 0.5 s where its
+        # default took 0.9 s on 14.5 M samples (a scratch measurement).
+        narrow = narrow.sort(order, maintain_order=True)
     if _repeats(narrow, order):
         rest = [c for c in names if c not in order]
         narrow = (

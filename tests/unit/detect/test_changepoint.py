@@ -405,3 +405,30 @@ def test_a_row_ruled_out_by_its_ranks_never_passes_its_screen(n: int, serial_cor
         assert np.all(may | (p_value > screen)), (n, screen)
         if screen <= 1e-3:
             assert not may.all()  # it does rule rows out
+
+
+@pytest.mark.parametrize("n", [10, 17, 40, 60])
+def test_the_exact_screen_keeps_the_rows_the_tail_per_split_keeps(n: int) -> None:
+    """``_may_pass_screen``'s exact path compares each split's lattice point with the largest one that
+    passes; it must keep exactly the rows the p per row and split (``_exact_two_sided``) keeps."""
+    from jobs.detect.changepoint import _exact_two_sided, _may_pass_screen
+
+    config = ChangePointConfig()
+    rng = np.random.default_rng(n)
+    rows = [rng.lognormal(size=n) for _ in range(400)]
+    rows += [np.r_[rng.normal(size=n // 2), s + rng.normal(size=n - n // 2)] for s in (0.3, 0.7, 1, 2, 9)]
+    stack = np.array(rows)
+    screens = rng.choice([1e-6, 1e-4, 3e-4, 1e-3, 0.01, 0.05, 0.5], size=stack.shape[0]) * 1.01
+    low = config.min_segment
+    ranks = np.argsort(np.argsort(stack, axis=1), axis=1) + 1.0
+    splits = np.arange(low, n - low + 1)
+    spread = np.abs(np.cumsum(ranks, axis=1)[:, low - 1 : n - low] - splits * (n + 1) / 2.0)
+    two_sided = np.ones(stack.shape[0])
+    for column, split in enumerate(splits.tolist()):
+        size = np.full(stack.shape[0], split, dtype=np.int64)
+        tail = _exact_two_sided(size, n - size, spread[:, column])
+        two_sided = np.minimum(two_sided, tail)
+    expected = np.minimum(1.0, two_sided * (n - 2 * low + 1)) <= screens
+    kept = _may_pass_screen(stack, screens, config)
+    assert np.array_equal(kept, expected)
+    assert 0 < kept.sum() < kept.size

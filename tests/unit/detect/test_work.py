@@ -481,3 +481,31 @@ def test_tracked_only_keeps_the_series_with_a_tracked_interval_whatever_their_or
     expected = everything.filter(pl.col("tracking").sum().over([*keys, "metric"]) > 0)
     assert got.equals(expected)
     assert got.height < everything.height  # a series with no tracked interval went
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "dtype"),
+    [
+        ("temp_blks_written", -3, pl.Int64),
+        ("wal_bytes", -1, pl.Int64),
+        ("total_plan_time", float("nan"), pl.Float64),
+        ("total_plan_time", float("inf"), pl.Float64),
+        ("total_plan_time", -0.5, pl.Float64),
+    ],
+)
+def test_a_work_delta_that_is_negative_or_not_finite_is_named(
+    column: str, value: float, dtype: pl.DataType
+) -> None:
+    """A counter that went backwards or is not a number is refused naming the column, whatever its type
+    (integers are checked by sign, floats for finiteness too)."""
+    frame = samples(wobble(120, 1.0)).with_columns(pl.col(column).cast(dtype))
+    frame = frame.with_columns(
+        pl.when(pl.int_range(pl.len()) == 7)
+        .then(pl.lit(value, dtype=dtype))
+        .otherwise(pl.col(column))
+        .alias(column)
+    )
+    with pytest.raises(RegressionInputError, match=rf"{column} = .*must be finite and >= 0"):
+        work_per_call(fingerprinted_samples(frame, TEXTS), ["instance", "series"])
+    clean = samples(wobble(120, 1.0)).with_columns(pl.col(column).cast(dtype))
+    assert work_per_call(fingerprinted_samples(clean, TEXTS), ["instance", "series"]).height
