@@ -455,6 +455,21 @@ def smallest_rank_p_value(n: int, config: ChangePointConfig) -> float:
     return _smallest_rank_p(n, config.min_segment, config.exact_rank_max_n)
 
 
+def _screened(stack: np.ndarray, screen: np.ndarray, config: ChangePointConfig) -> np.ndarray:
+    """``_may_pass_screen`` of a whole stack in chunks of ``config.batch_elements`` values on the search's
+    threads, as the location pass runs: rows are independent, numpy's sorts and running sums release the
+    GIL, and a chunk's temporaries stay in cache (one call per length held the stack's full-size ranks)."""
+    batch, n = stack.shape
+    chunk = max(1, config.batch_elements // max(n, 1))
+    parts = [slice(start, min(batch, start + chunk)) for start in range(0, batch, chunk)]
+    if len(parts) <= 1:
+        return _may_pass_screen(stack, screen, config)
+    found = _in_threads(
+        lambda rows: _may_pass_screen(stack[rows], screen[rows], config), parts, config.threads
+    )
+    return np.concatenate(found)
+
+
 def _may_pass_screen(stack: np.ndarray, screen: np.ndarray, config: ChangePointConfig) -> np.ndarray:
     """Per row of a (B, n) stack: False only when the rank test (``_rank_p_values``) gives a p above
     ``screen`` at every split, so the row's located split cannot pass it whatever the energy picks.
@@ -595,7 +610,7 @@ def _seeded_segmentation(
         stack = np.lib.stride_tricks.sliding_window_view(flat, length)[offsets[series] + start]
         if config.test == "rank":
             # The same for an interval whose own ranks cannot give a p within its screen at any split.
-            wanted = (lengths[series] == length) | _may_pass_screen(stack, screen * _SCREEN_MARGIN, config)
+            wanted = (lengths[series] == length) | _screened(stack, screen * _SCREEN_MARGIN, config)
             if not wanted.all():
                 series, start, screen, stack = series[wanted], start[wanted], screen[wanted], stack[wanted]
             if series.size == 0:

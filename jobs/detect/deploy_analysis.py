@@ -122,61 +122,48 @@ def points_in_windows(points: pl.DataFrame, targets: pl.DataFrame) -> pl.DataFra
     window holds them (window_start < interval_end <= window_end), in target order, then point order.
 
     Why not a join on instance and a filter: that builds samples × deploys rows per instance before
-    filtering (a 10k-series day with 300 deploys went past 14 GiB). Here each instance's samples are
-    sorted once and every window's rows are found by binary search, so the work and memory are what the
-    windows hold."""
+    filtering (a 10k-series day with 300 deploys went past 14 GiB). Here each instance's interval ends are
+    sorted once, a window's rows are found by binary search and put back in point order by sorting only
+    them: the work is what the windows hold, with no sort of the whole fleet's rows (two such sorts and
+    their repeats were 3-4 s of 5.6 at 10,000 series x 1 day)."""
     out_columns = [*points.columns, *(c for c in targets.columns if c != "instance")]
     if points.height == 0 or targets.height == 0:
         return points.join(targets, on="instance", how="inner").select(out_columns)
-    order = (
-        points.select(pl.col("instance"), pl.col("interval_end").dt.epoch("us").alias("_end"))
+    # A null end is in no window: it sorts below every bound.
+    ends = points["interval_end"].dt.epoch("us").fill_null(np.iinfo(np.int64).min).to_numpy()
+    rows_of = {
+        str(name): np.asarray(rows, dtype=np.int64)
+        for name, rows in points.select("instance")
         .with_row_index("_row")
-        .sort("instance", "_end", "_row")
-    )
-    rows = order["_row"].to_numpy()
-    ends = order["_end"].to_numpy()
-    blocks = (
-        order.with_row_index("_pos")
         .group_by("instance")
-        .agg(pl.col("_pos").min().alias("_first"), (pl.col("_pos").max() + 1).alias("_last"))
+        .agg(pl.col("_row"))
+        .iter_rows()
+        if name is not None
+    }
+    by_end: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    picked: list[np.ndarray] = []
+    owners: list[int] = []
+    spans = targets.select(
+        "instance",
+        pl.col("window_start").dt.epoch("us"),
+        pl.col("window_end").dt.epoch("us"),
     )
-    spans = (
-        targets.with_row_index("_target")
-        .join(blocks, on="instance", how="inner")
-        .sort("_target")
-        .select(
-            "_target",
-            "_first",
-            "_last",
-            pl.col("window_start").dt.epoch("us").alias("_from"),
-            pl.col("window_end").dt.epoch("us").alias("_to"),
-        )
-    )
-    if spans.height == 0:
-        return points.join(targets, on="instance", how="inner").select(out_columns)
-    first, last = spans["_first"].to_numpy(), spans["_last"].to_numpy()
-    low = np.empty(spans.height, dtype=np.int64)
-    high = np.empty(spans.height, dtype=np.int64)
-    for start in np.unique(first):
-        mine = first == start
-        block = ends[start : last[mine][0]]
-        low[mine] = start + np.searchsorted(block, spans["_from"].to_numpy()[mine], side="right")
-        high[mine] = start + np.searchsorted(block, spans["_to"].to_numpy()[mine], side="right")
-    lengths = high - low
-    total = int(lengths.sum())
-    starts = np.repeat(low - np.concatenate(([0], np.cumsum(lengths)[:-1])), lengths)
-    positions = starts + np.arange(total, dtype=np.int64)
-    # Within a window, points in their input order (as the join and filter gave them): sorted by (target,
-    # row) packed into one integer, a third of the CPU of the two-column sort (9 M windowed rows).
-    target_of = np.repeat(spans["_target"].to_numpy().astype(np.int64), lengths)
-    row_of = rows[positions].astype(np.int64)
-    height = points.height
-    if targets.height * height < 1 << 62:
-        packed = pl.Series(target_of * height + row_of).sort().to_numpy()
-        target_of, row_of = packed // height, packed % height
-    else:
-        picked = pl.DataFrame({"_target": target_of, "_row": row_of}).sort("_target", "_row")
-        target_of, row_of = picked["_target"].to_numpy(), picked["_row"].to_numpy()
+    for target, (instance, start, end) in enumerate(spans.iter_rows()):
+        if instance not in rows_of or start is None or end is None:
+            continue
+        if instance not in by_end:
+            rows = rows_of[instance]
+            order = np.argsort(ends[rows], kind="stable")
+            by_end[instance] = (rows[order], ends[rows][order])
+        rows, sorted_ends = by_end[instance]
+        low, high = np.searchsorted(sorted_ends, [start, end], side="right")
+        if high > low:
+            picked.append(np.sort(rows[low:high]))
+            owners.append(target)
+    if not picked:
+        return points.join(targets, on="instance", how="inner").select(out_columns).clear()
+    row_of = np.concatenate(picked)
+    target_of = np.repeat(np.asarray(owners, dtype=np.int64), [part.shape[0] for part in picked])
     taken = points[row_of]
     info = targets.drop("instance")[target_of]
     return pl.concat([taken, info], how="horizontal").select(out_columns)

@@ -432,3 +432,20 @@ def test_the_exact_screen_keeps_the_rows_the_tail_per_split_keeps(n: int) -> Non
     kept = _may_pass_screen(stack, screens, config)
     assert np.array_equal(kept, expected)
     assert 0 < kept.sum() < kept.size
+
+
+def test_the_screen_in_chunks_on_threads_is_the_screen_of_the_whole_stack() -> None:
+    """``_screened`` splits a stack into chunks of ``batch_elements`` values over the search's threads;
+    the rows it keeps are the ones one call over the whole stack keeps, in order."""
+    from jobs.detect.changepoint import _may_pass_screen, _screened
+
+    rng = np.random.default_rng(5)
+    for n in (20, 80):
+        stack = np.array(
+            [np.r_[rng.normal(size=n // 2), s + rng.normal(size=n - n // 2)] for s in rng.random(700)]
+        )
+        screens = rng.choice([1e-4, 1e-3, 0.05], size=stack.shape[0])
+        whole = _may_pass_screen(stack, screens, ChangePointConfig())
+        chunked = _screened(stack, screens, ChangePointConfig(batch_elements=n * 37, threads=2))
+        assert np.array_equal(whole, chunked)
+        assert 0 < whole.sum() < whole.size

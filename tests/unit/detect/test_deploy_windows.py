@@ -53,6 +53,15 @@ def test_the_gather_equals_a_join_and_filter(
     assert got.sort(got.columns).equals(want.sort(want.columns))
     # Deterministic order: targets in order, then the points in their input order.
     assert got["deploy_id"].to_list() == sorted(got["deploy_id"].to_list(), key=lambda d: int(d[1:]))
+    numbered = points_in_windows(points.with_row_index("seq"), targets)
+    for (deploy,), part in numbered.group_by("deploy_id"):
+        window = targets.filter(pl.col("deploy_id") == deploy).row(0, named=True)
+        inside = points.with_row_index("seq").filter(
+            (pl.col("instance") == window["instance"])
+            & (pl.col("interval_end") > window["window_start"])
+            & (pl.col("interval_end") <= window["window_end"])
+        )
+        assert part["seq"].to_list() == inside["seq"].to_list()
 
 
 def test_a_window_holding_nothing_and_an_instance_without_samples() -> None:
