@@ -80,3 +80,38 @@ def test_a_window_holding_nothing_and_an_instance_without_samples() -> None:
     )
     got = points_in_windows(points, targets)
     assert got["deploy_id"].to_list() == ["z"] and got["interval_end"].to_list() == [T0]
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    samples=st.lists(st.tuples(st.sampled_from("ab"), st.integers(0, 30), st.integers(0, 3)), max_size=50),
+    windows=st.lists(st.tuples(st.sampled_from("abc"), st.integers(-5, 30), st.integers(0, 20)), max_size=6),
+)
+def test_numbered_points_come_by_number_then_time_then_input_order(
+    samples: list[tuple[str, int, int]], windows: list[tuple[str, int, int]]
+) -> None:
+    """With ``numbered`` (the series number), a window's rows are ordered by it, then interval_end, then
+    their input order: the deploy analyses' merge then finds them in its key order and sorts nothing."""
+    points = pl.DataFrame(
+        {
+            "instance": [s[0] for s in samples],
+            "interval_end": [T0 + timedelta(minutes=s[1]) for s in samples],
+            "number": [s[2] for s in samples],
+        },
+        schema={"instance": pl.String, "interval_end": TS, "number": pl.UInt32},
+    ).with_row_index("seq")
+    targets = pl.DataFrame(
+        {
+            "deploy_id": [f"d{i}" for i in range(len(windows))],
+            "instance": [w[0] for w in windows],
+            "window_start": [T0 + timedelta(minutes=w[1]) for w in windows],
+            "window_end": [T0 + timedelta(minutes=w[1] + w[2]) for w in windows],
+        },
+        schema={"deploy_id": pl.String, "instance": pl.String, "window_start": TS, "window_end": TS},
+    )
+    got = points_in_windows(points, targets, "number")
+    want = by_join(points, targets)
+    assert got.sort("deploy_id", "seq").equals(want.select(got.columns).sort("deploy_id", "seq"))
+    for (_deploy,), part in got.group_by("deploy_id", maintain_order=True):
+        assert part.equals(part.sort("number", "interval_end", "seq"))
+    assert got["deploy_id"].to_list() == sorted(got["deploy_id"].to_list(), key=lambda d: int(d[1:]))
