@@ -141,18 +141,12 @@ def points_in_windows(
     out_columns = [*points.columns, *(c for c in targets.columns if c != "instance")]
     if points.height == 0 or targets.height == 0:
         return points.join(targets, on="instance", how="inner").select(out_columns)
-    # A null end is in no window: it sorts below every bound.
-    ends = points["interval_end"].dt.epoch("us").fill_null(np.iinfo(np.int64).min).to_numpy()
-    rows_of = {
-        str(name): np.asarray(rows, dtype=np.int64)
-        for name, rows in points.select("instance")
-        .with_row_index("_row")
-        .group_by("instance")
-        .agg(pl.col("_row"))
-        .iter_rows()
-        if name is not None
-    }
-    by_end: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    ends = points["interval_end"].dt.epoch("us")
+    known = ~ends.is_null().to_numpy()  # a null end is in no window
+    ends_us = ends.fill_null(0).to_numpy()
+    numbers = points[numbered].to_numpy() if numbered is not None else None
+    rows_of = _rows_per_instance(points)
+    index: dict[str, _WindowIndex] = {}
     picked: list[np.ndarray] = []
     owners: list[int] = []
     spans = targets.select(
@@ -160,20 +154,14 @@ def points_in_windows(
         pl.col("window_start").dt.epoch("us"),
         pl.col("window_end").dt.epoch("us"),
     )
-    numbers = points[numbered].to_numpy() if numbered is not None else None
     for target, (instance, start, end) in enumerate(spans.iter_rows()):
         if instance not in rows_of or start is None or end is None:
             continue
-        if instance not in by_end:
+        if instance not in index:
             rows = rows_of[instance]
-            order = np.argsort(ends[rows], kind="stable")
-            by_end[instance] = (rows[order], ends[rows][order])
-        rows, sorted_ends = by_end[instance]
-        low, high = np.searchsorted(sorted_ends, [start, end], side="right")
-        if high > low:
-            inside = np.sort(rows[low:high])
-            if numbers is not None:  # stable: a row's place breaks ties of number and end
-                inside = inside[np.lexsort((ends[inside], numbers[inside]))]
+            index[instance] = _WindowIndex.of(rows[known[rows]], ends_us, numbers)
+        inside = index[instance].rows_within(start, end)
+        if inside.shape[0]:
             picked.append(inside)
             owners.append(target)
     if not picked:
@@ -183,6 +171,71 @@ def points_in_windows(
     taken = points[row_of]
     info = targets.drop("instance")[target_of]
     return pl.concat([taken, info], how="horizontal").select(out_columns)
+
+
+def _rows_per_instance(points: pl.DataFrame) -> dict[str, np.ndarray]:
+    """Each instance's row numbers, ascending: ranges where the instances come in one run each (samples
+    read instance by instance), else from one group_by (its lists keep row order)."""
+    runs = points["instance"].rle().struct.unnest()
+    names = runs["value"].to_list()
+    if len(set(names)) == len(names):
+        bounds = np.concatenate(([0], np.cumsum(runs["len"].to_numpy())))
+        return {
+            str(name): np.arange(bounds[i], bounds[i + 1], dtype=np.int64)
+            for i, name in enumerate(names)
+            if name is not None
+        }
+    grouped = points.select("instance").with_row_index("_row").group_by("instance").agg(pl.col("_row"))
+    flat = grouped["_row"].explode().to_numpy().astype(np.int64)
+    parts = np.split(flat, np.cumsum(grouped["_row"].list.len().to_numpy())[:-1])
+    return {
+        str(name): part
+        for name, part in zip(grouped["instance"].to_list(), parts, strict=True)
+        if name is not None
+    }
+
+
+@dataclass(frozen=True)
+class _WindowIndex:
+    """One instance's rows sorted for windows: by interval end (``numbers`` None: a window's rows are then
+    sorted back into point order), or by (number, end, row) with each number's rows contiguous, so a
+    window is one binary search per number and its rows come out already in that order."""
+
+    rows: np.ndarray
+    keys: np.ndarray
+    numbers: np.ndarray | None  # the instance's distinct numbers (numbered index), ascending
+    low: int  # the earliest end (numbered index): keys are number x span + (end - low)
+    span: int
+
+    @classmethod
+    def of(cls, rows: np.ndarray, ends: np.ndarray, numbers: np.ndarray | None) -> _WindowIndex:
+        mine = ends[rows]
+        if numbers is not None and rows.shape[0]:
+            low = int(mine.min())
+            span = int(mine.max()) - low + 1
+            distinct = np.unique(numbers[rows]).astype(np.int64)
+            if int(distinct[-1]) < (1 << 62) // span - 1 and int(distinct[0]) >= 0:
+                keys = numbers[rows].astype(np.int64) * span + (mine - low)
+                order = np.argsort(keys, kind="stable")
+                return cls(rows[order], keys[order], distinct, low, span)
+        order = np.argsort(mine, kind="stable")
+        return cls(rows[order], mine[order], None, 0, 0)
+
+    def rows_within(self, start: int, end: int) -> np.ndarray:
+        """The rows with start < interval end <= end, in this index's order."""
+        if self.numbers is None:
+            low, high = np.searchsorted(self.keys, [start, end], side="right")
+            return np.sort(self.rows[low:high])
+        # Offsets clipped to [-1, span - 1] so that a bound never reaches into a neighbouring number's keys.
+        base = self.numbers * self.span
+        first = np.searchsorted(self.keys, base + min(max(start - self.low, -1), self.span - 1), side="right")
+        last = np.searchsorted(self.keys, base + min(max(end - self.low, -1), self.span - 1), side="right")
+        sizes = last - first
+        total = int(sizes.sum())
+        if total == 0:
+            return self.rows[:0]
+        steps = np.repeat(first - np.concatenate(([0], np.cumsum(sizes)[:-1])), sizes)
+        return self.rows[steps + np.arange(total, dtype=np.int64)]
 
 
 DEPLOY_SERIES_KEY = ("deploy_id", *SERIES_KEY)

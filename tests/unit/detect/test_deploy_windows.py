@@ -109,9 +109,11 @@ def test_numbered_points_come_by_number_then_time_then_input_order(
         },
         schema={"deploy_id": pl.String, "instance": pl.String, "window_start": TS, "window_end": TS},
     )
-    got = points_in_windows(points, targets, "number")
-    want = by_join(points, targets)
-    assert got.sort("deploy_id", "seq").equals(want.select(got.columns).sort("deploy_id", "seq"))
-    for (_deploy,), part in got.group_by("deploy_id", maintain_order=True):
-        assert part.equals(part.sort("number", "interval_end", "seq"))
-    assert got["deploy_id"].to_list() == sorted(got["deploy_id"].to_list(), key=lambda d: int(d[1:]))
+    # Instances interleaved (rows found by a group_by) and in one run each (row ranges).
+    for frame in (points, points.sort("instance", maintain_order=True)):
+        got = points_in_windows(frame, targets, "number")
+        want = by_join(frame, targets)
+        assert got.sort("deploy_id", "seq").equals(want.select(got.columns).sort("deploy_id", "seq"))
+        for (_deploy,), part in got.group_by("deploy_id", maintain_order=True):
+            assert part.equals(part.sort("number", "interval_end", "seq"))
+        assert got["deploy_id"].to_list() == sorted(got["deploy_id"].to_list(), key=lambda d: int(d[1:]))
