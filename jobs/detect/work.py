@@ -27,6 +27,7 @@ over the same segments its Welch test compared: ``work_changed`` and ``work_evid
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
@@ -183,15 +184,6 @@ def stacked_metrics(
     """work_per_call's rows from merged_work's: one per (keys, metric, interval). ``only``: per metric, the
     ``keys`` of the series to keep (a metric absent keeps none), applied before stacking; ``extra``: more
     columns of ``merged`` carried along."""
-    common = [
-        "interval_start",
-        "interval_end",
-        "interval_seconds",
-        "calls",
-        "latency_ms",
-        "position",
-        *extra,
-    ]
     per_metric = []
     group = _contiguous_groups(merged, keys) if tracked_only and only is None else None
     for m in WORK_METRICS:
@@ -199,13 +191,7 @@ def stacked_metrics(
         if only is not None:
             wanted = only.get(m.name, merged.select(keys).clear())
             source = merged.join(wanted, on=keys, how="semi", maintain_order="left")
-        rows = source.select(
-            *keys,
-            pl.lit(m.name).alias("metric"),
-            *common,
-            _per_call(m).alias("value"),
-            pl.col(f"tracking:{m.name}").alias("tracking"),
-        )
+        rows = _metric_rows(source, keys, m, extra)
         if tracked_only and group is not None:
             # Tracking counts are >= 0 (_check_work_values), so a series' sum is > 0 exactly when one of
             # its intervals is tracked: one pass over numbers per metric, not a window over string keys.
@@ -215,6 +201,97 @@ def stacked_metrics(
             rows = rows.filter(pl.col("tracking").sum().over(keys) > 0)
         per_metric.append(rows)
     return pl.concat(per_metric, how="vertical")
+
+
+def _metric_rows(
+    source: pl.DataFrame, keys: list[str], m: WorkMetric, extra: tuple[str, ...] = ()
+) -> pl.DataFrame:
+    """One metric's block of stacked rows from merged_work's (wide) rows."""
+    return source.select(
+        *keys,
+        pl.lit(m.name).alias("metric"),
+        "interval_start",
+        "interval_end",
+        "interval_seconds",
+        "calls",
+        "latency_ms",
+        "position",
+        *extra,
+        _per_call(m).alias("value"),
+        pl.col(f"tracking:{m.name}").alias("tracking"),
+    )
+
+
+@dataclass(frozen=True)
+class TrackedWork:
+    """``stacked_metrics(merged, keys, tracked_only=True)`` described without stacking it: its groups
+    ((keys, metric, size), in its order) and every row's value; the rows of the groups a search keeps are
+    stacked afterwards (``searched``). Why: the unannounced search keeps few groups (``steps_possible``),
+    and stacking every metric of every series first was 6 blocks of the history's 14.5 M intervals at
+    10,000 series x 1 day, and finding its groups again by comparing string keys another 2 s."""
+
+    merged: pl.DataFrame
+    keys: list[str]
+    group_of_row: np.ndarray  # each merged row's series (a run of merged rows)
+    tracked: list[np.ndarray]  # per metric of WORK_METRICS: which series are tracked
+    groups: pl.DataFrame
+    values: np.ndarray
+
+    @classmethod
+    def of(cls, merged: pl.DataFrame, keys: list[str]) -> TrackedWork | None:
+        """None where a series is not one run of rows (then stack as stacked_metrics does)."""
+        runs = run_lengths(merged, keys)
+        if runs.height and not runs.select(keys).is_unique().all():
+            return None
+        group_of_row = np.repeat(np.arange(runs.height), runs["size"].to_numpy())
+        tracked, groups, values = [], [], []
+        for m in WORK_METRICS:
+            # Tracking counts are >= 0 (_check_work_values): a series is tracked when one interval is.
+            counted = merged[f"tracking:{m.name}"].to_numpy() > 0
+            mine = np.bincount(group_of_row, weights=counted, minlength=runs.height) > 0
+            tracked.append(mine)
+            groups.append(
+                runs.filter(pl.Series(mine)).select(
+                    *keys, pl.lit(m.name).alias("metric"), pl.col("size").cast(pl.get_index_type())
+                )
+            )
+            values.append(merged.select(_per_call(m)).to_series().to_numpy()[mine[group_of_row]])
+        return cls(
+            merged,
+            keys,
+            group_of_row,
+            tracked,
+            pl.concat(groups, how="vertical"),
+            np.concatenate(values).astype(np.float64),
+        )
+
+    def searched(
+        self, sizes: np.ndarray, searched: np.ndarray
+    ) -> tuple[pl.DataFrame, np.ndarray, np.ndarray, pl.DataFrame]:
+        """``jobs.detect.segments.only_searched`` of the stacked rows, stacking only the searched groups."""
+        kept = np.zeros(sizes.shape[0], dtype=bool)
+        kept[searched] = True
+        blocks, start = [], 0
+        for m, mine in zip(WORK_METRICS, self.tracked, strict=True):
+            series_of_group = np.flatnonzero(mine)
+            chosen = np.zeros(mine.shape[0], dtype=bool)
+            chosen[series_of_group[kept[start : start + series_of_group.shape[0]]]] = True
+            start += series_of_group.shape[0]
+            if chosen.any():
+                blocks.append(
+                    _metric_rows(self.merged.filter(pl.Series(chosen[self.group_of_row])), self.keys, m)
+                )
+        rows = np.repeat(kept, sizes)
+        series = (
+            pl.concat(blocks, how="vertical")
+            if blocks
+            else _metric_rows(self.merged.clear(), self.keys, WORK_METRICS[0])
+        )
+        flags = pl.DataFrame(
+            {"group": searched.astype(np.int64), "_searched": np.ones(searched.shape[0], dtype=bool)},
+            schema={"group": pl.Int64, "_searched": pl.Boolean},
+        )
+        return series, self.values[rows], sizes[kept], flags
 
 
 def _contiguous_groups(frame: pl.DataFrame, keys: list[str]) -> np.ndarray | None:
@@ -538,15 +615,23 @@ def unannounced_resource_regressions(
     keys = list(SERIES_KEY)
     metric_keys = [*keys, "metric"]
     identity = series_identity(points, keys)
-    series = work_per_call(points, keys, tracked_only=True)
-    groups = run_lengths(series, metric_keys).join(
-        _thresholds(resource), on="metric", how="left", maintain_order="left"
-    )
-    values = series["value"].to_numpy().astype(np.float64)
+    merged = merged_work(points, keys)
+    tracked = TrackedWork.of(merged, keys)
+    if tracked is not None:
+        groups, values = tracked.groups, tracked.values
+    else:
+        series = stacked_metrics(merged, keys, tracked_only=True)
+        groups, values = run_lengths(series, metric_keys), series["value"].to_numpy().astype(np.float64)
+    del merged
+    groups = groups.join(_thresholds(resource), on="metric", how="left", maintain_order="left")
     sizes = groups["size"].to_numpy().astype(np.int64)
     possible = steps_possible(values, sizes, groups["floor"].to_numpy(), resource.ratio_threshold)
     searched = np.arange(sizes.shape[0]) if config.search_every_series else np.flatnonzero(possible)
-    series, values, sizes, searched_groups = only_searched(series, values, sizes, searched)
+    if tracked is not None:
+        series, values, sizes, searched_groups = tracked.searched(sizes, searched)
+        del tracked
+    else:
+        series, values, sizes, searched_groups = only_searched(series, values, sizes, searched)
     steps = consecutive_segment_tests(
         values,
         sizes,

@@ -509,3 +509,35 @@ def test_a_work_delta_that_is_negative_or_not_finite_is_named(
         work_per_call(fingerprinted_samples(frame, TEXTS), ["instance", "series"])
     clean = samples(wobble(120, 1.0)).with_columns(pl.col(column).cast(dtype))
     assert work_per_call(fingerprinted_samples(clean, TEXTS), ["instance", "series"]).height
+
+
+def test_tracked_work_is_the_stacked_rows_without_stacking_them() -> None:
+    """``TrackedWork`` names the groups and values ``stacked_metrics(tracked_only=True)`` has and stacks
+    only the searched groups' rows; both must be exactly the stacked frame's (``only_searched``)."""
+    from jobs.detect.segments import only_searched
+    from jobs.detect.work import TrackedWork, merged_work, stacked_metrics
+
+    rng = np.random.default_rng(3)
+    parts, texts = [], []
+    for number, queryid in enumerate((21, 22, 23, 24)):
+        work = {**QUIET, "rows": rng.random(40) * 9, "wal_bytes": rng.random(40) * (number % 2)}
+        if number == 2:
+            work["total_plan_time"], work["plans"] = rng.random(40), 1.0  # planning tracked here only
+        parts.append(series_samples(1 + rng.random(40), queryid=queryid, work=work))
+        texts.append(("alpha", queryid, f"SELECT c{number} FROM t WHERE id = $1"))
+    samples_ = pl.concat(parts, how="diagonal_relaxed")
+    keys = ["instance", "series"]
+    merged = merged_work(fingerprinted_samples(samples_, series_texts(texts)), keys)
+    stacked = stacked_metrics(merged, keys, tracked_only=True)
+    groups = run_lengths(stacked, [*keys, "metric"])
+    tracked = TrackedWork.of(merged, keys)
+    assert tracked is not None
+    assert tracked.groups.equals(groups)
+    assert np.array_equal(tracked.values, stacked["value"].to_numpy())
+    sizes = groups["size"].to_numpy().astype(np.int64)
+    values = stacked["value"].to_numpy().astype(np.float64)
+    for searched in (np.arange(sizes.shape[0]), np.array([0, 3, 7]), np.array([], dtype=np.int64)):
+        want = only_searched(stacked, values, sizes, searched)
+        got = tracked.searched(sizes, searched)
+        assert got[0].equals(want[0]) and np.array_equal(got[1], want[1]) and np.array_equal(got[2], want[2])
+        assert got[3].equals(want[3])
