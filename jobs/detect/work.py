@@ -225,17 +225,19 @@ def _metric_rows(
 @dataclass(frozen=True)
 class TrackedWork:
     """``stacked_metrics(merged, keys, tracked_only=True)`` described without stacking it: its groups
-    ((keys, metric, size), in its order) and every row's value; the rows of the groups a search keeps are
-    stacked afterwards (``searched``). Why: the unannounced search keeps few groups (``steps_possible``),
-    and stacking every metric of every series first was 6 blocks of the history's 14.5 M intervals at
-    10,000 series x 1 day, and finding its groups again by comparing string keys another 2 s."""
+    ((keys, metric, size), in its order) and each group's lowest and highest value; the rows of the
+    groups a search keeps are stacked afterwards (``searched``). Why: the unannounced search keeps few
+    groups (``steps_possible``), and stacking every metric of every series first was 6 blocks of the
+    history's 14.5 M intervals at 10,000 series x 1 day, then its groups found again by comparing
+    string keys (2 s)."""
 
     merged: pl.DataFrame
     keys: list[str]
     group_of_row: np.ndarray  # each merged row's series (a run of merged rows)
     tracked: list[np.ndarray]  # per metric of WORK_METRICS: which series are tracked
     groups: pl.DataFrame
-    values: np.ndarray
+    low: np.ndarray  # per group: its values' minimum and maximum (what ``steps_possible`` reads)
+    high: np.ndarray
 
     @classmethod
     def of(cls, merged: pl.DataFrame, keys: list[str]) -> TrackedWork | None:
@@ -243,8 +245,10 @@ class TrackedWork:
         runs = run_lengths(merged, keys)
         if runs.height and not runs.select(keys).is_unique().all():
             return None
-        group_of_row = np.repeat(np.arange(runs.height), runs["size"].to_numpy())
-        tracked, groups, values = [], [], []
+        sizes = runs["size"].to_numpy()
+        group_of_row = np.repeat(np.arange(runs.height), sizes)
+        starts = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
+        tracked, groups, low, high = [], [], [], []
         for m in WORK_METRICS:
             # Tracking counts are >= 0 (_check_work_values): a series is tracked when one interval is.
             counted = merged[f"tracking:{m.name}"].to_numpy() > 0
@@ -255,14 +259,18 @@ class TrackedWork:
                     *keys, pl.lit(m.name).alias("metric"), pl.col("size").cast(pl.get_index_type())
                 )
             )
-            values.append(merged.select(_per_call(m)).to_series().to_numpy()[mine[group_of_row]])
+            if runs.height:
+                values = merged.select(_per_call(m)).to_series().to_numpy().astype(np.float64)
+                low.append(np.minimum.reduceat(values, starts)[mine])
+                high.append(np.maximum.reduceat(values, starts)[mine])
         return cls(
             merged,
             keys,
             group_of_row,
             tracked,
             pl.concat(groups, how="vertical"),
-            np.concatenate(values).astype(np.float64),
+            np.concatenate(low) if low else np.zeros(0),
+            np.concatenate(high) if high else np.zeros(0),
         )
 
     def searched(
@@ -271,7 +279,7 @@ class TrackedWork:
         """``jobs.detect.segments.only_searched`` of the stacked rows, stacking only the searched groups."""
         kept = np.zeros(sizes.shape[0], dtype=bool)
         kept[searched] = True
-        blocks, start = [], 0
+        blocks, start = [], 0  # each metric's groups: its tracked series, in order
         for m, mine in zip(WORK_METRICS, self.tracked, strict=True):
             series_of_group = np.flatnonzero(mine)
             chosen = np.zeros(mine.shape[0], dtype=bool)
@@ -281,7 +289,6 @@ class TrackedWork:
                 blocks.append(
                     _metric_rows(self.merged.filter(pl.Series(chosen[self.group_of_row])), self.keys, m)
                 )
-        rows = np.repeat(kept, sizes)
         series = (
             pl.concat(blocks, how="vertical")
             if blocks
@@ -291,7 +298,7 @@ class TrackedWork:
             {"group": searched.astype(np.int64), "_searched": np.ones(searched.shape[0], dtype=bool)},
             schema={"group": pl.Int64, "_searched": pl.Boolean},
         )
-        return series, self.values[rows], sizes[kept], flags
+        return series, series["value"].to_numpy().astype(np.float64), sizes[kept], flags
 
 
 def _contiguous_groups(frame: pl.DataFrame, keys: list[str]) -> np.ndarray | None:
@@ -618,14 +625,18 @@ def unannounced_resource_regressions(
     merged = merged_work(points, keys)
     tracked = TrackedWork.of(merged, keys)
     if tracked is not None:
-        groups, values = tracked.groups, tracked.values
+        groups = tracked.groups
     else:
         series = stacked_metrics(merged, keys, tracked_only=True)
         groups, values = run_lengths(series, metric_keys), series["value"].to_numpy().astype(np.float64)
     del merged
     groups = groups.join(_thresholds(resource), on="metric", how="left", maintain_order="left")
     sizes = groups["size"].to_numpy().astype(np.int64)
-    possible = steps_possible(values, sizes, groups["floor"].to_numpy(), resource.ratio_threshold)
+    floors = groups["floor"].to_numpy()
+    if tracked is not None:
+        possible = possible_steps(tracked.low, tracked.high, sizes, floors, resource.ratio_threshold)
+    else:
+        possible = steps_possible(values, sizes, floors, resource.ratio_threshold)
     searched = np.arange(sizes.shape[0]) if config.search_every_series else np.flatnonzero(possible)
     if tracked is not None:
         series, values, sizes, searched_groups = tracked.searched(sizes, searched)
@@ -749,6 +760,13 @@ def steps_possible(
     search finds: it is not searched (most work series of a fleet: the search was the detection run's
     largest step, issue 25)."""
     low, high = group_extremes(values, sizes)
+    return possible_steps(low, high, sizes, floors, ratio_threshold)
+
+
+def possible_steps(
+    low: np.ndarray, high: np.ndarray, sizes: np.ndarray, floors: np.ndarray, ratio_threshold: float
+) -> np.ndarray:
+    """``steps_possible`` from each group's minimum and maximum."""
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio_ok = np.where(low > 0, high / np.where(low > 0, low, 1.0) >= ratio_threshold, high > 0)
     return ratio_ok & (high - low >= floors) & (sizes > 0)

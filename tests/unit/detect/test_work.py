@@ -514,8 +514,8 @@ def test_a_work_delta_that_is_negative_or_not_finite_is_named(
 def test_tracked_work_is_the_stacked_rows_without_stacking_them() -> None:
     """``TrackedWork`` names the groups and values ``stacked_metrics(tracked_only=True)`` has and stacks
     only the searched groups' rows; both must be exactly the stacked frame's (``only_searched``)."""
-    from jobs.detect.segments import only_searched
-    from jobs.detect.work import TrackedWork, merged_work, stacked_metrics
+    from jobs.detect.segments import group_extremes, only_searched
+    from jobs.detect.work import TrackedWork, merged_work, possible_steps, stacked_metrics
 
     rng = np.random.default_rng(3)
     parts, texts = [], []
@@ -533,9 +533,15 @@ def test_tracked_work_is_the_stacked_rows_without_stacking_them() -> None:
     tracked = TrackedWork.of(merged, keys)
     assert tracked is not None
     assert tracked.groups.equals(groups)
-    assert np.array_equal(tracked.values, stacked["value"].to_numpy())
     sizes = groups["size"].to_numpy().astype(np.int64)
     values = stacked["value"].to_numpy().astype(np.float64)
+    low, high = group_extremes(values, sizes)
+    assert np.array_equal(tracked.low, low) and np.array_equal(tracked.high, high)
+    floors = np.full(sizes.shape[0], 0.5)
+    assert np.array_equal(
+        possible_steps(tracked.low, tracked.high, sizes, floors, 1.5),
+        steps_possible(values, sizes, floors, 1.5),
+    )
     for searched in (np.arange(sizes.shape[0]), np.array([0, 3, 7]), np.array([], dtype=np.int64)):
         want = only_searched(stacked, values, sizes, searched)
         got = tracked.searched(sizes, searched)
