@@ -209,15 +209,22 @@ class _WindowIndex:
 
     @classmethod
     def of(cls, rows: np.ndarray, ends: np.ndarray, numbers: np.ndarray | None) -> _WindowIndex:
-        mine = ends[rows]
+        # rows ascend: a run of consecutive rows (the usual case) is read as a slice, not gathered.
+        whole = rows.shape[0] > 0 and int(rows[-1]) - int(rows[0]) + 1 == rows.shape[0]
+        at: slice | np.ndarray = slice(int(rows[0]), int(rows[-1]) + 1) if whole else rows
+        mine = ends[at]
         if numbers is not None and rows.shape[0]:
+            owned = numbers[at].astype(np.int64)
             low = int(mine.min())
             span = int(mine.max()) - low + 1
-            distinct = np.unique(numbers[rows]).astype(np.int64)
-            if int(distinct[-1]) < (1 << 62) // span - 1 and int(distinct[0]) >= 0:
-                keys = numbers[rows].astype(np.int64) * span + (mine - low)
-                order = np.argsort(keys, kind="stable")
-                return cls(rows[order], keys[order], distinct, low, span)
+            if int(owned.max()) < (1 << 62) // span - 1 and int(owned.min()) >= 0:
+                owned *= span
+                owned += mine - low
+                order = np.argsort(owned, kind="stable")  # runs of entries ascend: timsort's easy case
+                keys = owned[order]
+                distinct = keys // span
+                distinct = distinct[np.r_[True, distinct[1:] != distinct[:-1]]]
+                return cls(order + rows[0] if whole else rows[order], keys, distinct, low, span)
         order = np.argsort(mine, kind="stable")
         return cls(rows[order], mine[order], None, 0, 0)
 
