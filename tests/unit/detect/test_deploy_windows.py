@@ -20,6 +20,31 @@ def by_join(points: pl.DataFrame, targets: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def points_of(samples: list[tuple[str, int, int]], third: str, dtype: pl.DataType) -> pl.DataFrame:
+    """(instance, minute, value) tuples as points with ``third`` a column of ``dtype``."""
+    return pl.DataFrame(
+        {
+            "instance": [s[0] for s in samples],
+            "interval_end": [T0 + timedelta(minutes=s[1]) for s in samples],
+            third: [s[2] for s in samples],
+        },
+        schema={"instance": pl.String, "interval_end": TS, third: dtype},
+    )
+
+
+def targets_of(windows: list[tuple[str, int, int]]) -> pl.DataFrame:
+    """(instance, start minute, length) tuples as deploy targets d0, d1, ..."""
+    return pl.DataFrame(
+        {
+            "deploy_id": [f"d{i}" for i in range(len(windows))],
+            "instance": [w[0] for w in windows],
+            "window_start": [T0 + timedelta(minutes=w[1]) for w in windows],
+            "window_end": [T0 + timedelta(minutes=w[1] + w[2]) for w in windows],
+        },
+        schema={"deploy_id": pl.String, "instance": pl.String, "window_start": TS, "window_end": TS},
+    )
+
+
 @settings(max_examples=120, deadline=None)
 @given(
     samples=st.lists(st.tuples(st.sampled_from("abc"), st.integers(0, 90), st.integers(0, 5)), max_size=60),
@@ -30,23 +55,8 @@ def by_join(points: pl.DataFrame, targets: pl.DataFrame) -> pl.DataFrame:
 def test_the_gather_equals_a_join_and_filter(
     samples: list[tuple[str, int, int]], windows: list[tuple[str, int, int]]
 ) -> None:
-    points = pl.DataFrame(
-        {
-            "instance": [s[0] for s in samples],
-            "interval_end": [T0 + timedelta(minutes=s[1]) for s in samples],
-            "queryid": [s[2] for s in samples],
-        },
-        schema={"instance": pl.String, "interval_end": TS, "queryid": pl.Int64},
-    )
-    targets = pl.DataFrame(
-        {
-            "deploy_id": [f"d{i}" for i in range(len(windows))],
-            "instance": [w[0] for w in windows],
-            "window_start": [T0 + timedelta(minutes=w[1]) for w in windows],
-            "window_end": [T0 + timedelta(minutes=w[1] + w[2]) for w in windows],
-        },
-        schema={"deploy_id": pl.String, "instance": pl.String, "window_start": TS, "window_end": TS},
-    )
+    points = points_of(samples, "queryid", pl.Int64())
+    targets = targets_of(windows)
     got = points_in_windows(points, targets)
     want = by_join(points, targets)
     assert got.columns == want.columns
@@ -92,23 +102,8 @@ def test_numbered_points_come_by_number_then_time_then_input_order(
 ) -> None:
     """With ``numbered`` (the series number), a window's rows are ordered by it, then interval_end, then
     their input order: the deploy analyses' merge then finds them in its key order and sorts nothing."""
-    points = pl.DataFrame(
-        {
-            "instance": [s[0] for s in samples],
-            "interval_end": [T0 + timedelta(minutes=s[1]) for s in samples],
-            "number": [s[2] for s in samples],
-        },
-        schema={"instance": pl.String, "interval_end": TS, "number": pl.UInt32},
-    ).with_row_index("seq")
-    targets = pl.DataFrame(
-        {
-            "deploy_id": [f"d{i}" for i in range(len(windows))],
-            "instance": [w[0] for w in windows],
-            "window_start": [T0 + timedelta(minutes=w[1]) for w in windows],
-            "window_end": [T0 + timedelta(minutes=w[1] + w[2]) for w in windows],
-        },
-        schema={"deploy_id": pl.String, "instance": pl.String, "window_start": TS, "window_end": TS},
-    )
+    points = points_of(samples, "number", pl.UInt32()).with_row_index("seq")
+    targets = targets_of(windows)
     # Instances interleaved (rows found by a group_by) and in one run each (row ranges).
     for frame in (points, points.sort("instance", maintain_order=True)):
         got = points_in_windows(frame, targets, "number")
