@@ -108,11 +108,15 @@ def only_searched(
         kept[searched] = True
         rows = np.repeat(kept, sizes)
         series, values, sizes = series.filter(pl.Series(rows)), values[rows], sizes[kept]
-    flags = pl.DataFrame(
+    return series, values, sizes, searched_flags(searched)
+
+
+def searched_flags(searched: np.ndarray) -> pl.DataFrame:
+    """(group, _searched) of the searched groups: the rows of the groups left out say so."""
+    return pl.DataFrame(
         {"group": searched.astype(np.int64), "_searched": np.ones(searched.shape[0], dtype=bool)},
         schema={"group": pl.Int64, "_searched": pl.Boolean},
     )
-    return series, values, sizes, flags
 
 
 @dataclass(frozen=True)

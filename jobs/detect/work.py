@@ -44,7 +44,7 @@ from jobs.detect.deploy_analysis import (
 )
 from jobs.detect.fleet_fdr import FdrAdjust, within_call
 from jobs.detect.scope import AnalysisScope
-from jobs.detect.segments import consecutive_segment_tests, group_extremes, only_searched
+from jobs.detect.segments import consecutive_segment_tests, group_extremes, searched_flags
 from jobs.detect.unannounced import scoped_history_points
 from jobs.detect.verdicts import DETECTED, INSUFFICIENT_DATA, NO_REGRESSION
 from jobs.detect.work_config import (
@@ -134,9 +134,7 @@ def _check_work_values(frame: pl.DataFrame) -> None:
             )
 
 
-def work_per_call(
-    series_samples: pl.DataFrame, keys: list[str], *, tracked_only: bool = False
-) -> pl.DataFrame:
+def work_per_call(series_samples: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
     """One row per (keys, metric, interval_end): ``value`` = Σ metric / Σ calls of the merged interval.
 
     ``series_samples``: fingerprinted samples (``jobs.query.series.fingerprinted_samples``), already cut to
@@ -144,12 +142,10 @@ def work_per_call(
     ``tracking`` (Σ of the metric's tracking counter, 0 where its columns are null: not tracked) and
     ``position`` (0-based index of the interval in its series, the detector's ``changepoint_index`` scale).
     Intervals are merged once, by ``merge_intervals`` (the latency series' own merge); rows come sorted by
-    (metric in WORK_METRICS order, keys, interval_end), so each series is contiguous. ``tracked_only``:
-    without the (keys, metric) series whose tracking sums to 0 (never tracked: not analysed), dropped per
-    metric before the metrics are stacked: a semi-join of the stacked frame on its string keys cost a
-    transient 0.5 GiB on 5 instances x 1000 statements x 2 hours (the detection pass's peak).
+    (metric in WORK_METRICS order, keys, interval_end), so each series is contiguous. The unannounced
+    search reads only the tracked series, without stacking the rest (``TrackedWork``).
     """
-    return stacked_metrics(merged_work(series_samples, keys), keys, tracked_only=tracked_only)
+    return stacked_metrics(merged_work(series_samples, keys), keys)
 
 
 def _per_call(metric: WorkMetric) -> pl.Expr:
@@ -239,11 +235,11 @@ class TrackedWork:
     high: np.ndarray
 
     @classmethod
-    def of(cls, merged: pl.DataFrame, keys: list[str]) -> TrackedWork | None:
-        """None where a series is not one run of rows (then stack as stacked_metrics does)."""
+    def of(cls, merged: pl.DataFrame, keys: list[str]) -> TrackedWork:
+        """From ``merged_work``'s rows, which hold each series as one run (merge_intervals sorts them)."""
         runs = _series_runs(merged, keys)
         if runs is None:
-            return None
+            raise ValueError("TrackedWork: a series of the merged intervals is not one run of rows")
         sizes = runs["size"].to_numpy()
         group_of_row = np.repeat(np.arange(runs.height), sizes)
         starts = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
@@ -293,11 +289,7 @@ class TrackedWork:
             if blocks
             else _metric_rows(self.merged.clear(), self.keys, WORK_METRICS[0])
         )
-        flags = pl.DataFrame(
-            {"group": searched.astype(np.int64), "_searched": np.ones(searched.shape[0], dtype=bool)},
-            schema={"group": pl.Int64, "_searched": pl.Boolean},
-        )
-        return series, series["value"].to_numpy().astype(np.float64), sizes[kept], flags
+        return series, series["value"].to_numpy().astype(np.float64), sizes[kept], searched_flags(searched)
 
 
 def _contiguous_groups(frame: pl.DataFrame, keys: list[str]) -> np.ndarray | None:
@@ -635,27 +627,14 @@ def unannounced_resource_regressions(
     keys = list(SERIES_KEY)
     metric_keys = [*keys, "metric"]
     identity = series_identity(points, keys)
-    merged = merged_work(points, keys)
-    tracked = TrackedWork.of(merged, keys)
-    if tracked is not None:
-        groups = tracked.groups
-    else:
-        series = stacked_metrics(merged, keys, tracked_only=True)
-        groups, values = run_lengths(series, metric_keys), series["value"].to_numpy().astype(np.float64)
-    del merged
-    groups = groups.join(_thresholds(resource), on="metric", how="left", maintain_order="left")
+    tracked = TrackedWork.of(merged_work(points, keys), keys)
+    groups = tracked.groups.join(_thresholds(resource), on="metric", how="left", maintain_order="left")
     sizes = groups["size"].to_numpy().astype(np.int64)
     floors = groups["floor"].to_numpy()
-    if tracked is not None:
-        possible = possible_steps(tracked.low, tracked.high, sizes, floors, resource.ratio_threshold)
-    else:
-        possible = steps_possible(values, sizes, floors, resource.ratio_threshold)
+    possible = possible_steps(tracked.low, tracked.high, sizes, floors, resource.ratio_threshold)
     searched = np.arange(sizes.shape[0]) if config.search_every_series else np.flatnonzero(possible)
-    if tracked is not None:
-        series, values, sizes, searched_groups = tracked.searched(sizes, searched)
-        del tracked
-    else:
-        series, values, sizes, searched_groups = only_searched(series, values, sizes, searched)
+    series, values, sizes, searched_groups = tracked.searched(sizes, searched)
+    del tracked
     steps = consecutive_segment_tests(
         values,
         sizes,
