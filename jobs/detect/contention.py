@@ -503,22 +503,37 @@ def _judged_at(
     slowdown exceeds that by ``load_excess_factor``."""
     at = detected.select("_row", pl.col(moment).alias("moment"), "series")
     own = at.join(
-        shifts.filter(pl.col("measured")).select("moment", "series", pl.col("log_ratio").alias("own")),
+        shifts.filter(pl.col("measured")).select(
+            "moment", "series", pl.col("log_ratio").alias("own"), pl.col("before_ms").alias("_own_ms")
+        ),
         on=["moment", "series"],
         how="left",
     )
+    log_ratio = pl.col("log_ratio")
+    # The peers at least ``peer_latency_share`` as long as the finding before the moment (a finding with no
+    # latency before has none): the only ones that may outweigh the load (ContentionConfig).
+    long = log_ratio.filter(pl.col("before_ms") >= config.peer_latency_share * pl.col("_own_ms"))
     others = (
-        at.join(shifts.filter(pl.col("compared")), on="moment", suffix="_other")
+        own.select("_row", "moment", "series", "_own_ms")
+        .join(shifts.filter(pl.col("compared")), on="moment", suffix="_other")
         .filter(pl.col("series") != pl.col("series_other"))
         .group_by("_row")
         .agg(
             pl.len().alias("others"),
-            pl.col("log_ratio").median().alias("common"),
-            ((pl.col("log_ratio") - pl.col("log_ratio").median()).abs().median() * MAD_TO_SIGMA).alias(
-                "spread"
-            ),
+            log_ratio.median().alias("common"),
+            ((log_ratio - log_ratio.median()).abs().median() * MAD_TO_SIGMA).alias("spread"),
+            long.len().alias("_long_others"),
+            long.median().alias("_long_common"),
+            ((long - long.median()).abs().median() * MAD_TO_SIGMA).alias("_long_spread"),
         )
     )
+
+    def clearly_above(common: str, spread: str) -> pl.Expr:
+        excess = pl.max_horizontal(
+            pl.lit(math.log(config.excess_factor)), config.spread_factor * pl.col(spread)
+        )
+        return ((pl.col("own") - pl.col(common)) > excess).fill_null(False)
+
     own_brought, worse = pl.col("_own_brought"), pl.col("_worse_induced")
     keyed = own.with_columns(pl.col("_row").alias("_key"))
     return (
@@ -531,14 +546,11 @@ def _judged_at(
         )
         .join(loads, on="moment", how="left")
         .with_columns(
+            clearly_above("common", "spread").alias("exceeds"),
             (
-                (pl.col("own") - pl.col("common"))
-                > pl.max_horizontal(
-                    pl.lit(math.log(config.excess_factor)), config.spread_factor * pl.col("spread")
-                )
-            )
-            .fill_null(False)
-            .alias("exceeds"),
+                (pl.col("_long_others").fill_null(0) >= config.min_series - 1)
+                & clearly_above("_long_common", "_long_spread")
+            ).alias("peers_outweigh"),
             is_load_episode(own_brought, worse, pl.col("_own_rise"), config).alias("load_episode"),
             explained_ratio(own_brought, worse, pl.col("_own_rise"), config).log().alias("explained"),
         )
@@ -557,6 +569,7 @@ def _judged_at(
             "others",
             "common",
             "exceeds",
+            "peers_outweigh",
             "load_episode",
             "explained",
             "exceeds_load",
@@ -760,6 +773,7 @@ def separate_contention(
         at_own = _judged_at(detected, "_own_moment", shifts, config, loads, rises).select(
             "_row",
             pl.col("exceeds").alias("_exceeds_own"),
+            pl.col("peers_outweigh").alias("_peers_outweigh_own"),
             pl.col("exceeds_load_clearly").alias("_exceeds_load_own"),
         )
         peer_moments = episodes.filter(pl.col("evidence").str.starts_with("peers")).select(
@@ -785,14 +799,18 @@ def separate_contention(
                 (pl.col("exceeds_load") | (moved & pl.col("_exceeds_load_own").fill_null(False))).alias(
                     "exceeds_load"
                 ),
+                (pl.col("peers_outweigh") | (moved & pl.col("_peers_outweigh_own").fill_null(False))).alias(
+                    "peers_outweigh"
+                ),
             )
             .with_columns(
                 (pl.col("in_peers") & ~pl.col("exceeds")).alias("peers_explain"),
                 (
                     pl.col("load_episode")
                     & ~pl.col("exceeds_load")
-                    # Enough peers that say this query slowed more than they did outweigh the load.
-                    & ~((pl.col("others").fill_null(0) >= config.min_series - 1) & pl.col("exceeds"))
+                    # Enough peers about as long as this query that say it slowed clearly more than they
+                    # did outweigh the load (ContentionConfig.peer_latency_share).
+                    & ~pl.col("peers_outweigh")
                 ).alias("load_explains"),
             )
             .with_columns((pl.col("in_peers") | pl.col("load_episode")).alias("in_episode"))

@@ -138,6 +138,54 @@ def test_one_bad_query_is_the_regression_and_the_neighbour_its_cpu_slowed_is_con
     assert slowdowns.height == 1 and slowdowns["findings_suppressed"].to_list() == [1]
 
 
+def mix_of(long_factor: float, peer_ms: tuple[float, ...]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(samples, texts): a 15 ms query slowing ×``long_factor`` at the deploy, flat peers of ``peer_ms``,
+    and a neighbour bringing 4 s of execution per second (with the mix's ~0.5 s/s: explains ×4.5)."""
+    peers = [app_series(1.0, queryid=OTHER + i, ms=ms, seed=i + 1) for i, ms in enumerate(peer_ms)]
+    samples = pl.concat([app_series(long_factor, ms=15.0), *peers, neighbour_series(4.0)])
+    texts = series_texts(
+        [
+            ("alpha", APP, APP_TEXT),
+            ("alpha", NEIGHBOUR, NEIGHBOUR_TEXT),
+            *(("alpha", OTHER + i, f"select * from peer{i} where id = $1") for i in range(len(peer_ms))),
+        ]
+    )
+    return samples, texts
+
+
+def judge_mix(
+    samples: pl.DataFrame, texts: pl.DataFrame, config: ContentionConfig = ContentionConfig()
+) -> pl.DataFrame:
+    regression = RegressionConfig(
+        window_before=CONFIG.window_before, window_after=CONFIG.window_after, contention=config
+    )
+    found = detect_regressions(samples, texts, deploy_at(), regression).with_columns(
+        pl.lit(False).alias("work_changed")
+    )
+    return separate_contention(found, samples, texts, regression)[0]
+
+
+def test_shorter_peers_do_not_outweigh_the_load_for_the_longest_query() -> None:
+    # As on a real server pinned to one CPU with eight CPU-bound neighbours: the longest query (15 ms) went
+    # ×3.0-3.4, the shorter ones (2-10 ms) stayed near ×1, and the load explained ×5.
+    samples, texts = mix_of(3.3, (2.0, 4.0, 8.0, 10.0))
+    row = row_of(judge_mix(samples, texts), APP)
+    assert (row["status"], row["kind"], row["reason"]) == ("no_regression", "contention", "instance_slowdown")
+    assert row["instance_slowdown_ratio"] > 3.3
+    # Every compared peer allowed to outweigh the load (the rule before): reported as its own regression.
+    before = row_of(judge_mix(samples, texts, ContentionConfig(peer_latency_share=0.0)), APP)
+    assert (before["status"], before["kind"]) == ("detected", "both")
+    with pytest.raises(ValueError, match="peer_latency_share"):
+        ContentionConfig(peer_latency_share=1.5)
+
+
+def test_peers_about_as_long_that_stayed_flat_still_outweigh_the_load() -> None:
+    # The same ×4 inside what the load explains, but three peers of 10-16 ms stayed flat: a cause of its own.
+    samples, texts = mix_of(4.0, (10.0, 12.0, 16.0, 2.0))
+    row = row_of(judge_mix(samples, texts), APP)
+    assert (row["status"], row["kind"]) == ("detected", "both")
+
+
 def test_known_cores_with_room_to_spare_explain_nothing() -> None:
     samples = pl.concat([app_series(1.5), neighbour_series(2.0)])
     out, slowdowns = judge(samples, activity=activity(0.0, 0.0, cores=8))

@@ -101,13 +101,19 @@ def of_query(frame: pl.DataFrame, fragment: str) -> pl.DataFrame:
     return frame.filter(pl.col("query").str.contains(fragment, literal=True))
 
 
-def shown(frame: pl.DataFrame) -> list[tuple[object, ...]]:
-    wanted = [
-        c
-        for c in ("analysis", "query", "reason", "latency_change", "kind", "slowdown_excess", "work_evidence")
-        if c in frame.columns
-    ]
-    return frame.select(wanted).rows()
+SHOWN = (
+    *("analysis", "query", "status", "reason", "latency_change", "kind", "instance_slowdown_ratio"),
+    *("slowdown_excess", "work_changed", "work_evidence"),
+)
+
+
+def shown(frame: pl.DataFrame) -> str:
+    """The rows' verdict columns, one line each: a string, which pytest prints whole (it cuts the repr of
+    a list at 240 characters, and CI's failures of these tests once lost the column that explained them)."""
+    wanted = [c for c in SHOWN if c in frame.columns]
+    return "\n".join(
+        " | ".join(f"{c}={row[c]}" for c in wanted) for row in frame.select(wanted).iter_rows(named=True)
+    )
 
 
 def mix_rows(frames: Frames, version: str) -> pl.DataFrame:
@@ -165,8 +171,12 @@ def test_noop_deploy_with_a_cpu_heavy_neighbour_is_no_query_regression(
         pl.col("reason") == "instance_slowdown"
     )
     if explained.height == 0:
-        # The latency detector found no step to explain: only possible when the mix barely slowed.
-        assert not clearly_contended(mix_rows(frames, "v5-noop")), shown(frames.regressions)
+        # The latency detector found no significant, material step to explain (under heavy contention a
+        # heavy query's mean can rise ×1.6 with no significant change point in a one-minute window). Had
+        # the mix clearly slowed, the slowdown is still not swallowed: the deploy has its episode row.
+        if clearly_contended(mix_rows(frames, "v5-noop")):
+            at_deploy = slowdowns_at(frames, "v5-noop").filter(pl.col("analysis") == "deploy")
+            assert at_deploy.height >= 1, shown(frames.regressions)
         return
     # The slowdown is not swallowed: it is one instance-level finding, and the queries it explains say so.
     slowdowns = slowdowns_at(frames, "v5-noop")
