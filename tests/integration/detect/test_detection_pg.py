@@ -187,7 +187,6 @@ def test_noop_deploy_with_a_cpu_heavy_neighbour_is_no_query_regression(
         "findings_suppressed", descending=True
     )
     assert explaining.height >= 1, slowdowns
-    episode = explaining.row(0, named=True)
     for row in explaining.iter_rows(named=True):
         # A no-op changed no work: unchanged when the queries it explained carried work evidence, unknown
         # (None, said) when none did; never changed.
@@ -195,7 +194,10 @@ def test_noop_deploy_with_a_cpu_heavy_neighbour_is_no_query_regression(
         known = "work_changed" in own.columns and own["work_changed"].is_not_null().any()
         assert row["work_unchanged"] is (True if known else None), (row, shown(own))
     if clearly_contended(mix_rows(frames, "v5-noop")):
-        assert episode["queries"] >= 3 and episode["median_ratio"] > 1.2, episode
+        # Either analysis' explaining episode is the instance-level finding; the deploy's window medians
+        # read ×1.23 once where the unannounced one read ×1.79 (two busy loops on the server's CPU).
+        clearest = explaining.sort("median_ratio", descending=True).row(0, named=True)
+        assert clearest["queries"] >= 3 and clearest["median_ratio"] > 1.2, explaining
     assert (explained["kind"] == "contention").all() and (explained["status"] == "no_regression").all()
 
 
