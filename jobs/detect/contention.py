@@ -480,6 +480,11 @@ def instance_slowdowns(
     return rows.select("moment", *INSTANCE_SLOWDOWNS.columns_of(rows)).sort("moment")
 
 
+def _spread(values: pl.Expr) -> pl.Expr:
+    """The values' spread around their median: ``MAD_TO_SIGMA`` x the median absolute deviation."""
+    return (values - values.median()).abs().median() * MAD_TO_SIGMA
+
+
 def _own_load(rises: pl.DataFrame) -> pl.DataFrame:
     """Per (moment, series): the load the series itself brought (left out of what explains its own
     slowdown)."""
@@ -521,10 +526,10 @@ def _judged_at(
         .agg(
             pl.len().alias("others"),
             log_ratio.median().alias("common"),
-            ((log_ratio - log_ratio.median()).abs().median() * MAD_TO_SIGMA).alias("spread"),
+            _spread(log_ratio).alias("spread"),
             long.len().alias("_long_others"),
             long.median().alias("_long_common"),
-            ((long - long.median()).abs().median() * MAD_TO_SIGMA).alias("_long_spread"),
+            _spread(long).alias("_long_spread"),
         )
     )
 
