@@ -298,6 +298,13 @@ class RegressionConfig:
     interval holds the step (its mean mixes both regimes) is in neither level; the onset is the start of
     the first wholly new interval (issue 21: "0.148 ms → 37.2 ms", then "2.259 ms → 51.5 ms" two runs
     later). False: the levels are the change point's segments as found (before issue 21)."""
+    pre_step_levels: bool = True
+    """Latency, both analyses and the large-step rule: the level before a step is the mean of the samples
+    since the last change point found on the samples before the step alone (jobs.detect.segments.
+    pre_step_sides), so it does not move when later samples, or the run's other series, change which
+    earlier change points the whole window's search finds (the soak: 0.041 ms, then 0.067 ms before one
+    17.7 ms step). The Welch test reads the same samples. False: from the whole window's previous change
+    point (the segment tests), the large-step rule's reference (before this setting)."""
     mixed_min_fraction: float = 0.05
     """A sample is near a level (medians of each side, on log latency) within this fraction of the gap
     between the two levels...; one between the levels and near neither mixes both regimes."""

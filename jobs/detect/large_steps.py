@@ -26,7 +26,7 @@ import numpy as np
 from scipy import special
 
 from jobs.detect.config import RegressionConfig
-from jobs.detect.segments import settle_boundary
+from jobs.detect.segments import pre_step_sides, settle_boundary
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,10 @@ class LargeSteps:
     p_value: np.ndarray
     """1 / C(m + k, k)."""
     before_mean: np.ndarray
+    """The level before the step: over its before samples (``before_samples``)."""
+    before_samples: np.ndarray
+    """The samples of that level: the reference but the mixed sample, or with ``pre_step_levels`` those since
+    the last change point found on the samples before the step (jobs.detect.segments.pre_step_sides)."""
     after_mean: np.ndarray
     mixed: np.ndarray
     """The sample whose interval holds the step (its mean mixes both regimes), in neither level, as the
@@ -52,7 +56,7 @@ class LargeSteps:
 
 def _empty() -> LargeSteps:
     none = np.zeros(0, dtype=np.int64)
-    return LargeSteps(none, none, none, none, np.zeros(0), np.zeros(0), np.zeros(0), none)
+    return LargeSteps(none, none, none, none, np.zeros(0), np.zeros(0), none, np.zeros(0), none)
 
 
 def large_steps_at_end(values: np.ndarray, sizes: np.ndarray, config: RegressionConfig) -> LargeSteps:
@@ -104,6 +108,7 @@ def large_steps_at_end(values: np.ndarray, sizes: np.ndarray, config: Regression
     groups, k, m, p = groups[keep], k[keep], m[keep], p[keep]
     cut = sizes[groups] - k
     before_mean, after_mean = before[groups], after[groups]
+    before_samples = m.copy()
     mixed = np.full(groups.size, -1, dtype=np.int64)
     # The levels and the onset as the segment tests will settle them when the step has min_segment
     # samples, so that the finding does not move then: the sample holding the step is in neither level.
@@ -122,7 +127,18 @@ def large_steps_at_end(values: np.ndarray, sizes: np.ndarray, config: Regression
         mixed[i] = -1 if settled.mixed is None else settled.mixed
         cut[i] = settled.first_new
         before_mean[i] = float(series[settled.before].mean())
+        before_samples[i] = settled.before.size
         after_mean[i] = float(series[settled.after].mean())
+    if config.pre_step_levels:  # the level before as the segment tests will read it (one definition)
+        sides = pre_step_sides(
+            values,
+            ends - sizes,
+            groups,
+            np.where(mixed >= 0, mixed, cut),
+            config.unannounced_changepoint,
+            config.max_change_points,
+        )
+        before_mean, before_samples = sides.mean, sides.count.astype(np.int64)
     return LargeSteps(
         group=groups,
         cut=cut,
@@ -130,6 +146,7 @@ def large_steps_at_end(values: np.ndarray, sizes: np.ndarray, config: Regression
         reference_samples=m,
         p_value=p,
         before_mean=before_mean,
+        before_samples=before_samples,
         after_mean=after_mean,
         mixed=mixed,
     )

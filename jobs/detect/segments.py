@@ -261,6 +261,88 @@ def settle_boundary(
     return Boundary(before[before != chosen], after[after != chosen], chosen, chosen + 1)
 
 
+@dataclass(frozen=True)
+class PreStepSides:
+    """Per step: its before side as found on the samples before it alone (``pre_step_sides``)."""
+
+    start: np.ndarray
+    """First index of the before side in its series; the side is [start, end)."""
+    count: np.ndarray
+    mean: np.ndarray
+    squares: np.ndarray
+    """Sum of squared deviations from the mean (what ``welch_tests`` takes)."""
+
+
+def pre_step_sides(
+    values: np.ndarray,
+    offsets: np.ndarray,
+    groups: np.ndarray,
+    ends: np.ndarray,
+    changepoint: ChangePointConfig,
+    max_change_points: int,
+) -> PreStepSides:
+    """The before side of each step (series ``groups[i]``, before side ending at index ``ends[i]``,
+    exclusive: the mixed or straddling sample, else the first new one): its samples from the last change
+    point found in ``[0, ends[i])`` on those samples alone, one past it (that sample may mix the two
+    earlier regimes, as in ``segments_around``), or from 0 when there is none.
+
+    Why: the segment before a step began at the previous change point of the whole analysed window, and
+    which earlier change points a search finds depends on the samples after the step (the seeded intervals
+    are laid over the whole series) and, with the fleet-wide FDR, on the run's other series. So "the level
+    before" of one finding moved between runs though its samples had not (the soak: 0.041 ms, then
+    0.067 ms before the same 17.7 ms step, the large-step rule's reference and the segment tests taking
+    turns). Found on the samples before the step, each series on its own (``max_p_value``, no batch FDR),
+    it is the same in every run that places the step at the same sample. Vectorized: one batched search
+    over the distinct (series, end) prefixes.
+    """
+    groups = np.asarray(groups, dtype=np.int64)
+    ends = np.asarray(ends, dtype=np.int64)
+    start = np.zeros(groups.shape[0], dtype=np.int64)
+    if groups.shape[0]:
+        keys = np.stack([groups, ends], axis=1)
+        distinct, back = np.unique(keys, axis=0, return_inverse=True)
+        prefixes = [values[offsets[g] : offsets[g] + e] for g, e in distinct]
+        found = segment_change_points(prefixes, changepoint, max_change_points=max_change_points)
+        last = np.array(
+            [max((int(p.index) for p in points if p.index is not None), default=-1) for points in found],
+            dtype=np.int64,
+        )
+        start = np.where(last > 0, last + 1, 0)[np.asarray(back).reshape(-1)]
+    lengths = np.maximum(ends - start, 0)
+    step = np.repeat(np.arange(groups.shape[0]), lengths)
+    within = np.arange(int(lengths.sum())) - np.repeat(group_offsets(lengths)[:-1], lengths)
+    at = offsets[groups][step] + start[step] + within
+    count, mean, squares = piece_statistics(values[at], step, groups.shape[0])
+    return PreStepSides(start=start, count=count, mean=mean, squares=squares)
+
+
+def pre_step_welch(
+    values: np.ndarray,
+    steps: SegmentSteps,
+    selected: np.ndarray,
+    changepoint: ChangePointConfig,
+    max_change_points: int,
+) -> WelchResult:
+    """``steps.welch`` with the ``selected`` candidates' before sides found on the samples before each
+    step alone (``pre_step_sides``; the side ends before the mixed sample, else at the first new one)."""
+    chosen = np.flatnonzero(selected)
+    welch = steps.welch
+    if chosen.size == 0:
+        return welch
+    ends = np.where(steps.mixed[chosen] >= 0, steps.mixed[chosen], steps.first_new[chosen])
+    sides = pre_step_sides(values, steps.offsets, steps.group[chosen], ends, changepoint, max_change_points)
+    after = steps.after_piece[chosen]
+    retested = welch_tests(
+        sides.count, sides.mean, sides.squares, steps.count[after], steps.mean[after], steps.squares[after]
+    )
+    fields = {}
+    for name in ("before_mean", "after_mean", "before_count", "after_count", "t", "p"):
+        column = getattr(welch, name).copy()
+        column[chosen] = getattr(retested, name)
+        fields[name] = column
+    return WelchResult(**fields)
+
+
 def recovery_after_step(
     values: np.ndarray,
     offsets: np.ndarray,
@@ -327,6 +409,8 @@ class SegmentSteps:
     mixed: np.ndarray
     """Per candidate: the sample next to its cut that mixes both regimes (in no piece's statistics), -1
     when none (``settle_boundary``; only when the call was given the regression config)."""
+    squares: np.ndarray
+    """Per piece: the sum of squared deviations from its mean."""
 
 
 def consecutive_segment_tests(
@@ -423,4 +507,5 @@ def consecutive_segment_tests(
         welch=welch,
         first_new=first_new,
         mixed=mixed,
+        squares=squares,
     )

@@ -24,6 +24,7 @@ from jobs.detect.segments import (
     group_extremes,
     immaterial,
     only_searched,
+    pre_step_welch,
 )
 from jobs.detect.verdicts import DETECTED, INSUFFICIENT_DATA, NO_REGRESSION
 from jobs.query.series import (
@@ -116,6 +117,14 @@ def detect_unannounced_regressions(
         steps.mean,
         steps.welch,
     )
+    if config.pre_step_levels:  # the steps up: their level before, found on the samples before them
+        welch = pre_step_welch(
+            values,
+            steps,
+            welch.after_mean > welch.before_mean,
+            config.unannounced_changepoint,
+            config.max_change_points,
+        )
     candidate_group, candidate_cp_p = steps.group, steps.changepoint_p_value
     after_piece, last_piece = steps.after_piece, steps.last_piece
     rate = calls_per_second(series, piece, int(piece_base[-1]) + 1)[after_piece]
@@ -194,7 +203,7 @@ def detect_unannounced_regressions(
                     "changepoint_p_value": large.p_value,
                     "before_mean_ms": large.before_mean,
                     "after_mean_ms": large.after_mean,
-                    "before_count": large.reference_samples,
+                    "before_count": large.before_samples,
                     "after_count": large.new_samples,
                     "t_statistic": np.full(large.group.shape[0], np.nan),
                     "p_value": large.p_value,

@@ -8,8 +8,8 @@ primary key of pgbench_accounts is dropped on shop-a at a marked deploy and on s
 restored on both. Asserted: no command fails and every JSON output parses, both regressions are found and
 attributed right (shop-a to its deploy, shop-b to none), both recover, each alert reaches Slack exactly
 once, the plan diff names the dropped key (not the restored one), a finding's onset stays put and its
-before-level within ×1.5 (or a fifth of the step, on a log scale) across the runs that report it, and its
-change time lies within two ticks of the drop.
+before-level within ×1.5 across the runs that report it, and its change time lies within two ticks of
+the drop.
 
 Time is compressed: a tick of ``RADAR_SOAK_TICK_S`` (default 9 s; the three commands take about that
 on a busy 2-core machine) stands for a cron minute, and the detector's windows are scaled to it in the
@@ -20,7 +20,6 @@ length. Its own tier: `make test-soak` (CI runs it).
 from __future__ import annotations
 
 import json
-import math
 import os
 import shutil
 import subprocess
@@ -170,27 +169,6 @@ def radar(tick: int, common: list[str], *args: str, env: dict[str, str]) -> Run:
     return run
 
 
-def before_level_is_stable(history: list[tuple[int, Any, float | None, float | None]]) -> bool:
-    """A finding's before-level across the runs that report it: within ×1.5, or moved by less than a fifth
-    of the step (log scale), the step being the smallest log(after / before) of those runs.
-
-    Why the second clause: a sub-0.1 ms before-window is noisy (0.038-0.11 ms here), and which earlier
-    change point bounds "the latest level before the step" can change in the first runs after it: the
-    segment tests find a small earlier step (0.07 -> 0.04 ms) in one run and not the next, or the large-step
-    rule's 60-sample reference and the segment tests take turns (seen: 0.041 then 0.067 ms before a
-    17.7 ms after-level; 0.117 then 0.077 before 16 ms). A ×265 step stays a ×265-ish step. Issue 21's
-    fault still fails it: 0.148 -> 37.2 ms, then 2.259 -> 51.5 ms (the before-level ×15, the step's
-    log-size 5.5 then 3.1).
-    """
-    pairs = [(before, after) for _, _, before, after in history if before and after and before > 0]
-    levels = [before for before, _ in pairs]
-    if not levels:
-        return True
-    moved = max(levels) / min(levels)
-    step = min(math.log(after / before) for before, after in pairs)
-    return moved <= 1.5 or (step > 0 and math.log(moved) <= 0.2 * step)
-
-
 def alter(fleet: EmbeddedFleet, name: str, statement: str) -> None:
     with psycopg.connect(fleet.server(name).dsn, autocommit=True) as conn:
         conn.execute(statement)
@@ -276,14 +254,16 @@ def test_the_cron_loop_survives_a_pgbench_fleet_and_finds_explains_and_recovers_
     seen: dict[str, list[tuple[int, Any, float]]] = {}
     for tick, rows in soak.detect_rows:
         for row in rows:
-            seen.setdefault(row["finding_id"], []).append(
-                (tick, row["onset"], row["before_mean_ms"], row["after_mean_ms"])
-            )
+            seen.setdefault(row["finding_id"], []).append((tick, row["onset"], row["before_mean_ms"]))
     for finding in a + b:
         history = seen.get(finding["finding_id"], [])
         assert history, finding["finding_id"]
-        assert len({run[1] for run in history}) == 1, history
-        assert before_level_is_stable(history), (finding["instance"], finding["analysis"], history)
+        assert len({onset for _, onset, _ in history}) == 1, history
+        # Sub-0.1 ms levels move a little while the first runs after the step settle its boundary (seen:
+        # 0.065, 0.077, 0.082 ms, then 0.077 for good); issue 21's mixed interval moved one ×15. Before
+        # pre_step_levels, which earlier change point began "before" moved them too (0.041 then 0.067 ms).
+        levels = [level for _, _, level in history if level is not None]
+        assert max(levels) <= 1.5 * min(levels), (finding["instance"], finding["analysis"], history)
         # The change is placed at the drop: the latest change time within two ticks of it.
         dropped = drops["shop-a" if finding in a else "shop-b"]
         change_at = datetime.fromisoformat(finding["detected_change_at"].replace("Z", "+00:00"))

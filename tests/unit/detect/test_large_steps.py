@@ -70,7 +70,10 @@ def test_the_unannounced_analysis_opens_a_large_step_after_three_samples_and_say
     row = unannounced(np.r_[noise(9, 90), 40.0, 41.0, 39.5])
     assert (row["status"], row["confirmed_by"], row["after_count"]) == ("detected", "large_step", 3), row
     assert row["p_value"] == pytest.approx(1 / special.comb(63, 3))
-    assert row["before_mean_ms"] == pytest.approx(noise(9, 90)[-60:].mean())
+    # The level before: every sample since the last change point before the step (there is none): 90.
+    assert (row["before_mean_ms"], row["before_count"]) == (pytest.approx(noise(9, 90).mean()), 90)
+    old_rule = unannounced(np.r_[noise(9, 90), 40.0, 41.0, 39.5], replace(CONFIG, pre_step_levels=False))
+    assert old_rule["before_mean_ms"] == pytest.approx(noise(9, 90)[-60:].mean())  # the reference's 60
     # Off: the same series waits for the segment tests (too few new samples for them).
     off = unannounced(np.r_[noise(9, 90), 40.0, 41.0, 39.5], replace(CONFIG, large_step_ratio=0.0))
     assert off["status"] != "detected", off
@@ -78,6 +81,7 @@ def test_the_unannounced_analysis_opens_a_large_step_after_three_samples_and_say
     later = unannounced(np.r_[noise(9, 90), 40.0, 41.0, 39.5, 40.5, 40.2])
     assert (later["status"], later["confirmed_by"]) == ("detected", "segments"), later
     assert later["detected_change_at"] == row["detected_change_at"]
+    assert later["before_mean_ms"] == row["before_mean_ms"]  # one level before, whichever path found it
 
 
 def test_a_finding_opened_by_a_large_step_keeps_its_identity_when_the_segment_tests_confirm_it() -> None:

@@ -526,3 +526,38 @@ def test_a_small_noisy_step_keeps_the_boundary_it_was_found_at() -> None:
     boundary = settle_boundary(values, np.arange(0, 30), np.arange(30, 60), 30, RegressionConfig())
     assert (boundary.mixed, boundary.first_new) == (None, 30)
     assert boundary.before.tolist() == list(range(30)) and boundary.after.tolist() == list(range(30, 60))
+
+
+def test_the_level_before_a_step_is_read_on_the_samples_before_it_by_every_path() -> None:
+    """``pre_step_levels``: 1.0 ms, an earlier small step to 0.6 ms, then x8 (at a deploy). The level before
+    is the 0.6 ms samples (one past the earlier change point) whichever path reports the step and however
+    many samples follow it: the large-step rule after 3, the segment tests and the deploy analysis after 6
+    and 12 (the soak read 0.041 ms, then 0.067 ms before one step as two paths took turns)."""
+    texts = texts_for([("alpha", 11, QUERY)])
+    before = np.r_[noise(28, 1.0, 1), noise(12, 0.6, 2)]
+    expected = before[29:].mean()
+    levels = {}
+    for k in (3, 6, 12):
+        samples = samples_for(np.r_[before, noise(k, 5.0, 3)], first=-40)
+        found = detect_unannounced_regressions(samples, texts, CONFIG).row(0, named=True)
+        assert found["status"] == "detected", found
+        levels[("unannounced", k, found["confirmed_by"])] = (found["before_mean_ms"], found["before_count"])
+        if k > 3:
+            at_deploy = one(samples)
+            assert at_deploy["status"] == "detected", at_deploy
+            levels[("deploy", k)] = (at_deploy["before_mean_ms"], at_deploy["before_count"])
+    assert set(levels) >= {("unannounced", 3, "large_step"), ("unannounced", 12, "segments")}, levels
+    assert all(level == (pytest.approx(expected), 11) for level in levels.values()), levels
+    # The rule before: the large-step rule's reference is every sample before (both levels).
+    old = replace(CONFIG, pre_step_levels=False)
+    samples = samples_for(np.r_[before, noise(3, 5.0, 3)], first=-40)
+    found = detect_unannounced_regressions(samples, texts, old).row(0, named=True)
+    assert found["before_mean_ms"] == pytest.approx(before.mean()), found
+    # A deploy window searched for one change point (the deploy's) still reads the level since the earlier
+    # step; the rule before read both levels (the window's 30 samples before the deploy).
+    samples = samples_for(np.r_[before, noise(12, 5.0, 3)], first=-40)
+    single = replace(CONFIG, deploy_max_change_points=1)
+    assert one(samples, single)["before_mean_ms"] == pytest.approx(expected)
+    assert one(samples, replace(single, pre_step_levels=False))["before_mean_ms"] == pytest.approx(
+        before[10:].mean()
+    )
