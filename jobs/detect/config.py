@@ -353,6 +353,11 @@ class RegressionConfig:
     """...the reference: at most this many samples right before them (an hour of one-minute samples)..."""
     large_step_min_reference: int = 20
     """...and at least this many (a shorter history waits for the segment tests)..."""
+    large_step_max_new_samples: int = 15
+    """...the newest 2 to this many samples (at least min_segment - 1; min_segment - 1: the rule before,
+    which left the segment tests alone from min_segment new samples on). The rank statement is exact for any
+    count, and the segment tests can miss a huge step for a while: a x430 step after a small earlier level
+    change went unreported by first runs with 5 to 13 new samples (the soak; docs/detect.md)..."""
     large_step_max_p: float = 1e-4
     """...and the exact rank p-value 1 / C(m + k, k) must be at most this (besides the fleet's
     Benjamini-Hochberg step it joins): with 60 reference samples 3 new ones give 2.5e-5, 2 give 5.3e-4
@@ -391,6 +396,8 @@ class RegressionConfig:
             raise ValueError("large_step_ratio must be 0 (off) or > 1")
         if not 2 <= self.large_step_min_reference <= self.large_step_reference_samples:
             raise ValueError("need 2 <= large_step_min_reference <= large_step_reference_samples")
+        if self.large_step_max_new_samples < self.unannounced_changepoint.min_segment - 1:
+            raise ValueError("large_step_max_new_samples must be >= unannounced min_segment - 1")
         if not 0.0 < self.large_step_max_p <= 1.0:
             raise ValueError("large_step_max_p must be in (0, 1]")
         if not isinstance(self.search_every_series, bool):

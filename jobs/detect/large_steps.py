@@ -2,7 +2,8 @@
 
 The change-point search needs ``min_segment`` (5) samples on each side of a split, so a step waits five
 snapshot intervals whatever its size: a x3,000 step as long as a x1.3 one. A large step needs less
-evidence. The newest k samples of a series (2 <= k < min_segment) are a *large step* when each of them
+evidence. The newest k samples of a series (2 <= k <= ``large_step_max_new_samples``, 15) are a *large
+step* when each of them
 is above every one of the m samples before them (the reference) and above ``large_step_ratio`` times
 their median. If the series did not change, its samples are exchangeable and the chance that the newest
 k are the k largest of m + k is exactly 1 / C(m + k, k), whatever the distribution of the noise (0.00053
@@ -11,7 +12,11 @@ per-minute detection looks at every series every minute). That rank p-value join
 unannounced analysis's Benjamini-Hochberg family beside the segment tests' Welch p-values, so the false
 discovery rate is the same one; it must also be below ``large_step_max_p``. A step that later reaches
 ``min_segment`` samples is found by the change-point search at the same place: the same finding, its
-levels refined (jobs.detect.findings' identity), not a second one.
+levels refined (jobs.detect.findings' identity), not a second one. The rule keeps looking past
+``min_segment`` - 1 new samples because the search can miss a huge step for a while: after a small
+earlier level change the rank test reads that change as serial correlation (a x430 step, unreported by
+first runs with 5 to 13 new samples in the soak); both paths read the same levels and onset, so which one
+reports the step does not change the finding.
 
 Why both conditions: above the reference's maximum makes the p-value exact (a rank statement); above the
 ratio of its median keeps ordinary noise, and a x1.5 noisy neighbour, out of the fast path (those wait
@@ -61,10 +66,10 @@ def _empty() -> LargeSteps:
 
 def large_steps_at_end(values: np.ndarray, sizes: np.ndarray, config: RegressionConfig) -> LargeSteps:
     """Every series (``sizes`` consecutive values each) whose newest k samples, for the largest k in
-    [2, ``min_segment`` - 1] that qualifies, are a large step (module docstring) with p <=
+    [2, ``large_step_max_new_samples``] that qualifies, are a large step (module docstring) with p <=
     ``large_step_max_p``. Off (no rows) when ``large_step_ratio`` is 0."""
     ratio = config.large_step_ratio
-    longest = config.unannounced_changepoint.min_segment - 1
+    longest = config.large_step_max_new_samples
     if ratio <= 0 or longest < 2 or sizes.size == 0:
         return _empty()
     sizes = np.asarray(sizes, dtype=np.int64)
@@ -120,10 +125,10 @@ def large_steps_at_end(values: np.ndarray, sizes: np.ndarray, config: Regression
         if settled.mixed is None and settled.first_new == c:
             continue
         # Settled: a sample holding the step is in neither level, and one wholly of the new regime that the
-        # reference held (the longest run of new samples is min_segment - 1, so a step older than that
-        # leaves its first new sample in the reference) moves to the new level. Kept whenever the boundary
-        # moved, not only with a mixed sample: the soak once read a before-level of 0.698 ms (one 16 ms
-        # sample among 0.03 ms ones) where its other runs read 0.032 ms.
+        # reference held (the longest run of new samples is large_step_max_new_samples, so a step older
+        # than that leaves its first new sample in the reference) moves to the new level. Kept whenever
+        # the boundary moved, not only with a mixed sample: the soak once read a before-level of 0.698 ms
+        # (one 16 ms sample among 0.03 ms ones) where its other runs read 0.032 ms.
         mixed[i] = -1 if settled.mixed is None else settled.mixed
         cut[i] = settled.first_new
         before_mean[i] = float(series[settled.before].mean())

@@ -47,7 +47,7 @@ def test_noise_a_spike_a_moderate_step_an_old_step_and_a_short_history_wait() ->
     quiet = noise(2, 80)
     spike = np.r_[noise(3, 60), 50.0]  # one sample: never enough
     moderate = np.r_[noise(4, 60), 15.0, 15.5]  # x1.5: the segment tests' job
-    old = np.r_[noise(5, 60), 30.0, 31.0, 29.0, 30.5, 30.2]  # 5 new samples: the change-point search's
+    old = np.r_[noise(5, 60), np.full(16, 30.0)]  # 16 new samples (> 15): the change-point search's
     short = np.r_[noise(6, 12), 30.0, 31.0]  # 12 reference samples < 20
     dip_inside = np.r_[noise(7, 60), 30.0, 9.0, 31.0]  # the newest are not all new-regime
     assert found(quiet, spike, moderate, old, short, dip_inside) == {}
@@ -55,6 +55,11 @@ def test_noise_a_spike_a_moderate_step_an_old_step_and_a_short_history_wait() ->
     # the p bound: with 20 reference samples three new ones give 1/1771 = 5.6e-4 > 1e-4, four 1/10626
     assert found(np.r_[noise(8, 20), 30.0, 31.0, 32.0]) == {}
     assert 0 in found(np.r_[noise(8, 20), 30.0, 31.0, 32.0, 31.5])
+    # Past min_segment - 1 new samples the rule still looks (up to large_step_max_new_samples); the rule
+    # before stopped at 4.
+    five = np.r_[noise(5, 60), 30.0, 31.0, 29.0, 30.5, 30.2]
+    assert found(five) == {0: (5, pytest.approx(1 / special.comb(65, 5)))}
+    assert found(five, config=replace(CONFIG, large_step_max_new_samples=4)) == {}
 
 
 def unannounced(values: np.ndarray, config: RegressionConfig = CONFIG) -> dict:
@@ -121,3 +126,24 @@ def test_a_first_new_sample_left_in_the_reference_moves_to_the_new_level() -> No
     assert int(steps.cut[0]) == old.size  # the onset at the 16 ms sample, as with more samples
     assert float(steps.before_mean[0]) == pytest.approx(float(old.mean()))
     assert float(steps.after_mean[0]) == pytest.approx(float(np.mean([16.0, 25.6, 23.9, 17.1, 18.2])))
+
+
+# The soak's shop-b `SELECT abalance` (ms per call, one sample a tick, rounded to 0.1 us): 0.06-0.11 ms,
+# about 0.04 ms for six samples, the interval its key was dropped in (3.3 ms), then six at about 17.7 ms.
+SOAK_SELECT = np.r_[
+    [0.076, 0.0785, 0.1107, 0.0772, 0.0784, 0.0888, 0.0614, 0.0421, 0.0481, 0.0652, 0.1012, 0.0618],
+    [0.0714, 0.0765, 0.0776, 0.1089, 0.0609, 0.0449, 0.0391, 0.0387, 0.0385, 0.0412, 0.0469, 3.318],
+    [17.7102, 17.6057, 17.9689, 17.4464, 18.6848, 18.9796],
+]
+
+
+def test_a_huge_step_after_a_small_earlier_change_is_reported_by_a_first_run() -> None:
+    """The segment tests miss it (their rank test reads the middle -> low change before the step as
+    serial correlation), so with six new samples only the large-step rule past min_segment - 1 finds it:
+    the interval of the drop mixed, the level before the six 0.04 ms samples."""
+    row = unannounced(SOAK_SELECT)
+    assert (row["status"], row["confirmed_by"], row["changepoint_index"]) == ("detected", "large_step", 24)
+    assert row["mixed_index"] == 23
+    assert row["before_mean_ms"] == pytest.approx(SOAK_SELECT[18:23].mean())
+    before = unannounced(SOAK_SELECT, replace(CONFIG, large_step_max_new_samples=4))
+    assert before["status"] != "detected", before
