@@ -110,7 +110,7 @@ def large_step_false_alarms(labeled: list, config: object = None) -> dict[str, o
     from jobs.detect.large_steps import large_steps_at_end
 
     config = config or RegressionConfig()
-    window = config.large_step_reference_samples + config.unannounced_changepoint.min_segment - 1
+    window = config.large_step_reference_samples + config.large_step_max_new_samples
     windows: list[np.ndarray] = []
     owners: list[int] = []
     for number, item in enumerate(labeled):
