@@ -347,8 +347,9 @@ class RegressionConfig:
     """Unannounced analysis: history analysed, counted back from the latest sample of the input."""
     large_step_ratio: float = 2.0
     """Unannounced analysis, evidence that grows with the effect (jobs.detect.large_steps): a step whose
-    newest 2 to min_segment - 1 samples are each above every sample of the reference before them and
-    above this multiple of its median is confirmed without waiting for min_segment samples. 0: off."""
+    newest 2 to large_step_max_new_samples samples are each above every sample of the reference before
+    them and above this multiple of its median is confirmed without waiting for min_segment samples.
+    0: off."""
     large_step_reference_samples: int = 60
     """...the reference: at most this many samples right before them (an hour of one-minute samples)..."""
     large_step_min_reference: int = 20

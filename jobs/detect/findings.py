@@ -284,7 +284,7 @@ def update_findings(
                     "onset": step.change,
                     "opened_at": computed_at,
                     "status": OPEN,
-                    # how much evidence opened it (a large step: 2 to 4 new samples; issue 26)
+                    # how much evidence opened it (a large step: 2 to 15 new samples; issue 26)
                     "opened_on_samples": step.row.get("after_count"),
                     "opened_by": step.row.get("confirmed_by")
                     or (WORK if step.row.get("kind") == WORK else step.row.get("analysis")),

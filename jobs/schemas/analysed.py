@@ -77,7 +77,7 @@ PERFORMANCE_REGRESSIONS = TableSchema(
         Column(
             "confirmed_by",
             dt.String(),
-            "unannounced: segments (the change-point search and Welch) | large_step (its newest 2 to 4 "
+            "unannounced: segments (the change-point search and Welch) | large_step (its newest 2 to 15 "
             "samples above every sample of the hour before and the large-step ratio; "
             "jobs.detect.large_steps)",
         ),

@@ -1,4 +1,4 @@
-"""Evidence that grows with the effect (jobs.detect.large_steps): a large step is confirmed with 2 to 4 new
+"""Evidence that grows with the effect (jobs.detect.large_steps): a large step is confirmed with 2 to 15 new
 samples, by an exact rank p-value; noise, spikes, moderate steps and short histories wait."""
 
 from __future__ import annotations
