@@ -482,7 +482,7 @@ def _changepoint_and_welch(series: pl.DataFrame, keys: list[str], config: Regres
     first_new = np.full(sizes.shape[0], -1, dtype=np.int64)  # per series: first new-regime sample
     mixed_at = np.full(sizes.shape[0], -1, dtype=np.int64)  # per series: the mixed sample, -1: none
     later: dict[int, list[int]] = {}  # per series: the change points after the chosen one
-    before_end = np.full(sizes.shape[0], -1, dtype=np.int64)  # per series: where its before side ends
+    straddle_at = np.full(sizes.shape[0], -1, dtype=np.int64)  # per series: the sample holding the deploy
     for g in range(sizes.shape[0]):
         piece[offsets[g] : offsets[g + 1]] = 2 * g
     for g, cuts in enumerate(segmented):
@@ -517,16 +517,15 @@ def _changepoint_and_welch(series: pl.DataFrame, keys: list[str], config: Regres
         if settled.mixed is not None:
             mixed_at[g] = settled.mixed
         straddling = -1 if pair.transition is None else pair.transition
+        straddle_at[g] = straddling
         piece[lo:hi] = dump
         piece[lo + settled.before[settled.before != straddling]] = 2 * g
         piece[lo + settled.after[settled.after != straddling]] = 2 * g + 1
         first_new[g] = settled.first_new
         change_start[g] = lo + first_new[g]
         later[g] = [c for c in at if c > cut]
-        # The before side ends at the first sample in neither level (mixed, straddling), else the first new.
-        before_end[g] = min(i for i in (settled.first_new, mixed_at[g], straddling) if i >= 0)
     if config.pre_step_levels:
-        _before_from_pre_step(values, offsets, piece, before_end, config)
+        _before_from_pre_step(values, offsets, piece, first_new, (mixed_at, straddle_at), config)
     index = np.array([-1 if p.index is None else p.index for p in chosen], dtype=np.int64)
     located = index >= 0
     index = np.where(first_new >= 0, first_new, index)
@@ -582,20 +581,27 @@ def _before_from_pre_step(
     values: np.ndarray,
     offsets: np.ndarray,
     piece: np.ndarray,
-    before_end: np.ndarray,
+    first_new: np.ndarray,
+    excluded: tuple[np.ndarray, ...],
     config: RegressionConfig,
 ) -> None:
     """Piece 2g (series g's before side) becomes its samples since the last change point found on the
     samples before the step alone (jobs.detect.segments.pre_step_sides), in place; series without a
-    settled step (``before_end`` -1) keep theirs."""
-    stepped = np.flatnonzero(before_end >= 0)
+    settled step (``first_new`` -1) keep theirs."""
+    stepped = np.flatnonzero(first_new >= 0)
     if stepped.size == 0:
         return
     sides = pre_step_sides(
-        values, offsets, stepped, before_end[stepped], config.changepoint, config.deploy_max_change_points
+        values,
+        offsets,
+        stepped,
+        first_new[stepped],
+        tuple(sample[stepped] for sample in excluded),
+        config.changepoint,
+        config.deploy_max_change_points,
     )
     dump = 2 * (offsets.shape[0] - 1)
-    for g, start, end in zip(stepped, sides.start, before_end[stepped], strict=True):
+    for g, start, end in zip(stepped, sides.start, sides.end, strict=True):
         lo = int(offsets[g])
         window = piece[lo : lo + int(end)]
         window[window == 2 * g] = dump

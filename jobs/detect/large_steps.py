@@ -139,7 +139,8 @@ def large_steps_at_end(values: np.ndarray, sizes: np.ndarray, config: Regression
             values,
             ends - sizes,
             groups,
-            np.where(mixed >= 0, mixed, cut),
+            cut,
+            (mixed,),
             config.unannounced_changepoint,
             config.max_change_points,
         )

@@ -129,6 +129,13 @@ class SegmentPair:
     """The sample whose interval straddles the deploy at the change point: in neither mean."""
 
 
+def past_neighbour(cut: int) -> int:
+    """Where a segment that begins at change point ``cut`` begins its level: one past it when there is one
+    (``cut`` > 0; the sample at a change point whose time inside its interval is unknown may mix the two
+    regimes), 0 at the series' start."""
+    return cut + 1 if cut > 0 else 0
+
+
 def segments_around(
     cut: int,
     previous_cut: int,
@@ -151,7 +158,7 @@ def segments_around(
         if 0 <= j < starts_us.shape[0] and starts_us[j] < deployed_us < ends_us[j]:
             transition = j
     size = starts_us.shape[0]
-    before = np.arange(previous_cut + (1 if previous_cut > 0 else 0), cut)
+    before = np.arange(past_neighbour(previous_cut), cut)
     after = np.arange(cut, next_cut - (1 if next_cut < size else 0))
     if transition is not None:
         before = before[before != transition]
@@ -267,6 +274,7 @@ class PreStepSides:
 
     start: np.ndarray
     """First index of the before side in its series; the side is [start, end)."""
+    end: np.ndarray
     count: np.ndarray
     mean: np.ndarray
     squares: np.ndarray
@@ -277,14 +285,15 @@ def pre_step_sides(
     values: np.ndarray,
     offsets: np.ndarray,
     groups: np.ndarray,
-    ends: np.ndarray,
+    first_new: np.ndarray,
+    excluded: tuple[np.ndarray, ...],
     changepoint: ChangePointConfig,
     max_change_points: int,
 ) -> PreStepSides:
-    """The before side of each step (series ``groups[i]``, before side ending at index ``ends[i]``,
-    exclusive: the mixed or straddling sample, else the first new one): its samples from the last change
-    point found in ``[0, ends[i])`` on those samples alone, one past it (that sample may mix the two
-    earlier regimes, as in ``segments_around``), or from 0 when there is none.
+    """The before side of each step (series ``groups[i]``, first new-regime sample ``first_new[i]``): its
+    samples up to the first one in neither level (``excluded``: per step the mixed or the straddling
+    sample, -1 for none), else up to the first new one, from the last change point found in that prefix on
+    its samples alone (``past_neighbour``), or from 0 when there is none.
 
     Why: the segment before a step began at the previous change point of the whole analysed window, and
     which earlier change points a search finds depends on the samples after the step (the seeded intervals
@@ -296,24 +305,29 @@ def pre_step_sides(
     over the distinct (series, end) prefixes.
     """
     groups = np.asarray(groups, dtype=np.int64)
-    ends = np.asarray(ends, dtype=np.int64)
+    ends = np.asarray(first_new, dtype=np.int64)
+    for sample in excluded:
+        ends = np.where((sample >= 0) & (sample < ends), sample, ends)
     start = np.zeros(groups.shape[0], dtype=np.int64)
     if groups.shape[0]:
         keys = np.stack([groups, ends], axis=1)
         distinct, back = np.unique(keys, axis=0, return_inverse=True)
         prefixes = [values[offsets[g] : offsets[g] + e] for g, e in distinct]
         found = segment_change_points(prefixes, changepoint, max_change_points=max_change_points)
-        last = np.array(
-            [max((int(p.index) for p in points if p.index is not None), default=-1) for points in found],
+        begins = np.array(
+            [
+                past_neighbour(max((int(p.index) for p in points if p.index is not None), default=0))
+                for points in found
+            ],
             dtype=np.int64,
         )
-        start = np.where(last > 0, last + 1, 0)[np.asarray(back).reshape(-1)]
+        start = begins[np.asarray(back).reshape(-1)]
     lengths = np.maximum(ends - start, 0)
     step = np.repeat(np.arange(groups.shape[0]), lengths)
     within = np.arange(int(lengths.sum())) - np.repeat(group_offsets(lengths)[:-1], lengths)
     at = offsets[groups][step] + start[step] + within
     count, mean, squares = piece_statistics(values[at], step, groups.shape[0])
-    return PreStepSides(start=start, count=count, mean=mean, squares=squares)
+    return PreStepSides(start=start, end=ends, count=count, mean=mean, squares=squares)
 
 
 def pre_step_welch(
@@ -329,8 +343,15 @@ def pre_step_welch(
     welch = steps.welch
     if chosen.size == 0:
         return welch
-    ends = np.where(steps.mixed[chosen] >= 0, steps.mixed[chosen], steps.first_new[chosen])
-    sides = pre_step_sides(values, steps.offsets, steps.group[chosen], ends, changepoint, max_change_points)
+    sides = pre_step_sides(
+        values,
+        steps.offsets,
+        steps.group[chosen],
+        steps.first_new[chosen],
+        (steps.mixed[chosen],),
+        changepoint,
+        max_change_points,
+    )
     after = steps.after_piece[chosen]
     retested = welch_tests(
         sides.count, sides.mean, sides.squares, steps.count[after], steps.mean[after], steps.squares[after]
