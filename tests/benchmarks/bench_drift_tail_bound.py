@@ -15,6 +15,20 @@ samples of the same sizes is reported beside (``iid``) as the check that the two
 Reported per shape: the oracle's recall overall, by the smaller side's sample count (as the calibration
 table is) and by the candidate's own (what the oracle's power depends on), its false-flag rate on the
 calibration's A/A pairs (should be about ``ALPHA``), and the default profile's figures on the same pairs.
+
+The oracle's threshold is F's: a test that holds its false-flag rate for *every* latency distribution
+(the scorer must: it does not know a query's) cannot use one. Such a test compares the candidate with the
+pair's own pooled samples, as each of the scorer's rules does (permutation nulls, exact exceedance counts):
+it is a permutation test, and among permutation tests at ``ALPHA`` the most powerful against G is the one
+whose statistic is the oracle's own, sum(log g / f) over the candidate, referred to its distribution over
+the relabellings of the pair's pooled samples (Lehmann and Stein 1949; Lehmann and Romano, *Testing
+Statistical Hypotheses*, on most powerful permutation tests). That test knows F, G and the pair's scale,
+so no permutation test that knows less is more powerful: its recall (``permutation_*``) bounds what any
+such scorer can reach. Its conditional threshold is estimated from ``PERMUTATIONS`` random relabellings per
+pair; ``permutation_*_flagged`` rejects at an estimated p <= ``ALPHA`` (a valid test, slightly less powerful
+than the exact one), ``permutation_*_upper`` at an estimated p <= ``ALPHA`` + 2 standard errors of that
+estimate (``UPPER_MARGIN``), which errs towards more power than the exact test: the figure to read as the
+bound.
 """
 
 from __future__ import annotations
@@ -39,6 +53,11 @@ TAIL_SHARE, TAIL_FACTOR = 0.10, 5.0
 NULL_DRAWS = int(os.environ.get("RADAR_BENCH_TAIL_BOUND_NULL_DRAWS", 20_000))
 TAIL_CHANGE = "new tail 10% x5"
 AA_CHANGE = "unchanged (A/A)"
+PERMUTATIONS = int(os.environ.get("RADAR_BENCH_TAIL_BOUND_PERMUTATIONS", 4_000))
+UPPER_MARGIN = 2.0 * float(np.sqrt(ALPHA * (1.0 - ALPHA) / PERMUTATIONS))
+PERMUTATION_AA_PAIRS = 300
+"""A/A pairs the permutation test is checked on (its level holds by construction; the check is cheap)."""
+IID_PAIRS_PER_SIZE = int(os.environ.get("RADAR_BENCH_TAIL_BOUND_IID_PAIRS", 100))
 
 
 def _lognormal_logpdf(sigma: float, mu: float = 0.0) -> Callable[[np.ndarray], np.ndarray]:
@@ -113,6 +132,53 @@ def iid_recall(
     return out
 
 
+def permutation_p_values(
+    shape: str,
+    base: np.ndarray,
+    base_off: np.ndarray,
+    cand: np.ndarray,
+    cand_off: np.ndarray,
+    scale: np.ndarray,
+    rng: np.random.Generator,
+    pairs: int,
+) -> np.ndarray:
+    """Per pair (the first ``pairs``), the share of ``PERMUTATIONS`` random relabellings of its pooled
+    samples whose candidate has an oracle statistic at least the observed one: the most powerful permutation
+    test's p-value against G, estimated."""
+    out = np.empty(pairs)
+    for i in range(pairs):
+        b = base[base_off[i] : base_off[i + 1]] / scale[i]
+        c = cand[cand_off[i] : cand_off[i + 1]] / scale[i]
+        per_sample = log_lr(shape, np.concatenate([b, c]))
+        observed = per_sample[b.size :].sum()
+        exceed = 0
+        block = max(1, 4_000_000 // per_sample.size)
+        for first in range(0, PERMUTATIONS, block):
+            rows = min(block, PERMUTATIONS - first)
+            chosen = np.argpartition(rng.random((rows, per_sample.size)), c.size, axis=1)[:, : c.size]
+            exceed += int((per_sample[chosen].sum(axis=1) >= observed).sum())
+        out[i] = exceed / PERMUTATIONS
+    return out
+
+
+def _iid_pairs(
+    shape: str, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``IID_PAIRS_PER_SIZE`` pairs of every size pair (the calibration's mix), scale 1, the candidate
+    i.i.d. G (each sample x5 with probability 0.1): (baseline, offsets, candidate, offsets, scale)."""
+    base, cand, n_b, n_c = [], [], [], []
+    for size_b in SIZES:
+        for size_c in SIZES:
+            for _ in range(IID_PAIRS_PER_SIZE):
+                base.append(SHAPES[shape](rng, size_b))
+                x = SHAPES[shape](rng, size_c)
+                cand.append(np.where(rng.random(size_c) < TAIL_SHARE, x * TAIL_FACTOR, x))
+                n_b.append(size_b)
+                n_c.append(size_c)
+    offsets = [np.concatenate(([0], np.cumsum(n))).astype(np.int64) for n in (n_b, n_c)]
+    return np.concatenate(base), offsets[0], np.concatenate(cand), offsets[1], np.ones(len(n_b))
+
+
 def _share_by(values: np.ndarray, groups: np.ndarray) -> dict[str, float]:
     return {str(int(g)): round(float(values[groups == g].mean()), 4) for g in SIZES if (groups == g).any()}
 
@@ -149,6 +215,25 @@ def main() -> None:
             shape, cut, np.random.default_rng([SEED, s_index, 98])
         )
         row["oracle_meets_90"] = bool(row["oracle_tail_flagged"] >= 0.90)
+        perm_rng = np.random.default_rng([SEED, s_index, 97])
+        for change, label in ((AA_CHANGE, "aa"), (TAIL_CHANGE, "tail")):
+            rng = np.random.default_rng([SEED, s_index, change_index[change]])
+            _, base, base_off, cand, cand_off, scale = generate_with_scale(shape, change, pairs, rng)
+            count = min(pairs, PERMUTATION_AA_PAIRS) if label == "aa" else pairs
+            p = permutation_p_values(shape, base, base_off, cand, cand_off, scale, perm_rng, count)
+            row[f"permutation_{label}_flagged"] = round(float((p <= ALPHA).mean()), 4)
+            row[f"permutation_{label}_upper"] = round(float((p <= ALPHA + UPPER_MARGIN).mean()), 4)
+            if label == "tail":
+                smaller = np.minimum(np.diff(base_off), np.diff(cand_off))
+                row["permutation_tail_upper_by_smaller_side"] = _share_by(p <= ALPHA + UPPER_MARGIN, smaller)
+        base, base_off, cand, cand_off, scale = _iid_pairs(shape, np.random.default_rng([SEED, s_index, 96]))
+        p = permutation_p_values(shape, base, base_off, cand, cand_off, scale, perm_rng, scale.size)
+        smaller = np.minimum(np.diff(base_off), np.diff(cand_off))
+        row["permutation_tail_iid_upper"] = round(float((p <= ALPHA + UPPER_MARGIN).mean()), 4)
+        row["permutation_tail_iid_upper_by_smaller_side"] = _share_by(p <= ALPHA + UPPER_MARGIN, smaller)
+        row["permutation_meets_90"] = bool(
+            max(row["permutation_tail_upper"], row["permutation_tail_iid_upper"]) >= 0.90
+        )
         rows.append(row)
         print(json.dumps(row), flush=True)
     report = {"rows": rows, "seconds": round(time.perf_counter() - started, 1)}
@@ -158,6 +243,9 @@ def main() -> None:
                 "shape": [r["shape"] for r in rows],
                 "oracle A/A": [r["oracle_aa_flagged"] for r in rows],
                 "oracle tail": [r["oracle_tail_flagged"] for r in rows],
+                "permutation bound A/A": [r["permutation_aa_flagged"] for r in rows],
+                "permutation bound tail": [r["permutation_tail_upper"] for r in rows],
+                "permutation bound tail (i.i.d.)": [r["permutation_tail_iid_upper"] for r in rows],
                 "calibrated tail": [r["calibrated_tail_flagged"] for r in rows],
             }
         )
