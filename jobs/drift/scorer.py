@@ -63,10 +63,12 @@ BLOCK = "BLOCK"
 METRICS = ("cost", "latency", "cardinality")
 SIDES = ("baseline", "candidate")
 # Reasons, one per row, first that applies: insufficient_samples, then (PSI > psi_data_quality)
-# js_block / js_warn / psi_data_quality_fallback; else js_block, psi_block, js_warn, psi_warn, within_bands.
+# js_block / js_warn / psi_data_quality_fallback; else js_block, psi_block, js_warn, psi_warn, within_bands
+# (the calibrated profile adds shift_block / tail_block / shift_warn / tail_warn / slow_mode_warn).
 INSUFFICIENT_SAMPLES = "insufficient_samples"
 PSI_DATA_QUALITY_FALLBACK = "psi_data_quality_fallback"
 WITHIN_BANDS = "within_bands"
+SLOW_MODE_WARN = "slow_mode_warn"
 QUERY_HASH_PATTERN = re.compile(r"^[a-f0-9]{64}$")
 INPUT_COLUMNS = ("query_hash", "metric", "side", "value")
 OUTPUT_SCHEMA: dict[str, pl.DataType] = {
@@ -567,9 +569,13 @@ def _histograms(s: _Samples, config: DriftScoreConfig) -> _Histograms:
     )
 
 
-def _pair_seed(config: DriftScoreConfig, query_hash_value: str, metric: str) -> np.random.Generator:
+def _pair_seed(
+    config: DriftScoreConfig, query_hash_value: str, metric: str, stream: int = 0
+) -> np.random.Generator:
+    """The pair's own generator (``stream`` 0: the noise null; 1: the slow-mode test's relabellings)."""
     digest = hashlib.sha256(f"{query_hash_value}\x00{metric}".encode()).digest()
-    return np.random.default_rng([config.seed, int.from_bytes(digest[:16], "big")])
+    key = [config.seed, int.from_bytes(digest[:16], "big")]
+    return np.random.default_rng(key if stream == 0 else [*key, stream])
 
 
 _NULL_GROUP_PAIRS = 16
@@ -725,6 +731,117 @@ def slow_tail_significant(
     return out
 
 
+_SLOW_MODE_GRID = 1024
+"""Points of the slow-mode test's density grid (linear binning, then a Gaussian kernel by convolution)."""
+
+
+def slow_mode_scores(
+    pooled: np.ndarray, shares: tuple[float, ...], factors: tuple[float, ...]
+) -> np.ndarray | None:
+    """(N, shares x factors) scores of the pooled log values w: log(1 - e + e f(w - log k) / f(w)), f a
+    Gaussian kernel density of the pooled values (Silverman's bandwidth, binned on a grid), i.e. how much
+    likelier each value is if a share e of the executions became k times slower. The density is the
+    pooled sample's, so the scores do not depend on which side a value came from and relabelling the
+    pooled samples gives an exact test. None when the values have no spread."""
+    n = pooled.size
+    spread = float(pooled.std())
+    q75, q25 = np.quantile(pooled, [0.75, 0.25])
+    if q75 > q25:
+        spread = min(spread, float(q75 - q25) / 1.34)
+    if not spread > 0 or not np.isfinite(spread):
+        return None
+    bandwidth = 0.9 * spread * n**-0.2
+    shifts = np.log(np.asarray(factors, dtype=np.float64))
+    lo = float(pooled.min()) - float(shifts.max()) - 5.0 * bandwidth
+    hi = float(pooled.max()) + 5.0 * bandwidth
+    step = (hi - lo) / (_SLOW_MODE_GRID - 1)
+    position = (pooled - lo) / step
+    left = np.minimum(position.astype(np.int64), _SLOW_MODE_GRID - 2)
+    frac = position - left
+    mass = np.bincount(left, 1.0 - frac, _SLOW_MODE_GRID) + np.bincount(left + 1, frac, _SLOW_MODE_GRID)
+    reach = int(np.ceil(5.0 * bandwidth / step))
+    kernel = np.exp(-0.5 * (np.arange(-reach, reach + 1) * step / bandwidth) ** 2)
+    density = np.convolve(mass, kernel, mode="same")
+    grid = lo + step * np.arange(_SLOW_MODE_GRID)
+    log_density = np.log(np.maximum(density, 1e-300))
+    here = np.interp(pooled, grid, log_density)
+    columns = []
+    for shift in shifts:
+        # f(w - log k) / f(w), its log capped where exp would overflow (the density's floor is 1e-300)
+        ratio = np.exp(np.minimum(np.interp(pooled - shift, grid, log_density) - here, 700.0))
+        for share in shares:
+            columns.append(np.log1p(share * (ratio - 1.0)))
+    return np.stack(columns, axis=1)
+
+
+_SLOW_MODE_BLOCK_ELEMENTS = 4_000_000
+"""Relabellings are drawn in blocks of at most this many (relabelling x sample) cells (32 MB)..."""
+_SLOW_MODE_BLOCK_ROWS = 200
+"""...and at most this many relabellings, so a pair that is clearly not significant stops early."""
+
+
+def slow_mode_p_value(
+    base: np.ndarray,
+    cand: np.ndarray,
+    config: DriftScoreConfig,
+    rng: np.random.Generator,
+    stop_above: float | None = None,
+) -> float:
+    """The slow-mode test's p of one pair (log values; NaN when it does not run: no spread, or the best
+    standardised sum under ``slow_mode_screen_z``): the largest candidate sum of ``slow_mode_scores``
+    against its ``slow_mode_permutations`` relabellings, (1 + exceedances) / (1 + relabellings).
+    ``stop_above``: stop relabelling once the p is sure to be above it (the value returned is then the
+    p so far, already above it; whether the p is at most ``stop_above`` never depends on stopping)."""
+    pooled = np.concatenate([base, cand])
+    scores = slow_mode_scores(pooled, config.slow_mode_shares, config.slow_mode_factors)
+    if scores is None:
+        return float("nan")
+    n, n_c = pooled.size, cand.size
+    labels = np.zeros(n)
+    labels[base.size :] = 1.0
+    observed = labels @ scores
+    mean = scores.mean(axis=0) * n_c
+    deviation = np.sqrt(scores.var(axis=0) * n_c * (n - n_c) / max(n - 1, 1))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = np.where(deviation > 0, (observed - mean) / deviation, -np.inf)
+    if not z.max() >= config.slow_mode_screen_z:
+        return float("nan")
+    best = float(observed.max())
+    at_least = best - 1e-9 * max(1.0, abs(best))  # a relabelling equal to the observed one counts
+    total = config.slow_mode_permutations
+    enough = np.inf if stop_above is None else stop_above * (1 + total) - 1  # exceedances past the level
+    exceed = 0
+    block = max(1, min(_SLOW_MODE_BLOCK_ROWS, _SLOW_MODE_BLOCK_ELEMENTS // n))
+    for first in range(0, total, block):
+        rows = min(block, total - first)
+        relabelled = rng.permuted(np.broadcast_to(labels, (rows, n)), axis=1)
+        exceed += int(((relabelled @ scores).max(axis=1) >= at_least).sum())
+        if exceed > enough:
+            break
+    return (1 + exceed) / (1 + total)
+
+
+def slow_mode_significant(logs: _Samples, config: DriftScoreConfig, which: np.ndarray) -> np.ndarray:
+    """Per pair of ``which`` (others False; log values): the slow-mode test below ``slow_mode_p_value``.
+    Each pair relabels with its own generator (``_pair_seed`` stream 1)."""
+    counts = logs.counts
+    out = np.zeros(counts.shape[0], dtype=bool)
+    if config.slow_mode_p_value <= 0:
+        return out
+    rows = np.flatnonzero(
+        which & (counts > 0).all(axis=1) & (counts.sum(axis=1) <= config.slow_mode_max_pooled)
+    )
+    hashes = logs.keys["query_hash"].to_list()
+    metrics = logs.keys["metric"].to_list()
+    for r in rows:
+        base = logs.baseline[logs.baseline_offsets[r] : logs.baseline_offsets[r + 1]]
+        cand = logs.candidate[logs.candidate_offsets[r] : logs.candidate_offsets[r + 1]]
+        rng = _pair_seed(config, hashes[r], metrics[r], stream=1)
+        level = config.slow_mode_p_value
+        out[r] = slow_mode_p_value(base, cand, config, rng, stop_above=level) <= level
+    return out
+
+
 def _null_distances(
     pooled: np.ndarray, counts: np.ndarray, keys: list[tuple[str, str]], config: DriftScoreConfig
 ) -> tuple[np.ndarray, ...]:
@@ -783,7 +900,7 @@ def flag_pairs(
     insufficient = (counts[:, 0] < config.min_samples) | (counts[:, 1] < config.min_samples)
     data_quality = psi > config.psi_data_quality
     none = np.zeros(js.shape, dtype=bool)
-    moves = moves or ShiftTail(none, none, none, none)
+    moves = moves or ShiftTail(none, none, none, none, none)
     # first that applies: (flag, reason, condition)
     rules = [
         (WARN, INSUFFICIENT_SAMPLES, insufficient),
@@ -793,6 +910,7 @@ def flag_pairs(
         (WARN, "js_warn", data_quality & js_warn),
         (WARN, "shift_warn", data_quality & moves.shift_warn),
         (WARN, "tail_warn", data_quality & moves.tail_warn),
+        (WARN, SLOW_MODE_WARN, data_quality & moves.slow_mode_warn),
         (PASS, PSI_DATA_QUALITY_FALLBACK, data_quality),
         (BLOCK, "js_block", js_block),
         (BLOCK, "psi_block", psi_block),
@@ -802,6 +920,7 @@ def flag_pairs(
         (WARN, "psi_warn", psi_warn),
         (WARN, "shift_warn", moves.shift_warn),
         (WARN, "tail_warn", moves.tail_warn),
+        (WARN, SLOW_MODE_WARN, moves.slow_mode_warn),
     ]
     conditions = [condition for _, _, condition in rules]
     flag = np.select(conditions, [f for f, _, _ in rules], default=PASS)
@@ -820,6 +939,8 @@ class ShiftTail:
     shift_warn: np.ndarray
     tail_block: np.ndarray
     tail_warn: np.ndarray
+    slow_mode_warn: np.ndarray
+    """The slow-mode test (``slow_mode_significant``), run only where the others leave a PASS."""
 
 
 TAIL_QUANTILES = (0.90, 0.95, 0.99)
@@ -1084,7 +1205,12 @@ def _kernel(s: _Samples, config: DriftScoreConfig) -> tuple[np.ndarray, ...]:
                     shift_warn=shift_significant & shift_material,
                     tail_block=block_tail,
                     tail_warn=slower_tail & tail_material,
+                    slow_mode_warn=np.zeros(pairs, dtype=bool),
                 )
+            if config.slow_mode_p_value > 0:
+                so_far, _, _ = flag_pairs(h.js, h.psi, counts, config, js_noise, psi_noise, moves)
+                slow_mode = slow_mode_significant(logs, config, sufficient & (so_far == PASS))
+                moves = replace(moves, slow_mode_warn=slow_mode)
     flag, reason, data_quality = flag_pairs(h.js, h.psi, counts, config, js_noise, psi_noise, moves)
     return (
         h.js,

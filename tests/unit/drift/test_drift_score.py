@@ -32,6 +32,8 @@ from jobs.drift.scorer import (
     score_drift_arrays,
     score_drift_segments,
     shard_of,
+    slow_mode_p_value,
+    slow_mode_scores,
     slow_tail_p_values,
     slow_tail_significant,
 )
@@ -556,6 +558,84 @@ def test_a_tail_significant_at_the_warn_level_only_warns_and_blocks_only_at_the_
     assert one(base, cand, replace(default, tail_p_value=0.001))["flag"] == PASS
     with pytest.raises(ValueError, match="tail_block_p_value <= tail_p_value"):
         DriftScoreConfig(tail_p_value=0.001, tail_block_p_value=0.003)
+
+
+def _bimodal_with_new_tail(seed: int, n: int = 200) -> tuple[np.ndarray, np.ndarray]:
+    """A cache-miss shape (90% lognormal sigma 0.3, 10% of it 6x slower) on both sides; then 10% of the
+    candidate 5x slower: the body's new slow mode lands between the body and the old slow mode."""
+    rng = np.random.default_rng(seed)
+
+    def bimodal() -> np.ndarray:
+        values = rng.lognormal(0.0, 0.3, n)
+        return np.where(rng.random(n) < 0.10, values * 6.0, values)
+
+    base, cand = bimodal(), bimodal()
+    cand[rng.choice(n, n // 10, replace=False)] *= 5.0
+    return base, cand
+
+
+def test_a_new_slow_mode_between_a_body_and_an_old_slow_mode_is_warned_by_the_slow_mode_test() -> None:
+    # 200 samples a side (seed 3): the quantile counts, the shift and JS / PSI leave it a PASS; the
+    # slow-mode test (a share of executions k times slower, scored on the pooled density) warns.
+    base, cand = _bimodal_with_new_tail(3)
+    default = DriftScoreConfig(null_resamples=300)
+    assert default.slow_mode_p_value == 0.001
+    assert one(base, cand, default)["reason"] == "slow_mode_warn"
+    assert one(base, cand, default)["flag"] == WARN
+    assert one(base, cand, replace(default, slow_mode_p_value=0.0))["flag"] == PASS
+    # a relabelling count too small to reach the level can never warn
+    assert one(base, cand, replace(default, slow_mode_permutations=500))["flag"] == PASS
+    with pytest.raises(ValueError, match="slow_mode_factors > 1"):
+        DriftScoreConfig(slow_mode_factors=(1.0, 2.0))
+
+
+def test_the_slow_mode_p_value_is_a_permutation_p_value_whatever_the_shape() -> None:
+    # Unchanged pairs of three shapes: the p (screen off) is (1 + exceedances) / (1 + relabellings), and
+    # it is uniform under no change: its share at or below 0.1 stays near 0.1 (exactness of relabelling
+    # the pooled samples, which the scores do not tell apart).
+    config = DriftScoreConfig(slow_mode_permutations=99, slow_mode_screen_z=-np.inf)
+    rng = np.random.default_rng(11)
+    draws = {
+        "lognormal": lambda n: rng.lognormal(0.0, 1.0, n),
+        "pareto": lambda n: rng.pareto(1.5, n) + 1.0,
+        "bimodal": lambda n: np.where(rng.random(n) < 0.1, 6.0, 1.0) * rng.lognormal(0.0, 0.3, n),
+    }
+    for name, draw in draws.items():
+        p = np.array(
+            [
+                slow_mode_p_value(np.log(draw(200)), np.log(draw(150)), config, np.random.default_rng(i))
+                for i in range(300)
+            ]
+        )
+        assert np.allclose(p * 100, np.round(p * 100)) and p.min() >= 0.01, name
+        assert 0.05 <= (p <= 0.1).mean() <= 0.15, (name, (p <= 0.1).mean())
+    # stopping once the p is sure to be above a level never changes whether it is at most that level
+    for i in range(60):
+        base, cand = np.log(draws["lognormal"](300)), np.log(draws["lognormal"](300) * 1.15)
+        full = slow_mode_p_value(base, cand, config, np.random.default_rng(i))
+        for level in (0.02, 0.05, 0.2):
+            early = slow_mode_p_value(base, cand, config, np.random.default_rng(i), stop_above=level)
+            assert (full <= level) == (early <= level) and (early == full or early > level), (i, level)
+    # the scores are the pooled sample's: relabelling the values permutes them, nothing else
+    pooled = np.log(draws["pareto"](300))
+    order = np.random.default_rng(5).permutation(300)
+    scores = slow_mode_scores(pooled, config.slow_mode_shares, config.slow_mode_factors)
+    assert scores is not None and scores.shape == (300, 12)
+    assert np.allclose(
+        slow_mode_scores(pooled[order], config.slow_mode_shares, config.slow_mode_factors), scores[order]
+    )
+    assert slow_mode_scores(np.zeros(300), config.slow_mode_shares, config.slow_mode_factors) is None
+
+
+def test_the_slow_mode_test_is_the_same_bytes_in_any_batch_and_row_order() -> None:
+    pairs = {(query_hash(f"slow{i}"), "latency"): _bimodal_with_new_tail(i) for i in range(24)}
+    config = DriftScoreConfig(null_resamples=300)
+    whole = score_drift(frame(pairs), config)
+    assert (whole["reason"] == "slow_mode_warn").any()
+    shuffled = frame(pairs).sample(fraction=1.0, shuffle=True, seed=4)
+    assert score_drift(shuffled, config).equals(whole)
+    alone = [score_drift(frame({key: value}), config) for key, value in pairs.items()]
+    assert pl.concat(alone).sort("query_hash", "metric").equals(whole)
 
 
 def _min_p_law(n_b: int, n_c: int, quantiles: tuple[float, ...], draws: int, seed: int) -> np.ndarray:
