@@ -212,6 +212,14 @@ class PinningConfig:
     removed by `radar pins check` (the query was changed or retired: its pin would only wait for the TTL)."""
     verify_min_samples: int = 5
     """Pinned samples (intervals wholly after the pin) needed before a pin is judged."""
+    verify_residual_share: float = 0.2
+    """A pin that made the query significantly faster is also back at the level before when what is left of
+    the slowdown is at most this share of the regression's, on a log scale (log(pinned / before) <= this x
+    log(regressed / before)). A pin has a cost (pg_hint_plan looks its hint table up whenever a statement is
+    planned): on the real-server tier a ~8 us query came back at 0.0094 ms against 0.0077 ms before a x280
+    regression (+23%, over the detector's 20%), and a pin never verified is removed, bringing the
+    regression back. 0: within the detector's ``latency_change_threshold`` of the level before (or not
+    significantly slower) only."""
     pin_role: str = "radar_pinner"
     """The NOLOGIN role pins are written as (radar setup-sql --pins creates it: hint_plan.hints only); the
     instance's login SETs ROLE to it."""
@@ -222,6 +230,8 @@ class PinningConfig:
         for key in ("allow", "deny"):
             for entry in getattr(self, key):
                 parse_query_entry(entry, key)
+        if not 0.0 <= self.verify_residual_share < 1.0:
+            raise ValueError("[pinning] verify_residual_share must be in [0, 1)")
         if self.verify_min_samples < 2:
             raise ValueError("[pinning] verify_min_samples must be at least 2 (Welch's test needs two)")
         if self.ttl <= self.verify_within:

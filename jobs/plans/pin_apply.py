@@ -269,6 +269,7 @@ def check_applied_pins(
             detector=detector,
             verify_within=config.verify_within,
             min_samples=config.verify_min_samples,
+            residual_share=config.verify_residual_share,
         )
         figures = {"pinned_mean_ms": verdict.pinned_mean_ms, "verify_p_value": verdict.p_vs_regressed}
         if verdict.outcome == VERIFIED:

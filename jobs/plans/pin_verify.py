@@ -6,9 +6,11 @@ finding's change and at the pin's application into three levels: before the regr
 ``window_before``), regressed (change → applied) and pinned (intervals wholly after the application). A pin
 is **verified** when the pinned level is faster than the regressed one by Welch's test at the detector's
 ``p_value_threshold`` *and* back at the pre-regression level (within the detector's
-``latency_change_threshold`` of it, or not significantly slower); it **failed** when it has not been
-verified ``verify_within`` after it was applied (too few pinned samples by then, e.g. the query id stopped
-running, fails it too). Until then it is pending. Pure: frames in, a verdict out.
+``latency_change_threshold`` of it, or not significantly slower, or what is left of the slowdown at most
+``residual_share`` of the regression's on a log scale: pg_hint_plan's per-execution hint lookup); it
+**failed** when it has not been verified ``verify_within`` after it was applied (too few pinned samples by
+then, e.g. the query id stopped running, fails it too). Until then it is pending. Pure: frames in, a
+verdict out.
 """
 
 from __future__ import annotations
@@ -68,6 +70,14 @@ def _welch(a: np.ndarray, b: np.ndarray) -> float:
     return float(welch_tests(count_a, mean_a, squares_a, count_b, mean_b, squares_b).p[0])
 
 
+def _residual_share(before: float, regressed: float, pinned: float) -> float:
+    """What is left of the slowdown, as a share of the regression's on a log scale (inf when the levels
+    do not allow it: no slowdown, or a level that is not positive)."""
+    if not (before > 0 and pinned > 0 and regressed > before):
+        return float("inf")
+    return float(np.log(pinned / before) / np.log(regressed / before))
+
+
 def verify_pin(
     latencies: pl.DataFrame,
     *,
@@ -77,6 +87,7 @@ def verify_pin(
     detector: RegressionConfig,
     verify_within: timedelta,
     min_samples: int,
+    residual_share: float = 0.0,
 ) -> PinVerdict:
     """The verdict on one applied pin from its query's ``interval_latencies``."""
 
@@ -112,6 +123,7 @@ def verify_pin(
     back = (
         m_pinned <= m_before * (1 + detector.latency_change_threshold)
         or p_before >= detector.p_value_threshold
+        or _residual_share(m_before, m_regressed, m_pinned) <= residual_share
     )
     figures = (
         f"pinned {m_pinned:.3g} ms vs regressed {m_regressed:.3g} ms (Welch p = {p_regressed:.2g}) and "

@@ -73,6 +73,46 @@ def test_a_pin_that_does_not_bring_latency_back_waits_then_fails(pinned: float, 
     assert why in early.reason and why in late.reason and "within 0:30:00" in late.reason
 
 
+def test_a_pin_that_leaves_only_the_hint_lookup_of_a_fast_query_is_verified() -> None:
+    # The real-server tier's figures: a ~8 us query regressed x280; pinned, it ran 23% slower than before
+    # (pg_hint_plan's hint-table lookup on every execution), over the detector's 20%, and significantly so.
+    frame = latencies(0.0077, 2.15, 0.0094)
+
+    def verdict(share: float, minutes_after: int = 8) -> Any:
+        return verify_pin(
+            frame,
+            change_at=CHANGE,
+            applied_at=APPLIED,
+            now=APPLIED + minutes_after * MINUTE,
+            detector=RegressionConfig(),
+            verify_within=timedelta(minutes=30),
+            min_samples=5,
+            residual_share=share,
+        )
+
+    default = PinningConfig().verify_residual_share
+    assert default == 0.2
+    assert verdict(default).outcome == VERIFIED  # 4% of the regression's log ratio is left
+    assert verdict(0.0).outcome == PENDING and verdict(0.0, 31).outcome == FAILED
+    # a moderate regression only part undone is not back: x2, pinned +24% (a third of it left)
+    assert judge_share(latencies(10.0, 20.0, 12.4), default).outcome == PENDING
+    with pytest.raises(ValueError, match="verify_residual_share"):
+        PinningConfig(verify_residual_share=1.0)
+
+
+def judge_share(frame: pl.DataFrame, share: float) -> Any:
+    return verify_pin(
+        frame,
+        change_at=CHANGE,
+        applied_at=APPLIED,
+        now=APPLIED + 8 * MINUTE,
+        detector=RegressionConfig(),
+        verify_within=timedelta(minutes=30),
+        min_samples=5,
+        residual_share=share,
+    )
+
+
 def test_too_few_pinned_samples_wait_and_fail_when_overdue() -> None:
     frame = latencies(0.05, 9.0, 0.05, pinned_count=2)
     assert judge(frame, 3).outcome == PENDING
