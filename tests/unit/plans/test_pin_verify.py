@@ -44,7 +44,7 @@ def latencies(before: float, regressed: float, pinned: float, pinned_count: int 
     return pl.DataFrame(rows)
 
 
-def judge(frame: pl.DataFrame, minutes_after: int) -> Any:
+def judge(frame: pl.DataFrame, minutes_after: int, residual_share: float = 0.0) -> Any:
     return verify_pin(
         frame,
         change_at=CHANGE,
@@ -53,6 +53,7 @@ def judge(frame: pl.DataFrame, minutes_after: int) -> Any:
         detector=RegressionConfig(),
         verify_within=timedelta(minutes=30),
         min_samples=5,
+        residual_share=residual_share,
     )
 
 
@@ -77,40 +78,14 @@ def test_a_pin_that_leaves_only_the_hint_lookup_of_a_fast_query_is_verified() ->
     # The real-server tier's figures: a ~8 us query regressed x280; pinned, it ran 23% slower than before
     # (pg_hint_plan's hint-table lookup on every execution), over the detector's 20%, and significantly so.
     frame = latencies(0.0077, 2.15, 0.0094)
-
-    def verdict(share: float, minutes_after: int = 8) -> Any:
-        return verify_pin(
-            frame,
-            change_at=CHANGE,
-            applied_at=APPLIED,
-            now=APPLIED + minutes_after * MINUTE,
-            detector=RegressionConfig(),
-            verify_within=timedelta(minutes=30),
-            min_samples=5,
-            residual_share=share,
-        )
-
     default = PinningConfig().verify_residual_share
     assert default == 0.2
-    assert verdict(default).outcome == VERIFIED  # 4% of the regression's log ratio is left
-    assert verdict(0.0).outcome == PENDING and verdict(0.0, 31).outcome == FAILED
+    assert judge(frame, 8, default).outcome == VERIFIED  # 4% of the regression's log ratio is left
+    assert judge(frame, 8).outcome == PENDING and judge(frame, 31).outcome == FAILED
     # a moderate regression only part undone is not back: x2, pinned +24% (a third of it left)
-    assert judge_share(latencies(10.0, 20.0, 12.4), default).outcome == PENDING
+    assert judge(latencies(10.0, 20.0, 12.4), 8, default).outcome == PENDING
     with pytest.raises(ValueError, match="verify_residual_share"):
         PinningConfig(verify_residual_share=1.0)
-
-
-def judge_share(frame: pl.DataFrame, share: float) -> Any:
-    return verify_pin(
-        frame,
-        change_at=CHANGE,
-        applied_at=APPLIED,
-        now=APPLIED + 8 * MINUTE,
-        detector=RegressionConfig(),
-        verify_within=timedelta(minutes=30),
-        min_samples=5,
-        residual_share=share,
-    )
 
 
 def test_too_few_pinned_samples_wait_and_fail_when_overdue() -> None:
