@@ -826,7 +826,8 @@ def slow_mode_significant(logs: _Samples, config: DriftScoreConfig, which: np.nd
     Each pair relabels with its own generator (``_pair_seed`` stream 1)."""
     counts = logs.counts
     out = np.zeros(counts.shape[0], dtype=bool)
-    if config.slow_mode_p_value <= 0:
+    level = config.slow_mode_p_value
+    if level <= 0:
         return out
     rows = np.flatnonzero(
         which & (counts > 0).all(axis=1) & (counts.sum(axis=1) <= config.slow_mode_max_pooled)
@@ -837,7 +838,6 @@ def slow_mode_significant(logs: _Samples, config: DriftScoreConfig, which: np.nd
         base = logs.baseline[logs.baseline_offsets[r] : logs.baseline_offsets[r + 1]]
         cand = logs.candidate[logs.candidate_offsets[r] : logs.candidate_offsets[r + 1]]
         rng = _pair_seed(config, hashes[r], metrics[r], stream=1)
-        level = config.slow_mode_p_value
         out[r] = slow_mode_p_value(base, cand, config, rng, stop_above=level) <= level
     return out
 
