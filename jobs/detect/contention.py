@@ -553,7 +553,8 @@ def _judged_at(
         .with_columns(
             clearly_above("common", "spread").alias("exceeds"),
             (
-                (pl.col("_long_others").fill_null(0) >= config.min_series - 1)
+                pl.lit(config.peers_outweigh_load)
+                & (pl.col("_long_others").fill_null(0) >= config.min_series - 1)
                 & clearly_above("_long_common", "_long_spread")
             ).alias("peers_outweigh"),
             is_load_episode(own_brought, worse, pl.col("_own_rise"), config).alias("load_episode"),
@@ -813,8 +814,8 @@ def separate_contention(
                 (
                     pl.col("load_episode")
                     & ~pl.col("exceeds_load")
-                    # Enough peers about as long as this query that say it slowed clearly more than they
-                    # did outweigh the load (ContentionConfig.peer_latency_share).
+                    # Where allowed, enough peers about as long as this query that say it slowed clearly
+                    # more than they did outweigh the load (ContentionConfig.peers_outweigh_load).
                     & ~pl.col("peers_outweigh")
                 ).alias("load_explains"),
             )
@@ -838,10 +839,14 @@ def separate_contention(
         .then(pl.lit(CONTENTION))
         .otherwise(pl.lit(BOTH))
     )
-    # The instance's slowdown the finding is measured against: its peers' common one inside a peer
-    # episode, else the slowdown the load explains.
+    # The instance's slowdown the finding is measured against: the one that explains it (its peers'
+    # common one, else the load's), else its peers' common one inside a peer episode, else the load's.
     baseline = (
-        pl.when(pl.col("in_peers").fill_null(False))
+        pl.when(pl.col("peers_explain").fill_null(False))
+        .then(pl.col("common"))
+        .when(pl.col("load_explains").fill_null(False))
+        .then(pl.col("explained"))
+        .when(pl.col("in_peers").fill_null(False))
         .then(pl.col("common"))
         .when(in_episode)
         .then(pl.col("explained"))

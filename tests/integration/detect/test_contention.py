@@ -454,6 +454,7 @@ def test_every_threshold_is_a_config_field_with_its_default() -> None:
         "min_load_rise": 0.5,
         "load_window_samples": 20,
         "load_excess_factor": 1.5,
+        "peers_outweigh_load": False,
         "peer_latency_share": 0.5,
         "cores_when_unknown": 1.0,
         "min_source_load": 0.05,
