@@ -43,3 +43,18 @@ def as_frames(result: object) -> Frames:
         getattr(result, "instance_slowdowns", None),
         type(result).__name__,
     )
+
+
+SHOWN = (
+    *("analysis", "query", "status", "reason", "latency_change", "kind", "instance_slowdown_ratio"),
+    *("slowdown_excess", "work_changed", "work_evidence"),
+)
+
+
+def shown(frame: pl.DataFrame) -> str:
+    """The rows' verdict columns, one line each: a string, which pytest prints whole (it cuts the repr of
+    a list at 240 characters, and CI's failures of these tests once lost the column that explained them)."""
+    wanted = [c for c in SHOWN if c in frame.columns]
+    return "\n".join(
+        " | ".join(f"{c}={row[c]}" for c in wanted) for row in frame.select(wanted).iter_rows(named=True)
+    )

@@ -27,6 +27,7 @@ from jobs.local.embedded import EmbeddedFleet
 from jobs.pipeline.detection import DetectionConfig, DetectionFrames, detect_from_frames, read_activity
 from jobs.schemas.collected import PLAN_SNAPSHOTS
 from tests.conftest import FleetFactory
+from tests.support.detection_frames import shown
 from tests.support.pg_workload import (
     Workload,
     lake_frames,
@@ -145,7 +146,7 @@ def test_noop_deploy_with_a_cpu_heavy_neighbour_is_an_instance_slowdown_not_regr
     alone = latency_only.filter(pl.col("status") == DETECTED).height
     if alone < 2:
         pytest.skip(f"premise not met on this host: the latency detector alone reported {alone} (< 2)")
-    assert reported(found).height == 0, reported(found).select("analysis", "query", "kind", "slowdown_excess")
+    assert reported(found).height == 0, shown(reported(found))
     at_deploy = found.instance_slowdowns.filter(pl.col("analysis") == "deploy")
     assert at_deploy.height == 1
     episode = at_deploy.row(0, named=True)
@@ -168,9 +169,7 @@ def test_index_drop_under_the_same_contention_reports_only_the_query_that_lost_i
     show("index drop", latency_only, found)
     hits = reported(found)
     assert hits.height >= 1, "the query that lost its index must be reported"
-    assert hits["query"].str.contains("from radar_orders where").all(), hits.select(
-        "analysis", "query", "kind"
-    )
+    assert hits["query"].str.contains("from radar_orders where").all(), shown(hits)
     assert found.regressions.filter(pl.col("status") == DETECTED).height == 1
     row = found.regressions.filter(pl.col("status") == DETECTED).row(0, named=True)
     assert row["kind"] in ("both", "plan_or_work")

@@ -26,7 +26,7 @@ from jobs.collect.fleet import FleetConfig
 from jobs.detect.config import RegressionConfig
 from jobs.local.embedded import EmbeddedFleet
 from jobs.pipeline.detection import DetectionConfig
-from tests.support.detection_frames import Frames
+from tests.support.detection_frames import Frames, shown
 from tests.support.pg_workload import (
     CpuNeighbour,
     Workload,
@@ -99,21 +99,6 @@ def mixed_workload(stack: ExitStack, dsn: str, *extra: str) -> list[Workload]:
 
 def of_query(frame: pl.DataFrame, fragment: str) -> pl.DataFrame:
     return frame.filter(pl.col("query").str.contains(fragment, literal=True))
-
-
-SHOWN = (
-    *("analysis", "query", "status", "reason", "latency_change", "kind", "instance_slowdown_ratio"),
-    *("slowdown_excess", "work_changed", "work_evidence"),
-)
-
-
-def shown(frame: pl.DataFrame) -> str:
-    """The rows' verdict columns, one line each: a string, which pytest prints whole (it cuts the repr of
-    a list at 240 characters, and CI's failures of these tests once lost the column that explained them)."""
-    wanted = [c for c in SHOWN if c in frame.columns]
-    return "\n".join(
-        " | ".join(f"{c}={row[c]}" for c in wanted) for row in frame.select(wanted).iter_rows(named=True)
-    )
 
 
 def mix_rows(frames: Frames, version: str) -> pl.DataFrame:
