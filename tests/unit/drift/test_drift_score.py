@@ -518,8 +518,11 @@ def test_the_slow_tail_p_value_is_the_exact_exceedance_law() -> None:
 
 def test_a_tail_only_the_p95_and_p99_counts_see_is_flagged_and_unchanged_pairs_are_not() -> None:
     # 3% of the executions 5x slower: most of them land above the baseline's p99, few more above its p90
-    # (at the level 0.001 on both: the p90 count's p lies between 0.001 and the default WARN level 0.003)
-    config = DriftScoreConfig(null_resamples=300, tail_p_value=0.001, tail_block_p_value=0.001)
+    # (at the level 0.001 on both: the p90 count's p lies between 0.001 and the default WARN level 0.003;
+    # the slow-mode test off: at its default level it sees this tail too, and the test is the counts')
+    config = DriftScoreConfig(
+        null_resamples=300, tail_p_value=0.001, tail_block_p_value=0.001, slow_mode_p_value=0.0
+    )
     p90_only = replace(config, tail_quantiles=(0.9,))
     for seed in (40, 41, 42):
         rng = np.random.default_rng(seed)
@@ -555,7 +558,8 @@ def test_a_tail_significant_at_the_warn_level_only_warns_and_blocks_only_at_the_
     assert (default.tail_p_value, default.tail_block_p_value) == (0.003, 0.001)
     assert one(base, cand, default)["reason"] == "tail_warn"
     assert one(base, cand, replace(default, tail_block_p_value=0.003))["reason"] == "tail_block"
-    assert one(base, cand, replace(default, tail_p_value=0.001))["flag"] == PASS
+    # (the slow-mode test off: it would see this pair at its own level)
+    assert one(base, cand, replace(default, tail_p_value=0.001, slow_mode_p_value=0.0))["flag"] == PASS
     with pytest.raises(ValueError, match="tail_block_p_value <= tail_p_value"):
         DriftScoreConfig(tail_p_value=0.001, tail_block_p_value=0.003)
 
@@ -579,12 +583,12 @@ def test_a_new_slow_mode_between_a_body_and_an_old_slow_mode_is_warned_by_the_sl
     # slow-mode test (a share of executions k times slower, scored on the pooled density) warns.
     base, cand = _bimodal_with_new_tail(3)
     default = DriftScoreConfig(null_resamples=300)
-    assert default.slow_mode_p_value == 0.001
+    assert default.slow_mode_p_value == 0.0025
     assert one(base, cand, default)["reason"] == "slow_mode_warn"
     assert one(base, cand, default)["flag"] == WARN
     assert one(base, cand, replace(default, slow_mode_p_value=0.0))["flag"] == PASS
-    # a relabelling count too small to reach the level can never warn
-    assert one(base, cand, replace(default, slow_mode_permutations=500))["flag"] == PASS
+    # a relabelling count too small to reach the level can never warn (its smallest p: 1 / 301)
+    assert one(base, cand, replace(default, slow_mode_permutations=300))["flag"] == PASS
     with pytest.raises(ValueError, match="slow_mode_factors > 1"):
         DriftScoreConfig(slow_mode_factors=(1.0, 2.0))
 
