@@ -87,7 +87,7 @@ def verify_pin(
     detector: RegressionConfig,
     verify_within: timedelta,
     min_samples: int,
-    residual_share: float = 0.0,
+    residual_share: float,
 ) -> PinVerdict:
     """The verdict on one applied pin from its query's ``interval_latencies``."""
 
