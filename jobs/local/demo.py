@@ -201,4 +201,14 @@ def _verdict(findings: pl.DataFrame, console: Console) -> int:
         f"[red]✗ expected exactly alpha's orders query with a plan change to a Seq Scan: alpha hits "
         f"{alpha_hit.height} (plan change explained: {explained}), beta hits {beta_hits.height}[/red]"
     )
+    # Each finding in one line, last: a log that keeps only the end of the output still says which.
+    for row in findings.sort("instance", "onset").iter_rows(named=True):
+        console.print(
+            f"  {row['instance']} {row['analysis']} {row['kind']} {row['status']} "
+            f"onset {row['onset']:%H:%M:%S} "
+            f"{row['before_mean_ms']:.3g} → {row['after_mean_ms']:.3g} ms, p {row['p_value']:.2g}, "
+            f"deploy {row['deploy_version'] or '-'}: {' '.join((row['query'] or '').split())[:60]}",
+            markup=False,
+            highlight=False,
+        )
     return 1
