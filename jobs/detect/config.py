@@ -26,6 +26,9 @@ class ChangePointConfig:
     serial_correction: bool = True  # rank test: widen its variance by the serial correlation (trends)
     serial_white_z: float = 2.0  # rank test: a lag-1 correlation below z / sqrt(n) is white noise's spread
     serial_white_max_n: int = 40  # ...applied to series (segments) of at most this many points
+    # rank test: a split whose sides (without the sample next to it) do not overlap, with a gap wider than
+    # either side's range (log scale on positive series), is a step no serial correlation explains
+    serial_exempt_clean_steps: bool = True
     exact_rank_max_n: int = 60  # rank test: exact Mann-Whitney tail for tie-free series of at most this n
     seed: int = 0  # permutation test only; mixed with a hash of each series so results ignore batch makeup
     batch_elements: int = 1 << 17  # values per chunk: small enough for the scatters to stay in cache
@@ -337,9 +340,20 @@ class RegressionConfig:
     run's largest step on a fleet of steady statements). The search's Benjamini-Hochberg family is then
     every series, as before issue 25: on the benchmarks' lakes the findings were the same either way,
     but a cut of a searched series can move (docs/benchmarks.md, "Detection at the speed of its input")."""
+    unannounced_pick: Literal["largest_load", "smallest_p"] = "largest_load"
+    """Unannounced analysis: which detected step of a series it reports (one per series): the one that
+    adds the most load (``added_load_ms_per_s``), or the most significant (the rule before). A x700 index
+    drop beside a x1.3 shift of its host's load: the shift's Welch p can be the smaller (tight noise on
+    both sides), and the series' regression read "0.036 -> 0.047 ms"."""
     require_ongoing: bool = True
     """Unannounced analysis: the series' latest segment must still be above the level before the step;
     a step that came back down is a transient episode (lock contention, a backup), not a regression."""
+    recovered_when_remainder_immaterial: bool = True
+    """...and "above" means by a step the analysis would report: what is left (latest segment over the
+    level before) past ``latency_change_threshold`` and material (``min_added_load_ms_per_s`` /
+    ``min_latency_increase_ms``), as the findings' recovery re-check reads it. A x80 lock bump on a
+    0.015 ms UPDATE that ended, on a host whose load later left the UPDATE x1.4, is over (the demo's
+    beta, under load); false: only the threshold, the rule before."""
     changepoint: ChangePointConfig = field(default_factory=lambda: ChangePointConfig(serial_correction=False))
     """Stage 1 change point test. Without the serial correction: real latency drifts within a regime, and
     the correction left 20-vs-20-sample steps of 300x at a deploy insignificant (p 0.01-0.07) on real
@@ -402,6 +416,10 @@ class RegressionConfig:
             raise ValueError("mixed_min_fraction must be in [0, 1) and mixed_noise_z >= 0")
         if self.deploy_max_change_points < 1:
             raise ValueError("deploy_max_change_points must be >= 1")
+        if self.unannounced_pick not in ("largest_load", "smallest_p"):
+            raise ValueError(
+                f"unknown unannounced_pick {self.unannounced_pick!r} (largest_load or smallest_p)"
+            )
         if not (self.large_step_ratio == 0 or self.large_step_ratio > 1):
             raise ValueError("large_step_ratio must be 0 (off) or > 1")
         if not 2 <= self.large_step_min_reference <= self.large_step_reference_samples:

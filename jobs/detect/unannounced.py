@@ -72,7 +72,8 @@ def detect_unannounced_regressions(
     fleet_tests: int = 0,
     memo: ChangePointMemo | None = None,
 ) -> pl.DataFrame:
-    """One row per (instance, query) over the last ``config.history``: its strongest step up, if any.
+    """One row per (instance, query) over the last ``config.history``: its detected step up that adds the
+    most load (``config.unannounced_pick``), if any.
 
     ``scope`` (jobs.detect.scope): only its ``unannounced_series`` are searched (the series whose new
     samples moved from their level); None = every series. The history ends at the latest sample given.
@@ -127,14 +128,18 @@ def detect_unannounced_regressions(
         )
     candidate_group, candidate_cp_p = steps.group, steps.changepoint_p_value
     after_piece, last_piece = steps.after_piece, steps.last_piece
-    rate = calls_per_second(series, piece, int(piece_base[-1]) + 1)[after_piece]
+    piece_rate = calls_per_second(series, piece, int(piece_base[-1]) + 1)
+    rate = piece_rate[after_piece]
     added_load = (welch.after_mean - welch.before_mean) * rate
     small = immaterial(welch.before_mean, welch.after_mean, rate, config)
     first_new = steps.first_new
     with np.errstate(divide="ignore", invalid="ignore"):
         change = (welch.after_mean - welch.before_mean) / welch.before_mean
         latest_change = (mean[last_piece] - welch.before_mean) / welch.before_mean
-    recovered = config.require_ongoing & ~(latest_change >= config.latency_change_threshold)
+    back = ~(latest_change >= config.latency_change_threshold)
+    if config.recovered_when_remainder_immaterial:  # what is left would not be reported as a step
+        back |= immaterial(welch.before_mean, mean[last_piece], piece_rate[last_piece], config)
+    recovered = config.require_ongoing & back
     stepped_up = (change >= config.latency_change_threshold) & np.isfinite(welch.p)
     candidate = stepped_up & ~small & ~recovered
     # Large steps too new for the segment tests (fewer than min_segment samples after them).
@@ -221,12 +226,24 @@ def detect_unannounced_regressions(
         ],
         how="vertical_relaxed",
     )
-    # Per series: the detected step with the smallest adjusted p (ties: earliest), else the best candidate.
-    best = candidates.sort(
-        ["group", "detected", "candidate", "stepped_up", "p_adjusted", "changepoint_index"],
-        descending=[False, True, True, True, False, False],
-        nulls_last=True,
-    ).unique("group", keep="first", maintain_order=True)
+    # Per series: the detected step that adds the most load (``unannounced_pick``; or the smallest adjusted
+    # p; ties: earliest), else the candidate with the smallest adjusted p.
+    by_load = config.unannounced_pick == "largest_load"
+    order = (
+        pl.when(pl.col("detected") & by_load)
+        .then(-pl.col("added_load_ms_per_s"))
+        .otherwise(pl.col("p_adjusted"))
+    )
+    best = (
+        candidates.with_columns(order.alias("_order"))
+        .sort(
+            ["group", "detected", "candidate", "stepped_up", "_order", "changepoint_index"],
+            descending=[False, True, True, True, False, False],
+            nulls_last=True,
+        )
+        .unique("group", keep="first", maintain_order=True)
+        .drop("_order")
+    )
     base = groups.with_row_index("group").with_columns(pl.col("group").cast(pl.Int64))
     result = (
         base.join(best, on="group", how="left")

@@ -243,6 +243,7 @@ def main() -> None:
                 f"{mode}, no serial corr. (deploy stage 1)",
                 replace(base, serial_correction=False),
             ),
+            (f"{mode}, clean steps widened too", replace(base, serial_exempt_clean_steps=False)),
         ):
             found_all, took = _timed(lambda c=config: segment_change_points(multi_series, c))
             multi_seconds.setdefault(mode, took)

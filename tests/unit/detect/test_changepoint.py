@@ -22,8 +22,10 @@ from jobs.detect.changepoint import (
     seeded_intervals,
     segment_change_points,
 )
-from jobs.detect.config import ChangePointConfig
+from jobs.detect.config import ChangePointConfig, RegressionConfig
 from jobs.detect.energy import energy_pass, energy_statistic_reference, energy_statistics
+from jobs.detect.unannounced import detect_unannounced_regressions
+from tests.support.lakes import series_samples, series_texts
 
 STEP = np.array([10.0, 11, 9, 10, 12, 10, 9, 11, 10, 10, 20, 21, 19, 22, 20, 21, 19, 20, 22, 21])
 FLAT = np.array([10.0, 11, 9, 10, 12, 10, 9, 11, 10, 10, 11, 9, 10, 12, 10, 9, 11, 10, 10, 11])
@@ -195,6 +197,73 @@ def test_serial_correction_keeps_a_random_walk_from_looking_like_steps() -> None
     uncorrected = segment_change_points(walks, ChangePointConfig(serial_correction=False))
     # Why the correction exists: E-divisive with an independence test cuts walks into many "steps".
     assert sum(map(len, corrected)) < sum(map(len, uncorrected)) / 2
+
+
+# CI's demo (alpha's orders query, rebuilt from a synthetic run of the same shape, ms per call, one sample
+# a second): 0.036 ms, a small shift to 0.046 ms at 25 (the host's load), the index dropped at 42 (x700),
+# then a new regime that wanders between 9 and 48 ms, as a seq scan on a busy 2-core host does.
+WANDERING_AFTER_A_DROP = np.r_[
+    [0.037, 0.038, 0.037, 0.034, 0.038, 0.037, 0.035, 0.037, 0.037, 0.037, 0.036, 0.037, 0.035, 0.036],
+    [0.035, 0.037, 0.036, 0.035, 0.035, 0.036, 0.036, 0.036, 0.038, 0.038, 0.031, 0.046, 0.045, 0.047],
+    [0.047, 0.052, 0.044, 0.046, 0.051, 0.048, 0.048, 0.045, 0.043, 0.047, 0.047, 0.044, 0.045, 0.046],
+    [30.671, 30.488, 28.88, 32.238, 33.211, 38.225, 44.633, 39.455, 45.296, 37.268, 45.456, 41.401],
+    [36.614, 10.568, 9.322, 9.206, 10.491, 9.815, 10.529, 35.787, 43.29, 47.7, 40.965, 34.442, 36.727],
+    [32.441, 28.955, 33.213, 32.116, 36.287, 34.61, 36.151, 44.505],
+]
+
+
+def test_a_clean_step_beside_a_wandering_regime_is_not_widened_away() -> None:
+    """The serial correction read the new regime's wander as correlation: confirmed between its neighbours
+    (25 and the end), the x700 step got p = 0.06 and was dropped, leaving 25 with both regimes after it
+    (CI's demo: an unannounced "0.039 -> 15.3 ms" 17 s before the deploy, beside the deploy's finding)."""
+    x = WANDERING_AFTER_A_DROP
+    (found,) = segment_change_points([x], max_change_points=5, fdr_q=0.05)
+    assert [p.index for p in found] == [25, 42]
+    widened = ChangePointConfig(serial_exempt_clean_steps=False)
+    (before,) = segment_change_points([x], widened, max_change_points=5, fdr_q=0.05)
+    assert [p.index for p in before] == [25]
+    # What the unannounced analysis reports: the drop, against the level just before it.
+    regression = RegressionConfig()
+    samples = series_samples(x, calls=6000, instance="alpha", queryid=7, first=0)
+    texts = series_texts([("alpha", 7, "select count(*) from demo_orders where customer_id = $1")])
+    row = detect_unannounced_regressions(samples, texts, regression).row(0, named=True)
+    assert (row["status"], row["changepoint_index"]) == ("detected", 42)
+    assert row["before_mean_ms"] == pytest.approx(x[25:42].mean(), rel=0.01)
+    assert row["after_mean_ms"] == pytest.approx(x[42:].mean())
+    widened_regression = replace(regression, unannounced_changepoint=widened)
+    row = detect_unannounced_regressions(samples, texts, widened_regression).row(0, named=True)
+    assert row["changepoint_index"] == 25 and row["after_mean_ms"] < 0.7 * x[42:].mean()
+    # The exemption needs a gap wider than each side's range: the same step shrunk into the noise of a
+    # walk is widened as before, and a random walk is never clean at its split.
+    config = ChangePointConfig()
+    rng = np.random.default_rng(3)
+    walks = np.exp(np.cumsum(rng.normal(0, 0.05, (200, 60)), axis=1))
+    assert np.array_equal(
+        change_point_arrays(walks, config).p_value,
+        change_point_arrays(walks, replace(config, serial_exempt_clean_steps=False)).p_value,
+    )
+
+
+def test_only_rows_out_of_order_in_at_most_n_pairs_can_be_clean_steps() -> None:
+    """The rank test looks for clean steps only where min(U, m k - U) <= n (the two samples at the split
+    are the only ones out of order): every row ``_clean_steps`` accepts must be among them."""
+    from jobs.detect.changepoint import _clean_steps
+
+    rng = np.random.default_rng(11)
+    n, rows = 30, 4000
+    split = rng.integers(5, n - 4, rows)
+    base = rng.lognormal(0.0, rng.uniform(0.01, 0.5, (rows, 1)), (rows, n))
+    jump = np.exp(rng.uniform(-6, 6, (rows, 1)))
+    stack = np.where(np.arange(n)[None, :] >= split[:, None], base * jump, base)
+    mixed = rng.random(rows) < 0.5  # the interval holding the step: anywhere between the two levels
+    at = np.where(rng.random(rows) < 0.5, split - 1, split)
+    stack[mixed, at[mixed]] = np.exp(rng.uniform(np.log(stack.min(axis=1)), np.log(stack.max(axis=1))))[mixed]
+    clean = _clean_steps(stack, split)
+    ranks = stats.rankdata(stack, axis=1)
+    m = split.astype(np.float64)
+    u = (ranks * (np.arange(n)[None, :] < split[:, None])).sum(axis=1) - m * (m + 1) / 2
+    assert clean.sum() > rows // 4  # the property is exercised
+    assert np.all(np.minimum(u, m * (n - m) - u)[clean] <= n)
 
 
 def test_config_rejects_thresholds_that_cannot_work() -> None:

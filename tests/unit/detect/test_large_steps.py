@@ -138,12 +138,24 @@ SOAK_SELECT = np.r_[
 
 
 def test_a_huge_step_after_a_small_earlier_change_is_reported_by_a_first_run() -> None:
-    """The segment tests miss it (their rank test reads the middle -> low change before the step as
-    serial correlation), so with six new samples only the large-step rule past min_segment - 1 finds it:
-    the interval of the drop mixed, the level before the six 0.04 ms samples."""
+    """Both paths find it with six new samples, the interval of the drop mixed, the level before the six
+    0.04 ms samples: the segment tests since their rank test leaves a clean step unwidened (it read the
+    middle -> low change before the step as serial correlation), the large-step rule past min_segment - 1
+    alone when that exemption is off; with neither (the rule before issue 26's fix, widened) it waits."""
     row = unannounced(SOAK_SELECT)
-    assert (row["status"], row["confirmed_by"], row["changepoint_index"]) == ("detected", "large_step", 24)
-    assert row["mixed_index"] == 23
-    assert row["before_mean_ms"] == pytest.approx(SOAK_SELECT[18:23].mean())
-    before = unannounced(SOAK_SELECT, replace(CONFIG, large_step_max_new_samples=4))
+    assert (row["status"], row["confirmed_by"], row["changepoint_index"]) == ("detected", "segments", 24)
+    widened = replace(
+        CONFIG,
+        unannounced_changepoint=replace(CONFIG.unannounced_changepoint, serial_exempt_clean_steps=False),
+    )
+    by_rule = unannounced(SOAK_SELECT, widened)
+    assert (by_rule["status"], by_rule["confirmed_by"], by_rule["changepoint_index"]) == (
+        "detected",
+        "large_step",
+        24,
+    )
+    for found in (row, by_rule):
+        assert found["mixed_index"] == 23
+        assert found["before_mean_ms"] == pytest.approx(SOAK_SELECT[18:23].mean())
+    before = unannounced(SOAK_SELECT, replace(widened, large_step_max_new_samples=4))
     assert before["status"] != "detected", before

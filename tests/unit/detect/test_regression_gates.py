@@ -334,3 +334,41 @@ def test_unannounced_step_that_came_back_is_recovered_unless_ongoing_is_not_requ
     again = detect_unannounced_regressions(samples, texts, anyway).row(0, named=True)
     assert again["changepoint_index"] == 40
     assert verdict(again) == ("detected", "detected")
+
+
+def test_unannounced_step_whose_remainder_is_immaterial_is_recovered() -> None:
+    """The demo's beta under load: a lock bump x80 on a 0.015 ms UPDATE (100 calls/s), over after 30
+    samples; the host's load then leaves it x1.5 (0.0075 ms more: 0.75 ms/s of added load, far below 10).
+    Past the 20% threshold, but what is left is no step the analysis would report: recovered. The rule
+    before (threshold only) reported the ended bump as ongoing."""
+    values = np.concatenate([level(40, 0.015, 80), level(30, 1.2, 81), level(40, 0.0225, 82)])
+    samples = samples_for(values, first=-110)
+    texts = texts_for([("alpha", 7, QUERY)])
+    row = detect_unannounced_regressions(samples, texts, CONFIG).row(0, named=True)
+    assert row["changepoint_index"] == 40
+    assert verdict(row) == ("no_regression", "recovered")
+    before = replace(CONFIG, recovered_when_remainder_immaterial=False)
+    assert verdict(detect_unannounced_regressions(samples, texts, before).row(0, named=True)) == (
+        "detected",
+        "detected",
+    )
+    # A remainder that is material stays a regression: x1.5 of a 1 ms query at 100 calls/s adds 50 ms/s.
+    material = np.concatenate([level(40, 1.0, 80), level(30, 80.0, 81), level(40, 1.5, 82)])
+    row = detect_unannounced_regressions(samples_for(material, first=-110), texts, CONFIG).row(0, named=True)
+    assert verdict(row) == ("detected", "detected")
+
+
+def test_unannounced_reports_the_step_that_adds_the_most_load() -> None:
+    """A hot query (2,500 calls/s) shifts x1.3 with its host's load (0.036 -> 0.047 ms: 27 ms/s more,
+    material), then its index is dropped (x600). Tight noise on both sides makes the shift's Welch p the
+    smaller; the series' regression is the drop, which `unannounced_pick = "smallest_p"` did not report."""
+    values = np.concatenate([level(30, 0.036, 90), level(30, 0.047, 91), level(40, 28.0, 92, spread=0.15)])
+    samples = samples_for(values, calls=25_000, first=-100)
+    texts = texts_for([("alpha", 7, QUERY)])
+    row = detect_unannounced_regressions(samples, texts, CONFIG).row(0, named=True)
+    assert (verdict(row), row["changepoint_index"]) == (("detected", "detected"), 60)
+    assert row["before_mean_ms"] == pytest.approx(0.047, rel=0.05)
+    by_p = detect_unannounced_regressions(samples, texts, replace(CONFIG, unannounced_pick="smallest_p"))
+    shift = by_p.row(0, named=True)
+    assert (verdict(shift), shift["changepoint_index"]) == (("detected", "detected"), 30)
+    assert shift["p_adjusted"] < row["p_adjusted"]
