@@ -21,7 +21,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from jobs.collect.deploys import mark_deploy
 from jobs.collect.fleet import FleetConfig
 from jobs.detect.config import RegressionConfig
-from jobs.escaping import terminal_markup
+from jobs.escaping import one_line, terminal_markup
 from jobs.lake import io as lake
 from jobs.lake import views as duckdb_views
 from jobs.local.demo_workload import LockContention, WorkloadRunner, create_demo_schema, drop_orders_index
@@ -201,14 +201,22 @@ def _verdict(findings: pl.DataFrame, console: Console) -> int:
         f"[red]✗ expected exactly alpha's orders query with a plan change to a Seq Scan: alpha hits "
         f"{alpha_hit.height} (plan change explained: {explained}), beta hits {beta_hits.height}[/red]"
     )
-    # Each finding in one line, last: a log that keeps only the end of the output still says which.
+    # Each finding in one line, last: a log that keeps only the end of the output still says which. Query
+    # texts and deploy versions are the fleet's: one line each, controls visible, never markup.
     for row in findings.sort("instance", "onset").iter_rows(named=True):
+        query = one_line(" ".join((row["query"] or "").split()))[:60]
         console.print(
-            f"  {row['instance']} {row['analysis']} {row['kind']} {row['status']} "
+            f"  {one_line(row['instance'])} {row['analysis']} {row['kind']} {row['status']} "
             f"onset {row['onset']:%H:%M:%S} "
-            f"{row['before_mean_ms']:.3g} → {row['after_mean_ms']:.3g} ms, p {row['p_value']:.2g}, "
-            f"deploy {row['deploy_version'] or '-'}: {' '.join((row['query'] or '').split())[:60]}",
+            f"{_figure(row['before_mean_ms'])} → {_figure(row['after_mean_ms'])} ms, "
+            f"p {_figure(row['p_value'], '.2g')}, "
+            f"deploy {one_line(row['deploy_version'] or '-')}: {query}",
             markup=False,
             highlight=False,
         )
     return 1
+
+
+def _figure(value: float | None, spec: str = ".3g") -> str:
+    """A finding's number, or "-" where it has none (a work finding's latency, an unset p)."""
+    return "-" if value is None else format(value, spec)
