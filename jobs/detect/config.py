@@ -269,9 +269,22 @@ class MemoryConfig:
     coordinator_mib: int = 600
     """The share of the budget kept for the process that runs the chunks' passes: it holds every chunk's
     analysis rows (about 500 MiB at 10,000 series over one day)."""
+    return_freed_after_ms: int = 100
+    """A pass's allocator (polars' jemalloc) gives memory it freed back to the system after this many
+    milliseconds (its ``dirty_decay_ms``; ``muzzy_decay_ms`` 0), so the pass's peak is about what its steps
+    hold at once, not what each once touched. 0: on every free, a few percent lower peaks at a quarter more
+    time (10,000 series x 1 day in chunks of one instance: passes 941 against 970-1,087 MiB, 71 against
+    57 s; docs/benchmarks.md)."""
 
     def __post_init__(self) -> None:
-        for name in ("budget_mib", "base_mib", "sample_bytes", "rebuild_bytes", "coordinator_mib"):
+        for name in (
+            "budget_mib",
+            "base_mib",
+            "sample_bytes",
+            "rebuild_bytes",
+            "coordinator_mib",
+            "return_freed_after_ms",
+        ):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0")
 

@@ -243,8 +243,12 @@ def run_chunked_detection(
     )
     config = replace(config, incremental=False)
     runs = [chunk_of_run(chunk, i, len(chunks), config, computed_at) for i, chunk in enumerate(chunks)]
+    after_ms = config.memory.return_freed_after_ms
     first = [
-        in_own_process(chunk_candidates, of_run, lake_root, config, of_run, computed_at) for of_run in runs
+        in_own_process(
+            chunk_candidates, of_run, lake_root, config, of_run, computed_at, return_freed_after_ms=after_ms
+        )
+        for of_run in runs
     ]
     analysed = replace(config, rebuild_samples=False)  # phase 1 rebuilt them
     second = []
@@ -255,7 +259,15 @@ def run_chunked_detection(
         }
         second.append(
             in_own_process(
-                chunk_detection, of_run, lake_root, analysed, of_run, computed_at, others, first[i][1]
+                chunk_detection,
+                of_run,
+                lake_root,
+                analysed,
+                of_run,
+                computed_at,
+                others,
+                first[i][1],
+                return_freed_after_ms=after_ms,
             )
         )
     outcomes = [packed.unpacked() for packed, _ in second]
@@ -269,17 +281,24 @@ def run_chunked_detection(
 ALLOCATOR_ENV = "_RJEM_MALLOC_CONF"
 """Polars' allocator (jemalloc, its symbols prefixed) reads its options from this variable when polars is
 imported, after polars' own (the later of two settings of an option wins)."""
-RETURN_FREED = "dirty_decay_ms:0,muzzy_decay_ms:0"
+
+
+def returning_freed(after_ms: int) -> str:
+    """The allocator options of a pass: freed memory given back after ``after_ms`` ([detector.memory]
+    return_freed_after_ms). 0 purges on every free, which made the passes a quarter slower than a short
+    delay for a few percent of peak; polars' own delay keeps a second's frees for reuse."""
+    return f"dirty_decay_ms:{after_ms},muzzy_decay_ms:0"
 
 
 @contextmanager
-def _returning_freed_memory() -> Iterator[None]:
-    """A pass started inside gives the memory it frees back at once instead of keeping it for reuse (polars
-    keeps it half a second to a second): its peak is then what its steps hold at once, not what each step
-    once touched (one week of 500 series: 3,636 -> 3,206 MiB, 55 -> 64 s; bench_detection). Options
-    already in the variable stay, before these."""
+def _returning_freed_memory(after_ms: int) -> Iterator[None]:
+    """A pass started inside gives the memory it frees back within ``after_ms`` instead of keeping it for
+    reuse (polars keeps it half a second to a second): its peak is then about what its steps hold at once,
+    not what each step once touched (one week of 500 series, at once: 3,636 -> 3,206 MiB, 55 -> 64 s;
+    bench_detection). Options already in the variable stay, before these."""
+    options = returning_freed(after_ms)
     before = os.environ.get(ALLOCATOR_ENV)
-    os.environ[ALLOCATOR_ENV] = RETURN_FREED if not before else f"{before},{RETURN_FREED}"
+    os.environ[ALLOCATOR_ENV] = options if not before else f"{before},{options}"
     try:
         yield
     finally:
@@ -305,14 +324,24 @@ def _pass_context() -> BaseContext:
     return multiprocessing.get_context("spawn")
 
 
-def in_own_process(work: Callable[..., _T], of_run: ShardOfRun, *args: Any) -> _T:
-    """``work(*args)`` in a fresh process (forked from the fork server, or spawned); its exception is
-    raised here as it was there."""
+def in_own_process(
+    work: Callable[..., _T],
+    of_run: ShardOfRun,
+    *args: Any,
+    return_freed_after_ms: int = MemoryConfig.return_freed_after_ms,
+) -> _T:
+    """``work(*args)`` in a fresh process (forked from the fork server, or spawned), its allocator giving
+    freed memory back after ``return_freed_after_ms``; its exception is raised here as it was there.
+
+    A forked pass has the allocator of the fork server, which reads the option once, when this process's
+    first pass starts it: a later run in the same process with another value keeps the first (a CLI run and
+    a Dagster run are each a process of their own)."""
     context = _pass_context()
     with ProcessPoolExecutor(
         max_workers=1, mp_context=context, initializer=_end_with_run, initargs=(os.getpid(),)
     ) as pool:
-        with _returning_freed_memory():  # the pass starts in submit: it inherits the environment then
+        # The pass starts in submit: it (or the fork server it is forked from) inherits the environment then.
+        with _returning_freed_memory(return_freed_after_ms):
             future = pool.submit(work, *args)
         try:
             return future.result()

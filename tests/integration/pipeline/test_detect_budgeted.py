@@ -24,11 +24,11 @@ from jobs.pipeline.budgeted import (
     ALLOCATOR_ENV,
     MIB,
     PACKED_FRAMES,
-    RETURN_FREED,
     PackedOutcome,
     estimated_mib,
     in_own_process,
     plan_chunks,
+    returning_freed,
     run_detection_in_budget,
 )
 from jobs.pipeline.detection import DetectionConfig, run_detection
@@ -172,12 +172,14 @@ def test_radar_detect_within_a_budget_prints_the_same_findings(
 
 
 def test_a_pass_gives_freed_memory_back_and_the_run_keeps_its_environment() -> None:
-    """Each pass is started with polars' allocator told to return freed memory at once (its peak is what
-    it holds, not what it once touched); the run's own environment is as it was."""
+    """Each pass is started with polars' allocator told to return freed memory soon ([detector.memory]
+    return_freed_after_ms: its peak is about what it holds, not what it once touched); the run's own
+    environment is as it was."""
     before = os.environ.get(ALLOCATOR_ENV)
     of_run = ShardOfRun(label="chunk-0 of 1", instances=("a",), since=SHAPE.end)
     seen = in_own_process(os.getenv, of_run, ALLOCATOR_ENV)
-    assert seen is not None and seen.endswith(RETURN_FREED), seen
+    expected = returning_freed(MemoryConfig().return_freed_after_ms)
+    assert seen is not None and seen.endswith(expected), seen
     assert os.environ.get(ALLOCATOR_ENV) == before
 
 
