@@ -112,3 +112,68 @@ def test_numbered_points_come_by_number_then_time_then_input_order(
         for (_deploy,), part in got.group_by("deploy_id", maintain_order=True):
             assert part.equals(part.sort("number", "interval_end", "seq"))
         assert got["deploy_id"].to_list() == sorted(got["deploy_id"].to_list(), key=lambda d: int(d[1:]))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The deploy analyses' merged windows: deploy times and survivors by runs, positions by runs (issue 25).
+
+
+def merged_rows(groups: list[tuple[str, str, int]]) -> pl.DataFrame:
+    """(deploy_id, series, points) tuples as merged rows, each group one run, minutes 0, 1, ..."""
+    rows = [(d, "i", s, T0 + timedelta(minutes=k)) for d, s, n in groups for k in range(n)]
+    return pl.DataFrame(
+        rows,
+        schema={"deploy_id": pl.String, "instance": pl.String, "series": pl.String, "interval_end": TS},
+        orient="row",
+    )
+
+
+INFO = pl.DataFrame(
+    {
+        "deploy_id": ["d1", "d2", "d3"],
+        "deployed_at": [T0 + timedelta(minutes=2), T0 + timedelta(minutes=1), T0],
+        "deploy_version": ["v1", "v2", "v3"],
+    },
+    schema={"deploy_id": pl.String, "deployed_at": TS, "deploy_version": pl.String},
+)
+KEYS = ["deploy_id", "instance", "series"]
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    groups=st.lists(
+        st.tuples(st.sampled_from(["d1", "d2", "d3", "d9"]), st.sampled_from("xyz"), st.integers(1, 5)),
+        max_size=8,
+    )
+)
+def test_deploy_times_by_runs_equal_the_join(groups: list[tuple[str, str, int]]) -> None:
+    """Groups in runs (any order of deploys, a deploy in several runs) or not (a group split in two runs),
+    a deploy unknown or not (its rows dropped, as the join drops them): the same rows as joining every
+    row's deploy id."""
+    from jobs.detect.deploy_analysis import group_runs, with_deploy_times
+
+    merged = merged_rows(groups)
+    expected = merged.join(INFO.select("deploy_id", "deployed_at"), on="deploy_id", maintain_order="left")
+    expected = expected.with_columns((pl.col("interval_end") > pl.col("deployed_at")).alias("after_deploy"))
+    runs = group_runs(merged, KEYS)
+    keys_seen = [(d, s) for d, s, _ in groups]
+    split = any(
+        keys_seen[i] in keys_seen[:i] and keys_seen[i] != keys_seen[i - 1] for i in range(len(groups))
+    )
+    assert (runs is None) == split
+    assert with_deploy_times(merged, INFO, runs).equals(expected)
+
+
+def test_positions_count_from_each_run_start() -> None:
+    """merged_work's position is the interval's index in its series, as ``int_range().over(keys)`` says,
+    when the series are runs and when one is split (then it falls back to the window)."""
+    from jobs.detect.work import _positions
+
+    for groups in (
+        [("d1", "x", 3), ("d1", "y", 1), ("d2", "x", 2)],
+        [("d1", "x", 2), ("d1", "y", 1), ("d1", "x", 2)],
+    ):
+        merged = merged_rows(groups)
+        expected = merged.select(pl.int_range(pl.len(), dtype=pl.Int64).over(KEYS).alias("position"))
+        got = merged.select(_positions(merged, KEYS))
+        assert got.equals(expected), (groups, got["position"].to_list())
