@@ -107,7 +107,8 @@ def deploy_window_points(
     """(the samples in each deploy's window, one row per (deploy, instance) with its window bounds).
 
     A sample is in a window when window_start < interval_end <= window_end; a sample near two deploys is
-    in both windows (one row per deploy, ``deploy_id`` set).
+    in both windows (one row per deploy, ``deploy_id`` set: the samples carry no other column of their
+    deploy, which the analyses join per deploy series; four more were 270 MiB at 10,000 series x 1 day).
     """
     targets = (
         deploys_for_instances(deploys, points["instance"].unique().to_list())
@@ -125,22 +126,27 @@ def deploy_window_points(
     # out in DEPLOY_SERIES_KEY order, so merging their intervals sorts nothing (the stable sort of 9 M
     # windowed rows on a string key was 1-2 s at 10,000 series x 1 day).
     numbered = SERIES_ID if SERIES_ID in points.columns else None
-    return points_in_windows(points, targets, numbered), targets
+    return points_in_windows(points, targets, numbered, carry=("deploy_id",)), targets
 
 
 def points_in_windows(
-    points: pl.DataFrame, targets: pl.DataFrame, numbered: str | None = None
+    points: pl.DataFrame,
+    targets: pl.DataFrame,
+    numbered: str | None = None,
+    carry: tuple[str, ...] | None = None,
 ) -> pl.DataFrame:
-    """``points`` rows with the columns of every target (instance, window_start, window_end, ...) whose
-    window holds them (window_start < interval_end <= window_end), in target order, then point order
-    (with ``numbered``, a column of integers: then by it, interval_end and point order).
+    """``points`` rows with the columns of every target (instance, window_start, window_end, ...; with
+    ``carry``, only those) whose window holds them (window_start < interval_end <= window_end), in target
+    order, then point order (with ``numbered``, a column of integers: then by it, interval_end and point
+    order).
 
     Why not a join on instance and a filter: that builds samples × deploys rows per instance before
     filtering (a 10k-series day with 300 deploys went past 14 GiB). Here each instance's interval ends are
     sorted once, a window's rows are found by binary search and put back in point order by sorting only
     them: the work is what the windows hold, with no sort of the whole fleet's rows (two such sorts and
     their repeats were 3-4 s of 5.6 at 10,000 series x 1 day)."""
-    out_columns = [*points.columns, *(c for c in targets.columns if c != "instance")]
+    carried = list(carry) if carry is not None else [c for c in targets.columns if c != "instance"]
+    out_columns = [*points.columns, *carried]
     if points.height == 0 or targets.height == 0:
         return points.join(targets, on="instance", how="inner").select(out_columns)
     ends = points["interval_end"].dt.epoch("us")
@@ -171,7 +177,7 @@ def points_in_windows(
     row_of = np.concatenate(picked)
     target_of = np.repeat(np.asarray(owners, dtype=np.int64), [part.shape[0] for part in picked])
     taken = points[row_of]
-    info = targets.drop("instance")[target_of]
+    info = targets.select(carried)[target_of]
     return pl.concat([taken, info], how="horizontal").select(out_columns)
 
 

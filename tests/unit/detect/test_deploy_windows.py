@@ -63,6 +63,9 @@ def test_the_gather_equals_a_join_and_filter(
     assert got.sort(got.columns).equals(want.sort(want.columns))
     # Deterministic order: targets in order, then the points in their input order.
     assert got["deploy_id"].to_list() == sorted(got["deploy_id"].to_list(), key=lambda d: int(d[1:]))
+    # Carrying only some of the targets' columns: the same rows with those.
+    carried = points_in_windows(points, targets, carry=("deploy_id",))
+    assert carried.equals(got.select(*points.columns, "deploy_id"))
     numbered = points_in_windows(points.with_row_index("seq"), targets)
     for (deploy,), part in numbered.group_by("deploy_id"):
         window = targets.filter(pl.col("deploy_id") == deploy).row(0, named=True)
