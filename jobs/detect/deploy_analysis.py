@@ -59,9 +59,9 @@ from jobs.query.series import (
     SERIES_KEY,
     analysed_columns,
     fingerprinted_samples,
+    group_runs,
     merge_intervals,
     require_columns,
-    run_lengths,
     series_identity,
 )
 
@@ -253,13 +253,6 @@ class _WindowIndex:
         return self.rows[steps + np.arange(total, dtype=np.int64)]
 
 
-def group_runs(frame: pl.DataFrame, keys: list[str]) -> pl.DataFrame | None:
-    """(keys, size) per run of equal ``keys`` when each group is one run of rows (merge_intervals returns
-    each series so), else None."""
-    runs = run_lengths(frame, keys)
-    return runs if runs.select(keys).is_unique().all() else None
-
-
 def with_deploy_times(
     merged: pl.DataFrame, deploy_info: pl.DataFrame, runs: pl.DataFrame | None
 ) -> pl.DataFrame:
@@ -301,6 +294,8 @@ class DeploySeries:
 
     identity: pl.DataFrame
     merged: pl.DataFrame
+    runs: pl.DataFrame | None
+    """``group_runs(merged, DEPLOY_SERIES_KEY)``, found once for the merge's positions and both analyses."""
 
 
 def scoped_deploy_windows(
@@ -352,7 +347,7 @@ def detect_regressions(
     identity = shared.identity if shared is not None else series_identity(windowed, keys)
     merged = shared.merged.select(MERGED_COLUMNS) if shared is not None else merge_intervals(windowed, keys)
     # In the merge's order (each series' intervals by time), so the local means need no sort per group.
-    runs = group_runs(merged, keys)
+    runs = shared.runs if shared is not None else group_runs(merged, keys)
     series = with_deploy_times(merged, targets.drop("instance").unique("deploy_id"), runs)
 
     # Stage 0: naive pre/post means per series.

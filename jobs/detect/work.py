@@ -38,7 +38,6 @@ from jobs.detect.deploy_analysis import (
     DEPLOY_SERIES_KEY,
     DeploySeries,
     _changepoint_and_welch,
-    group_runs,
     scoped_deploy_windows,
     stage_one_reasons,
     unannounced_columns,
@@ -62,8 +61,8 @@ from jobs.query.series import (
     RegressionInputError,
     analysed_columns,
     fingerprinted_samples,
+    group_runs,
     merge_intervals,
-    run_lengths,
     series_identity,
 )
 from jobs.schemas.analysed import RESOURCE_REGRESSIONS
@@ -158,17 +157,24 @@ def _per_call(metric: WorkMetric) -> pl.Expr:
 def merged_work(series_samples: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
     """The merged intervals of each series, wide: ``work:<metric>`` and ``tracking:<metric>`` sums per
     interval, ``latency_ms`` and ``position`` (work_per_call before its metrics are stacked)."""
+    return _merged_work_and_runs(series_samples, keys)[0]
+
+
+def _merged_work_and_runs(
+    series_samples: pl.DataFrame, keys: list[str]
+) -> tuple[pl.DataFrame, pl.DataFrame | None]:
+    """``merged_work`` and its ``group_runs`` (which its positions are read from)."""
     frame, sums = _work_sums(series_samples)
     merged = merge_intervals(frame, keys, sums)
-    return merged.with_columns(pl.col("value").alias("latency_ms"), _positions(merged, keys))
+    runs = group_runs(merged, keys)
+    return merged.with_columns(pl.col("value").alias("latency_ms"), _positions(merged, keys, runs)), runs
 
 
-def _positions(merged: pl.DataFrame, keys: list[str]) -> pl.Series | pl.Expr:
+def _positions(merged: pl.DataFrame, keys: list[str], runs: pl.DataFrame | None) -> pl.Series | pl.Expr:
     """Each merged interval's 0-based index in its series. merge_intervals returns each series as one run
-    of rows, so the index is the row's distance from its run's start: ``int_range().over(keys)`` hashed
-    the string keys of every row instead (1.36 of 2.6 s of the deploy windows' merge at 10,000 series x
-    1 day; the runs 0.18 s). Not runs (never, from merge_intervals): the window, as before."""
-    runs = _series_runs(merged, keys)
+    of rows (``runs``), so the index is the row's distance from its run's start: ``int_range().over(keys)``
+    hashed the string keys of every row instead (1.36 of 2.6 s of the deploy windows' merge at 10,000
+    series x 1 day; the runs 0.18 s). Not runs (never, from merge_intervals): the window, as before."""
     if runs is None:
         return pl.int_range(pl.len(), dtype=pl.Int64).over(keys).alias("position")
     sizes = runs["size"].to_numpy().astype(np.int64)
@@ -179,7 +185,8 @@ def _positions(merged: pl.DataFrame, keys: list[str]) -> pl.Series | pl.Expr:
 def deploy_series(windowed: pl.DataFrame) -> DeploySeries:
     """The identity and merged work intervals of the deploy windows' series, for both deploy analyses."""
     keys = list(DEPLOY_SERIES_KEY)
-    return DeploySeries(identity=series_identity(windowed, keys), merged=merged_work(windowed, keys))
+    merged, runs = _merged_work_and_runs(windowed, keys)
+    return DeploySeries(identity=series_identity(windowed, keys), merged=merged, runs=runs)
 
 
 def stacked_metrics(
@@ -248,9 +255,10 @@ class TrackedWork:
     high: np.ndarray
 
     @classmethod
-    def of(cls, merged: pl.DataFrame, keys: list[str]) -> TrackedWork:
-        """From ``merged_work``'s rows, which hold each series as one run (merge_intervals sorts them)."""
-        runs = _series_runs(merged, keys)
+    def of(cls, merged: pl.DataFrame, keys: list[str], runs: pl.DataFrame | None = None) -> TrackedWork:
+        """From ``merged_work``'s rows, which hold each series as one run (merge_intervals sorts them);
+        ``runs``: their ``group_runs`` where the caller has them (None: found here)."""
+        runs = runs if runs is not None else group_runs(merged, keys)
         if runs is None:
             raise ValueError("TrackedWork: a series of the merged intervals is not one run of rows")
         sizes = runs["size"].to_numpy()
@@ -309,16 +317,8 @@ def _contiguous_groups(frame: pl.DataFrame, keys: list[str]) -> np.ndarray | Non
     """Each row's group number when every ``keys`` group is one run of rows (merge_intervals sorts them
     so), else None. Why: the tracked-only filter's window over the (instance, series) strings cost 0.3 of
     the 0.35 s of stacking the work series of 1,000 series x 1 day."""
-    runs = _series_runs(frame, keys)
+    runs = group_runs(frame, keys)
     return None if runs is None else np.repeat(np.arange(runs.height), runs["size"].to_numpy())
-
-
-def _series_runs(frame: pl.DataFrame, keys: list[str]) -> pl.DataFrame | None:
-    """``run_lengths(frame, keys)`` when every ``keys`` group is one run of rows, else None."""
-    runs = run_lengths(frame, keys)
-    if runs.height and not runs.select(keys).is_unique().all():
-        return None
-    return runs
 
 
 def split_means(series: pl.DataFrame, splits: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
@@ -468,8 +468,11 @@ def deploy_resource_regressions(
     # Stage 0 on the wide merged intervals, each metric's series stacked only if it survives: stacking
     # every metric of every deploy window first was the detection run's memory peak (+8 GiB at 10,000
     # series x 1 day, issue 25).
-    merged = shared.merged if shared is not None else merged_work(windowed, keys)
-    merged = with_deploy_times(merged, deploy_info, group_runs(merged, keys))
+    if shared is not None:
+        merged, runs = shared.merged, shared.runs
+    else:
+        merged, runs = _merged_work_and_runs(windowed, keys)
+    merged = with_deploy_times(merged, deploy_info, runs)
     del windowed
     pre, post = ~pl.col("after_deploy"), pl.col("after_deploy")
     # One pass over the merged intervals for every metric (a group_by per metric hashed the same keys
@@ -645,7 +648,8 @@ def unannounced_resource_regressions(
     keys = list(SERIES_KEY)
     metric_keys = [*keys, "metric"]
     identity = series_identity(points, keys)
-    tracked = TrackedWork.of(merged_work(points, keys), keys)
+    merged, runs = _merged_work_and_runs(points, keys)
+    tracked = TrackedWork.of(merged, keys, runs)
     groups = tracked.groups.join(_thresholds(resource), on="metric", how="left", maintain_order="left")
     sizes = groups["size"].to_numpy().astype(np.int64)
     floors = groups["floor"].to_numpy()

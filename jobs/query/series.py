@@ -219,6 +219,13 @@ def run_lengths(frame: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
     )
 
 
+def group_runs(frame: pl.DataFrame, keys: list[str]) -> pl.DataFrame | None:
+    """``run_lengths(frame, keys)`` when each ``keys`` group is one run of rows (``merge_intervals`` returns
+    each series so), else None: then a group's rows are its run, found without hashing its keys."""
+    runs = run_lengths(frame, keys)
+    return runs if runs.select(keys).is_unique().all() else None
+
+
 def analysed_columns(points: pl.DataFrame, extra: tuple[str, ...] = ()) -> pl.DataFrame:
     """``points`` cut to what an analysis reads (plus ``extra``): the window gather and the sorts copy
     every column, and at 10k series × 1 day the unused ones cost GiBs (the benchmark's profile)."""

@@ -95,8 +95,8 @@ def host_episode(lake_root: Path, factor: float = 1.2, samples: int = 8) -> str 
     statements the instance is below the contention rule's four (docs/limitations.md), so the radar
     cannot tell such an episode from a regression here. None when any statement did not slow: a false
     alert of the radar, and the test fails."""
-    findings = lake.read_table(lake_root, "finding_states", lambda s: s)
-    samples_frame = lake.read_table(lake_root, "query_samples", lambda s: s)
+    findings = lake.read_table(lake_root, "finding_states")
+    samples_frame = lake.read_table(lake_root, "query_samples")
     if findings.height == 0 or samples_frame.height == 0:
         return None
     onset = findings.sort("onset")["onset"][0]

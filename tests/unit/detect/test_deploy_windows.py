@@ -153,7 +153,8 @@ def test_deploy_times_by_runs_equal_the_join(groups: list[tuple[str, str, int]])
     """Groups in runs (any order of deploys, a deploy in several runs) or not (a group split in two runs),
     a deploy unknown or not (its rows dropped, as the join drops them): the same rows as joining every
     row's deploy id."""
-    from jobs.detect.deploy_analysis import group_runs, with_deploy_times
+    from jobs.detect.deploy_analysis import with_deploy_times
+    from jobs.query.series import group_runs
 
     merged = merged_rows(groups)
     expected = merged.join(INFO.select("deploy_id", "deployed_at"), on="deploy_id", maintain_order="left")
@@ -171,6 +172,7 @@ def test_positions_count_from_each_run_start() -> None:
     """merged_work's position is the interval's index in its series, as ``int_range().over(keys)`` says,
     when the series are runs and when one is split (then it falls back to the window)."""
     from jobs.detect.work import _positions
+    from jobs.query.series import group_runs
 
     for groups in (
         [("d1", "x", 3), ("d1", "y", 1), ("d2", "x", 2)],
@@ -178,5 +180,5 @@ def test_positions_count_from_each_run_start() -> None:
     ):
         merged = merged_rows(groups)
         expected = merged.select(pl.int_range(pl.len(), dtype=pl.Int64).over(KEYS).alias("position"))
-        got = merged.select(_positions(merged, KEYS))
+        got = merged.select(_positions(merged, KEYS, group_runs(merged, KEYS)))
         assert got.equals(expected), (groups, got["position"].to_list())
