@@ -243,11 +243,12 @@ def run_chunked_detection(
     )
     config = replace(config, incremental=False)
     runs = [chunk_of_run(chunk, i, len(chunks), config, computed_at) for i, chunk in enumerate(chunks)]
-    after_ms = config.memory.return_freed_after_ms
+    allocator = {
+        "return_freed_after_ms": config.memory.return_freed_after_ms,
+        "huge_pages": config.memory.pass_huge_pages,
+    }
     first = [
-        in_own_process(
-            chunk_candidates, of_run, lake_root, config, of_run, computed_at, return_freed_after_ms=after_ms
-        )
+        in_own_process(chunk_candidates, of_run, lake_root, config, of_run, computed_at, **allocator)
         for of_run in runs
     ]
     analysed = replace(config, rebuild_samples=False)  # phase 1 rebuilt them
@@ -267,7 +268,7 @@ def run_chunked_detection(
                 computed_at,
                 others,
                 first[i][1],
-                return_freed_after_ms=after_ms,
+                **allocator,
             )
         )
     outcomes = [packed.unpacked() for packed, _ in second]
@@ -283,20 +284,22 @@ ALLOCATOR_ENV = "_RJEM_MALLOC_CONF"
 imported, after polars' own (the later of two settings of an option wins)."""
 
 
-def returning_freed(after_ms: int) -> str:
+def returning_freed(after_ms: int, huge_pages: bool = MemoryConfig.pass_huge_pages) -> str:
     """The allocator options of a pass: freed memory given back after ``after_ms`` ([detector.memory]
     return_freed_after_ms). 0 purges on every free, which made the passes a quarter slower than a short
-    delay for a few percent of peak; polars' own delay keeps a second's frees for reuse."""
-    return f"dirty_decay_ms:{after_ms},muzzy_decay_ms:0"
+    delay for a few percent of peak; polars' own delay keeps a second's frees for reuse. ``huge_pages``
+    ([detector.memory] pass_huge_pages): what it gives back comes again as transparent huge pages where
+    the system grants them on request, 512 times fewer page faults."""
+    return ("thp:always," if huge_pages else "") + f"dirty_decay_ms:{after_ms},muzzy_decay_ms:0"
 
 
 @contextmanager
-def _returning_freed_memory(after_ms: int) -> Iterator[None]:
+def _returning_freed_memory(after_ms: int, huge_pages: bool) -> Iterator[None]:
     """A pass started inside gives the memory it frees back within ``after_ms`` instead of keeping it for
     reuse (polars keeps it half a second to a second): its peak is then about what its steps hold at once,
     not what each step once touched (one week of 500 series, at once: 3,636 -> 3,206 MiB, 55 -> 64 s;
     bench_detection). Options already in the variable stay, before these."""
-    options = returning_freed(after_ms)
+    options = returning_freed(after_ms, huge_pages)
     before = os.environ.get(ALLOCATOR_ENV)
     os.environ[ALLOCATOR_ENV] = options if not before else f"{before},{options}"
     try:
@@ -329,9 +332,11 @@ def in_own_process(
     of_run: ShardOfRun,
     *args: Any,
     return_freed_after_ms: int = MemoryConfig.return_freed_after_ms,
+    huge_pages: bool = MemoryConfig.pass_huge_pages,
 ) -> _T:
     """``work(*args)`` in a fresh process (forked from the fork server, or spawned), its allocator giving
-    freed memory back after ``return_freed_after_ms``; its exception is raised here as it was there.
+    freed memory back after ``return_freed_after_ms`` (and taking it again as huge pages with
+    ``huge_pages``); its exception is raised here as it was there.
 
     A forked pass has the allocator of the fork server, which reads the option once, when this process's
     first pass starts it: a later run in the same process with another value keeps the first (a CLI run and
@@ -341,7 +346,7 @@ def in_own_process(
         max_workers=1, mp_context=context, initializer=_end_with_run, initargs=(os.getpid(),)
     ) as pool:
         # The pass starts in submit: it (or the fork server it is forked from) inherits the environment then.
-        with _returning_freed_memory(return_freed_after_ms):
+        with _returning_freed_memory(return_freed_after_ms, huge_pages):
             future = pool.submit(work, *args)
         try:
             return future.result()

@@ -173,14 +173,17 @@ def test_radar_detect_within_a_budget_prints_the_same_findings(
 
 def test_a_pass_gives_freed_memory_back_and_the_run_keeps_its_environment() -> None:
     """Each pass is started with polars' allocator told to return freed memory soon ([detector.memory]
-    return_freed_after_ms: its peak is about what it holds, not what it once touched); the run's own
+    return_freed_after_ms: its peak is about what it holds, not what it once touched), as huge pages where
+    the system grants them ([detector.memory] pass_huge_pages); the run's own
     environment is as it was."""
     before = os.environ.get(ALLOCATOR_ENV)
     of_run = ShardOfRun(label="chunk-0 of 1", instances=("a",), since=SHAPE.end)
     seen = in_own_process(os.getenv, of_run, ALLOCATOR_ENV)
-    expected = returning_freed(MemoryConfig().return_freed_after_ms)
-    assert seen is not None and seen.endswith(expected), seen
+    memory = MemoryConfig()
+    expected = returning_freed(memory.return_freed_after_ms, memory.pass_huge_pages)
+    assert seen is not None and seen.endswith(expected) and "thp:always" in seen, seen
     assert os.environ.get(ALLOCATOR_ENV) == before
+    assert "thp:always" not in returning_freed(memory.return_freed_after_ms, huge_pages=False)
 
 
 def _descendants(root: int) -> set[int]:
