@@ -307,10 +307,13 @@ def _tail_rates(
 
 def _rates(series: pl.DataFrame) -> np.ndarray:
     """Calls per second of each merged interval (0 where it has no seconds)."""
-    seconds = series["interval_seconds"].to_numpy().astype(np.float64)
-    calls = series["calls"].to_numpy().astype(np.float64)
+    seconds = np.asarray(series["interval_seconds"].to_numpy(), dtype=np.float64)
     with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(seconds > 0, calls / np.where(seconds > 0, seconds, 1.0), 0.0)
+        rates = np.asarray(series["calls"].to_numpy(), dtype=np.float64) / seconds
+    # In place, not np.where over copies: four fewer arrays of every merged interval (14.5 M at 10,000
+    # series x 1 day).
+    rates[~(seconds > 0)] = 0.0
+    return rates
 
 
 def latency_steps_possible(
