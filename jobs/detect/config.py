@@ -279,9 +279,9 @@ class MemoryConfig:
     """A pass's allocator asks for transparent huge pages (jemalloc's ``thp:always``) where the system
     allows them on request (``/sys/kernel/mm/transparent_hugepage/enabled`` is ``madvise`` or
     ``always``): a pass that gives freed memory back soon faults it in again, one 2 MiB page at a time
-    instead of 512 small ones (10,000 series x 1 day in chunks of one instance: 64-71 -> 50-54 s, passes'
-    peaks a few percent higher; docs/benchmarks.md). The one-pass run does not ask: there it was slower
-    (32.7 -> 49.7 s)."""
+    instead of 512 small ones (10,000 series x 1 day in chunks of one instance, five runs each: median
+    65.4 -> 54.8 s, passes' peaks a few percent higher; docs/benchmarks.md). The one-pass run does not
+    ask: there it was slower (32.7 -> 49.7 s)."""
 
     def __post_init__(self) -> None:
         for name in (
