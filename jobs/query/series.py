@@ -155,10 +155,8 @@ def _merged_by_number(
     shape = frame.head(0).group_by([*keys, "interval_end"]).agg(*aggregated).schema
     narrow = frame.select(*dict.fromkeys([*order, *names]))
     if not _ascending(narrow, order):
-        # Stable: samples of one point (two queryids of a series) are summed in their input order, and
-        # polars' stable sort of runs already in order (each entry's samples are) took 0.5 s where its
-        # default took 0.9 s on 14.5 M samples (a scratch measurement).
-        narrow = narrow.sort(order, maintain_order=True)
+        # Stable: samples of one point (two queryids of a series) are summed in their input order.
+        narrow = _stably_sorted(narrow, order)
     if _repeats(narrow, order):
         rest = [c for c in names if c not in order]
         narrow = (
@@ -167,6 +165,40 @@ def _merged_by_number(
             .select(*order, *rest)
         )
     return narrow.select(pl.col(c).cast(shape[c]) for c in names)
+
+
+def _stably_sorted(frame: pl.DataFrame, order: list[str]) -> pl.DataFrame:
+    """``frame.sort(order, maintain_order=True)``, by moving whole runs where it can.
+
+    Why: a detection pass's samples come per instance in pg_stat_statements entry order, each entry's
+    samples in time order, while the series numbers follow the series' names; so the rows are already
+    runs in order, only the runs are out of place. Where each group of the keys (``order`` but its last
+    column) is one such run, ascending in the last column, the stable sort is those runs ordered by
+    their keys: 10,000 runs sorted instead of 14.4 M rows (0.7-1.4 s -> 0.2-0.4 s a merge at 10,000
+    series x 1 day, scratch). Anything else (a series of two queryids, interleaved) is sorted."""
+    keys, last = order[:-1], order[-1]
+    if not keys or frame.height < 2:
+        return frame.sort(order, maintain_order=True)
+    starts = frame.select(
+        (
+            pl.any_horizontal(pl.col(k) != pl.col(k).shift(1) for k in keys)
+            | (pl.col(last) < pl.col(last).shift(1))
+        )
+        .fill_null(True)
+        .arg_true()
+    ).to_series()
+    runs = frame[starts].select(keys).with_row_index("_run")
+    if runs.height == frame.height or not runs.select(keys).is_unique().all():
+        return frame.sort(order, maintain_order=True)
+    placed = runs.sort(keys)["_run"].to_numpy()
+    first = starts.to_numpy().astype(np.int64)
+    sizes = np.diff(np.append(first, frame.height))[placed]
+    # Row i of the result is row i + shift of its run (the run placed there, at i's offset into it). In
+    # polars' own index type where it fits: uint32 arithmetic wraps, and every sum is a row number.
+    index = np.uint32 if frame.height < 1 << 32 else np.int64
+    rows = np.arange(frame.height, dtype=index)
+    rows += np.repeat((first[placed] - (np.cumsum(sizes) - sizes)).astype(index), sizes)
+    return frame[pl.Series(rows)]
 
 
 def _ascending(frame: pl.DataFrame, order: list[str]) -> bool:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import numpy as np
 import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
-from jobs.query.series import SERIES_ID, merge_intervals, series_identity
+from jobs.query.series import SERIES_ID, _stably_sorted, merge_intervals, series_identity
 
 T0 = datetime(2026, 12, 1, tzinfo=UTC)
 
@@ -75,3 +76,42 @@ def test_series_identity_on_the_number_equals_the_strings() -> None:
     assert_frame_equal(
         series_identity(numbered, keys).sort(keys), series_identity(numbered.drop(SERIES_ID), keys).sort(keys)
     )
+
+
+def _runs_frame(seed: int, *, interleave: bool, ties: bool, nulls: bool) -> pl.DataFrame:
+    """Series as runs of rows in time order, the runs shuffled (a detection pass's samples come so);
+    optionally a series in two interleaved runs, repeated interval ends, null ends."""
+    rng = np.random.default_rng(seed)
+    ids, ends, values = [], [], []
+    for series in rng.permutation(40):
+        n = int(rng.integers(1, 9))
+        minutes = np.sort(rng.integers(0, 5 if ties else 10_000, n)) if ties else np.arange(n) * 2
+        ids += [int(series)] * n
+        ends += [T0 + timedelta(minutes=int(m)) for m in minutes]
+        values += list(rng.normal(size=n))
+    frame = pl.DataFrame({SERIES_ID: ids, "interval_end": ends, "v": values}).with_columns(
+        pl.col(SERIES_ID).cast(pl.UInt32), pl.lit(3).alias("deploy_id")
+    )
+    if interleave:  # one more row of the first run's series, far from it
+        frame = pl.concat([frame, frame.head(1).with_columns(pl.col("v") + 1)])
+    if nulls:
+        frame = frame.with_columns(
+            pl.when(pl.int_range(pl.len()) % 11 == 5)
+            .then(None)
+            .otherwise(pl.col("interval_end"))
+            .alias("interval_end")
+        )
+    return frame
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize(
+    ("interleave", "ties", "nulls"),
+    [(False, False, False), (False, True, False), (True, False, False), (False, False, True)],
+)
+@pytest.mark.parametrize("order", [[SERIES_ID, "interval_end"], ["deploy_id", SERIES_ID, "interval_end"]])
+def test_moving_runs_gives_the_stable_sort(
+    seed: int, interleave: bool, ties: bool, nulls: bool, order: list[str]
+) -> None:
+    frame = _runs_frame(seed, interleave=interleave, ties=ties, nulls=nulls)
+    assert_frame_equal(_stably_sorted(frame, order), frame.sort(order, maintain_order=True))
