@@ -85,7 +85,7 @@ def _runs_frame(seed: int, *, interleave: bool, ties: bool, nulls: bool) -> pl.D
     ids, ends, values = [], [], []
     for series in rng.permutation(40):
         n = int(rng.integers(1, 9))
-        minutes = np.sort(rng.integers(0, 5 if ties else 10_000, n)) if ties else np.arange(n) * 2
+        minutes = np.sort(rng.integers(0, 5, n)) if ties else np.arange(n) * 2
         ids += [int(series)] * n
         ends += [T0 + timedelta(minutes=int(m)) for m in minutes]
         values += list(rng.normal(size=n))
