@@ -25,6 +25,7 @@ import difflib
 import hashlib
 import io
 import json
+import os
 import re
 import shutil
 from collections.abc import Collection
@@ -35,6 +36,7 @@ from typing import Any
 
 import polars as pl
 
+from jobs.collect.foreign_files import ForeignFileRefused, open_foreign_file
 from jobs.lake.io import read_table, write_table
 from jobs.schemas.collected import DEPLOY_EVENTS
 
@@ -427,14 +429,20 @@ def parse_csv_events(text: str, name: str, rules: DeployRules | None = None) -> 
 
 
 def read_deploy_text(path: Path, max_file_bytes: int) -> str:
-    """The text of one inbox file: its size is checked with stat first (an oversized file is not read),
+    """The text of one inbox file, opened only when it is a regular file (``open_foreign_file``: a link
+    could make the radar quote a secret of its own host in the rejection); its size is checked with stat
+    first (an oversized file is not read),
     NUL bytes (a binary file) and invalid UTF-8 are errors naming the line; a UTF-8 BOM is dropped."""
-    size = path.stat().st_size
-    if size > max_file_bytes:
-        raise DeployError(
-            f"{path.name}: file is {size} bytes, more than max_file_bytes = {max_file_bytes}; not read"
-        )
-    with path.open("rb") as handle:
+    try:
+        handle = open_foreign_file(path)
+    except ForeignFileRefused as exc:
+        raise DeployError(f"{path.name}: {exc} (an inbox takes files, not links or devices)") from None
+    with handle:
+        size = os.fstat(handle.fileno()).st_size
+        if size > max_file_bytes:
+            raise DeployError(
+                f"{path.name}: file is {size} bytes, more than max_file_bytes = {max_file_bytes}; not read"
+            )
         data = handle.read(max_file_bytes + 1)  # the file may grow after the stat
     if len(data) > max_file_bytes:
         raise DeployError(f"{path.name}: file grew past max_file_bytes = {max_file_bytes} while read")
@@ -475,11 +483,14 @@ def _move_aside(path: Path, folder: Path) -> Path:
 
 
 def pending_deploy_files(inbox: Path) -> list[Path]:
-    """The files waiting in the inbox (not in processed/ or rejected/, not hidden), by name."""
+    """The files waiting in the inbox (not in processed/ or rejected/, not hidden), by name: every entry but
+    the folders, so a link, a FIFO or a device dropped there is rejected, said, instead of lying unseen."""
     inbox = Path(inbox)
     if not inbox.is_dir():
         return []
-    return sorted(p for p in inbox.iterdir() if p.is_file() and not p.name.startswith("."))
+    return sorted(
+        p for p in inbox.iterdir() if not p.name.startswith(".") and (p.is_symlink() or not p.is_dir())
+    )
 
 
 def inbox_state_key(inbox: Path) -> str | None:
@@ -488,7 +499,7 @@ def inbox_state_key(inbox: Path) -> str | None:
     parts = []
     for path in pending_deploy_files(inbox):
         try:
-            parts.append(f"{path.name}:{path.stat().st_mtime_ns}")
+            parts.append(f"{path.name}:{path.lstat().st_mtime_ns}")
         except FileNotFoundError:
             continue
     return hashlib.sha1("|".join(parts).encode()).hexdigest() if parts else None

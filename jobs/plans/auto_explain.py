@@ -39,6 +39,7 @@ from typing import Any
 
 import polars as pl
 
+from jobs.collect.foreign_files import ForeignFileRefused, open_foreign_file
 from jobs.lake.io import partition_dir, scan_files, stem_for, with_recovery, write_table
 from jobs.lake.storage import LakePath, lake_path, write_atomically
 from jobs.plans.config import AutoExplainConfig
@@ -395,14 +396,22 @@ def resume_offsets(found: list[LogFile], known: dict[str, dict[str, Any]]) -> li
 
 def find_log_files(log_dir: Path, config: AutoExplainConfig, result: IngestResult) -> list[LogFile]:
     """The files matching the glob, oldest first, each once (a second name of one inode is skipped);
-    files that vanish while listed (rotated away) are skipped, unreadable ones are named in the errors."""
+    files that vanish while listed (rotated away) are skipped, unreadable ones are named in the errors, and
+    so are links that lead out of the folder, FIFOs and devices, which are not read (``open_foreign_file``:
+    a FIFO would block the open, a link could point at a secret)."""
     found: dict[tuple[int, int], tuple[float, LogFile]] = {}
     for path in log_dir.glob(config.file_glob):
         try:
-            with open(path, "rb") as handle:
+            with open_foreign_file(path, links_within=log_dir) as handle:
                 info = os.fstat(handle.fileno())
                 head = handle.read(config.fingerprint_bytes)
-        except (FileNotFoundError, IsADirectoryError):
+        except FileNotFoundError:
+            continue
+        except ForeignFileRefused as exc:
+            if path.is_dir() and not path.is_symlink():
+                continue  # a folder matching the glob: not a log file
+            result.error_count += 1
+            result.errors.append(f"{path.name}: {exc}")
             continue
         except OSError as exc:
             result.error_count += 1
@@ -516,9 +525,11 @@ def _read_file(
     consumed = 0
     fingerprints: dict[str, str] = {}
     try:
-        handle = open(file.path, "rb")  # noqa: SIM115 - closed by the with below
+        handle = open_foreign_file(file.path, links_within=file.path.parent)
     except FileNotFoundError:
         return file, offset, 0  # renamed away since it was listed: found by its inode and head next run
+    except ForeignFileRefused:
+        return file, offset, 0  # replaced by a link out or a FIFO since it was listed: named next run
     with handle:
         info = os.fstat(handle.fileno())
         if (info.st_dev, info.st_ino) != file.key or info.st_size < offset:

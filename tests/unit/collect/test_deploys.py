@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -387,3 +388,33 @@ def test_inbox_limits_are_cli_flags(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert "again.jsonl" in capsys.readouterr().out
     (inbox / "rejected" / "again.jsonl").rename(inbox / "last.jsonl")
     assert main(base) == 0
+
+
+@pytest.mark.timeout(30)  # a FIFO opened for reading without O_NONBLOCK waits for a writer forever
+def test_links_and_fifos_in_the_inbox_are_rejected_unread(lake_root: Path, tmp_path: Path) -> None:
+    """Whoever drops files in the inbox may have fewer rights than the radar: a link to the radar's own
+    secrets would otherwise be read and its first line quoted in the rejection (a .pgpass line was, as an
+    unknown CSV column). Links and FIFOs are rejected without being opened; the files beside them are not
+    held up."""
+    inbox, outside = tmp_path / "deploys", tmp_path / "outside"
+    inbox.mkdir()
+    outside.mkdir()
+    (outside / "pgpass").write_text("db.example.com:5432:app:admin:Sup3rS3cret\n")
+    (outside / "good.csv").write_text("version,at,instance\nv1,2026-11-29T12:30:00Z,alpha\n")
+    (inbox / "p.csv").symlink_to(outside / "pgpass")
+    (inbox / "g.csv").symlink_to(outside / "good.csv")
+    os.mkfifo(inbox / "f.json")
+    (inbox / "real.csv").write_text("version,at,instance\nv2,2026-11-29T12:30:00Z,alpha\n")
+    report = ingest_deploy_files(inbox, lake_root)
+    assert [p.name for p in report.processed] == ["real.csv"]
+    reasons = {p.name: why for p, why in report.rejected.items()}
+    assert sorted(reasons) == ["f.json", "g.csv", "p.csv"]
+    assert "symbolic link" in reasons["p.csv"] and "symbolic link" in reasons["g.csv"]
+    assert "FIFO" in reasons["f.json"]
+    shown = " ".join(reasons.values()) + "".join(
+        p.read_text() for p in (inbox / "rejected").glob("*.error.txt")
+    )
+    assert "3cret" not in shown.lower() and "example.com" not in shown
+    assert load_deploy_events(lake_root)["version"].to_list() == ["v2"]
+    assert (outside / "pgpass").read_text().endswith("Sup3rS3cret\n"), "the target is left alone"
+    assert (inbox / "rejected" / "p.csv").is_symlink(), "the link itself moved aside"

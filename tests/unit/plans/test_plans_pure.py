@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -293,3 +294,23 @@ def test_cost_change_ratio_must_be_off_or_above_one() -> None:
     assert PlanCaptureConfig(cost_change_ratio=0).cost_change_ratio == 0
     with pytest.raises(ValueError, match=r"\[plans\] cost_change_ratio must be 0 \(off\) or greater than 1"):
         PlanCaptureConfig(cost_change_ratio=0.5)
+
+
+@pytest.mark.timeout(30)  # a FIFO opened for reading without O_NONBLOCK waits for a writer forever
+def test_log_folder_links_out_and_fifos_are_named_not_read(tmp_path: Path) -> None:
+    """The server's log folder is the monitored side's: a FIFO matching the glob must not hang the
+    ingest, a link out of the folder must not be read (it could point at a secret), a link to one of the
+    folder's own files is that file (read once, by its inode)."""
+    logs, lake, outside = tmp_path / "log", tmp_path / "lake", tmp_path / "outside"
+    logs.mkdir()
+    outside.mkdir()
+    (logs / "postgresql-1.json").write_bytes(_log_line(_plan_message(index_plan(), qid=1)))
+    (outside / "secret.json").write_bytes(_log_line(_plan_message(seq_plan(), qid=2)))
+    (logs / "postgresql-2.json").symlink_to(outside / "secret.json")
+    (logs / "current.json").symlink_to(logs / "postgresql-1.json")
+    os.mkfifo(logs / "postgresql-3.json")
+    (logs / "archive.json").mkdir()  # a folder matching the glob is no log file, and no error
+    result = ingest_auto_explain_logs(logs, "a", lake)
+    assert result.plan_records == 1, "the real file once, not its link, not the file outside"
+    assert sorted(e.split(":")[0] for e in result.errors) == ["postgresql-2.json", "postgresql-3.json"]
+    assert "outside its folder" in " ".join(result.errors) and "FIFO" in " ".join(result.errors)
