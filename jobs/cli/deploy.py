@@ -17,6 +17,7 @@ from jobs.cli.common import (
     settings_of,
     show_rows,
 )
+from jobs.escaping import one_line
 
 
 def cmd_deploy(args: argparse.Namespace) -> int:
@@ -61,9 +62,10 @@ def cmd_deploy(args: argparse.Namespace) -> int:
         return 1 if report.rejected or report.failed else 0
     say(args, f"{len(report.processed)} files processed, {len(report.events)} deploys recorded")
     for path, why in report.rejected.items():
-        say(args, f"[red]rejected[/red] {escaped(str(path))}: {escaped(why)}")
+        # One line each: a file name is anyone's, and a line break in it would start a line of its own.
+        say(args, f"[red]rejected[/red] {escaped(one_line(path))}: {escaped(one_line(why))}")
     for path, why in report.failed.items():
-        say(args, f"[red]not recorded[/red] {escaped(str(path))}: {escaped(why)}")
+        say(args, f"[red]not recorded[/red] {escaped(one_line(path))}: {escaped(one_line(why))}")
     return 1 if report.rejected or report.failed else 0
 
 

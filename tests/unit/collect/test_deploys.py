@@ -418,3 +418,19 @@ def test_links_and_fifos_in_the_inbox_are_rejected_unread(lake_root: Path, tmp_p
     assert load_deploy_events(lake_root)["version"].to_list() == ["v2"]
     assert (outside / "pgpass").read_text().endswith("Sup3rS3cret\n"), "the target is left alone"
     assert (inbox / "rejected" / "p.csv").is_symlink(), "the link itself moved aside"
+
+
+def test_a_rejected_file_is_one_line_whatever_its_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """File names are anyone's: one with a line break must not print a line of its own (which could pass
+    for the radar's own output), nor a terminal escape sequence."""
+    inbox, lake = tmp_path / "inbox", tmp_path / "lake"
+    inbox.mkdir()
+    (inbox / "v1.csv\nrejected nothing: all good\x1b[2K.csv").write_text("x\n")
+    args = ["--lake", str(lake), "--embedded-root", str(tmp_path), "deploy", "ingest", "--inbox", str(inbox)]
+    assert main(args) == 1
+    lines = capsys.readouterr().out.strip().splitlines()
+    said = [line for line in lines if "all good" in line]
+    assert len(said) == 1 and said[0].startswith("rejected ") and "v1.csv" in said[0], lines
+    assert "\x1b" not in said[0] and "\\x1b" in said[0]
