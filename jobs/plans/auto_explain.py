@@ -508,6 +508,11 @@ def store_execution_samples(lake_root: LakePath, instance: str, samples: pl.Data
     return fresh.height, samples.height - fresh.height
 
 
+def _note_long_line(file: LogFile, at: int, longest: int, result: IngestResult) -> None:
+    """Name a line over ``longest`` bytes (starting at byte ``at``) in the run's errors."""
+    result.note_error(f"{file.path.name}: byte {at}: a line of more than {longest} bytes, skipped")
+
+
 def _read_file(
     file: LogFile,
     offset: int,
@@ -541,15 +546,31 @@ def _read_file(
         handle.seek(offset)
         pending = b""
         position = offset
+        # A line longer than this could never be read whole within a run's budget: it is skipped, said,
+        # and the lines after it are read (it used to hold the file's offset, read again every run).
+        longest = min(config.max_line_bytes, config.max_bytes_per_run)
+        # Offsets are saved after a newline, except where the last run's budget ended inside a line it was
+        # skipping: the rest of that line is skipped too, not read as a line of its own.
+        skipping = offset > 0 and os.pread(handle.fileno(), 1, offset - 1) != b"\n"
         while position < end:
             chunk = handle.read(min(config.read_chunk_bytes, end - position))
             if not chunk:
                 break
             position += len(chunk)
+            if skipping:
+                newline = chunk.find(b"\n")
+                if newline < 0:
+                    consumed += len(chunk)
+                    continue
+                consumed += newline + 1
+                chunk, skipping = chunk[newline + 1 :], False
             data = pending + chunk
             cut = data.rfind(b"\n")
             if cut < 0:
                 pending = data
+                if len(pending) > longest:
+                    _note_long_line(file, offset + consumed, longest, result)
+                    consumed, pending, skipping = consumed + len(pending), b"", True
                 continue
             complete, pending = data[: cut + 1], data[cut + 1 :]
             rows.extend(
@@ -564,6 +585,9 @@ def _read_file(
                 )
             )
             consumed += len(complete)
+            if len(pending) > longest:
+                _note_long_line(file, offset + consumed, longest, result)
+                consumed, pending, skipping = consumed + len(pending), b"", True
         if len(file.head) < config.fingerprint_bytes:
             head = os.pread(handle.fileno(), config.fingerprint_bytes, 0)
             if head.startswith(file.head):  # grown, not rewritten, since it was listed

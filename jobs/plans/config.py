@@ -133,7 +133,10 @@ class AutoExplainConfig:
     max_bytes_per_run: int = 512 * 1024 * 1024
     """At most this many new log bytes are read per instance per run (the rest next run)."""
     read_chunk_bytes: int = 8 * 1024 * 1024
-    """Log files are read in chunks of this size (bounded memory whatever a line's length)."""
+    """Log files are read in chunks of this size (bounded memory: see ``max_line_bytes``)."""
+    max_line_bytes: int = 64 * 1024 * 1024
+    """A log line longer than this (or than ``max_bytes_per_run``) is skipped and named in the run's
+    errors, so a huge record neither holds the file's offset forever nor takes memory beyond this."""
     max_shapes_per_query: int = 5
     """Distinct plan shapes kept per query (older shapes beyond this are dropped from the history)."""
     query_text: str = "normalized"

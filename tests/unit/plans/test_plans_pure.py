@@ -19,7 +19,7 @@ from jobs.plans.auto_explain import (
     parse_log_timestamp,
 )
 from jobs.plans.capture import select_plan_candidates
-from jobs.plans.config import PlanCaptureConfig
+from jobs.plans.config import AutoExplainConfig, PlanCaptureConfig
 from jobs.plans.generic import classify_statement
 from jobs.plans.history import ROWS_PER_SHAPE, bound_plan_history, new_shape_rows
 from jobs.plans.shape import PlanFormatError, plan_facts, plan_root, plan_shape_hash
@@ -314,3 +314,24 @@ def test_log_folder_links_out_and_fifos_are_named_not_read(tmp_path: Path) -> No
     assert result.plan_records == 1, "the real file once, not its link, not the file outside"
     assert sorted(e.split(":")[0] for e in result.errors) == ["postgresql-2.json", "postgresql-3.json"]
     assert "outside its folder" in " ".join(result.errors) and "FIFO" in " ".join(result.errors)
+
+
+def test_a_line_longer_than_the_limit_is_skipped_and_the_lines_after_it_read(tmp_path: Path) -> None:
+    """A huge record (a monitored server's user can log one) used to hold the file's offset: every run read
+    the same budget's bytes into memory and never reached the lines after it."""
+    logs, lake = tmp_path / "log", tmp_path / "lake"
+    logs.mkdir()
+    config = AutoExplainConfig(max_bytes_per_run=1 << 20, read_chunk_bytes=1 << 14, max_line_bytes=1 << 16)
+    huge = b'{"message": "' + b"x" * (3 << 20) + b'"}\n'
+    before = _log_line(_plan_message(index_plan(), qid=1))
+    after = _log_line(_plan_message(seq_plan(), qid=2), ts="2026-11-29 15:20:00.000 UTC")
+    (logs / "postgresql-1.json").write_bytes(before + huge + after)
+    records, errors = 0, []
+    for _ in range(5):  # the huge line is 3 MiB, the budget 1 MiB a run
+        result = ingest_auto_explain_logs(logs, "a", lake, config)
+        records, errors = records + result.plan_records, errors + result.errors
+    assert records == 2, "the lines before and after the huge one"
+    assert [e for e in errors if "more than 65536 bytes, skipped" in e] == [
+        f"postgresql-1.json: byte {len(before)}: a line of more than 65536 bytes, skipped"
+    ]
+    assert load_offsets(lake, "a")["postgresql-1.json"]["offset"] == len(before + huge + after)
