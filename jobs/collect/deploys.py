@@ -430,8 +430,8 @@ def parse_csv_events(text: str, name: str, rules: DeployRules | None = None) -> 
 
 def read_deploy_text(path: Path, max_file_bytes: int) -> str:
     """The text of one inbox file, opened only when it is a regular file (``open_foreign_file``: a link
-    could make the radar quote a secret of its own host in the rejection); its size is checked with stat
-    first (an oversized file is not read),
+    could make the radar quote a secret of its own host in the rejection); its size is checked (fstat of
+    the opened file) before reading (an oversized file is not read),
     NUL bytes (a binary file) and invalid UTF-8 are errors naming the line; a UTF-8 BOM is dropped."""
     try:
         handle = open_foreign_file(path)

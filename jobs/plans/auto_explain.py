@@ -410,8 +410,7 @@ def find_log_files(log_dir: Path, config: AutoExplainConfig, result: IngestResul
         except ForeignFileRefused as exc:
             if path.is_dir() and not path.is_symlink():
                 continue  # a folder matching the glob: not a log file
-            result.error_count += 1
-            result.errors.append(f"{path.name}: {exc}")
+            result.note_error(f"{path.name}: {exc}")
             continue
         except OSError as exc:
             result.error_count += 1
