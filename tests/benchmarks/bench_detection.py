@@ -15,6 +15,9 @@ alone, not of the interpreter start):
 - reference: ``reference_pass``, one DuckDB query over the same snapshots (window LAG deltas, per-series
   count/mean/variance of interval latency): what any detector must at least do (issue 25). The full run
   is reported as a multiple of it (goal: <= 3x).
+- samples peer: ``samples_peer_pass``, per instance the same LAG deltas for every counter the samples keep,
+  materialized as Arrow rows (what the samples rebuild must hold; it also drops and writes): the named peer
+  of the full run's samples step (its ``run_samples_job`` line in ``--profile``).
 - budgeted (``--budget-mib M``): the full run within a memory budget of M MiB (jobs.pipeline.budgeted:
   chunks of instances, each pass in its own process); its peak is this process's plus its largest pass's.
 
@@ -356,6 +359,44 @@ def reference_pass(lake_root: str) -> dict[str, Any]:
     }
 
 
+def samples_peer_pass(lake_root: str) -> dict[str, Any]:
+    """The samples step's peer: per instance, one DuckDB query differencing every counter the samples keep
+    (``SAMPLE_DELTAS``, window LAG over each entry's snapshots) and materializing the per-interval rows as
+    Arrow, as the samples rebuild must (it also applies the drop rules and writes the rows). The reference
+    above aggregates the deltas it computes and never holds them; at the samples' width that aggregate
+    costs about what the narrow one does (a scratch run: 3.5 s for 24 counters at 10,000 series x 1 day),
+    so the rows' materialization is what separates the two."""
+    import duckdb
+
+    from jobs.detect.samples import SAMPLE_DELTAS
+
+    deltas = ", ".join(f"{c} - lag({c}) over w as {c}" for c in SAMPLE_DELTAS)
+    started = time.perf_counter()
+    connection = duckdb.connect()
+    rows = 0
+    for folder in sorted((Path(lake_root) / "statement_snapshots").glob("instance=*")):
+        files = str(folder / "**" / "*.parquet").replace("'", "''")
+        table = connection.sql(
+            f"""
+            with snapshots as (
+                select dbid, userid, queryid, toplevel, captured_at, {", ".join(SAMPLE_DELTAS)}
+                from read_parquet('{files}', hive_partitioning = true, union_by_name = true)
+            )
+            select dbid, userid, queryid, toplevel, lag(captured_at) over w as interval_start,
+                   captured_at as interval_end, {deltas}
+            from snapshots
+            window w as (partition by dbid, userid, queryid, toplevel order by captured_at)
+            """
+        ).to_arrow_table()
+        rows += table.num_rows
+        del table
+    return {
+        "seconds": time.perf_counter() - started,
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
+        "rows": rows,
+    }
+
+
 @dataclass(frozen=True)
 class RunLimits:
     """A measured run is stopped (and reported as such) past these: the machine is shared, and a run the
@@ -498,6 +539,9 @@ def bench_shape(
     append_tail(full_lake, generated.tail)
     out["reference"] = in_fresh_process(reference_pass, str(full_lake), limits=limits)
     print(f"  DuckDB reference pass: {describe(out['reference'])}", flush=True)
+    out["samples_peer"] = in_fresh_process(samples_peer_pass, str(full_lake), limits=limits)
+    peer = describe(out["samples_peer"])
+    print(f"  DuckDB deltas materialized (the samples step's peer): {peer}", flush=True)
     out["full"] = in_fresh_process(
         measured_run, str(full_lake), later.isoformat(), False, profile, limits=limits
     )
@@ -677,6 +721,13 @@ def print_table(runs: list[dict[str, Any]], scaling: dict[str, Any]) -> None:
                 else ""
             )
         )
+        peer = (r.get("samples_peer") or {}).get("seconds")
+        rebuild = [x for x in (r.get("full") or {}).get("steps") or [] if x["step"] == "run_samples_job"]
+        if peer and rebuild:
+            print(
+                f"  full run's samples rebuild {rebuild[0]['seconds']:.1f} s: "
+                f"x{rebuild[0]['seconds'] / peer:.2f} its peer (DuckDB deltas materialized, {peer:.1f} s)"
+            )
         for kind in ("full", "incremental_first", "incremental"):
             steps = (r.get(kind) or {}).get("steps") or []
             total = (r.get(kind) or {}).get("seconds") or (r.get(kind) or {}).get("stopped_after_s")
