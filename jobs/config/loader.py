@@ -280,7 +280,9 @@ def setting_override(assignment: str) -> Override:
     ``RADAR_`` environment variable, as an override (it beats the file and the environment)."""
     name, sep, text = assignment.partition("=")
     name = name.strip()
-    label = f"flag --set {assignment}"
+    # The key only: the value is shown (or, for a secret, withheld) in its own column, and an error about a
+    # mistyped key must not print a webhook's token into a terminal or a CI log.
+    label = f"flag --set {name}"
     if not sep or not name:
         raise ConfigError(
             f"{label}: expected KEY=VALUE with a dotted key, e.g. drift.samples.stale_window=15m"
