@@ -12,11 +12,10 @@ import pwd
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 
 from jobs.local.embedded import SERVICE_USER
+from tests.support.procs import PROC, cpu_of
 
-PROC = Path("/proc")
 TICK = 1.0 / os.sysconf("SC_CLK_TCK")
 
 
@@ -38,17 +37,6 @@ def _host_busy_seconds() -> float:
     return (user + nice + system + irq + softirq + steal) * TICK
 
 
-def _process_seconds(stat: Path) -> tuple[int, str, float]:
-    """(owner uid, command name, utime + stime + cutime + cstime in seconds) of one /proc/<pid>/stat;
-    (-1, "", 0) when it is gone."""
-    try:
-        uid = stat.parent.stat().st_uid
-        head, tail = stat.read_text().rsplit(")", 1)
-    except (OSError, ValueError):
-        return -1, "", 0.0
-    return uid, head.split("(", 1)[-1], sum(int(v) for v in tail.split()[11:15]) * TICK
-
-
 def _service_uid() -> int | None:
     try:
         return pwd.getpwnam(SERVICE_USER).pw_uid
@@ -61,13 +49,13 @@ def cpu_reading() -> CpuReading:
     ``postgres`` process of this user or the servers' service user (a backend that ended is in its
     postmaster's children's time). Short-lived processes of other kinds count as foreign."""
     owners = {os.getuid(), _service_uid()}
-    own = _process_seconds(PROC / str(os.getpid()) / "stat")[2]
+    ticks = (cpu_of(os.getpid()) or (0, "", 0.0))[2]
     for entry in PROC.iterdir():
-        if entry.name.isdigit():
-            uid, command, seconds = _process_seconds(entry / "stat")
+        if entry.name.isdigit() and (found := cpu_of(int(entry.name))) is not None:
+            uid, command, process_ticks = found
             if uid in owners and command == "postgres":
-                own += seconds
-    return CpuReading(datetime.now(UTC), time.monotonic(), _host_busy_seconds(), own)
+                ticks += process_ticks
+    return CpuReading(datetime.now(UTC), time.monotonic(), _host_busy_seconds(), ticks * TICK)
 
 
 def foreign_cores(first: CpuReading, last: CpuReading) -> float:

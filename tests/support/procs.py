@@ -17,6 +17,18 @@ def stat_of(pid: int) -> tuple[str, int] | None:
     return fields[0], int(fields[1])
 
 
+def cpu_of(pid: int) -> tuple[int, str, float] | None:
+    """(owner uid, command name, utime + stime + cutime + cstime in clock ticks) of a process: its CPU
+    time with that of the children it waited for; None when it is gone."""
+    stat = PROC / str(pid) / "stat"
+    try:
+        uid = stat.parent.stat().st_uid
+        head, tail = stat.read_text().rsplit(")", 1)
+    except (OSError, ValueError):
+        return None
+    return uid, head.split("(", 1)[-1], float(sum(int(v) for v in tail.split()[11:15]))
+
+
 def process_stats() -> dict[int, tuple[str, int]]:
     """(state, parent pid) of every process."""
     stats = {}
