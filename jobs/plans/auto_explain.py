@@ -567,24 +567,21 @@ def _read_file(
             cut = data.rfind(b"\n")
             if cut < 0:
                 pending = data
-                if len(pending) > longest:
-                    _note_long_line(file, offset + consumed, longest, result)
-                    consumed, pending, skipping = consumed + len(pending), b"", True
-                continue
-            complete, pending = data[: cut + 1], data[cut + 1 :]
-            rows.extend(
-                parse_jsonlog_lines(
-                    complete.splitlines(),
-                    file.path.name,
-                    result,
-                    last_shapes,
-                    config.query_text,
-                    samples,
-                    fingerprints,
+            else:
+                complete, pending = data[: cut + 1], data[cut + 1 :]
+                rows.extend(
+                    parse_jsonlog_lines(
+                        complete.splitlines(),
+                        file.path.name,
+                        result,
+                        last_shapes,
+                        config.query_text,
+                        samples,
+                        fingerprints,
+                    )
                 )
-            )
-            consumed += len(complete)
-            if len(pending) > longest:
+                consumed += len(complete)
+            if len(pending) > longest:  # the line being read is over the limit: skip to its end
                 _note_long_line(file, offset + consumed, longest, result)
                 consumed, pending, skipping = consumed + len(pending), b"", True
         if len(file.head) < config.fingerprint_bytes:
